@@ -1,0 +1,56 @@
+"""The `command` backend: runs any executable from config, the way custom agents plug in.
+
+`command: [argv...]` (plus `args`) may use the placeholders {prompt_file}, {prompt},
+{run_folder}, {task_folder} and {model}. The prompt goes to stdin unless a placeholder takes it.
+"""
+
+from __future__ import annotations
+
+from runagent.backend import Backend
+from runagent.config import AgentConfig
+from runagent.context import RunContext
+from runagent.errors import ConfigError
+from runagent.process import LaunchSpec
+
+PROMPT_PLACEHOLDERS = ("{prompt_file}", "{prompt}")
+
+
+class CommandBackend(Backend):
+    name = "command"
+
+    def __init__(self, config: AgentConfig) -> None:
+        super().__init__(config)
+        if not config.command:
+            raise ConfigError(
+                f"agents.{config.name}.command is not set; give the agent's command line as a "
+                "list, e.g. command: [python3, my_agent.py, '{prompt_file}']"
+            )
+
+    def launch(self, ctx: RunContext) -> LaunchSpec:
+        values = {
+            "{prompt_file}": str(ctx.prompt_file),
+            "{prompt}": ctx.prompt,
+            "{run_folder}": str(ctx.run_folder),
+            "{task_folder}": str(ctx.task_folder),
+            "{model}": self.config.model or "",
+        }
+        words = [*self.config.command, *self.config.args]
+        argv = []
+        for word in words:
+            for placeholder, value in values.items():
+                word = word.replace(placeholder, value)
+            argv.append(word)
+        takes_prompt = any(p in w for w in words for p in PROMPT_PLACEHOLDERS)
+        env = dict(ctx.environment)
+        if self.config.model:
+            env.setdefault("RUN_AGENT_MODEL", self.config.model)
+        return LaunchSpec(
+            argv=tuple(argv),
+            env=env,
+            cwd=ctx.working_dir,
+            stdin=None if takes_prompt else ctx.prompt_file,
+        )
+
+
+def create(config: AgentConfig) -> Backend:
+    return CommandBackend(config)

@@ -1,0 +1,5 @@
+"""Entry point for `python -m runagent`."""
+
+from runagent.cli import main
+
+main()

@@ -1,0 +1,591 @@
+"""The `run-agent` command line: the only place that prints or exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+import click
+
+import backends
+from runagent import __version__, runfolder, tasks
+from runagent.config import AgentConfig, Config, LoopSettings, Until, find_config, load_config
+from runagent.config import parse_duration, runs_root
+from runagent.context import new_task_id, validate_id
+from runagent.errors import ExitCode, NotFoundError, RunAgentError, UsageError
+from runagent.lock import live_holder
+from runagent.runfolder import RunInfo, RunStatus, TaskPaths
+from runagent.supervisor import Event, EventKind, LoopRequest, Outcome, Supervisor
+
+OUTCOME_EXIT = {
+    Outcome.COMPLETED: ExitCode.COMPLETED,
+    Outcome.FAILED: ExitCode.FAILED,
+    Outcome.TIMED_OUT: ExitCode.TIMED_OUT,
+    Outcome.STOPPED: ExitCode.STOPPED,
+    Outcome.MISSING_DEPENDENCY: ExitCode.MISSING_DEPENDENCY,
+}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_WAIT_MARGIN = 15.0
+
+
+class RunAgentGroup(click.Group):
+    """`run-agent ARGS` means `run-agent run ARGS` unless ARGS starts with a command name;
+    a RunAgentError becomes its one-line message and its exit code."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
+            args = ["run", *args]
+        elif not args:
+            args = ["--help"]
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except RunAgentError as exc:
+            fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            sys.exit(ExitCode.STOPPED)
+
+
+def fail(message: str, code: ExitCode) -> NoReturn:
+    click.echo(f"run-agent: {message}", err=True)
+    sys.exit(int(code))
+
+
+@click.group(cls=RunAgentGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="run-agent")
+def cli() -> None:
+    """Run an AI coding agent in a supervised run folder, restarting it until the task is done.
+
+    `run-agent --project P --task T "prompt"` is short for `run-agent run ...`.
+    """
+
+
+# Shared options ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Setup:
+    config: Config
+    root: Path
+
+
+def common(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--root",
+        type=click.Path(file_okay=False, path_type=Path),
+        help="Runs root folder (default: storage.runs_dir of the config, else ./runs).",
+    )(f)
+    return click.option(
+        "--config",
+        "config_path",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="config.yaml to use (default: ./config.yaml, then ~/.config/run-agent/).",
+    )(f)
+
+
+def setup(config_path: Path | None, root: Path | None) -> Setup:
+    cwd = Path.cwd()
+    config = load_config(find_config(config_path, cwd, os.environ), backends.names(), cwd)
+    return Setup(config, runs_root(root, os.environ, config))
+
+
+def task_option(required: bool) -> Callable[..., Any]:
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option(
+            "--task", "-t", "task_id", required=required, help="Task id (letters, digits, . _ -)."
+        )(f)
+        return click.option(
+            "--project", "-p", "project_id", required=required, help="Project id."
+        )(f)
+
+    return decorate
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(f)
+
+
+def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--agent", "-a", help="Agent from config.yaml `agents:` (or a backend name)."),
+        click.option(
+            "--cwd",
+            "working_dir",
+            type=click.Path(file_okay=False, path_type=Path),
+            help="Working folder of the agent (default: the current folder).",
+        ),
+        click.option("--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run."),
+        click.option("--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max."),
+        click.option("--timeout", help="Stop a run after this long in total, e.g. 30m (0: never)."),
+        click.option("--idle-timeout", help="Stop a run after this long without output (0: never)."),
+        click.option(
+            "--until",
+            type=click.Choice([u.value for u in Until]),
+            help="exit: exit 0 completes the task; done-file: only a DONE file does.",
+        ),
+        click.option("--quiet", "-q", is_flag=True, help="Print only the final line."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+# run, job, resume -------------------------------------------------------------------------
+
+
+@cli.command()
+@task_option(required=False)
+@click.argument("prompt", required=False)
+@click.option(
+    "--prompt-file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="Read the prompt from a file ('-' as PROMPT reads standard input).",
+)
+@loop_options
+@common
+def run(
+    project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Run a task in a loop: restart the agent until it completes or the loop gives up."""
+    start_loop(project_id, task_id, prompt, prompt_file, **options)
+
+
+@cli.command()
+@task_option(required=False)
+@click.argument("prompt", required=False)
+@click.option("--prompt-file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@loop_options
+@common
+def job(
+    project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Run the agent once: one run, no restarts."""
+    options["max_restarts"] = 0
+    start_loop(project_id, task_id, prompt, prompt_file, **options)
+
+
+@cli.command()
+@task_option(required=True)
+@loop_options
+@common
+def resume(project_id: str, task_id: str, **options: Any) -> None:
+    """Run a task's loop again from its TASK.md."""
+    s = setup(options["config_path"], options["root"])
+    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    view = tasks.view(task)
+    if view.status is tasks.TaskStatus.COMPLETED:
+        raise UsageError(
+            f"task {view.label} is already completed; remove {task.done} to run it again"
+        )
+    prompt = runfolder.read_task_prompt(task)
+    if prompt is None:
+        raise NotFoundError(f"task {view.label} has no TASK.md to resume from ({task.task_md})")
+    foreground_loop(s, task, prompt, options)
+
+
+def start_loop(
+    project_id: str | None,
+    task_id: str | None,
+    prompt: str | None,
+    prompt_file: Path | None,
+    **options: Any,
+) -> None:
+    s = setup(options["config_path"], options["root"])
+    if not project_id:
+        raise UsageError("--project is required: say which project the task belongs to")
+    validate_id("project", project_id)
+    generated = task_id is None
+    task_id = validate_id("task", task_id) if task_id else new_task_id()
+    task = TaskPaths(s.root, project_id, task_id)
+    text = read_prompt(prompt, prompt_file)
+    existing = runfolder.read_task_prompt(task)
+    if text is None:
+        if existing is None:
+            raise UsageError('no prompt: give it as an argument, "-" for stdin, or --prompt-file')
+        text = existing
+    elif existing is not None and existing != text:
+        raise UsageError(
+            f"task {project_id}/{task_id} exists with another prompt in {task.task_md}; "
+            "use `run-agent resume` or a new --task"
+        )
+    if generated:
+        click.echo(f"run-agent: task id {task_id}", err=True)
+    foreground_loop(s, task, text, options)
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
+    if prompt is not None and prompt_file is not None:
+        raise UsageError("give the prompt either as an argument or with --prompt-file, not both")
+    if prompt_file is not None:
+        return prompt_file.read_text(encoding="utf-8")
+    if prompt == "-":
+        return sys.stdin.read()
+    if prompt is not None and not prompt.strip():
+        raise UsageError("the prompt is empty; say what the agent should do")
+    return prompt
+
+
+def loop_settings(base: LoopSettings, options: dict[str, Any]) -> LoopSettings:
+    changes: dict[str, Any] = {}
+    if options.get("max_restarts") is not None:
+        changes["max_restarts"] = options["max_restarts"]
+    for name in ("restart_delay", "timeout", "idle_timeout"):
+        if options.get(name) is not None:
+            value = parse_duration(options[name], "--" + name.replace("_", "-"))
+            changes[name] = value if name != "restart_delay" else (value or 0.0)
+    if options.get("until"):
+        changes["until"] = Until(options["until"])
+    return LoopSettings(**{**base.__dict__, **changes})
+
+
+def agent_config(config: Config, name: str | None) -> AgentConfig:
+    name = name or config.defaults.agent
+    if name is None:
+        raise UsageError(
+            "no agent: pass --agent NAME or set defaults.agent in config.yaml"
+            + (f" (configured: {', '.join(config.agents)})" if config.agents else "")
+        )
+    if name in config.agents:
+        return config.agents[name]
+    if name in backends.names():
+        return AgentConfig(name=name, type=name)
+    known = ", ".join([*config.agents, *backends.names()])
+    raise UsageError(f"unknown agent {name!r}; configured agents and backends: {known}")
+
+
+def executable_dir() -> Path:
+    """The folder of the run-agent being run, so agents can start sub-runs by name."""
+    script = Path(sys.argv[0])
+    if script.name == "run-agent":
+        return script.resolve().parent
+    return Path(sys.executable).parent
+
+
+def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, Any]) -> None:
+    agent = agent_config(s.config, options.get("agent"))
+    backend = backends.create(agent)
+    working_dir = (options.get("working_dir") or Path.cwd()).resolve()
+    if not working_dir.is_dir():
+        raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
+    request = LoopRequest(
+        task=task,
+        prompt=prompt,
+        agent_name=agent.name,
+        working_dir=working_dir,
+        settings=loop_settings(s.config.defaults, options),
+        base_env=dict(os.environ),
+        parent_run_id=os.environ.get("JRUN_ID") or None,
+        executable_dir=executable_dir(),
+    )
+    console = Console(sys.stderr, request.settings.max_restarts + 1, options.get("quiet", False))
+    supervisor = Supervisor(request, backend, on_event=console.show)
+    previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS}
+    try:
+        result = supervisor.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.finish(result.message, result.outcome)
+    sys.exit(int(OUTCOME_EXIT[result.outcome]))
+
+
+class Console:
+    """What a foreground run shows: a line per event, and in a terminal a live status line."""
+
+    def __init__(self, stream: TextIO, max_attempts: int, quiet: bool) -> None:
+        self.stream = stream
+        self.max_attempts = max_attempts
+        self.quiet = quiet
+        self.live = stream.isatty() and not quiet
+        self._status_shown = False
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        self._clear()
+        print(f"run-agent: {text}", file=self.stream, flush=True)
+
+    def _clear(self) -> None:
+        if self._status_shown:
+            self.stream.write("\r\x1b[K")
+            self._status_shown = False
+
+    def show(self, event: Event) -> None:
+        info = event.run
+        if event.kind is EventKind.RUN_STARTED and info is not None:
+            self.say(
+                f"attempt {info.attempt}/{self.max_attempts}: run {info.run_id} started "
+                f"({info.agent}) in {event.run_folder}"
+            )
+        elif event.kind is EventKind.RUN_ENDED and info is not None:
+            self.say(f"attempt {info.attempt}: run {info.run_id} {info.status.value}: {info.message}")
+        elif event.kind is EventKind.WAITING:
+            self.say(f"restarting in {event.delay:g}s")
+        elif event.kind in (EventKind.MARKED_LOST, EventKind.DONE_ARCHIVED):
+            self.say(event.message or f"run {info.run_id if info else '?'} marked lost")
+        elif event.kind is EventKind.TICK and self.live and info is not None:
+            self._status(info, event)
+
+    def _status(self, info: RunInfo, event: Event) -> None:
+        width = shutil.get_terminal_size((100, 20)).columns
+        minutes, seconds = divmod(int(event.elapsed), 60)
+        head = f"attempt {info.attempt}/{self.max_attempts} · running · {minutes:02d}:{seconds:02d}"
+        last = ""
+        if event.run_folder is not None:
+            lines = runfolder.tail(runfolder.stdout_path(event.run_folder), 2048).splitlines()
+            last = next((ln for ln in reversed(lines) if ln.strip()), "")
+        line = f"{head} · {last}" if last else head
+        self.stream.write("\r\x1b[K" + "".join(c for c in line if c.isprintable())[: width - 1])
+        self.stream.flush()
+        self._status_shown = True
+
+    def finish(self, message: str, outcome: Outcome) -> None:
+        self._clear()
+        print(f"run-agent: {message}", file=self.stream, flush=True)
+
+
+# stop -------------------------------------------------------------------------------------
+
+
+@cli.command()
+@task_option(required=True)
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until it stopped.")
+@common
+def stop(project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None) -> None:
+    """Stop a task's loop: its agent tree is killed and nothing restarts."""
+    s = setup(config_path, root)
+    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    label = f"{project_id}/{task_id}"
+    holder = live_holder(task.lock)
+    if holder is None:
+        click.echo(f"run-agent: task {label} is not running")
+        return
+    try:
+        os.kill(holder.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        click.echo(f"run-agent: task {label} is not running")
+        return
+    if not wait:
+        click.echo(f"run-agent: asked the supervisor of {label} (pid {holder.pid}) to stop")
+        return
+    deadline = time.monotonic() + s.config.defaults.kill_grace + STOP_WAIT_MARGIN
+    while holder.alive() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if holder.alive():
+        fail(f"the supervisor of {label} (pid {holder.pid}) did not stop in time", ExitCode.FAILED)
+    click.echo(f"run-agent: task {label} stopped")
+
+
+# list, status, output ---------------------------------------------------------------------
+
+
+def run_dict(info: RunInfo) -> dict[str, Any]:
+    return info.to_dict()
+
+
+def task_dict(view: tasks.TaskView) -> dict[str, Any]:
+    return {
+        "project_id": view.paths.project_id,
+        "task_id": view.paths.task_id,
+        "status": view.status.value,
+        "runs": view.run_count,
+        "latest_run": run_dict(view.latest) if view.latest else None,
+        "supervisor_pid": view.supervisor.pid if view.supervisor else None,
+        "folder": str(view.paths.folder),
+    }
+
+
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@cli.command(name="list")
+@click.option("--project", "-p", "project_id", help="Only this project's tasks.")
+@click.option("--task", "-t", "task_id", help="This task's runs (with --project).")
+@json_option
+@common
+def list_(
+    project_id: str | None, task_id: str | None, as_json: bool, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
+    """List tasks (all, or one project's), or one task's runs."""
+    s = setup(config_path, root)
+    if task_id is not None:
+        if project_id is None:
+            raise UsageError("--task needs --project")
+        task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+        found = tasks.runs(task)
+        if as_json:
+            click.echo(json.dumps([run_dict(r) for r in found], indent=2))
+            return
+        rows = [
+            [r.run_id, str(r.attempt), r.status.value, _str(r.exit_code), r.reason or "", r.start_time]
+            for r in found
+        ]
+        print_table(rows, ["RUN", "ATTEMPT", "STATUS", "EXIT", "REASON", "STARTED"])
+        return
+    if project_id is not None:
+        validate_id("project", project_id)
+        if not (s.root / project_id).is_dir():
+            raise NotFoundError(f"project {project_id!r} not found under {s.root}")
+    views = tasks.all_tasks(s.root, project_id)
+    if as_json:
+        click.echo(json.dumps([task_dict(v) for v in views], indent=2))
+        return
+    if not views:
+        click.echo(f"no tasks under {s.root}", err=True)
+        return
+    rows = [
+        [
+            v.paths.project_id,
+            v.paths.task_id,
+            v.status.value,
+            str(v.run_count),
+            v.latest.run_id if v.latest else "",
+        ]
+        for v in views
+    ]
+    print_table(rows, ["PROJECT", "TASK", "STATUS", "RUNS", "LATEST RUN"])
+
+
+def _str(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+@cli.command()
+@task_option(required=True)
+@json_option
+@common
+def status(
+    project_id: str, task_id: str, as_json: bool, config_path: Path | None, root: Path | None
+) -> None:
+    """Show a task's status and its latest run."""
+    s = setup(config_path, root)
+    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    view = tasks.view(task)
+    if as_json:
+        click.echo(json.dumps(task_dict(view), indent=2))
+        return
+    click.echo(f"task      {view.label}: {view.status.value} ({view.run_count} runs)")
+    click.echo(f"folder    {task.folder}")
+    if view.supervisor:
+        click.echo(f"supervisor pid {view.supervisor.pid} since {view.supervisor.since}")
+    if view.latest:
+        r = view.latest
+        click.echo(f"latest    {r.run_id} attempt {r.attempt}: {r.status.value}")
+        for label, value in (
+            ("agent", r.agent),
+            ("started", r.start_time),
+            ("ended", r.end_time),
+            ("exit code", r.exit_code),
+            ("reason", r.message or r.reason),
+            ("pid", r.pid),
+        ):
+            if value is not None:
+                click.echo(f"{label:<9} {value}")
+
+
+@cli.command()
+@task_option(required=True)
+@click.option("--run", "run_id", help="Run id (default: the task's latest run).")
+@click.option(
+    "--file",
+    "which",
+    type=click.Choice(list(runfolder.RUN_FILES)),
+    default="output",
+    show_default=True,
+)
+@click.option("--follow", "-f", is_flag=True, help="Keep printing as the task writes, across restarts.")
+@json_option
+@common
+def output(
+    project_id: str, task_id: str, run_id: str | None, which: str, follow: bool, as_json: bool,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Print a run's output, stdout, stderr or prompt."""
+    s = setup(config_path, root)
+    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    run_id = run_id or _latest_run_id(task)
+    folder = task.run_folder(run_id)
+    if not folder.is_dir():
+        raise NotFoundError(f"run {run_id!r} of task {project_id}/{task_id} not found")
+    path = folder / runfolder.RUN_FILES[which]
+    if as_json:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        click.echo(json.dumps({"run_id": run_id, "file": which, "path": str(path), "content": text}))
+        return
+    if not follow:
+        _copy_to_stdout(path, 0)
+        return
+    for chunk in follow_task(task, run_id, runfolder.RUN_FILES[which]):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+
+def _latest_run_id(task: TaskPaths) -> str:
+    ids = task.run_ids()
+    if not ids:
+        raise NotFoundError(f"task {task.project_id}/{task.task_id} has no runs yet")
+    return ids[-1]
+
+
+def _copy_to_stdout(path: Path, offset: int) -> int:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while chunk := f.read(1 << 16):
+                sys.stdout.buffer.write(chunk)
+                offset += len(chunk)
+    except FileNotFoundError:
+        pass
+    sys.stdout.buffer.flush()
+    return offset
+
+
+def follow_task(task: TaskPaths, run_id: str, name: str, interval: float = 0.2) -> Iterator[bytes]:
+    """The bytes of `name` in run `run_id` as they are written, then in each following run."""
+    offset = 0
+    while True:
+        path = task.run_folder(run_id) / name
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                while chunk := f.read(1 << 16):
+                    offset += len(chunk)
+                    yield chunk
+        except FileNotFoundError:
+            pass
+        info = runfolder.read_run_info(task.run_folder(run_id))
+        if info is not None and tasks.effective(info).status is not RunStatus.RUNNING:
+            later = [r for r in task.run_ids() if r > run_id]
+            if later:
+                run_id, offset = later[0], 0
+                continue
+            if live_holder(task.lock) is None and _drained(path, offset):
+                return
+        time.sleep(interval)
+
+
+def _drained(path: Path, offset: int) -> bool:
+    try:
+        return path.stat().st_size <= offset
+    except FileNotFoundError:
+        return True
+
+
+def main() -> None:
+    cli(prog_name="run-agent")

@@ -1,0 +1,315 @@
+"""config.yaml turned into typed, frozen settings; every error names the key path and the value."""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import os
+import re
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import yaml
+
+from runagent.errors import ConfigError
+
+CONFIG_NAME = "config.yaml"
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+class Until(enum.StrEnum):
+    """When a task counts as completed."""
+
+    EXIT = "exit"  # the agent exits 0 (or writes DONE)
+    DONE_FILE = "done-file"  # only when the agent has written DONE
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """One entry of `agents:`; `type` is the backend that runs it."""
+
+    name: str
+    type: str
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    model: str | None = None
+    base_url: str | None = None
+    token: str | None = None
+    token_file: Path | None = None
+    token_env: str | None = None
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """The `defaults:` section: how a task's loop runs unless a command-line option says else."""
+
+    agent: str | None = None
+    max_restarts: int = 5
+    restart_delay: float = 2.0
+    restart_delay_max: float = 60.0
+    timeout: float | None = None
+    idle_timeout: float | None = 1800.0
+    kill_grace: float = 5.0
+    non_retryable_exit_codes: frozenset[int] = frozenset({2, 3, 126, 127})
+    crash_loop_runs: int = 3
+    crash_loop_seconds: float = 5.0
+    until: Until = Until.EXIT
+
+
+@dataclass(frozen=True)
+class Config:
+    agents: Mapping[str, AgentConfig]
+    defaults: LoopSettings
+    runs_dir: Path
+    source: Path | None = None
+
+
+def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Path | None:
+    """`--config`, then $RUN_AGENT_CONFIG, then ./config.yaml, then the user's config folder."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(f"config file {str(explicit)!r} does not exist; check --config")
+        return explicit
+    if env.get("RUN_AGENT_CONFIG"):
+        path = Path(env["RUN_AGENT_CONFIG"])
+        if not path.is_file():
+            raise ConfigError(
+                f"config file {str(path)!r} (from RUN_AGENT_CONFIG) does not exist; fix or unset it"
+            )
+        return path
+    for candidate in (
+        cwd / CONFIG_NAME,
+        Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "run-agent" / CONFIG_NAME,
+    ):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_config(path: Path | None, backend_names: Collection[str], cwd: Path) -> Config:
+    """Read and check `path`; with no file, the built-in defaults with runs under ./runs."""
+    if path is None:
+        return parse_config({}, base_dir=cwd, backend_names=backend_names)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{line}; fix the syntax") from exc
+    try:
+        return parse_config(
+            data or {}, base_dir=path.resolve().parent, backend_names=backend_names, source=path
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def parse_config(
+    data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
+) -> Config:
+    top = _Section(data, "")
+    top.only("agents", "defaults", "storage")
+    agents = {
+        name: _agent(name, section, backend_names)
+        for name, section in top.section("agents").items_as_sections()
+    }
+    defaults = _defaults(top.section("defaults"), agents, backend_names)
+    storage = top.section("storage")
+    storage.only("runs_dir")
+    runs_dir = Path(storage.string("runs_dir") or "runs").expanduser()
+    return Config(
+        agents=MappingProxyType(agents),
+        defaults=defaults,
+        runs_dir=runs_dir if runs_dir.is_absolute() else base_dir / runs_dir,
+        source=source,
+    )
+
+
+def _agent(name: str, s: _Section, backend_names: Collection[str]) -> AgentConfig:
+    s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
+           "token_env")  # fmt: skip
+    kind = s.string("type") or name
+    if kind not in backend_names:
+        key = "type" if s.has("type") else ""
+        hint = _did_you_mean(kind, backend_names) or f"one of: {', '.join(sorted(backend_names))}"
+        raise ConfigError(
+            f"{s.key(key) if key else s.path}: unknown backend {kind!r}; {hint}"
+            + ("" if key else " (set `type:` to say which backend runs this agent)")
+        )
+    token_file = s.string("token_file")
+    return AgentConfig(
+        name=name,
+        type=kind,
+        command=s.argv("command"),
+        args=s.argv("args"),
+        env=MappingProxyType(s.string_map("env")),
+        model=s.string("model"),
+        base_url=s.string("base_url"),
+        token=s.string("token"),
+        token_file=Path(token_file).expanduser() if token_file else None,
+        token_env=s.string("token_env"),
+    )
+
+
+def _defaults(
+    s: _Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
+) -> LoopSettings:
+    base = LoopSettings()
+    s.only("agent", "max_restarts", "restart_delay", "restart_delay_max", "timeout",
+           "idle_timeout", "kill_grace", "non_retryable_exit_codes", "crash_loop_runs",
+           "crash_loop_seconds", "until")  # fmt: skip
+    agent = s.string("agent")
+    if agent is not None and agent not in agents and agent not in backend_names:
+        choices = [*agents, *backend_names]
+        hint = _did_you_mean(agent, choices) or "name an agent under `agents:` or a backend"
+        raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}; {hint}")
+    codes = s.get("non_retryable_exit_codes", None)
+    if codes is None:
+        exit_codes = base.non_retryable_exit_codes
+    elif isinstance(codes, list) and all(_is_exit_code(c) for c in codes):
+        exit_codes = frozenset(codes)
+    else:
+        raise ConfigError(
+            f"{s.key('non_retryable_exit_codes')}: {codes!r} is not a list of exit codes "
+            "(whole numbers 1-255, e.g. [2, 3, 126, 127])"
+        )
+    until = s.string("until") or base.until.value
+    if until not in Until._value2member_map_:
+        raise ConfigError(f"{s.key('until')}: {until!r} is not one of: exit, done-file")
+    return LoopSettings(
+        agent=agent,
+        max_restarts=s.count("max_restarts", base.max_restarts),
+        restart_delay=s.duration("restart_delay", base.restart_delay) or 0.0,
+        restart_delay_max=s.duration("restart_delay_max", base.restart_delay_max) or 0.0,
+        timeout=s.duration("timeout", base.timeout),
+        idle_timeout=s.duration("idle_timeout", base.idle_timeout),
+        kill_grace=s.duration("kill_grace", base.kill_grace) or 0.0,
+        non_retryable_exit_codes=exit_codes,
+        crash_loop_runs=s.count("crash_loop_runs", base.crash_loop_runs),
+        crash_loop_seconds=s.duration("crash_loop_seconds", base.crash_loop_seconds) or 0.0,
+        until=Until(until),
+    )
+
+
+def _is_exit_code(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 255
+
+
+def parse_duration(value: object, where: str) -> float | None:
+    """Seconds from `90`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`; 0, null or "off": None."""
+    if value is None or value == 0 or value in ("off", "none", "0"):
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        parts = _DURATION.findall(text)
+        if parts and "".join(n + u for n, u in parts) == text:
+            return sum(float(n) * _UNITS[u] for n, u in parts)
+        try:
+            return parse_duration(float(text), where)
+        except ValueError:
+            pass
+    raise ConfigError(
+        f"{where}: {value!r} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
+    )
+
+
+def _did_you_mean(word: str, choices: Collection[str]) -> str:
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else ""
+
+
+class _Section:
+    """A mapping from the YAML file that knows its own key path, for error messages."""
+
+    def __init__(self, data: Any, path: str) -> None:
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path or 'the file'}: expected a mapping of keys, got {data!r}")
+        self.data: dict[Any, Any] = data
+        self.path = path
+
+    def key(self, name: str) -> str:
+        return f"{self.path}.{name}" if self.path else name
+
+    def has(self, name: str) -> bool:
+        return name in self.data
+
+    def get(self, name: str, default: Any) -> Any:
+        value = self.data.get(name, default)
+        return default if value is None else value
+
+    def only(self, *allowed: str) -> None:
+        for name in self.data:
+            if name not in allowed:
+                hint = _did_you_mean(str(name), allowed) or f"known keys: {', '.join(allowed)}"
+                raise ConfigError(f"{self.key(str(name))}: unknown key; {hint}")
+
+    def section(self, name: str) -> _Section:
+        return _Section(self.data.get(name), self.key(name))
+
+    def items_as_sections(self) -> list[tuple[str, _Section]]:
+        return [(str(k), _Section(v, self.key(str(k)))) for k, v in self.data.items()]
+
+    def string(self, name: str) -> str | None:
+        value = self.data.get(name)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            raise ConfigError(f"{self.key(name)}: {value!r} is not a string")
+        return str(value)
+
+    def argv(self, name: str) -> tuple[str, ...]:
+        value = self.data.get(name)
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            raise ConfigError(
+                f"{self.key(name)}: {value!r} is a string; write the command as a list, "
+                f"e.g. [{', '.join(repr(w) for w in value.split()[:3])}]"
+            )
+        if not isinstance(value, list) or not all(
+            isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
+        ):
+            raise ConfigError(f"{self.key(name)}: {value!r} is not a list of strings")
+        return tuple(str(v) for v in value)
+
+    def string_map(self, name: str) -> dict[str, str]:
+        value = self.data.get(name) or {}
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.key(name)}: {value!r} is not a mapping of NAME: value")
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or isinstance(v, dict | list) or v is None:
+                raise ConfigError(f"{self.key(name)}.{k}: {v!r} is not a plain value")
+            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+
+    def count(self, name: str, default: int) -> int:
+        value = self.get(name, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{self.key(name)}: {value!r} is not a whole number >= 0")
+        return value
+
+    def duration(self, name: str, default: float | None) -> float | None:
+        if name not in self.data:
+            return default
+        return parse_duration(self.data[name], self.key(name))
+
+
+def runs_root(cli_root: Path | None, env: Mapping[str, str], config: Config) -> Path:
+    """--root, then $RUN_AGENT_ROOT, then storage.runs_dir; always absolute."""
+    if cli_root is not None:
+        return cli_root.expanduser().resolve()
+    if env.get("RUN_AGENT_ROOT"):
+        return Path(env["RUN_AGENT_ROOT"]).expanduser().resolve()
+    return Path(os.path.abspath(config.runs_dir))

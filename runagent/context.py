@@ -1,0 +1,143 @@
+"""RunContext, the rules for run, project and task ids, and the environment an agent is given."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from types import MappingProxyType
+
+from runagent import runfolder
+from runagent.errors import UsageError
+
+MAX_ID_LENGTH = 128
+_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
+
+# Variables of the contract between run-agent and the agents it starts.
+CONTRACT_VARIABLES = (
+    "TASK_FOLDER",
+    "RUN_FOLDER",
+    "JRUN_PROJECT_ID",
+    "JRUN_TASK_ID",
+    "JRUN_ID",
+    "JRUN_PARENT_ID",
+    "JRUN_RUNS_DIR",
+)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a backend needs to launch one run of an agent."""
+
+    run_id: str
+    project_id: str
+    task_id: str
+    prompt: str
+    working_dir: Path
+    stdout_path: Path
+    stderr_path: Path
+    environment: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
+
+    @property
+    def run_folder(self) -> Path:
+        return self.stdout_path.parent
+
+    @property
+    def task_folder(self) -> Path:
+        return Path(self.environment["TASK_FOLDER"])
+
+    @property
+    def prompt_file(self) -> Path:
+        return runfolder.prompt_path(self.run_folder)
+
+
+def validate_id(kind: str, value: str) -> str:
+    """Return `value` if it is a valid project or task id, else raise UsageError naming it."""
+    rule = f"use 1-{MAX_ID_LENGTH} letters, digits, '.', '_' or '-'"
+    if not value:
+        raise UsageError(f"{kind} id is empty: {rule}")
+    if len(value) > MAX_ID_LENGTH:
+        raise UsageError(f"{kind} id {value[:40]!r}... is {len(value)} characters long: {rule}")
+    if not _ID_PATTERN.fullmatch(value):
+        raise UsageError(f"{kind} id {value!r} has characters that are not allowed: {rule}")
+    if ".." in value or value.startswith("."):
+        raise UsageError(f"{kind} id {value!r} may not contain '..' or start with '.': {rule}")
+    return value
+
+
+class RunIdClock:
+    """Issues run ids `YYYYMMDD-HHMMSSmmm-PID` (UTC) that sort in start order and never repeat.
+
+    Two ids asked for in the same millisecond by one process get consecutive milliseconds, so the
+    format stays fixed and the order stays true; other processes differ by their pid.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last_ms = 0
+
+    def next_id(self, now: datetime | None = None) -> str:
+        moment = now or datetime.now(UTC)
+        with self._lock:
+            ms = max(int(moment.timestamp() * 1000), self._last_ms + 1)
+            self._last_ms = ms
+        stamp = datetime.fromtimestamp(ms / 1000, UTC)
+        return f"{stamp:%Y%m%d-%H%M%S}{ms % 1000:03d}-{os.getpid()}"
+
+
+_clock = RunIdClock()
+
+
+def new_run_id() -> str:
+    return _clock.next_id()
+
+
+def new_task_id(now: datetime | None = None) -> str:
+    """A fresh task id for a run started without `--task`: `task-YYYYMMDD-HHMMSS-xxxx`."""
+    moment = now or datetime.now(UTC)
+    return f"task-{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def agent_environment(
+    *,
+    base: Mapping[str, str],
+    agent_env: Mapping[str, str],
+    runs_root: Path,
+    task_folder: Path,
+    run_folder: Path,
+    project_id: str,
+    task_id: str,
+    run_id: str,
+    parent_run_id: str | None,
+    executable_dir: Path | None,
+) -> dict[str, str]:
+    """The environment of one run: the caller's, the agent's configured one, then the contract.
+
+    The contract variables always win, so an agent never sees a stale id inherited from a parent
+    run-agent; the run-agent executable's folder leads PATH, so an agent can start sub-runs.
+    """
+    env = {k: v for k, v in base.items() if k not in CONTRACT_VARIABLES}
+    env.update(agent_env)
+    env.update(
+        TASK_FOLDER=str(task_folder),
+        RUN_FOLDER=str(run_folder),
+        JRUN_PROJECT_ID=project_id,
+        JRUN_TASK_ID=task_id,
+        JRUN_ID=run_id,
+        JRUN_RUNS_DIR=str(runs_root),
+    )
+    if parent_run_id:
+        env["JRUN_PARENT_ID"] = parent_run_id
+    if executable_dir is not None:
+        parts = [p for p in env.get("PATH", os.defpath).split(os.pathsep) if p]
+        folder = str(executable_dir)
+        env["PATH"] = os.pathsep.join([folder, *(p for p in parts if p != folder)])
+    return env

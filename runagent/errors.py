@@ -1,0 +1,62 @@
+"""The exception root of run-agent and the exit codes the command line returns."""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    """The documented exit codes of `run-agent` (README, "Exit codes")."""
+
+    COMPLETED = 0
+    FAILED = 1
+    USAGE = 2
+    MISSING_DEPENDENCY = 3
+    ALREADY_RUNNING = 75
+    TIMED_OUT = 124
+    STOPPED = 130
+
+
+class RunAgentError(Exception):
+    """Root of every error run-agent raises on purpose.
+
+    The message is one line that names the bad value and says what to do; `exit_code` is what
+    the command line exits with when the error reaches it.
+    """
+
+    exit_code: ExitCode = ExitCode.FAILED
+
+    def __init__(self, message: str, *, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(RunAgentError):
+    """A bad argument, id or option value."""
+
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(RunAgentError):
+    """A bad config.yaml: the message carries the key path and the value."""
+
+    exit_code = ExitCode.USAGE
+
+
+class MissingDependencyError(RunAgentError):
+    """An executable, file or credential the run needs is not there."""
+
+    exit_code = ExitCode.MISSING_DEPENDENCY
+
+
+class AlreadyRunningError(RunAgentError):
+    """Another supervisor holds the task's lock."""
+
+    exit_code = ExitCode.ALREADY_RUNNING
+
+
+class NotFoundError(RunAgentError):
+    """A project, task or run that does not exist."""
+
+    exit_code = ExitCode.USAGE

@@ -1,0 +1,93 @@
+"""The task lock: one supervisor per task, released by the kernel when its holder dies.
+
+The lock is an flock on the task's `.lock` file; its content names the holder (pid, process start
+time, since when) so that a second supervisor can say who is running, and readers can tell a live
+holder from a stale note left by a crash without ever touching the lock themselves.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from runagent.errors import AlreadyRunningError
+from runagent.process import is_alive, process_start_time
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    process_start: float | None
+    since: str
+
+    def alive(self) -> bool:
+        return is_alive(self.pid, self.process_start)
+
+
+def read_holder(path: Path) -> Holder | None:
+    """Who the lock file says holds it (alive or not), or None if it names nobody."""
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return Holder(int(data["pid"]), data.get("process_start"), str(data["since"]))
+    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):
+        return None
+
+
+def live_holder(path: Path) -> Holder | None:
+    holder = read_holder(path)
+    return holder if holder is not None and holder.alive() else None
+
+
+class TaskLock:
+    """Held for the life of a supervisor; `label` names the task in the "already running" error."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path = path
+        self.label = label
+        self._fd: int | None = None
+
+    def acquire(self) -> Holder:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise AlreadyRunningError(self._busy_message()) from None
+        pid = os.getpid()
+        holder = Holder(pid, process_start_time(pid), datetime.now(UTC).isoformat(timespec="seconds"))
+        note = yaml.safe_dump(
+            {"pid": holder.pid, "process_start": holder.process_start, "since": holder.since}
+        )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note.encode(), 0)
+        self._fd = fd
+        return holder
+
+    def _busy_message(self) -> str:
+        holder = read_holder(self.path)
+        if holder is None:
+            return f"task {self.label} is already running (its supervisor is starting)"
+        return (
+            f"task {self.label} is already running "
+            f"(supervisor pid {holder.pid} since {holder.since})"
+        )
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
+
+    def __enter__(self) -> TaskLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,271 @@
+"""The run-folder layout on disk: the only module that knows its file names.
+
+    <root>/<project>/<task>/
+      TASK.md  DONE  .lock
+      runs/<run_id>/
+        run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md
+
+`run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
+old or the new version, never half of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+RUN_INFO = "run-info.yaml"
+PROMPT = "prompt.md"
+STDOUT = "agent-stdout.txt"
+STDERR = "agent-stderr.txt"
+OUTPUT = "output.md"
+TASK = "TASK.md"
+DONE = "DONE"
+LOCK = ".lock"
+RUNS = "runs"
+RUN_INFO_VERSION = 1
+
+# The files of a run a reader may ask for by a short name.
+RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT}
+
+_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    LOST = "lost"  # its supervisor died while it was running
+
+
+class Reason(enum.StrEnum):
+    """Why a run ended the way it did (`reason` in run-info.yaml)."""
+
+    EXITED = "exited"  # exit code 0
+    DONE_FILE = "done_file"  # the agent wrote DONE
+    EXIT_CODE = "exit_code"  # a non-zero exit code
+    NO_DONE_FILE = "no_done_file"  # exit 0 under --until done-file, but no DONE
+    CRASH = "crash"  # killed by a signal run-agent did not send
+    TIMEOUT = "timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    STOPPED = "stopped"
+    MISSING_BINARY = "missing_binary"
+    SPAWN_ERROR = "spawn_error"
+    SUPERVISOR_LOST = "supervisor_lost"
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The metadata of one run, as stored in run-info.yaml."""
+
+    run_id: str
+    project_id: str
+    task_id: str
+    attempt: int
+    agent: str
+    backend: str
+    start_time: str
+    cwd: str
+    status: RunStatus = RunStatus.RUNNING
+    previous_run_id: str | None = None
+    parent_run_id: str | None = None
+    agent_version: str | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    supervisor_pid: int | None = None
+    supervisor_start: float | None = None
+    end_time: str | None = None
+    exit_code: int | None = None
+    reason: Reason | None = None
+    message: str | None = None
+    commandline: str | None = None
+    version: int = RUN_INFO_VERSION
+
+    def replace(self, **changes: Any) -> RunInfo:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        data["reason"] = self.reason.value if self.reason else None
+        order = ["version", "run_id", "project_id", "task_id", "attempt", "status"]
+        return {k: data[k] for k in order} | {k: v for k, v in data.items() if k not in order}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunInfo:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
+        reason = values.get("reason")
+        values["reason"] = Reason(reason) if reason in Reason._value2member_map_ else None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class TaskPaths:
+    """Where one task's files live under a runs root."""
+
+    root: Path
+    project_id: str
+    task_id: str
+
+    @property
+    def folder(self) -> Path:
+        return self.root / self.project_id / self.task_id
+
+    @property
+    def task_md(self) -> Path:
+        return self.folder / TASK
+
+    @property
+    def done(self) -> Path:
+        return self.folder / DONE
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / LOCK
+
+    @property
+    def runs(self) -> Path:
+        return self.folder / RUNS
+
+    def run_folder(self, run_id: str) -> Path:
+        return self.runs / run_id
+
+    def run_ids(self) -> list[str]:
+        """The task's run ids, oldest first (ids sort in start order)."""
+        try:
+            return sorted(e.name for e in os.scandir(self.runs) if e.is_dir())
+        except FileNotFoundError:
+            return []
+
+
+def prompt_path(run_folder: Path) -> Path:
+    return run_folder / PROMPT
+
+
+def stdout_path(run_folder: Path) -> Path:
+    return run_folder / STDOUT
+
+
+def stderr_path(run_folder: Path) -> Path:
+    return run_folder / STDERR
+
+
+def output_path(run_folder: Path) -> Path:
+    return run_folder / OUTPUT
+
+
+def run_info_path(run_folder: Path) -> Path:
+    return run_folder / RUN_INFO
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old or the new content, never a mix."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_run_info(run_folder: Path, info: RunInfo) -> None:
+    text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+    atomic_write(run_info_path(run_folder), text)
+
+
+def read_run_info(run_folder: Path) -> RunInfo | None:
+    """The run's metadata, or None if the folder has none (yet) or it cannot be read."""
+    try:
+        text = run_info_path(run_folder).read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=_Loader)
+        return RunInfo.from_dict(data) if isinstance(data, dict) else None
+    except (OSError, yaml.YAMLError, TypeError, ValueError):
+        return None
+
+
+def create_run_folder(task: TaskPaths, run_id: str) -> Path:
+    """Create the run's folder with empty stdout and stderr files, so a tail can start at once."""
+    folder = task.run_folder(run_id)
+    folder.mkdir(parents=True)
+    for name in (STDOUT, STDERR):
+        (folder / name).touch()
+    return folder
+
+
+def write_task_prompt(task: TaskPaths, prompt: str) -> None:
+    """Write TASK.md once; an existing one is never overwritten."""
+    task.folder.mkdir(parents=True, exist_ok=True)
+    try:
+        with open(task.task_md, "x", encoding="utf-8") as f:
+            f.write(prompt)
+    except FileExistsError:
+        pass
+
+
+def read_task_prompt(task: TaskPaths) -> str | None:
+    try:
+        return task.task_md.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+
+
+def archive_done(task: TaskPaths, into_run: str | None) -> Path | None:
+    """Move a DONE left by an earlier loop out of the way, keeping its content.
+
+    It goes into the run folder of the run before (where it belongs), else beside itself with a
+    suffix. Returns where it went, or None if there was no DONE.
+    """
+    if not task.done.exists():
+        return None
+    target = task.run_folder(into_run) / DONE if into_run else None
+    if target is None or target.exists() or not target.parent.is_dir():
+        target = task.folder / f"{DONE}.{os.getpid()}.old"
+    os.replace(task.done, target)
+    return target
+
+
+def project_ids(root: Path) -> list[str]:
+    return _subfolders(root)
+
+
+def task_ids(root: Path, project_id: str) -> list[str]:
+    return _subfolders(root / project_id)
+
+
+def _subfolders(folder: Path) -> list[str]:
+    try:
+        return sorted(
+            e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith(".")
+        )
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
+def tail(path: Path, max_bytes: int = 4096) -> str:
+    """The last `max_bytes` of a file as text, starting at a line boundary where possible."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except OSError:
+        return ""
+    if size > max_bytes and b"\n" in data:
+        data = data[data.index(b"\n") + 1 :]
+    return data.decode("utf-8", errors="replace")

@@ -1,0 +1,476 @@
+"""The Ralph loop for one task: attempts, timeouts, backoff, completion, stop, and the task lock."""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import os
+import re
+import select
+import shutil
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from runagent import runfolder
+from runagent.backend import Backend
+from runagent.config import LoopSettings, Until
+from runagent.context import RunContext, agent_environment, new_run_id
+from runagent.errors import RunAgentError
+from runagent.lock import TaskLock
+from runagent.process import AgentProcess, SpawnError, is_alive, process_start_time
+from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
+
+TAIL_BYTES = 3000
+COPY_LIMIT = 1 << 20  # stdout up to this size is copied into output.md; beyond, hard-linked
+
+
+class EventKind(enum.StrEnum):
+    RUN_STARTED = "run_started"
+    TICK = "tick"
+    RUN_ENDED = "run_ended"
+    WAITING = "waiting"
+    MARKED_LOST = "marked_lost"
+    DONE_ARCHIVED = "done_archived"
+    LOOP_ENDED = "loop_ended"
+
+
+class Outcome(enum.StrEnum):
+    """How a whole loop ended; the command line maps it to its exit code."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    MISSING_DEPENDENCY = "missing_dependency"
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    run: RunInfo | None = None
+    run_folder: Path | None = None
+    elapsed: float = 0.0
+    delay: float = 0.0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    outcome: Outcome
+    message: str
+    runs: tuple[RunInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoopRequest:
+    """Everything one loop needs besides its backend."""
+
+    task: TaskPaths
+    prompt: str
+    agent_name: str
+    working_dir: Path
+    settings: LoopSettings
+    base_env: Mapping[str, str] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    executable_dir: Path | None = None
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _fence(text: str) -> str:
+    """A Markdown fence longer than any run of backticks inside `text`."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    return "`" * max(3, longest + 1)
+
+
+class Supervisor:
+    """Runs one task's loop. Construct, then `run()`; `request_stop()` is safe from a signal."""
+
+    def __init__(
+        self,
+        request: LoopRequest,
+        backend: Backend,
+        *,
+        on_event: Callable[[Event], None] | None = None,
+        tick: float = 1.0,
+    ) -> None:
+        self.request = request
+        self.backend = backend
+        self.settings = request.settings
+        self.task = request.task
+        self.on_event = on_event or (lambda event: None)
+        self.tick = tick
+        self.stop_requested = False
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+        self._pid = os.getpid()
+        self._process_start = process_start_time(self._pid)
+
+    @property
+    def label(self) -> str:
+        return f"{self.task.project_id}/{self.task.task_id}"
+
+    def request_stop(self) -> None:
+        """Stop the loop: the current run's tree is stopped and nothing restarts."""
+        self.stop_requested = True
+        with contextlib.suppress(OSError):
+            os.write(self._wake_w, b"s")
+
+    def run(self) -> LoopResult:
+        """Hold the task lock and run attempts until the task completes or the loop gives up."""
+        lock = TaskLock(self.task.lock, self.label)
+        lock.acquire()
+        try:
+            result = self._loop()
+        finally:
+            lock.release()
+            for fd in (self._wake_r, self._wake_w):
+                os.close(fd)
+        self.on_event(Event(EventKind.LOOP_ENDED, message=result.message))
+        return result
+
+    # The loop -------------------------------------------------------------------------------
+
+    def _loop(self) -> LoopResult:
+        previous = self._mark_lost_runs()
+        archived = runfolder.archive_done(self.task, previous.run_id if previous else None)
+        if archived is not None:
+            self.on_event(Event(EventKind.DONE_ARCHIVED, message=f"stale DONE moved to {archived}"))
+        runfolder.write_task_prompt(self.task, self.request.prompt)
+        s = self.settings
+        runs: list[RunInfo] = []
+        delay = s.restart_delay
+        quick_failures = 0
+        attempt = 0
+        while True:
+            attempt += 1
+            info, duration = self._run_once(attempt, previous)
+            runs.append(info)
+            done = self.task.done.exists()
+            if info.status is RunStatus.STOPPED:
+                return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
+            if done or (s.until is Until.EXIT and info.status is RunStatus.COMPLETED):
+                if not done:
+                    runfolder.atomic_write(self.task.done, f"completed by run {info.run_id}\n")
+                return LoopResult(
+                    Outcome.COMPLETED,
+                    f"task {self.label} completed by run {info.run_id} (attempt {attempt})",
+                    tuple(runs),
+                )
+            verdict = self._give_up(info, attempt, duration, quick_failures)
+            quick_failures = quick_failures + 1 if duration < s.crash_loop_seconds else 0
+            if verdict is not None:
+                return LoopResult(verdict[0], verdict[1], tuple(runs))
+            self.on_event(Event(EventKind.WAITING, run=info, delay=delay))
+            if self._sleep(delay):
+                return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
+            delay = min(delay * 2, max(s.restart_delay_max, s.restart_delay))
+            previous = info
+
+    def _give_up(
+        self, info: RunInfo, attempt: int, duration: float, quick_failures: int
+    ) -> tuple[Outcome, str] | None:
+        """Whether the loop ends after a failed run, and why; None to try again."""
+        s = self.settings
+        why = f"run {info.run_id} {_describe(info)}"
+        if info.reason is Reason.MISSING_BINARY:
+            return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting"
+        if info.reason in (Reason.EXIT_CODE, Reason.SPAWN_ERROR) and (
+            info.exit_code in s.non_retryable_exit_codes
+        ):
+            return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting"
+        if s.crash_loop_runs and duration < s.crash_loop_seconds:
+            if quick_failures + 1 >= s.crash_loop_runs:
+                return Outcome.FAILED, (
+                    f"{why}; {quick_failures + 1} runs in a row ended within "
+                    f"{s.crash_loop_seconds:g}s: a crash loop, not restarting"
+                )
+        if attempt > s.max_restarts:
+            outcome = Outcome.TIMED_OUT if info.status is RunStatus.TIMED_OUT else Outcome.FAILED
+            return outcome, f"{why}; gave up after {attempt} attempts (max_restarts {s.max_restarts})"
+        return None
+
+    def _sleep(self, seconds: float) -> bool:
+        """Wait `seconds` unless a stop comes first; True if it did."""
+        deadline = time.monotonic() + seconds
+        while not self.stop_requested:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            ready, _, _ = select.select([self._wake_r], [], [], remaining)
+            if ready:
+                self._drain_wake()
+        return True
+
+    def _drain_wake(self) -> None:
+        with contextlib.suppress(BlockingIOError):
+            os.read(self._wake_r, 1024)
+
+    def _mark_lost_runs(self) -> RunInfo | None:
+        """Write `lost` on runs whose supervisor is gone; return the task's latest run, if any."""
+        latest = None
+        for run_id in self.task.run_ids():
+            folder = self.task.run_folder(run_id)
+            info = runfolder.read_run_info(folder)
+            if info is None:
+                continue
+            if info.status is RunStatus.RUNNING and not is_alive(
+                info.supervisor_pid, info.supervisor_start
+            ):
+                info = mark_lost(folder, info)
+                self.on_event(Event(EventKind.MARKED_LOST, run=info, run_folder=folder))
+            latest = info
+        return latest
+
+    # One run --------------------------------------------------------------------------------
+
+    def _run_once(self, attempt: int, previous: RunInfo | None) -> tuple[RunInfo, float]:
+        req = self.request
+        run_id, folder = self._new_run_folder()
+        prompt = self._prompt(run_id, attempt, previous)
+        runfolder.atomic_write(runfolder.prompt_path(folder), prompt)
+        env = agent_environment(
+            base=req.base_env,
+            agent_env=self.backend.config.env,
+            runs_root=self.task.root,
+            task_folder=self.task.folder,
+            run_folder=folder,
+            project_id=self.task.project_id,
+            task_id=self.task.task_id,
+            run_id=run_id,
+            parent_run_id=req.parent_run_id,
+            executable_dir=req.executable_dir,
+        )
+        ctx = RunContext(
+            run_id=run_id,
+            project_id=self.task.project_id,
+            task_id=self.task.task_id,
+            prompt=prompt,
+            working_dir=req.working_dir,
+            stdout_path=runfolder.stdout_path(folder),
+            stderr_path=runfolder.stderr_path(folder),
+            environment=env,
+        )
+        info = RunInfo(
+            run_id=run_id,
+            project_id=self.task.project_id,
+            task_id=self.task.task_id,
+            attempt=attempt,
+            agent=req.agent_name,
+            backend=self.backend.name,
+            start_time=_now(),
+            cwd=str(req.working_dir),
+            previous_run_id=previous.run_id if previous else None,
+            parent_run_id=req.parent_run_id,
+            supervisor_pid=self._pid,
+            supervisor_start=self._process_start,
+        )
+        started = time.monotonic()
+        try:
+            spec = self.backend.launch(ctx)
+            info = info.replace(
+                commandline=self.backend.commandline(spec), agent_version=self.backend.version()
+            )
+            runfolder.write_run_info(folder, info)
+            self.on_event(Event(EventKind.RUN_STARTED, run=info, run_folder=folder))
+            process = AgentProcess.start(
+                spec, ctx.stdout_path, ctx.stderr_path, grace=self.settings.kill_grace
+            )
+        except (SpawnError, RunAgentError) as exc:
+            code = exc.code if isinstance(exc, SpawnError) else 126
+            reason = Reason.MISSING_BINARY if code == 127 else Reason.SPAWN_ERROR
+            with open(ctx.stderr_path, "a", encoding="utf-8") as f:
+                f.write(f"run-agent: {exc}\n")
+            info = self._finish(ctx, info, code, reason, RunStatus.FAILED, str(exc))
+            return info, time.monotonic() - started
+        info = info.replace(pid=process.pid, pgid=process.pgid)
+        runfolder.write_run_info(folder, info)
+        try:
+            code, stopped_by = self._watch(process, info, folder, started)
+        finally:
+            process.close()
+        status, reason, message = self._judge(code, stopped_by)
+        info = self._finish(ctx, info, code, reason, status, message)
+        return info, time.monotonic() - started
+
+    def _new_run_folder(self) -> tuple[str, Path]:
+        while True:
+            run_id = new_run_id()
+            try:
+                return run_id, runfolder.create_run_folder(self.task, run_id)
+            except FileExistsError:
+                continue  # another process of the same pid, long ago; ids move on
+
+    def _watch(
+        self, process: AgentProcess, info: RunInfo, folder: Path, started: float
+    ) -> tuple[int, Reason | None]:
+        """Wait for the agent, enforcing both timeouts and stop requests."""
+        s = self.settings
+        tick = min(self.tick, s.idle_timeout / 5) if s.idle_timeout else self.tick
+        deadline = started + s.timeout if s.timeout else None
+        last_output = started
+        sizes = (0, 0)
+        paths = (runfolder.stdout_path(folder), runfolder.stderr_path(folder))
+        while True:
+            now = time.monotonic()
+            wait = tick if deadline is None else min(tick, deadline - now)
+            ready, _, _ = select.select([process.fileno(), self._wake_r], [], [], max(0.0, wait))
+            if self._wake_r in ready:
+                self._drain_wake()
+            if process.fileno() in ready:
+                code = process.wait(0)
+                if code is not None:
+                    return code, None
+            if self.stop_requested:
+                return process.stop(s.kill_grace), Reason.STOPPED
+            now = time.monotonic()
+            current = (_size(paths[0]), _size(paths[1]))
+            if current != sizes:
+                sizes, last_output = current, now
+            if deadline is not None and now >= deadline:
+                return process.stop(s.kill_grace), Reason.TIMEOUT
+            if s.idle_timeout and now - last_output >= s.idle_timeout:
+                return process.stop(s.kill_grace), Reason.IDLE_TIMEOUT
+            self.on_event(Event(EventKind.TICK, run=info, run_folder=folder, elapsed=now - started))
+
+    def _judge(self, code: int, stopped_by: Reason | None) -> tuple[RunStatus, Reason, str]:
+        s = self.settings
+        if stopped_by is Reason.STOPPED:
+            return RunStatus.STOPPED, Reason.STOPPED, "stopped on request"
+        if stopped_by is Reason.TIMEOUT:
+            return RunStatus.TIMED_OUT, Reason.TIMEOUT, f"ran longer than timeout {s.timeout:g}s"
+        if stopped_by is Reason.IDLE_TIMEOUT:
+            return (
+                RunStatus.TIMED_OUT,
+                Reason.IDLE_TIMEOUT,
+                f"no output for idle_timeout {s.idle_timeout:g}s",
+            )
+        done = self.task.done.exists()
+        if code == 0:
+            if done:
+                return RunStatus.COMPLETED, Reason.DONE_FILE, "exited 0 and wrote DONE"
+            if s.until is Until.DONE_FILE:
+                return RunStatus.FAILED, Reason.NO_DONE_FILE, "exited 0 without writing DONE"
+            return RunStatus.COMPLETED, Reason.EXITED, "exited 0"
+        if code > 128:
+            return RunStatus.FAILED, Reason.CRASH, f"killed by signal {code - 128}"
+        return RunStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}"
+
+    def _finish(
+        self,
+        ctx: RunContext,
+        info: RunInfo,
+        code: int,
+        reason: Reason,
+        status: RunStatus,
+        message: str,
+    ) -> RunInfo:
+        write_output(ctx, self.backend)
+        info = info.replace(
+            end_time=_now(), exit_code=code, reason=reason, status=status, message=message
+        )
+        runfolder.write_run_info(ctx.run_folder, info)
+        self.on_event(Event(EventKind.RUN_ENDED, run=info, run_folder=ctx.run_folder))
+        return info
+
+    def _prompt(self, run_id: str, attempt: int, previous: RunInfo | None) -> str:
+        s = self.settings
+        done_rule = (
+            "The task is complete only when you write that file."
+            if s.until is Until.DONE_FILE
+            else "Exiting with code 0 also marks the task complete."
+        )
+        lines = [
+            "# run-agent",
+            "",
+            f"You are running under run-agent: project `{self.task.project_id}`, task "
+            f"`{self.task.task_id}`, run `{run_id}`, attempt {attempt} of at most "
+            f"{s.max_restarts + 1}.",
+            f"- Task folder: {self.task.folder} (TASK.md there holds the task)",
+            f"- Run folder: {runfolder.stdout_path(self.task.run_folder(run_id)).parent}",
+            f"- Working folder: {self.request.working_dir}",
+            f"When the whole task is done, write a file named DONE in the task folder. {done_rule}",
+            "If you cannot finish, exit with a non-zero code; you may be restarted with this note.",
+        ]
+        if previous is not None:
+            lines += ["", *self._previous_section(attempt, previous)]
+        lines += ["", "## Task", "", self.request.prompt]
+        return "\n".join(lines) + "\n"
+
+    def _previous_section(self, attempt: int, previous: RunInfo) -> list[str]:
+        folder = self.task.run_folder(previous.run_id)
+        heading = "## Previous attempt" if attempt > 1 else "## Previous run of this task"
+        lines = [
+            heading,
+            "",
+            f"Run `{previous.run_id}` (attempt {previous.attempt}) ended "
+            f"{previous.status.value}: {previous.message or _describe(previous)}.",
+        ]
+        for title, path in (
+            ("output", runfolder.output_path(folder)),
+            ("stderr", runfolder.stderr_path(folder)),
+        ):
+            text = runfolder.tail(path, TAIL_BYTES).strip("\n")
+            if text:
+                fence = _fence(text)
+                lines += ["", f"The end of its {title}:", "", fence, text, fence]
+        return lines
+
+
+def _describe(info: RunInfo) -> str:
+    if info.message:
+        return info.message
+    return f"ended {info.status.value} with exit code {info.exit_code}"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1
+
+
+def write_output(ctx: RunContext, backend: Backend) -> None:
+    """output.md: the backend's parsed answer, else stdout (copied, or linked when large)."""
+    target = runfolder.output_path(ctx.run_folder)
+    try:
+        text = backend.final_output(ctx)
+    except Exception as exc:  # a parser bug must not lose the run
+        text = None
+        with open(ctx.stderr_path, "a", encoding="utf-8") as f:
+            f.write(f"run-agent: could not parse the output ({type(exc).__name__}: {exc})\n")
+    if text is not None:
+        runfolder.atomic_write(target, text)
+        return
+    target.unlink(missing_ok=True)
+    if _size(ctx.stdout_path) > COPY_LIMIT:
+        try:
+            os.link(ctx.stdout_path, target)
+            return
+        except OSError:
+            pass
+    shutil.copyfile(ctx.stdout_path, target)
+
+
+def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
+    """Record that a run's supervisor died while it ran; its last output time becomes its end."""
+    mtimes = [
+        p.stat().st_mtime
+        for p in (runfolder.stdout_path(folder), runfolder.stderr_path(folder))
+        if p.exists()
+    ]
+    end = datetime.fromtimestamp(max(mtimes), UTC).isoformat(timespec="milliseconds") if mtimes else None
+    lost = info.replace(
+        status=RunStatus.LOST,
+        reason=Reason.SUPERVISOR_LOST,
+        end_time=end,
+        message=f"its supervisor (pid {info.supervisor_pid}) died while the run was running",
+    )
+    runfolder.write_run_info(folder, lost)
+    return lost

@@ -1,0 +1,98 @@
+"""Reading a runs root: projects, tasks and runs with their derived, liveness-checked status.
+
+Nothing here writes. A run recorded as `running` whose supervisor is gone (dead, or its pid reused
+by another process) is shown as `lost`; the task's status is derived from its lock holder, its DONE
+marker and its latest run, never stored twice.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from runagent import runfolder
+from runagent.errors import NotFoundError
+from runagent.lock import Holder, live_holder
+from runagent.process import is_alive
+from runagent.runfolder import RunInfo, RunStatus, TaskPaths
+
+
+class TaskStatus(enum.StrEnum):
+    PENDING = "pending"  # created, no run yet
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    LOST = "lost"
+
+
+@dataclass(frozen=True)
+class TaskView:
+    paths: TaskPaths
+    status: TaskStatus
+    run_count: int
+    latest: RunInfo | None
+    supervisor: Holder | None
+
+    @property
+    def label(self) -> str:
+        return f"{self.paths.project_id}/{self.paths.task_id}"
+
+
+def effective(info: RunInfo) -> RunInfo:
+    """The run as it really is: `running` with a dead supervisor reads as `lost`."""
+    if info.status is RunStatus.RUNNING and not is_alive(info.supervisor_pid, info.supervisor_start):
+        return info.replace(status=RunStatus.LOST)
+    return info
+
+
+def runs(task: TaskPaths) -> list[RunInfo]:
+    """Every run of the task with run-info, oldest first, liveness-checked."""
+    found = (runfolder.read_run_info(task.run_folder(r)) for r in task.run_ids())
+    return [effective(info) for info in found if info is not None]
+
+
+def latest_run(task: TaskPaths) -> RunInfo | None:
+    for run_id in reversed(task.run_ids()):
+        info = runfolder.read_run_info(task.run_folder(run_id))
+        if info is not None:
+            return effective(info)
+    return None
+
+
+def view(task: TaskPaths) -> TaskView:
+    holder = live_holder(task.lock)
+    latest = latest_run(task)
+    if holder is not None:
+        status = TaskStatus.RUNNING
+    elif task.done.exists():
+        status = TaskStatus.COMPLETED
+    elif latest is None:
+        status = TaskStatus.PENDING
+    else:
+        status = TaskStatus(latest.status.value)
+        if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
+            status = TaskStatus.LOST
+    return TaskView(task, status, len(task.run_ids()), latest, holder)
+
+
+def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
+    """The task's paths; NotFoundError naming it if there is no such task."""
+    task = TaskPaths(root, project_id, task_id)
+    if not task.folder.is_dir():
+        if not (root / project_id).is_dir():
+            raise NotFoundError(f"project {project_id!r} not found under {root}; see `run-agent list`")
+        raise NotFoundError(
+            f"task {project_id}/{task_id} not found under {root}; "
+            f"see `run-agent list --project {project_id}`"
+        )
+    return task
+
+
+def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
+    projects = [project_id] if project_id else runfolder.project_ids(root)
+    return [
+        view(TaskPaths(root, p, t)) for p in projects for t in runfolder.task_ids(root, p)
+    ]
