@@ -17,8 +17,16 @@ import click
 
 import backends
 from runagent import __version__, runfolder, tasks
-from runagent.config import AgentConfig, Config, LoopSettings, Until, find_config, load_config
-from runagent.config import parse_duration, runs_root
+from runagent.config import (
+    AgentConfig,
+    Config,
+    LoopSettings,
+    Until,
+    find_config,
+    load_config,
+    parse_duration,
+    runs_root,
+)
 from runagent.context import new_task_id, validate_id
 from runagent.errors import ExitCode, NotFoundError, RunAgentError, UsageError
 from runagent.lock import live_holder
@@ -104,9 +112,9 @@ def task_option(required: bool) -> Callable[..., Any]:
         f = click.option(
             "--task", "-t", "task_id", required=required, help="Task id (letters, digits, . _ -)."
         )(f)
-        return click.option(
-            "--project", "-p", "project_id", required=required, help="Project id."
-        )(f)
+        return click.option("--project", "-p", "project_id", required=required, help="Project id.")(
+            f
+        )
 
     return decorate
 
@@ -124,10 +132,16 @@ def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
             type=click.Path(file_okay=False, path_type=Path),
             help="Working folder of the agent (default: the current folder).",
         ),
-        click.option("--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run."),
-        click.option("--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max."),
+        click.option(
+            "--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run."
+        ),
+        click.option(
+            "--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max."
+        ),
         click.option("--timeout", help="Stop a run after this long in total, e.g. 30m (0: never)."),
-        click.option("--idle-timeout", help="Stop a run after this long without output (0: never)."),
+        click.option(
+            "--idle-timeout", help="Stop a run after this long without output (0: never)."
+        ),
         click.option(
             "--until",
             type=click.Choice([u.value for u in Until]),
@@ -291,7 +305,9 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
     )
     console = Console(sys.stderr, request.settings.max_restarts + 1, options.get("quiet", False))
     supervisor = Supervisor(request, backend, on_event=console.show)
-    previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS}
+    previous = {
+        sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
+    }
     try:
         result = supervisor.run()
     finally:
@@ -330,7 +346,9 @@ class Console:
                 f"({info.agent}) in {event.run_folder}"
             )
         elif event.kind is EventKind.RUN_ENDED and info is not None:
-            self.say(f"attempt {info.attempt}: run {info.run_id} {info.status.value}: {info.message}")
+            self.say(
+                f"attempt {info.attempt}: run {info.run_id} {info.status.value}: {info.message}"
+            )
         elif event.kind is EventKind.WAITING:
             self.say(f"restarting in {event.delay:g}s")
         elif event.kind in (EventKind.MARKED_LOST, EventKind.DONE_ARCHIVED):
@@ -363,7 +381,9 @@ class Console:
 @task_option(required=True)
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until it stopped.")
 @common
-def stop(project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None) -> None:
+def stop(
+    project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None
+) -> None:
     """Stop a task's loop: its agent tree is killed and nothing restarts."""
     s = setup(config_path, root)
     task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
@@ -427,13 +447,22 @@ def list_(
     if task_id is not None:
         if project_id is None:
             raise UsageError("--task needs --project")
-        task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+        task = tasks.find_task(
+            s.root, validate_id("project", project_id), validate_id("task", task_id)
+        )
         found = tasks.runs(task)
         if as_json:
             click.echo(json.dumps([run_dict(r) for r in found], indent=2))
             return
         rows = [
-            [r.run_id, str(r.attempt), r.status.value, _str(r.exit_code), r.reason or "", r.start_time]
+            [
+                r.run_id,
+                str(r.attempt),
+                r.status.value,
+                _str(r.exit_code),
+                r.reason or "",
+                r.start_time,
+            ]
             for r in found
         ]
         print_table(rows, ["RUN", "ATTEMPT", "STATUS", "EXIT", "REASON", "STARTED"])
@@ -509,7 +538,9 @@ def status(
     default="output",
     show_default=True,
 )
-@click.option("--follow", "-f", is_flag=True, help="Keep printing as the task writes, across restarts.")
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing as the task writes, across restarts."
+)
 @json_option
 @common
 def output(
@@ -526,7 +557,9 @@ def output(
     path = folder / runfolder.RUN_FILES[which]
     if as_json:
         text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
-        click.echo(json.dumps({"run_id": run_id, "file": which, "path": str(path), "content": text}))
+        click.echo(
+            json.dumps({"run_id": run_id, "file": which, "path": str(path), "content": text})
+        )
         return
     if not follow:
         _copy_to_stdout(path, 0)

@@ -102,7 +102,9 @@ def load_config(path: Path | None, backend_names: Collection[str], cwd: Path) ->
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"{path}: not valid YAML{line}; fix the syntax") from exc
+        problem = getattr(exc, "problem", None)
+        detail = f" ({problem})" if problem else ""
+        raise ConfigError(f"{path}: not valid YAML{line}{detail}; fix the syntax") from exc
     try:
         return parse_config(
             data or {}, base_dir=path.resolve().parent, backend_names=backend_names, source=path

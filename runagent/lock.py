@@ -60,7 +60,9 @@ class TaskLock:
             os.close(fd)
             raise AlreadyRunningError(self._busy_message()) from None
         pid = os.getpid()
-        holder = Holder(pid, process_start_time(pid), datetime.now(UTC).isoformat(timespec="seconds"))
+        holder = Holder(
+            pid, process_start_time(pid), datetime.now(UTC).isoformat(timespec="seconds")
+        )
         note = yaml.safe_dump(
             {"pid": holder.pid, "process_start": holder.process_start, "since": holder.since}
         )

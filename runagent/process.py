@@ -67,9 +67,7 @@ class AgentProcess:
         self.exit_code: int | None = None
 
     @classmethod
-    def start(
-        cls, spec: LaunchSpec, stdout: Path, stderr: Path, *, grace: float
-    ) -> AgentProcess:
+    def start(cls, spec: LaunchSpec, stdout: Path, stderr: Path, *, grace: float) -> AgentProcess:
         """Start the agent; raise SpawnError when it cannot be executed."""
         if not spec.argv:
             raise SpawnError("the agent's command line is empty", 127)

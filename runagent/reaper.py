@@ -184,7 +184,7 @@ class Reaper:
                 # The agent is our child and was killed: wait for its status.
                 while self.agent_status is None:
                     try:
-                        pid, status = os.waitpid(self.agent_pid, 0)
+                        _, status = os.waitpid(self.agent_pid, 0)
                     except ChildProcessError:
                         self.agent_status = signal.SIGKILL  # a raw wait status: killed by 9
                         break

@@ -107,7 +107,7 @@ class RunInfo:
         values = {k: v for k, v in data.items() if k in known}
         values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
         reason = values.get("reason")
-        values["reason"] = Reason(reason) if reason in Reason._value2member_map_ else None
+        values["reason"] = Reason(str(reason)) if reason in Reason._value2member_map_ else None
         return cls(**values)
 
 

@@ -185,15 +185,18 @@ class Supervisor:
             info.exit_code in s.non_retryable_exit_codes
         ):
             return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting"
-        if s.crash_loop_runs and duration < s.crash_loop_seconds:
-            if quick_failures + 1 >= s.crash_loop_runs:
-                return Outcome.FAILED, (
-                    f"{why}; {quick_failures + 1} runs in a row ended within "
-                    f"{s.crash_loop_seconds:g}s: a crash loop, not restarting"
-                )
+        quick = duration < s.crash_loop_seconds
+        if s.crash_loop_runs and quick and quick_failures + 1 >= s.crash_loop_runs:
+            return Outcome.FAILED, (
+                f"{why}; {quick_failures + 1} runs in a row ended within "
+                f"{s.crash_loop_seconds:g}s: a crash loop, not restarting"
+            )
         if attempt > s.max_restarts:
             outcome = Outcome.TIMED_OUT if info.status is RunStatus.TIMED_OUT else Outcome.FAILED
-            return outcome, f"{why}; gave up after {attempt} attempts (max_restarts {s.max_restarts})"
+            return (
+                outcome,
+                f"{why}; gave up after {attempt} attempts (max_restarts {s.max_restarts})",
+            )
         return None
 
     def _sleep(self, seconds: float) -> bool:
@@ -465,7 +468,11 @@ def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
         for p in (runfolder.stdout_path(folder), runfolder.stderr_path(folder))
         if p.exists()
     ]
-    end = datetime.fromtimestamp(max(mtimes), UTC).isoformat(timespec="milliseconds") if mtimes else None
+    end = (
+        datetime.fromtimestamp(max(mtimes), UTC).isoformat(timespec="milliseconds")
+        if mtimes
+        else None
+    )
     lost = info.replace(
         status=RunStatus.LOST,
         reason=Reason.SUPERVISOR_LOST,

@@ -43,7 +43,9 @@ class TaskView:
 
 def effective(info: RunInfo) -> RunInfo:
     """The run as it really is: `running` with a dead supervisor reads as `lost`."""
-    if info.status is RunStatus.RUNNING and not is_alive(info.supervisor_pid, info.supervisor_start):
+    if info.status is RunStatus.RUNNING and not is_alive(
+        info.supervisor_pid, info.supervisor_start
+    ):
         return info.replace(status=RunStatus.LOST)
     return info
 
@@ -83,7 +85,9 @@ def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
     task = TaskPaths(root, project_id, task_id)
     if not task.folder.is_dir():
         if not (root / project_id).is_dir():
-            raise NotFoundError(f"project {project_id!r} not found under {root}; see `run-agent list`")
+            raise NotFoundError(
+                f"project {project_id!r} not found under {root}; see `run-agent list`"
+            )
         raise NotFoundError(
             f"task {project_id}/{task_id} not found under {root}; "
             f"see `run-agent list --project {project_id}`"
@@ -93,6 +97,4 @@ def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
 
 def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
     projects = [project_id] if project_id else runfolder.project_ids(root)
-    return [
-        view(TaskPaths(root, p, t)) for p in projects for t in runfolder.task_ids(root, p)
-    ]
+    return [view(TaskPaths(root, p, t)) for p in projects for t in runfolder.task_ids(root, p)]

@@ -1,0 +1,203 @@
+"""Shared test fixtures: a workspace with a config of fake agents, a CLI runner, process checks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from backends.command import CommandBackend
+from runagent.config import AgentConfig, LoopSettings
+from runagent.runfolder import RunInfo, TaskPaths, read_run_info
+from runagent.supervisor import Event, LoopRequest, Supervisor
+
+FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
+REPO = Path(__file__).resolve().parent.parent
+
+# Fast, deterministic loop settings for tests; a test overrides what it is about.
+TEST_DEFAULTS: dict[str, Any] = {
+    "max_restarts": 3,
+    "restart_delay": "50ms",
+    "restart_delay_max": "200ms",
+    "kill_grace": "1s",
+    "idle_timeout": 0,
+    "crash_loop_runs": 0,
+}
+
+
+def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+    """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@dataclass
+class Workspace:
+    path: Path
+    marker: str
+    pid_file: Path
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def root(self) -> Path:
+        return self.path / "runs"
+
+    @property
+    def config(self) -> Path:
+        return self.path / "config.yaml"
+
+    def agent_argv(self, args: Sequence[str] = ()) -> list[str]:
+        return [
+            sys.executable,
+            str(FAKE_AGENT),
+            "--marker",
+            self.marker,
+            "--pid-file",
+            str(self.pid_file),
+            *args,
+        ]
+
+    def write_config(
+        self,
+        args: Sequence[str] = (),
+        agents: dict[str, Sequence[str]] | None = None,
+        env: dict[str, str] | None = None,
+        **defaults: Any,
+    ) -> Path:
+        """A config whose agent `fake` runs the fake agent with `args`."""
+        entries = {"fake": args, **(agents or {})}
+        data = {
+            "agents": {
+                name: {"type": "command", "command": self.agent_argv(a), "env": env or {}}
+                for name, a in entries.items()
+            },
+            "defaults": {"agent": "fake", **TEST_DEFAULTS, **defaults},
+            "storage": {"runs_dir": str(self.root)},
+        }
+        self.config.write_text(yaml.safe_dump(data))
+        return self.config
+
+    def cli_argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "runagent", *args]
+
+    def cli(
+        self, *args: str, env: dict[str, str] | None = None, input: str | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:  # fmt: skip
+        """Run `run-agent ARGS` in the workspace folder (which holds config.yaml)."""
+        return subprocess.run(
+            self.cli_argv(*args),
+            cwd=self.path,
+            env={**os.environ, **(env or {})},
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+
+    def start_cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start `run-agent ARGS` in its own process group, as a shell would in a terminal."""
+        return subprocess.Popen(
+            self.cli_argv(*args),
+            cwd=self.path,
+            env={**os.environ, **(env or {})},
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+
+    def task(self, project: str = "p", task: str = "t") -> TaskPaths:
+        return TaskPaths(self.root, project, task)
+
+    def runs(self, project: str = "p", task: str = "t") -> list[RunInfo]:
+        paths = self.task(project, task)
+        infos = [read_run_info(paths.run_folder(r)) for r in paths.run_ids()]
+        return [i for i in infos if i is not None]
+
+    def agent_pids(self) -> list[int]:
+        if not self.pid_file.exists():
+            return []
+        return [int(line) for line in self.pid_file.read_text().split()]
+
+    def supervisor(
+        self, args: Sequence[str] = (), prompt: str = "do the thing", task: str = "t",
+        env: dict[str, str] | None = None, **settings: Any,
+    ) -> Supervisor:  # fmt: skip
+        """An in-process supervisor of the fake agent, recording its events."""
+        base = {
+            "max_restarts": 3,
+            "restart_delay": 0.05,
+            "restart_delay_max": 0.2,
+            "kill_grace": 1.0,
+            "idle_timeout": None,
+            "crash_loop_runs": 0,
+        }
+        agent = AgentConfig(
+            name="fake", type="command", command=tuple(self.agent_argv(args)), env=env or {}
+        )
+        request = LoopRequest(
+            task=TaskPaths(self.root, "p", task),
+            prompt=prompt,
+            agent_name="fake",
+            working_dir=self.path,
+            settings=LoopSettings(**{**base, **settings}),
+            base_env=dict(os.environ),
+        )
+        return Supervisor(request, CommandBackend(agent), on_event=self.events.append, tick=0.05)
+
+
+def _leftovers(marker: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if proc.info["status"] == psutil.STATUS_ZOMBIE or proc.pid == os.getpid():
+                continue
+            if any(marker in part for part in proc.info["cmdline"] or []):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return found
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Iterator[Workspace]:
+    """A workspace folder; at the end, no process that names it may still be alive."""
+    workspace = Workspace(tmp_path, marker=str(tmp_path), pid_file=tmp_path / "agent-pids")
+    workspace.write_config()
+    yield workspace
+    # Give trees being torn down by the test's last step a moment, then insist.
+    deadline = time.monotonic() + 10
+    while _leftovers(workspace.marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = _leftovers(workspace.marker)
+    for proc in left:
+        try:
+            os.kill(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, f"processes outlived the test: {[p.info['cmdline'] for p in left]}"

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""A fake agent for the tests, driven entirely by its arguments.
+
+Every process it starts records its pid in --pid-file (one line each), and carries --marker on its
+command line, so a test can find and check every process of a run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    p.add_argument("--lines", type=int, default=0, help="print this many lines to stdout")
+    p.add_argument("--interval", type=float, default=0.0, help="seconds between lines")
+    p.add_argument("--line-text", default="line", help="text of each line")
+    p.add_argument("--stderr", default=None, help="write this to stderr")
+    p.add_argument("--echo-stdin", action="store_true", help="copy stdin to stdout")
+    p.add_argument("--echo-env", nargs="*", default=[], help="print NAME=value for these")
+    p.add_argument("--echo-argv", action="store_true", help="print argv, one per line")
+    p.add_argument("--sleep", type=float, default=0.0, help="sleep this long before exiting")
+    p.add_argument("--wait-for", default=None, help="block until this file exists")
+    p.add_argument("--exit", type=int, default=0, help="exit with this code")
+    p.add_argument("--fail-first", type=int, default=0, help="exit --fail-code on the first N")
+    p.add_argument("--fail-code", type=int, default=1)
+    p.add_argument("--counter", default=None, help="attempt counter file ($TASK_FOLDER/...)")
+    p.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM")
+    p.add_argument("--grandchild", action="store_true", help="start a child that sleeps")
+    p.add_argument("--setsid-grandchild", action="store_true", help="start a setsid child")
+    p.add_argument("--orphan", action="store_true", help="setsid child via a parent that exits")
+    p.add_argument("--wait-pids", type=int, default=0, help="wait until --pid-file has N pids")
+    p.add_argument("--write-done", action="store_true", help="write DONE in $TASK_FOLDER")
+    p.add_argument("--pid-file", default=None, help="append our pids here")
+    p.add_argument("--marker", default="", help="an inert word to find our processes by")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--middle", action="store_true", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def record_pid(args: argparse.Namespace) -> None:
+    if args.pid_file:
+        with open(args.pid_file, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def spawn_child(args: argparse.Namespace, *, setsid: bool, flags: list[str] | None = None) -> None:
+    cmd = [sys.executable, __file__, "--child", "--marker", args.marker]
+    if args.pid_file:
+        cmd += ["--pid-file", args.pid_file]
+    if args.ignore_term:
+        cmd.append("--ignore-term")
+    subprocess.Popen(
+        cmd + (flags or []),
+        start_new_session=setsid,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def child(args: argparse.Namespace) -> None:
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if args.middle:  # start a setsid grandchild, then exit at once, orphaning it
+        spawn_child(args, setsid=True)
+        return
+    record_pid(args)
+    time.sleep(3600)
+
+
+def main(argv: list[str]) -> int:
+    args = parse(argv)
+    if args.child:
+        child(args)
+        return 0
+    if args.ignore_term:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    record_pid(args)
+    attempt = 1
+    if args.counter or args.fail_first:
+        counter = Path(args.counter or Path(os.environ["TASK_FOLDER"]) / "fake-attempts")
+        attempt = int(counter.read_text()) + 1 if counter.exists() else 1
+        counter.write_text(str(attempt))
+    if args.echo_stdin:
+        sys.stdout.write(sys.stdin.read())
+    for name in args.echo_env:
+        print(f"{name}={os.environ.get(name, '')}")
+    if args.echo_argv:
+        print("\n".join(sys.argv[1:]))
+    sys.stdout.flush()
+    if args.stderr:
+        sys.stderr.write(args.stderr + "\n")
+        sys.stderr.flush()
+    if args.grandchild:
+        spawn_child(args, setsid=False)
+    if args.setsid_grandchild:
+        spawn_child(args, setsid=True)
+    if args.orphan:
+        spawn_child(args, setsid=False, flags=["--middle"])
+    while args.wait_pids and len(Path(args.pid_file).read_text().split()) < args.wait_pids:
+        time.sleep(0.01)
+    for i in range(1, args.lines + 1):
+        print(f"{args.line_text} {i}", flush=True)
+        if args.interval:
+            time.sleep(args.interval)
+    if args.wait_for:
+        while not os.path.exists(args.wait_for):
+            time.sleep(0.02)
+    if args.sleep:
+        time.sleep(args.sleep)
+    if args.write_done:
+        Path(os.environ["TASK_FOLDER"], "DONE").write_text(f"done by {os.environ['JRUN_ID']}\n")
+    if attempt <= args.fail_first:
+        print(f"attempt {attempt} fails", file=sys.stderr, flush=True)
+        return args.fail_code
+    return args.exit
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,273 @@
+"""The run-agent command line, run as a real subprocess against the fake agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from runagent import runfolder
+from runagent.errors import ExitCode
+from runagent.runfolder import RunStatus
+from tests.conftest import REPO, Workspace, alive, wait_for
+
+
+def one_line(text: str) -> str:
+    lines = text.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got: {text!r}"
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def test_run_is_the_default_command_and_shows_failure_restart_completion(ws: Workspace) -> None:
+    ws.write_config(["--fail-first", "1", "--lines", "1"])
+    proc = ws.cli("--project", "p", "--task", "t", "fix the bug")
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    assert "attempt 1/4: run" in proc.stderr and "failed: exited with code 1" in proc.stderr
+    assert "restarting in" in proc.stderr
+    assert "task p/t completed by run" in proc.stderr
+    assert [r.status for r in ws.runs()] == [RunStatus.FAILED, RunStatus.COMPLETED]
+
+
+def test_python_dash_m_and_version_and_help(ws: Workspace) -> None:
+    version = ws.cli("--version")
+    assert version.returncode == 0 and "run-agent, version" in version.stdout
+    for command in ["run", "job", "list", "status", "output", "stop", "resume"]:
+        helped = ws.cli(command, "--help")
+        assert helped.returncode == 0 and "Usage:" in helped.stdout, command
+
+
+def test_the_task_id_is_generated_and_printed_when_omitted(ws: Workspace) -> None:
+    proc = ws.cli("--project", "p", "hello")
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if "task id" in ln)
+    task_id = line.rsplit(" ", 1)[1]
+    assert task_id.startswith("task-")
+    assert ws.task("p", task_id).task_md.read_text() == "hello"
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["--project", "bad/id", "--task", "t", "x"], "project id 'bad/id'"),
+        (["--project", "p", "--task", "..", "x"], "task id '..'"),
+        (["--project", "p", "--task", "a" * 129, "x"], "129 characters"),
+        (["--project", "p", "--task", "t"], "no prompt"),
+        (["--project", "p", "--task", "t", "--agent", "nope", "x"], "unknown agent 'nope'"),
+        (["--project", "p", "--task", "t", "--timeout", "soon", "x"], "--timeout: 'soon'"),
+        (["--project", "p", "--task", "t", "--cwd", "/no/such/dir", "x"], "/no/such/dir"),
+        (["status", "--project", "p", "--task", "missing"], "project 'p' not found"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_2(
+    ws: Workspace, args: list[str], fragment: str
+) -> None:
+    proc = ws.cli(*args)
+    assert proc.returncode == ExitCode.USAGE
+    assert fragment in one_line(proc.stderr)
+
+
+def test_a_bad_config_names_the_key_path_and_suggests_the_fix(ws: Workspace) -> None:
+    ws.config.write_text("defaults:\n  max_restart: 3\n")
+    proc = ws.cli("--project", "p", "--task", "t", "x")
+    assert proc.returncode == ExitCode.USAGE
+    line = one_line(proc.stderr)
+    assert "defaults.max_restart: unknown key; did you mean 'max_restarts'?" in line
+
+
+def test_a_missing_agent_binary_exits_3_with_a_clear_line(ws: Workspace) -> None:
+    ws.config.write_text(
+        "agents:\n  ghost:\n    type: command\n    command: [no-such-agent-xyz]\n"
+        f"defaults:\n  agent: ghost\nstorage:\n  runs_dir: {ws.root}\n"
+    )
+    proc = ws.cli("--project", "p", "--task", "t", "x")
+    assert proc.returncode == ExitCode.MISSING_DEPENDENCY
+    assert "'no-such-agent-xyz' not found on PATH" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_job_runs_once_without_restarts(ws: Workspace) -> None:
+    ws.write_config(["--exit", "1"])
+    proc = ws.cli("job", "--project", "p", "--task", "t", "x")
+    assert proc.returncode == ExitCode.FAILED
+    assert len(ws.runs()) == 1
+
+
+def test_timeout_exit_code_is_124(ws: Workspace) -> None:
+    ws.write_config(["--sleep", "60"])
+    proc = ws.cli("job", "--project", "p", "--task", "t", "--timeout", "0.5s", "x")
+    assert proc.returncode == ExitCode.TIMED_OUT, proc.stderr
+    assert ws.runs()[0].reason == "timeout"
+
+
+def test_a_second_run_agent_on_a_running_task_exits_at_once(ws: Workspace) -> None:
+    ws.write_config(["--sleep", "60"])
+    first = ws.start_cli("--project", "p", "--task", "t", "x")
+    try:
+        wait_for(lambda: ws.agent_pids(), what="the first agent")
+        second = ws.cli("--project", "p", "--task", "t", "x", timeout=20)
+        assert second.returncode == ExitCode.ALREADY_RUNNING
+        line = one_line(second.stderr)
+        assert line.startswith(
+            f"run-agent: task p/t is already running (supervisor pid {first.pid}"
+        )
+    finally:
+        os.killpg(first.pid, signal.SIGINT)
+        first.communicate(timeout=20)
+
+
+def test_stop_stops_the_loop_and_nothing_restarts(ws: Workspace) -> None:
+    ws.write_config(["--sleep", "60", "--grandchild", "--setsid-grandchild"])
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+    pids = wait_for(lambda: len(ws.agent_pids()) == 3 and ws.agent_pids(), what="3 processes")
+    stopped = ws.cli("stop", "--project", "p", "--task", "t")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "task p/t stopped" in stopped.stdout
+    _, err = loop.communicate(timeout=20)
+    assert loop.returncode == ExitCode.STOPPED, err
+    assert not [p for p in pids if alive(p)]
+    (info,) = ws.runs()
+    assert info.status is RunStatus.STOPPED
+    status = json.loads(ws.cli("status", "--project", "p", "--task", "t", "--json").stdout)
+    assert status["status"] == "stopped"
+    again = ws.cli("stop", "--project", "p", "--task", "t")
+    assert again.returncode == 0 and "not running" in again.stdout
+
+
+def test_ctrl_c_stops_the_loop_and_the_whole_tree(ws: Workspace) -> None:
+    ws.write_config(["--sleep", "60", "--setsid-grandchild", "--ignore-term"])
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+    pids = wait_for(lambda: len(ws.agent_pids()) == 2 and ws.agent_pids(), what="2 processes")
+    os.killpg(loop.pid, signal.SIGINT)  # what the terminal does on Ctrl-C
+    _, err = loop.communicate(timeout=20)
+    assert loop.returncode == ExitCode.STOPPED, err
+    assert "task p/t stopped" in err
+    assert not [p for p in pids if alive(p)]
+    assert [r.status for r in ws.runs()] == [RunStatus.STOPPED]
+
+
+def test_sigkill_of_the_supervisor_takes_the_agent_tree_down_and_the_run_reads_lost(
+    ws: Workspace,
+) -> None:
+    ws.write_config(["--sleep", "60", "--grandchild", "--setsid-grandchild", "--orphan"])
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+    pids = wait_for(lambda: len(ws.agent_pids()) == 4 and ws.agent_pids(), what="4 processes")
+    os.kill(loop.pid, signal.SIGKILL)
+    loop.communicate(timeout=10)
+    wait_for(lambda: not [p for p in pids if alive(p)], timeout=10, what="the tree to die")
+    # Until someone writes it, the run is shown as lost by every reader...
+    status = json.loads(ws.cli("status", "--project", "p", "--task", "t", "--json").stdout)
+    assert status["status"] == "lost"
+    assert status["latest_run"]["status"] == "lost"
+    listed = ws.cli("list", "--project", "p", "--task", "t", "--json")
+    assert json.loads(listed.stdout)[0]["status"] == "lost"
+    # ...and the next supervisor of the task writes it down, and is not blocked by a stale lock.
+    ws.write_config(["--exit", "0"])
+    resumed = ws.cli("resume", "--project", "p", "--task", "t")
+    assert resumed.returncode == 0, resumed.stderr
+    first, second = ws.runs()
+    assert first.status is RunStatus.LOST and first.reason == "supervisor_lost"
+    assert second.status is RunStatus.COMPLETED and second.previous_run_id == first.run_id
+
+
+def test_resume_runs_the_loop_again_from_task_md(ws: Workspace) -> None:
+    ws.write_config(["--exit", "1"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "t", "original prompt").returncode == 1
+    ws.write_config(["--echo-stdin"])
+    resumed = ws.cli("resume", "--project", "p", "--task", "t")
+    assert resumed.returncode == 0, resumed.stderr
+    last = ws.runs()[-1]
+    stdout = runfolder.stdout_path(ws.task().run_folder(last.run_id)).read_text()
+    assert stdout.endswith("## Task\n\noriginal prompt\n")
+    assert "## Previous run of this task" in stdout
+    done = ws.cli("resume", "--project", "p", "--task", "t")
+    assert done.returncode == ExitCode.USAGE and "already completed" in done.stderr
+
+
+def test_a_run_started_by_an_agent_records_its_parent(ws: Workspace) -> None:
+    proc = ws.cli("--project", "p", "--task", "child", "x", env={"JRUN_ID": "20260101-000000000-1"})
+    assert proc.returncode == 0, proc.stderr
+    (info,) = ws.runs("p", "child")
+    assert info.parent_run_id == "20260101-000000000-1"
+
+
+def test_the_agent_finds_run_agent_on_its_path(ws: Workspace) -> None:
+    ws.write_config(["--echo-env", "PATH"])
+    assert ws.cli("--project", "p", "--task", "t", "x").returncode == 0
+    out = runfolder.stdout_path(ws.task().run_folder(ws.runs()[0].run_id)).read_text()
+    first = out.strip().split("=", 1)[1].split(os.pathsep)[0]
+    assert first == os.path.dirname(sys.executable)
+
+
+def test_list_status_and_output(ws: Workspace) -> None:
+    ws.write_config(["--lines", "2", "--stderr", "err text"])
+    assert ws.cli("--project", "p", "--task", "t", "the prompt").returncode == 0
+    listed = ws.cli("list")
+    assert listed.returncode == 0
+    assert listed.stdout.splitlines()[0].split() == [
+        "PROJECT",
+        "TASK",
+        "STATUS",
+        "RUNS",
+        "LATEST",
+        "RUN",
+    ]
+    assert listed.stdout.splitlines()[1].split()[:4] == ["p", "t", "completed", "1"]
+    tasks_json = json.loads(ws.cli("list", "--json").stdout)
+    assert tasks_json[0]["status"] == "completed" and tasks_json[0]["runs"] == 1
+    runs_json = json.loads(ws.cli("list", "-p", "p", "-t", "t", "--json").stdout)
+    assert runs_json[0]["exit_code"] == 0
+    assert ws.cli("output", "-p", "p", "-t", "t").stdout == "line 1\nline 2\n"
+    assert ws.cli("output", "-p", "p", "-t", "t", "--file", "stderr").stdout == "err text\n"
+    prompt = ws.cli("output", "-p", "p", "-t", "t", "--file", "prompt").stdout
+    assert prompt.endswith("the prompt\n")
+    as_json = json.loads(ws.cli("output", "-p", "p", "-t", "t", "--json").stdout)
+    assert as_json["content"] == "line 1\nline 2\n"
+    text = ws.cli("status", "-p", "p", "-t", "t").stdout
+    assert "p/t: completed (1 runs)" in text
+
+
+def test_output_follow_streams_across_restarts_until_the_loop_ends(ws: Workspace) -> None:
+    go = ws.path / "go"
+    ws.write_config(
+        ["--fail-first", "1", "--lines", "3", "--interval", "0.05", "--wait-for", str(go)]
+    )
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+    try:
+        wait_for(lambda: ws.runs(), what="the first run")
+        follow = subprocess.Popen(
+            ws.cli_argv("output", "-p", "p", "-t", "t", "--file", "stdout", "--follow"),
+            cwd=ws.path,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        go.touch()
+        out, _ = follow.communicate(timeout=30)
+    finally:
+        loop.communicate(timeout=30)
+    assert out == "line 1\nline 2\nline 3\n" * 2  # both attempts, nothing lost or repeated
+
+
+def test_config_is_found_in_the_current_folder_and_runs_root_is_relative_to_it(
+    ws: Workspace,
+) -> None:
+    ws.config.write_text(
+        "agents:\n  echo:\n    type: command\n"
+        f"    command: [{sys.executable}, -c, 'print(1)']\n"
+        "defaults:\n  agent: echo\nstorage:\n  runs_dir: my-runs\n"
+    )
+    assert ws.cli("--project", "p", "--task", "t", "x").returncode == 0
+    assert (ws.path / "my-runs" / "p" / "t" / "TASK.md").exists()
+
+
+def test_the_example_config_in_the_repository_is_valid(ws: Workspace) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "runagent", "list", "--config", str(REPO / "config.yaml"),
+         "--root", str(ws.root)],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr

@@ -1,0 +1,152 @@
+"""config.yaml: typed settings, and errors that name the key path and the bad value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runagent.config import Until, find_config, load_config, parse_config, parse_duration
+from runagent.errors import ConfigError
+
+BACKENDS = ["command", "claude"]
+
+
+def parse(text: str, tmp_path: Path) -> object:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    return load_config(path, BACKENDS, tmp_path)
+
+
+def error(text: str, tmp_path: Path) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(text, tmp_path)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_defaults_without_a_file(tmp_path: Path) -> None:
+    config = load_config(None, BACKENDS, tmp_path)
+    assert config.runs_dir == tmp_path / "runs"
+    d = config.defaults
+    assert d.max_restarts == 5 and d.non_retryable_exit_codes == {2, 3, 126, 127}
+    assert d.until is Until.EXIT and d.agent is None
+
+
+def test_a_full_config_is_typed(tmp_path: Path) -> None:
+    config = parse(
+        """
+agents:
+  mine:
+    type: command
+    command: [python3, agent.py, "{prompt_file}"]
+    args: [--fast]
+    env: {LEVEL: 3, DEBUG: true}
+    model: m1
+  claude: {model: opus}
+defaults:
+  agent: mine
+  max_restarts: 2
+  restart_delay: 500ms
+  restart_delay_max: 1m
+  timeout: 1h30m
+  idle_timeout: off
+  kill_grace: 3
+  non_retryable_exit_codes: [2, 9]
+  until: done-file
+storage:
+  runs_dir: ../elsewhere
+""",
+        tmp_path,
+    )
+    agent = config.agents["mine"]  # type: ignore[attr-defined]
+    assert agent.type == "command" and agent.command == ("python3", "agent.py", "{prompt_file}")
+    assert agent.args == ("--fast",) and dict(agent.env) == {"LEVEL": "3", "DEBUG": "true"}
+    assert config.agents["claude"].type == "claude"  # type: ignore[attr-defined]
+    d = config.defaults  # type: ignore[attr-defined]
+    assert (d.max_restarts, d.restart_delay, d.restart_delay_max) == (2, 0.5, 60)
+    assert (d.timeout, d.idle_timeout, d.kill_grace) == (5400, None, 3)
+    assert d.non_retryable_exit_codes == {2, 9} and d.until is Until.DONE_FILE
+    assert config.runs_dir == tmp_path / "../elsewhere"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        (
+            "defaults:\n  max_restart: 3\n",
+            "defaults.max_restart: unknown key; did you mean 'max_restarts'?",
+        ),
+        ("defauts: {}\n", "defauts: unknown key; did you mean 'defaults'?"),
+        (
+            "defaults:\n  max_restarts: five\n",
+            "defaults.max_restarts: 'five' is not a whole number",
+        ),
+        ("defaults:\n  max_restarts: -1\n", "defaults.max_restarts: -1 is not a whole number"),
+        ("defaults:\n  timeout: soon\n", "defaults.timeout: 'soon' is not a duration"),
+        (
+            "defaults:\n  until: forever\n",
+            "defaults.until: 'forever' is not one of: exit, done-file",
+        ),
+        (
+            "defaults:\n  non_retryable_exit_codes: [x]\n",
+            "defaults.non_retryable_exit_codes: ['x']",
+        ),
+        ("defaults:\n  agent: mystery\n", "defaults.agent: unknown agent 'mystery'"),
+        (
+            "agents:\n  a:\n    type: comand\n",
+            "agents.a.type: unknown backend 'comand'; did you mean 'command'?",
+        ),
+        ("agents:\n  a:\n    command: [x]\n", "agents.a: unknown backend 'a'"),
+        (
+            "agents:\n  a:\n    type: command\n    command: python3 x.py\n",
+            "agents.a.command: 'python3 x.py' is a string",
+        ),
+        (
+            "agents:\n  a:\n    type: command\n    env: [A]\n",
+            "agents.a.env: ['A'] is not a mapping",
+        ),
+        ("agents: [a, b]\n", "agents: expected a mapping"),
+        ("defaults:\n  kill_grace: [1]\n", "defaults.kill_grace: [1] is not a duration"),
+    ],
+)
+def test_errors_name_the_key_path_and_value(tmp_path: Path, text: str, expected: str) -> None:
+    message = error(text, tmp_path)
+    assert expected in message
+    assert message.startswith(str(tmp_path / "config.yaml"))
+
+
+def test_yaml_syntax_errors_say_the_line(tmp_path: Path) -> None:
+    message = error("defaults:\n  a: b: c\n", tmp_path)
+    assert "not valid YAML at line 2 (mapping values are not allowed here)" in message
+
+
+@pytest.mark.parametrize(
+    "value, seconds",
+    [(90, 90.0), (2.5, 2.5), ("500ms", 0.5), ("30s", 30.0), ("5m", 300.0), ("1h30m", 5400.0),
+     ("2d", 172800.0), ("10", 10.0), (0, None), ("off", None), (None, None)],
+)  # fmt: skip
+def test_durations(value: object, seconds: float | None) -> None:
+    assert parse_duration(value, "x") == seconds
+
+
+def test_config_search_order(tmp_path: Path) -> None:
+    home = tmp_path / "xdg" / "run-agent"
+    home.mkdir(parents=True)
+    (home / "config.yaml").write_text("{}")
+    cwd = tmp_path / "work"
+    cwd.mkdir()
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "xdg")}
+    assert find_config(None, cwd, env) == home / "config.yaml"
+    (cwd / "config.yaml").write_text("{}")
+    assert find_config(None, cwd, env) == cwd / "config.yaml"
+    explicit = tmp_path / "other.yaml"
+    explicit.write_text("{}")
+    assert find_config(explicit, cwd, env) == explicit
+    with pytest.raises(ConfigError, match="does not exist"):
+        find_config(tmp_path / "missing.yaml", cwd, env)
+
+
+def test_parse_config_accepts_an_empty_document(tmp_path: Path) -> None:
+    assert parse_config({}, base_dir=tmp_path, backend_names=BACKENDS).agents == {}

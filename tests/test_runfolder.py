@@ -1,0 +1,64 @@
+"""Run-folder files: atomic run-info, TASK.md written once, DONE archiving, tails."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from runagent import runfolder
+from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
+
+
+def test_run_info_round_trips_and_leaves_no_temp_files(tmp_path: Path) -> None:
+    info = RunInfo("r1", "p", "t", 2, "demo", "command", "2026-01-01T00:00:00.000+00:00", "/w",
+                   status=RunStatus.FAILED, reason=Reason.EXIT_CODE, exit_code=1,
+                   commandline="agent --flag")  # fmt: skip
+    runfolder.write_run_info(tmp_path, info)
+    assert runfolder.read_run_info(tmp_path) == info
+    assert os.listdir(tmp_path) == ["run-info.yaml"]
+    text = (tmp_path / "run-info.yaml").read_text()
+    assert text.startswith("version: 1\nrun_id: r1\n")
+    assert "status: failed" in text and "reason: exit_code" in text
+
+
+def test_unreadable_run_info_is_none_not_an_error(tmp_path: Path) -> None:
+    assert runfolder.read_run_info(tmp_path) is None
+    (tmp_path / "run-info.yaml").write_text("{{{{ not yaml")
+    assert runfolder.read_run_info(tmp_path) is None
+
+
+def test_task_md_is_written_once(tmp_path: Path) -> None:
+    task = TaskPaths(tmp_path, "p", "t")
+    runfolder.write_task_prompt(task, "first")
+    runfolder.write_task_prompt(task, "second")
+    assert runfolder.read_task_prompt(task) == "first"
+
+
+def test_archive_done_keeps_the_content(tmp_path: Path) -> None:
+    task = TaskPaths(tmp_path, "p", "t")
+    assert runfolder.archive_done(task, None) is None
+    folder = runfolder.create_run_folder(task, "r1")
+    task.done.write_text("notes")
+    moved = runfolder.archive_done(task, "r1")
+    assert moved == folder / "DONE" and moved.read_text() == "notes"
+    task.done.write_text("again")
+    moved = runfolder.archive_done(task, "r1")  # the run folder already has one
+    assert moved is not None and moved.parent == task.folder and moved.read_text() == "again"
+    assert not task.done.exists()
+
+
+def test_run_ids_sort_oldest_first(tmp_path: Path) -> None:
+    task = TaskPaths(tmp_path, "p", "t")
+    for run_id in ["20260101-000000002-9", "20260101-000000001-77", "20260101-000000003-1"]:
+        runfolder.create_run_folder(task, run_id)
+    assert task.run_ids() == ["20260101-000000001-77", "20260101-000000002-9",
+                              "20260101-000000003-1"]  # fmt: skip
+
+
+def test_tail_starts_at_a_line_boundary(tmp_path: Path) -> None:
+    path = tmp_path / "f"
+    path.write_text("".join(f"line {i}\n" for i in range(1000)))
+    text = runfolder.tail(path, 100)
+    assert text.endswith("line 999\n") and text.startswith("line ")
+    assert len(text) <= 100
+    assert runfolder.tail(tmp_path / "missing") == ""
