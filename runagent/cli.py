@@ -223,6 +223,8 @@ def start_loop(
     generated = task_id is None
     task_id = validate_id("task", task_id) if task_id else new_task_id()
     task = TaskPaths(s.root, project_id, task_id)
+    while generated and task.folder.exists():  # a generated id never joins an existing task
+        task = TaskPaths(s.root, project_id, task_id := new_task_id())
     text = read_prompt(prompt, prompt_file)
     existing = runfolder.read_task_prompt(task)
     if text is None:

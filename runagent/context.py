@@ -101,9 +101,9 @@ def new_run_id() -> str:
 
 
 def new_task_id(now: datetime | None = None) -> str:
-    """A fresh task id for a run started without `--task`: `task-YYYYMMDD-HHMMSS-xxxx`."""
+    """A fresh task id for a run started without `--task`: `task-YYYYMMDD-HHMMSS-xxxxxxxx`."""
     moment = now or datetime.now(UTC)
-    return f"task-{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    return f"task-{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
 
 
 def agent_environment(

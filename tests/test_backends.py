@@ -1,0 +1,87 @@
+"""The backend registry and the `command` backend."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import backends
+from backends.command import CommandBackend
+from runagent.config import AgentConfig
+from runagent.context import RunContext
+from runagent.errors import ConfigError, RunAgentError
+
+
+def context(tmp_path: Path) -> RunContext:
+    run = tmp_path / "p" / "t" / "runs" / "r1"
+    return RunContext(
+        run_id="r1",
+        project_id="p",
+        task_id="t",
+        prompt="the prompt",
+        working_dir=tmp_path / "work",
+        stdout_path=run / "agent-stdout.txt",
+        stderr_path=run / "agent-stderr.txt",
+        environment={"TASK_FOLDER": str(tmp_path / "p" / "t"), "PATH": "/bin"},
+    )
+
+
+def test_prompt_goes_to_stdin_when_no_placeholder_takes_it(tmp_path: Path) -> None:
+    backend = CommandBackend(AgentConfig("a", "command", command=("agent", "--x"), args=("-v",)))
+    ctx = context(tmp_path)
+    spec = backend.launch(ctx)
+    assert spec.argv == ("agent", "--x", "-v")
+    assert spec.stdin == ctx.run_folder / "prompt.md"
+    assert spec.cwd == tmp_path / "work"
+    assert spec.env["TASK_FOLDER"] == str(tmp_path / "p" / "t")
+
+
+def test_placeholders_are_filled_and_a_taken_prompt_leaves_stdin_empty(tmp_path: Path) -> None:
+    config = AgentConfig(
+        "a",
+        "command",
+        command=("agent", "--file={prompt_file}", "{run_folder}", "{task_folder}", "{model}"),
+        args=("--text", "{prompt}", '{"json": "braces stay"}'),
+        model="m1",
+    )
+    ctx = context(tmp_path)
+    spec = CommandBackend(config).launch(ctx)
+    assert spec.argv == (
+        "agent",
+        f"--file={ctx.run_folder / 'prompt.md'}",
+        str(ctx.run_folder),
+        str(tmp_path / "p" / "t"),
+        "m1",
+        "--text",
+        "the prompt",
+        '{"json": "braces stay"}',
+    )
+    assert spec.stdin is None  # /dev/null
+    assert spec.env["RUN_AGENT_MODEL"] == "m1"
+
+
+def test_a_command_agent_without_a_command_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match=r"agents\.mine\.command is not set"):
+        CommandBackend(AgentConfig("mine", "command"))
+
+
+def test_secrets_are_redacted_from_the_recorded_command_line(tmp_path: Path) -> None:
+    config = AgentConfig("a", "command", command=("agent", "--key", "sk-secret"), token="sk-secret")
+    backend = CommandBackend(config)
+    assert backend.commandline(backend.launch(context(tmp_path))) == "agent --key ***"
+
+
+def test_registry_names_and_creation() -> None:
+    assert "command" in backends.names()
+    backend = backends.create(AgentConfig("x", "command", command=("true",)))
+    assert backend.name == "command"
+    with pytest.raises(RunAgentError, match="unknown backend 'nope'"):
+        backends.create(AgentConfig("x", "nope"))
+
+
+def test_a_broken_backend_module_breaks_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(backends.BUILTIN, "broken", "tests.no_such_module_here")
+    with pytest.raises(RunAgentError, match="backend 'broken' failed to load"):
+        backends.create(AgentConfig("x", "broken"))
+    assert backends.create(AgentConfig("x", "command", command=("true",))).name == "command"

@@ -1,0 +1,50 @@
+"""What a person sees in a terminal during a foreground run (through a real pseudo-terminal)."""
+
+from __future__ import annotations
+
+import os
+import pty
+import select
+import subprocess
+import time
+
+from tests.conftest import Workspace
+
+
+def test_a_foreground_run_in_a_terminal_shows_a_live_status_line(ws: Workspace) -> None:
+    go = ws.path / "go"
+    ws.write_config(["--lines", "2", "--line-text", "compiling module", "--wait-for", str(go)])
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        ws.cli_argv("--project", "p", "--task", "t", "x"),
+        cwd=ws.path,
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        start_new_session=True,
+    )
+    os.close(slave)
+    seen = b""
+    deadline = time.monotonic() + 20
+    try:
+        while b"compiling module 2" not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                seen += os.read(master, 65536)
+        go.touch()
+        while proc.poll() is None and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+    finally:
+        proc.wait(20)
+        os.close(master)
+    text = seen.decode(errors="replace")
+    assert "attempt 1/4 · running · 00:0" in text  # attempt, status and elapsed time
+    assert "compiling module 2" in text  # the agent's latest output, without opening a file
+    assert "\r\x1b[K" in text  # redrawn in place, not scrolled
+    assert "task p/t completed" in text
+    assert proc.returncode == 0
