@@ -16,7 +16,12 @@ from runagent.errors import MissingDependencyError, RunAgentError
 ENTRY_POINT_GROUP = "runagent.backends"
 
 BUILTIN: dict[str, str] = {
+    "claude": "backends.claude",
+    "codex": "backends.codex",
     "command": "backends.command",
+    "gemini": "backends.gemini",
+    "perplexity": "backends.perplexity",
+    "xai": "backends.xai",
 }
 
 

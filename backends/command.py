@@ -41,7 +41,7 @@ class CommandBackend(Backend):
                 word = word.replace(placeholder, value)
             argv.append(word)
         takes_prompt = any(p in w for w in words for p in PROMPT_PLACEHOLDERS)
-        env = dict(ctx.environment)
+        env = self.environment(ctx)
         if self.config.model:
             env.setdefault("RUN_AGENT_MODEL", self.config.model)
         return LaunchSpec(

@@ -3,25 +3,60 @@
 from __future__ import annotations
 
 import abc
+import json
+import os
 import shlex
-from collections.abc import Iterable
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 from runagent.config import AgentConfig
 from runagent.context import RunContext
-from runagent.process import LaunchSpec
+from runagent.errors import MissingDependencyError
+from runagent.failure import Diagnosis
+from runagent.process import LaunchSpec, resolve_executable
 
 REDACTED = "***"
+VERSION_TIMEOUT = 20.0
+
+# Environment variables that carry model-provider credentials or endpoints. An agent sees only
+# its own provider's (and those its config names): a codex run never gets an Anthropic key.
+PROVIDER_PREFIXES = (
+    "ANTHROPIC_",
+    "CLAUDE_",
+    "OPENAI_",
+    "CODEX_",
+    "GEMINI_",
+    "GOOGLE_",
+    "PERPLEXITY_",
+    "XAI_",
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One line of `run-agent backends` / `doctor`: what was checked, and what to do if not ok."""
+
+    ok: bool
+    what: str
+    fix: str = ""
 
 
 class Backend(abc.ABC):
     """One kind of agent. `launch` is pure: it builds a LaunchSpec and touches nothing.
 
-    Subclasses set `name` (the registry key, module name, CLI choice and config type, all one)
-    and may override `final_output` to parse the agent's stream into output.md.
+    Subclasses set `name` (the registry key, module name, CLI choice and config type, all one).
     """
 
     name: ClassVar[str]
+    # The executable when `command` is not configured (CLI backends).
+    default_command: ClassVar[tuple[str, ...]] = ()
+    # The provider variables this agent may see from run-agent's environment.
+    env_prefixes: ClassVar[tuple[str, ...]] = ()
+    # Where the agent reads its key from; a configured token is put there.
+    token_variable: ClassVar[str | None] = None
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
@@ -34,17 +69,162 @@ class Backend(abc.ABC):
         """The agent's final answer parsed from its output, or None to copy stdout."""
         return None
 
-    def version(self) -> str | None:
-        """The agent's version, if the backend can tell it."""
+    def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
+        """Why a run that exited `exit_code` failed, if the backend can tell; else None."""
         return None
+
+    def summarize(self, line: str) -> str | None:
+        """A readable form of one line of the agent's stdout, for a person watching."""
+        return line
+
+    # Credentials and environment -------------------------------------------------------------
+
+    def token(self, env: Mapping[str, str]) -> str | None:
+        """The configured credential: `token`, else `token_file`, else `token_env`; or None."""
+        c = self.config
+        if c.token:
+            return c.token
+        if c.token_file is not None:
+            try:
+                return c.token_file.read_text(encoding="utf-8").strip()
+            except OSError as exc:
+                raise MissingDependencyError(
+                    f"agents.{c.name}.token_file {str(c.token_file)!r} cannot be read "
+                    f"({exc.strerror}); fix the path or its permissions"
+                ) from exc
+        if c.token_env:
+            value = env.get(c.token_env)
+            if not value:
+                raise MissingDependencyError(
+                    f"agents.{c.name}.token_env names {c.token_env!r}, which is not set; "
+                    "export it or configure token_file"
+                )
+            return value
+        return None
+
+    def environment(self, ctx: RunContext) -> dict[str, str]:
+        """The run's environment less other providers' variables, plus the configured token."""
+        keep = {*self.config.env, *self.config.pass_env}
+        env = {
+            k: v
+            for k, v in ctx.environment.items()
+            if k in keep
+            or not k.startswith(PROVIDER_PREFIXES)
+            or k.startswith(self.env_prefixes or ("\0",))
+        }
+        token = self.token(ctx.environment)
+        if token and self.token_variable:
+            env[self.token_variable] = token
+        return env
 
     def secrets(self) -> Iterable[str]:
         """Values that must never be written anywhere (tokens)."""
-        return [s for s in (self.config.token,) if s]
+        try:
+            token = self.token(os.environ)
+        except MissingDependencyError:
+            token = None
+        return [s for s in (token, self.config.token) if s]
 
-    def commandline(self, spec: LaunchSpec) -> str:
-        """The command line as it may be recorded: every secret replaced by ***."""
-        text = shlex.join(spec.argv)
+    def redact(self, text: str) -> str:
         for secret in self.secrets():
             text = text.replace(secret, REDACTED)
         return text
+
+    def commandline(self, spec: LaunchSpec) -> str:
+        """The command line as it may be recorded: every secret replaced by ***."""
+        return self.redact(shlex.join(spec.argv))
+
+    # The executable --------------------------------------------------------------------------
+
+    def command(self) -> tuple[str, ...]:
+        return self.config.command or self.default_command
+
+    def executable(self) -> str | None:
+        """The absolute path of the agent's executable, or None if it is not found."""
+        argv = self.command()
+        return resolve_executable(argv[0], os.environ, Path.cwd()) if argv else None
+
+    def version(self) -> str | None:
+        """The agent's version (its `--version`), cached per executable; None if unknown."""
+        exe = self.executable()
+        return cached_version(Path(exe)) if exe and self.default_command else None
+
+    def check(self) -> list[Finding]:
+        """Whether this agent can run here: its executable and its credentials."""
+        findings = []
+        if self.command():
+            exe = self.executable()
+            name = self.command()[0]
+            findings.append(
+                Finding(True, f"{name} found at {exe}")
+                if exe
+                else Finding(False, f"{name!r} not found on PATH", self.install_hint())
+            )
+        if self.token_variable:
+            findings.append(self.check_credentials())
+        return findings
+
+    def check_credentials(self) -> Finding:
+        try:
+            token = self.token(os.environ)
+        except MissingDependencyError as exc:
+            return Finding(False, str(exc))
+        if token:
+            return Finding(True, f"credentials configured for agents.{self.config.name}")
+        if os.environ.get(self.token_variable or ""):
+            return Finding(True, f"{self.token_variable} is set")
+        return Finding(
+            True,
+            f"no token configured; the agent uses its own login ({self.login_hint()})",
+        )
+
+    def install_hint(self) -> str:
+        return f"install it, or set agents.{self.config.name}.command"
+
+    def login_hint(self) -> str:
+        return f"or set {self.token_variable} / agents.{self.config.name}.token_env"
+
+
+def cached_version(exe: Path, cache: Path | None = None) -> str | None:
+    """`exe --version`, remembered per executable (path, size, mtime) across runs."""
+    cache = cache or version_cache_path()
+    try:
+        st = exe.stat()
+    except OSError:
+        return None
+    key = f"{exe}:{st.st_size}:{st.st_mtime_ns}"
+    try:
+        known = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    if key in known:
+        return str(known[key])
+    try:
+        out = subprocess.run(
+            [str(exe), "--version"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=VERSION_TIMEOUT,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    version = (out.stdout.strip() or out.stderr.strip()).splitlines()[:1]
+    if out.returncode != 0 or not version:
+        return None
+    known[key] = version[0][:200]
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(known, indent=1), encoding="utf-8")
+        os.replace(tmp, cache)
+    except OSError:
+        pass  # a cache that cannot be written only costs time
+    return str(known[key])
+
+
+def version_cache_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "run-agent" / "versions.json"

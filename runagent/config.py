@@ -21,6 +21,13 @@ _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+class Permissions(enum.StrEnum):
+    """What a CLI agent may do without a person to approve it."""
+
+    BYPASS = "bypass"  # edit files and run commands without asking (unattended runs)
+    NONE = "none"  # no permission flags: the CLI's own defaults, or flags given in `args`
+
+
 class Until(enum.StrEnum):
     """When a task counts as completed."""
 
@@ -42,6 +49,8 @@ class AgentConfig:
     token: str | None = None
     token_file: Path | None = None
     token_env: str | None = None
+    permissions: Permissions = Permissions.BYPASS
+    pass_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,9 @@ class LoopSettings:
     crash_loop_runs: int = 3
     crash_loop_seconds: float = 5.0
     until: Until = Until.EXIT
+    rate_limit_wait: float = 900.0  # when a rate limit gives no reset time
+    rate_limit_max_wait: float = 21600.0  # never wait longer than this for one limit
+    max_rate_limit_waits: int = 10  # rate-limited runs in a row before giving up
 
 
 @dataclass(frozen=True)
@@ -136,7 +148,7 @@ def parse_config(
 
 def _agent(name: str, s: _Section, backend_names: Collection[str]) -> AgentConfig:
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
-           "token_env")  # fmt: skip
+           "token_env", "permissions", "pass_env")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -146,6 +158,9 @@ def _agent(name: str, s: _Section, backend_names: Collection[str]) -> AgentConfi
             + ("" if key else " (set `type:` to say which backend runs this agent)")
         )
     token_file = s.string("token_file")
+    permissions = s.string("permissions") or Permissions.BYPASS.value
+    if permissions not in Permissions._value2member_map_:
+        raise ConfigError(f"{s.key('permissions')}: {permissions!r} is not one of: bypass, none")
     return AgentConfig(
         name=name,
         type=kind,
@@ -157,6 +172,8 @@ def _agent(name: str, s: _Section, backend_names: Collection[str]) -> AgentConfi
         token=s.string("token"),
         token_file=Path(token_file).expanduser() if token_file else None,
         token_env=s.string("token_env"),
+        permissions=Permissions(permissions),
+        pass_env=s.argv("pass_env"),
     )
 
 
@@ -166,7 +183,8 @@ def _defaults(
     base = LoopSettings()
     s.only("agent", "max_restarts", "restart_delay", "restart_delay_max", "timeout",
            "idle_timeout", "kill_grace", "non_retryable_exit_codes", "crash_loop_runs",
-           "crash_loop_seconds", "until")  # fmt: skip
+           "crash_loop_seconds", "until", "rate_limit_wait", "rate_limit_max_wait",
+           "max_rate_limit_waits")  # fmt: skip
     agent = s.string("agent")
     if agent is not None and agent not in agents and agent not in backend_names:
         choices = [*agents, *backend_names]
@@ -197,6 +215,9 @@ def _defaults(
         crash_loop_runs=s.count("crash_loop_runs", base.crash_loop_runs),
         crash_loop_seconds=s.duration("crash_loop_seconds", base.crash_loop_seconds) or 0.0,
         until=Until(until),
+        rate_limit_wait=s.duration("rate_limit_wait", base.rate_limit_wait) or 0.0,
+        rate_limit_max_wait=s.duration("rate_limit_max_wait", base.rate_limit_max_wait) or 0.0,
+        max_rate_limit_waits=s.count("max_rate_limit_waits", base.max_rate_limit_waits),
     )
 
 

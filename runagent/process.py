@@ -31,12 +31,17 @@ STOP_MARGIN = 10.0  # seconds the reaper gets beyond the grace period before it 
 
 @dataclass(frozen=True)
 class LaunchSpec:
-    """What to start: the whole environment, not an overlay. `stdin=None` means /dev/null."""
+    """What to start: the whole environment, not an overlay. `stdin=None` means /dev/null.
+
+    `files` are written (when their content differs) just before the start: settings files an
+    agent CLI needs, so that building a LaunchSpec stays free of side effects.
+    """
 
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)
     cwd: Path = field(default_factory=Path.cwd)
     stdin: Path | None = None
+    files: Mapping[Path, str] = field(default_factory=dict)
 
 
 class SpawnError(RunAgentError):
@@ -76,6 +81,8 @@ class AgentProcess:
             raise SpawnError(f"{spec.argv[0]!r} not found on PATH", 127)
         if not spec.cwd.is_dir():
             raise SpawnError(f"working folder {str(spec.cwd)!r} does not exist", 127)
+        for path, content in spec.files.items():
+            _write_if_changed(path, content)
         lifeline_r, lifeline_w = os.pipe()
         report_r, report_w = os.pipe()
         files = [
@@ -194,6 +201,21 @@ class AgentProcess:
         except subprocess.TimeoutExpired:
             self._reaper.kill()
             self._reaper.wait()
+
+
+def _write_if_changed(path: Path, content: str) -> None:
+    try:
+        if path.read_text(encoding="utf-8") == content:
+            return
+    except OSError:
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(content, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SpawnError(f"cannot write {str(path)!r} for the agent: {exc.strerror}", 126) from exc
 
 
 def process_start_time(pid: int) -> float | None:

@@ -56,6 +56,9 @@ class Reason(enum.StrEnum):
     EXIT_CODE = "exit_code"  # a non-zero exit code
     NO_DONE_FILE = "no_done_file"  # exit 0 under --until done-file, but no DONE
     CRASH = "crash"  # killed by a signal run-agent did not send
+    RATE_LIMIT = "rate_limit"  # the model provider's rate or usage limit
+    AUTH = "auth"  # credentials missing or refused
+    API_ERROR = "api_error"  # the model provider answered with an error
     TIMEOUT = "timeout"
     IDLE_TIMEOUT = "idle_timeout"
     STOPPED = "stopped"

@@ -19,6 +19,7 @@ from runagent.backend import Backend
 from runagent.config import LoopSettings, Until
 from runagent.context import RunContext, agent_environment, new_run_id
 from runagent.errors import RunAgentError
+from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, SpawnError, is_alive, process_start_time
 from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
@@ -62,6 +63,15 @@ class LoopResult:
     outcome: Outcome
     message: str
     runs: tuple[RunInfo, ...] = ()
+
+
+@dataclass
+class _Tally:
+    """What the loop counts between runs."""
+
+    failures: int = 0  # failed runs, which spend the restart budget
+    quick: int = 0  # failed runs in a row that ended within crash_loop_seconds
+    rate_limited: int = 0  # rate-limited runs in a row, which do not
 
 
 @dataclass(frozen=True)
@@ -145,12 +155,12 @@ class Supervisor:
         runfolder.write_task_prompt(self.task, self.request.prompt)
         s = self.settings
         runs: list[RunInfo] = []
+        tally = _Tally()
         delay = s.restart_delay
-        quick_failures = 0
         attempt = 0
         while True:
             attempt += 1
-            info, duration = self._run_once(attempt, previous)
+            info, duration, diagnosis = self._run_once(attempt, previous)
             runs.append(info)
             done = self.task.done.exists()
             if info.status is RunStatus.STOPPED:
@@ -163,39 +173,61 @@ class Supervisor:
                     f"task {self.label} completed by run {info.run_id} (attempt {attempt})",
                     tuple(runs),
                 )
-            verdict = self._give_up(info, attempt, duration, quick_failures)
-            quick_failures = quick_failures + 1 if duration < s.crash_loop_seconds else 0
-            if verdict is not None:
-                return LoopResult(verdict[0], verdict[1], tuple(runs))
-            self.on_event(Event(EventKind.WAITING, run=info, delay=delay))
-            if self._sleep(delay):
+            if info.reason is Reason.RATE_LIMIT:
+                # Waiting out a limit is not a failure of the agent: no restart is spent on it.
+                tally.rate_limited += 1
+                if tally.rate_limited > s.max_rate_limit_waits:
+                    return LoopResult(
+                        Outcome.FAILED,
+                        f"run {info.run_id} {_describe(info)}; rate limited "
+                        f"{tally.rate_limited} times in a row (max_rate_limit_waits), giving up",
+                        tuple(runs),
+                    )
+                wait = self._rate_limit_wait(diagnosis)
+                note = "rate limited: waiting for the limit to lift (no restart spent)"
+            else:
+                tally.rate_limited = 0
+                tally.failures += 1
+                verdict = self._give_up(info, tally, duration)
+                tally.quick = tally.quick + 1 if duration < s.crash_loop_seconds else 0
+                if verdict is not None:
+                    return LoopResult(verdict[0], verdict[1], tuple(runs))
+                wait, note = delay, ""
+                delay = min(delay * 2, max(s.restart_delay_max, s.restart_delay))
+            self.on_event(Event(EventKind.WAITING, run=info, delay=wait, message=note))
+            if self._sleep(wait):
                 return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
-            delay = min(delay * 2, max(s.restart_delay_max, s.restart_delay))
             previous = info
 
-    def _give_up(
-        self, info: RunInfo, attempt: int, duration: float, quick_failures: int
-    ) -> tuple[Outcome, str] | None:
+    def _rate_limit_wait(self, diagnosis: Diagnosis | None) -> float:
+        """Until the limit lifts (as the agent said, plus a second), else a long backoff; capped."""
+        s = self.settings
+        known = diagnosis.retry_after if diagnosis is not None else None
+        wait = known + 1.0 if known is not None else s.rate_limit_wait
+        return max(0.0, min(wait, s.rate_limit_max_wait))
+
+    def _give_up(self, info: RunInfo, tally: _Tally, duration: float) -> tuple[Outcome, str] | None:
         """Whether the loop ends after a failed run, and why; None to try again."""
         s = self.settings
         why = f"run {info.run_id} {_describe(info)}"
-        if info.reason is Reason.MISSING_BINARY:
+        if info.reason in (Reason.MISSING_BINARY, Reason.AUTH):
             return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting"
         if info.reason in (Reason.EXIT_CODE, Reason.SPAWN_ERROR) and (
             info.exit_code in s.non_retryable_exit_codes
         ):
             return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting"
         quick = duration < s.crash_loop_seconds
-        if s.crash_loop_runs and quick and quick_failures + 1 >= s.crash_loop_runs:
+        if s.crash_loop_runs and quick and tally.quick + 1 >= s.crash_loop_runs:
             return Outcome.FAILED, (
-                f"{why}; {quick_failures + 1} runs in a row ended within "
+                f"{why}; {tally.quick + 1} runs in a row ended within "
                 f"{s.crash_loop_seconds:g}s: a crash loop, not restarting"
             )
-        if attempt > s.max_restarts:
+        if tally.failures > s.max_restarts:
             outcome = Outcome.TIMED_OUT if info.status is RunStatus.TIMED_OUT else Outcome.FAILED
             return (
                 outcome,
-                f"{why}; gave up after {attempt} attempts (max_restarts {s.max_restarts})",
+                f"{why}; gave up after {tally.failures} failed attempts "
+                f"(max_restarts {s.max_restarts})",
             )
         return None
 
@@ -233,7 +265,9 @@ class Supervisor:
 
     # One run --------------------------------------------------------------------------------
 
-    def _run_once(self, attempt: int, previous: RunInfo | None) -> tuple[RunInfo, float]:
+    def _run_once(
+        self, attempt: int, previous: RunInfo | None
+    ) -> tuple[RunInfo, float, Diagnosis | None]:
         req = self.request
         run_id, folder = self._new_run_folder()
         prompt = self._prompt(run_id, attempt, previous)
@@ -291,7 +325,7 @@ class Supervisor:
             with open(ctx.stderr_path, "a", encoding="utf-8") as f:
                 f.write(f"run-agent: {exc}\n")
             info = self._finish(ctx, info, code, reason, RunStatus.FAILED, str(exc))
-            return info, time.monotonic() - started
+            return info, time.monotonic() - started, None
         info = info.replace(pid=process.pid, pgid=process.pgid)
         runfolder.write_run_info(folder, info)
         try:
@@ -299,8 +333,24 @@ class Supervisor:
         finally:
             process.close()
         status, reason, message = self._judge(code, stopped_by)
+        diagnosis = None
+        if status is RunStatus.FAILED and reason in (Reason.EXIT_CODE, Reason.CRASH):
+            diagnosis = self._diagnose(ctx, code)
+            if diagnosis is not None:
+                reason = diagnosis.reason
+                message = f"{self.backend.redact(diagnosis.message)} (exit code {code})"
         info = self._finish(ctx, info, code, reason, status, message)
-        return info, time.monotonic() - started
+        return info, time.monotonic() - started, diagnosis
+
+    def _diagnose(self, ctx: RunContext, code: int) -> Diagnosis | None:
+        try:
+            return self.backend.diagnose(ctx, code)
+        except Exception as exc:  # a parser bug must not lose the run
+            with open(ctx.stderr_path, "a", encoding="utf-8") as f:
+                f.write(
+                    f"run-agent: could not diagnose the failure ({type(exc).__name__}: {exc})\n"
+                )
+            return None
 
     def _new_run_folder(self) -> tuple[str, Path]:
         while True:

@@ -90,7 +90,7 @@ def _seconds(stamp: str) -> float:
 def test_a_loop_gives_up_after_max_restarts(ws: Workspace) -> None:
     result = ws.supervisor(["--exit", "1"], max_restarts=2).run()
     assert result.outcome is Outcome.FAILED
-    assert "gave up after 3 attempts" in result.message
+    assert "gave up after 3 failed attempts" in result.message
     assert len(ws.runs()) == 3
     assert not ws.task().done.exists()
 

@@ -1,0 +1,120 @@
+"""The `claude` backend: Claude Code headless, streaming JSON events to stdout.
+
+    claude -p --output-format stream-json --verbose <permissions> [--model M] [args] < prompt.md
+
+The prompt arrives on stdin from prompt.md (a file, never an open pipe). `--dangerously-skip-
+permissions` is refused by claude as root unless IS_SANDBOX=1 is set; as root without it, this
+backend allows the editing and shell tools by name instead (`--permission-mode acceptEdits
+--allowedTools ...`), which claude accepts. run-agent never sets IS_SANDBOX itself: that is the
+user's statement that the machine is a sandbox.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+from runagent import runfolder
+from runagent.backend import Backend
+from runagent.config import AgentConfig, Permissions
+from runagent.context import RunContext
+from runagent.failure import Diagnosis, from_status, from_text, json_lines
+from runagent.process import LaunchSpec
+from runagent.runfolder import Reason
+
+ROOT_TOOLS = ("Bash", "Edit", "Write", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch")
+QUIET = {
+    # No update checks, telemetry or error reports from an unattended run.
+    "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    "DISABLE_AUTOUPDATER": "1",
+}
+
+
+class ClaudeBackend(Backend):
+    name = "claude"
+    default_command = ("claude",)
+    env_prefixes = ("ANTHROPIC_", "CLAUDE_")
+    token_variable = "ANTHROPIC_API_KEY"
+
+    def launch(self, ctx: RunContext) -> LaunchSpec:
+        env = self.environment(ctx)
+        for key, value in QUIET.items():
+            env.setdefault(key, value)
+        if self.config.base_url:
+            env["ANTHROPIC_BASE_URL"] = self.config.base_url
+        argv = [*self.command(), "-p", "--output-format", "stream-json", "--verbose"]
+        argv += self.permission_flags(env)
+        if self.config.model:
+            argv += ["--model", self.config.model]
+        argv += self.config.args
+        return LaunchSpec(tuple(argv), env, ctx.working_dir, stdin=ctx.prompt_file)
+
+    def permission_flags(self, env: dict[str, str]) -> list[str]:
+        if self.config.permissions is Permissions.NONE:
+            return []
+        if os.geteuid() == 0 and env.get("IS_SANDBOX") != "1":
+            return ["--permission-mode", "acceptEdits", "--allowedTools", *ROOT_TOOLS]
+        return ["--dangerously-skip-permissions"]
+
+    def final_output(self, ctx: RunContext) -> str | None:
+        result = None
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "result" and isinstance(event.get("result"), str):
+                result = event["result"]
+        return None if result is None else result.rstrip("\n") + "\n"
+
+    def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
+        limited: dict[str, Any] | None = None
+        result: dict[str, Any] | None = None
+        for event in json_lines(ctx.stdout_path):
+            kind = event.get("type")
+            if kind == "rate_limit_event":
+                info = event.get("rate_limit_info") or {}
+                if info.get("status") == "rejected":
+                    limited = info
+            elif kind == "result":
+                result = event
+        if limited is not None:
+            resets = limited.get("resetsAt")
+            wait = (
+                max(0.0, float(resets) - time.time()) if isinstance(resets, int | float) else None
+            )
+            kind = limited.get("rateLimitType") or "usage"
+            return Diagnosis(Reason.RATE_LIMIT, f"rate limited ({kind} limit reached)", wait)
+        if result is not None and result.get("is_error"):
+            text = str(result.get("result") or result.get("subtype") or "error")
+            status = result.get("api_error_status")
+            if isinstance(status, int):
+                return from_status(status, text)
+            return from_text(text) or Diagnosis(Reason.API_ERROR, f"claude reported: {text}")
+        stderr = runfolder.tail(ctx.stderr_path, 4000)
+        return from_text(stderr) if stderr.strip() else None
+
+    def summarize(self, line: str) -> str | None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return line
+        kind = event.get("type") if isinstance(event, dict) else None
+        if kind == "assistant":
+            parts = []
+            for block in (event.get("message") or {}).get("content") or []:
+                if block.get("type") == "text":
+                    parts.append(block.get("text", ""))
+                elif block.get("type") == "tool_use":
+                    parts.append(f"[{block.get('name')}] {json.dumps(block.get('input'))}")
+            return " ".join(parts) or None
+        if kind == "result":
+            return f"result: {event.get('result', '')}"
+        if kind == "system" and event.get("subtype") == "init":
+            return f"session started ({event.get('model', '?')})"
+        return None
+
+    def login_hint(self) -> str:
+        return "`claude` login in HOME, or ANTHROPIC_API_KEY / agents.<name>.token_env"
+
+
+def create(config: AgentConfig) -> Backend:
+    return ClaudeBackend(config)

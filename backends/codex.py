@@ -1,0 +1,100 @@
+"""The `codex` backend: Codex CLI `exec` mode, streaming JSON events to stdout.
+
+    codex exec --json --skip-git-repo-check <permissions> [-m M] [-c ...] [args] - < prompt.md
+
+`-` reads the prompt from stdin, which is prompt.md (a file): codex reads stdin to its end, so an
+open pipe would hang it forever. codex ignores OPENAI_BASE_URL, so `base_url` becomes a custom
+model provider given with `-c` overrides, whose key comes from CODEX_API_KEY.
+"""
+
+from __future__ import annotations
+
+import json
+
+from runagent import runfolder
+from runagent.backend import Backend
+from runagent.config import AgentConfig, Permissions
+from runagent.context import RunContext
+from runagent.failure import Diagnosis, from_text, json_lines, retry_after
+from runagent.process import LaunchSpec
+from runagent.runfolder import Reason
+
+PROVIDER = "runagent"
+
+
+class CodexBackend(Backend):
+    name = "codex"
+    default_command = ("codex",)
+    env_prefixes = ("OPENAI_", "CODEX_")
+    token_variable = "CODEX_API_KEY"
+
+    def launch(self, ctx: RunContext) -> LaunchSpec:
+        argv = [*self.command(), "exec", "--json", "--skip-git-repo-check"]
+        if self.config.permissions is Permissions.BYPASS:
+            argv.append("--dangerously-bypass-approvals-and-sandbox")
+        if self.config.model:
+            argv += ["-m", self.config.model]
+        if self.config.base_url:
+            argv += self.provider_overrides(self.config.base_url)
+        argv += [*self.config.args, "-"]
+        return LaunchSpec(tuple(argv), self.environment(ctx), ctx.working_dir, ctx.prompt_file)
+
+    @staticmethod
+    def provider_overrides(base_url: str) -> list[str]:
+        settings = {
+            "model_provider": PROVIDER,
+            f"model_providers.{PROVIDER}.name": PROVIDER,
+            f"model_providers.{PROVIDER}.base_url": json.dumps(base_url),
+            f"model_providers.{PROVIDER}.env_key": "CODEX_API_KEY",
+            f"model_providers.{PROVIDER}.wire_api": "responses",
+        }
+        return [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
+
+    def final_output(self, ctx: RunContext) -> str | None:
+        answer = None
+        for event in json_lines(ctx.stdout_path):
+            item = event.get("item") or {}
+            if event.get("type") == "item.completed" and item.get("type") == "agent_message":
+                answer = str(item.get("text", ""))
+        return None if answer is None else answer.rstrip("\n") + "\n"
+
+    def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
+        errors = []
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "turn.failed":
+                errors.append(str((event.get("error") or {}).get("message", "")))
+            elif event.get("type") == "error":
+                errors.append(str(event.get("message", "")))
+        text = "\n".join(e for e in errors if e) or runfolder.tail(ctx.stderr_path, 4000)
+        if not text.strip():
+            return None
+        found = from_text(text)
+        if found is not None:
+            return found
+        if "usage_limit_reached" in text:
+            return Diagnosis(Reason.RATE_LIMIT, "usage limit reached", retry_after(text))
+        first = text.strip().splitlines()[-1][:300]
+        return Diagnosis(Reason.API_ERROR, f"codex reported: {first}") if errors else None
+
+    def summarize(self, line: str) -> str | None:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            return line
+        if not isinstance(event, dict):
+            return None
+        item = event.get("item") or {}
+        if item.get("type") == "agent_message":
+            return str(item.get("text", ""))
+        if item.get("type") == "command_execution":
+            return f"[exec] {item.get('command', '')}"
+        if event.get("type") in ("turn.failed", "error"):
+            return f"error: {(event.get('error') or {}).get('message') or event.get('message')}"
+        return None
+
+    def login_hint(self) -> str:
+        return "`codex login` in HOME, or CODEX_API_KEY / agents.<name>.token_env"
+
+
+def create(config: AgentConfig) -> Backend:
+    return CodexBackend(config)
