@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TextIO
 import click
 
 import backends
-from runagent import __version__, runfolder, tasks
+from runagent import __version__, doctor, runfolder, tasks
 from runagent.config import (
     AgentConfig,
     Config,
@@ -305,7 +305,12 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
         parent_run_id=os.environ.get("JRUN_ID") or None,
         executable_dir=executable_dir(),
     )
-    console = Console(sys.stderr, request.settings.max_restarts + 1, options.get("quiet", False))
+    console = Console(
+        sys.stderr,
+        request.settings.max_restarts + 1,
+        options.get("quiet", False),
+        backend.summarize,
+    )
     supervisor = Supervisor(request, backend, on_event=console.show)
     previous = {
         sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
@@ -322,8 +327,15 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
 class Console:
     """What a foreground run shows: a line per event, and in a terminal a live status line."""
 
-    def __init__(self, stream: TextIO, max_attempts: int, quiet: bool) -> None:
+    def __init__(
+        self,
+        stream: TextIO,
+        max_attempts: int,
+        quiet: bool,
+        summarize: Callable[[str], str | None] = lambda line: line,
+    ) -> None:
         self.stream = stream
+        self.summarize = summarize
         self.max_attempts = max_attempts
         self.quiet = quiet
         self.live = stream.isatty() and not quiet
@@ -352,7 +364,8 @@ class Console:
                 f"attempt {info.attempt}: run {info.run_id} {info.status.value}: {info.message}"
             )
         elif event.kind is EventKind.WAITING:
-            self.say(f"restarting in {event.delay:g}s")
+            note = f"{event.message}; " if event.message else ""
+            self.say(f"{note}restarting in {event.delay:g}s")
         elif event.kind in (EventKind.MARKED_LOST, EventKind.DONE_ARCHIVED):
             self.say(event.message or f"run {info.run_id if info else '?'} marked lost")
         elif event.kind is EventKind.TICK and self.live and info is not None:
@@ -364,8 +377,11 @@ class Console:
         head = f"attempt {info.attempt}/{self.max_attempts} · running · {minutes:02d}:{seconds:02d}"
         last = ""
         if event.run_folder is not None:
-            lines = runfolder.tail(runfolder.stdout_path(event.run_folder), 2048).splitlines()
-            last = next((ln for ln in reversed(lines) if ln.strip()), "")
+            lines = runfolder.tail(runfolder.stdout_path(event.run_folder), 8192).splitlines()
+            for line in reversed(lines):
+                last = (self.summarize(line) or "").strip() if line.strip() else ""
+                if last:
+                    break
         line = f"{head} · {last}" if last else head
         self.stream.write("\r\x1b[K" + "".join(c for c in line if c.isprintable())[: width - 1])
         self.stream.flush()
@@ -374,6 +390,68 @@ class Console:
     def finish(self, message: str, outcome: Outcome) -> None:
         self._clear()
         print(f"run-agent: {message}", file=self.stream, flush=True)
+
+
+# backends, doctor ---------------------------------------------------------------------------
+
+
+def backend_agents(config: Config) -> list[AgentConfig]:
+    """Each configured agent, plus a default one for every backend no agent uses."""
+    used = {a.type for a in config.agents.values()}
+    defaults = [AgentConfig(name=n, type=n) for n in backends.names() if n not in used]
+    return [*config.agents.values(), *defaults]
+
+
+def print_sections(sections: list[doctor.Section]) -> bool:
+    for section in sections:
+        click.echo(f"{'ok  ' if section.ok else 'FAIL'}  {section.title}")
+        for f in section.findings:
+            click.echo(
+                f"      {'✓' if f.ok else '✗'} {f.what}"
+                + (f" — {f.fix}" if f.fix and not f.ok else "")
+            )
+    return all(s.ok for s in sections)
+
+
+@cli.command(name="backends")
+@json_option
+@common
+def backends_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
+    """List every backend and agent, and whether it can run here."""
+    s = setup(config_path, root)
+    sections = [doctor.check_agent(a, backends.create) for a in backend_agents(s.config)]
+    if as_json:
+        data = [
+            {
+                "agent": a.name,
+                "backend": a.type,
+                "usable": sec.ok,
+                "checks": [{"ok": f.ok, "what": f.what, "fix": f.fix} for f in sec.findings],
+            }
+            for a, sec in zip(backend_agents(s.config), sections, strict=True)
+        ]
+        click.echo(json.dumps(data, indent=2))
+        return
+    print_sections(sections)
+
+
+@cli.command(name="doctor")
+@click.option("--port", type=int, default=doctor.DEFAULT_PORT, show_default=True)
+@common
+def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
+    """Check config, agent CLIs, versions, keys, the runs root and the server port."""
+    s = setup(config_path, root)
+    sections = [doctor.check_python(), doctor.check_config(s.config)]
+    sections += [doctor.check_agent(a, backends.create) for a in s.config.agents.values()]
+    sections += [
+        doctor.check_root(s.root),
+        doctor.check_port(port=port),
+        doctor.check_environment(),
+    ]
+    if print_sections(sections):
+        click.echo("everything run-agent needs is in place")
+        return
+    fail("some checks failed; see the lines marked ✗", ExitCode.MISSING_DEPENDENCY)
 
 
 # stop -------------------------------------------------------------------------------------

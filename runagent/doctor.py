@@ -1,0 +1,124 @@
+"""The checks `run-agent doctor` makes before a long unattended run; it reports, never fixes.
+
+Each check returns Findings: what was checked and, when it is not ok, what to do about it.
+Credentials are reported as present or absent, never shown.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import socket
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from runagent.backend import Backend, Finding
+from runagent.config import AgentConfig, Config
+from runagent.errors import RunAgentError
+
+MIN_FREE_BYTES = 1 << 30
+DEFAULT_PORT = 14355
+
+
+@dataclass(frozen=True)
+class Section:
+    title: str
+    findings: tuple[Finding, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(f.ok for f in self.findings)
+
+
+def check_python() -> Section:
+    version = ".".join(map(str, sys.version_info[:3]))
+    ok = sys.version_info >= (3, 11)
+    return Section(
+        "python",
+        (Finding(ok, f"Python {version} at {sys.executable}", "use Python 3.11 or newer"),),
+    )
+
+
+def check_config(config: Config) -> Section:
+    where = str(config.source) if config.source else "none found: built-in defaults"
+    agents = ", ".join(config.agents) or "none"
+    return Section(
+        "config",
+        (
+            Finding(True, f"config: {where}"),
+            Finding(True, f"agents: {agents}; default agent: {config.defaults.agent or 'none'}"),
+        ),
+    )
+
+
+def check_agent(agent: AgentConfig, create: Callable[[AgentConfig], Backend]) -> Section:
+    """Whether one configured agent can start here: its backend, executable, version, key."""
+    title = f"agent {agent.name} ({agent.type})"
+    try:
+        backend = create(agent)
+    except RunAgentError as exc:
+        return Section(title, (Finding(False, str(exc)),))
+    findings = backend.check()
+    if backend.default_command and backend.executable():
+        version = backend.version()
+        findings.append(
+            Finding(True, f"version {version}")
+            if version
+            else Finding(False, "`--version` gave no answer", "check that the CLI runs at all")
+        )
+    return Section(title, tuple(findings))
+
+
+def check_root(root: Path) -> Section:
+    """The runs root exists or can be made, is writable, and has room."""
+    findings = []
+    existing = next((p for p in (root, *root.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir():
+        findings.append(Finding(False, f"runs root {root} is not a folder", "set --root"))
+        return Section("runs root", tuple(findings))
+    try:
+        with tempfile.NamedTemporaryFile(dir=existing, prefix=".doctor-"):
+            pass
+        findings.append(Finding(True, f"runs root {root} is writable"))
+    except OSError as exc:
+        findings.append(
+            Finding(False, f"runs root {root} is not writable ({exc.strerror})", "set --root")
+        )
+    free = shutil.disk_usage(existing).free
+    findings.append(
+        Finding(
+            free >= MIN_FREE_BYTES,
+            f"{free / (1 << 30):.1f} GiB free",
+            "free some disk: agents' logs grow for as long as they run",
+        )
+    )
+    return Section("runs root", tuple(findings))
+
+
+def check_port(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> Section:
+    """Whether `run-agent serve` could bind its port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                finding = Finding(
+                    False, f"{host}:{port} is in use", "stop what holds it, or serve with --port"
+                )
+            else:
+                finding = Finding(False, f"cannot bind {host}:{port} ({exc.strerror})")
+            return Section("server port", (finding,))
+    return Section("server port", (Finding(True, f"{host}:{port} is free"),))
+
+
+def check_environment() -> Section:
+    home = Path.home()
+    ok = os.access(home, os.W_OK)
+    return Section(
+        "home",
+        (Finding(ok, f"HOME {home} is writable", "agent CLIs keep their logins and state there"),),
+    )
