@@ -1,0 +1,125 @@
+"""Third-party backends from entry points, and tokens that never reach disk or output."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from tests.conftest import FAKE_AGENT, Workspace
+
+PLUGIN = """
+from runagent.backend import Backend
+from runagent.process import LaunchSpec
+
+
+class Echo(Backend):
+    name = "echo"
+
+    def launch(self, ctx):
+        return LaunchSpec(("echo", "plugin says hi"), dict(ctx.environment), ctx.working_dir)
+
+
+def create(config):
+    return Echo(config)
+"""
+
+
+def install_plugins(folder: Path) -> dict[str, str]:
+    """A fake installed distribution declaring two backends: one good, one broken."""
+    (folder / "echo_backend.py").write_text(PLUGIN)
+    (folder / "broken_backend.py").write_text("raise ImportError('this plugin is broken')\n")
+    info = folder / "runagent_plugins-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: runagent-plugins\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[runagent.backends]\necho = echo_backend\nbroken = broken_backend\n"
+    )
+    return {"PYTHONPATH": os.pathsep.join([str(folder), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_entry_point_backends_load_and_a_broken_one_breaks_only_itself(ws: Workspace) -> None:
+    plugins = ws.path / "plugins"
+    plugins.mkdir()
+    env = install_plugins(plugins)
+    listed = ws.cli("backends", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    usable = {row["backend"]: row for row in json.loads(listed.stdout)}
+    assert usable["echo"]["usable"]
+    assert not usable["broken"]["usable"]
+    assert "backend 'broken' failed to load" in usable["broken"]["checks"][0]["what"]
+    assert usable["command"]["usable"]  # the others are untouched
+    ran = ws.cli("--project", "p", "--task", "t", "--agent", "echo", "x", env=env)
+    assert ran.returncode == 0, ran.stderr
+    assert ws.runs()[0].backend == "echo"
+    out = ws.task().run_folder(ws.runs()[0].run_id) / "output.md"
+    assert out.read_text() == "plugin says hi\n"
+
+
+def test_a_token_never_reaches_run_files_output_or_errors(ws: Workspace) -> None:
+    secret = "sk-test-7f3a9c1e5b2d4068"
+    token_file = ws.path / "token"
+    token_file.write_text(secret + "\n")
+    # The fake agent prints its argv and the token variable's *name*, never its value.
+    config = {
+        "agents": {
+            "fake": {
+                "type": "command",
+                "command": [sys.executable, str(FAKE_AGENT), "--echo-argv", "--key", secret,
+                            "--exit", "1"],
+                "token": secret,
+            },
+        },
+        "defaults": {"agent": "fake", "max_restarts": 1, "restart_delay": "10ms"},
+        "storage": {"runs_dir": str(ws.root)},
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    proc = ws.cli("--project", "p", "--task", "t", "x")
+    outputs = [proc.stdout, proc.stderr]
+    outputs += [ws.cli(*a).stdout for a in (["list", "--json"], ["status", "-p", "p", "-t", "t",
+                "--json"], ["list", "-p", "p", "-t", "t", "--json"])]  # fmt: skip
+    for run in ws.runs():
+        folder = ws.task().run_folder(run.run_id)
+        outputs += [(folder / n).read_text() for n in ("run-info.yaml", "prompt.md")]
+        assert "--key '***'" in (run.commandline or "") or "--key ***" in (run.commandline or "")
+    assert all(secret not in text for text in outputs)
+
+
+def test_agents_do_not_see_other_providers_keys(ws: Workspace) -> None:
+    env = {"ANTHROPIC_API_KEY": "a-key", "OPENAI_API_KEY": "o-key", "MY_VAR": "kept"}
+    ws.write_config(["--echo-env", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MY_VAR"])
+    assert ws.cli("--project", "p", "--task", "t", "x", env=env).returncode == 0
+    out = (ws.task().run_folder(ws.runs()[0].run_id) / "agent-stdout.txt").read_text()
+    assert out == "ANTHROPIC_API_KEY=\nOPENAI_API_KEY=\nMY_VAR=kept\n"
+
+
+def test_pass_env_hands_a_named_key_to_a_command_agent(ws: Workspace) -> None:
+    config = yaml.safe_load(ws.write_config(["--echo-env", "ANTHROPIC_API_KEY"]).read_text())
+    config["agents"]["fake"]["pass_env"] = ["ANTHROPIC_API_KEY"]
+    ws.config.write_text(yaml.safe_dump(config))
+    proc = ws.cli("--project", "p", "--task", "t", "x", env={"ANTHROPIC_API_KEY": "a-key"})
+    assert proc.returncode == 0, proc.stderr
+    out = (ws.task().run_folder(ws.runs()[0].run_id) / "agent-stdout.txt").read_text()
+    assert out == "ANTHROPIC_API_KEY=a-key\n"
+
+
+def test_doctor_reports_without_showing_keys(ws: Workspace) -> None:
+    secret = "xai-secret-value-123"
+    ws.config.write_text(
+        yaml.safe_dump(
+            {
+                "agents": {"grok": {"type": "xai", "token": secret}, "ghost": {
+                    "type": "command", "command": ["no-such-agent-xyz"]}},
+                "storage": {"runs_dir": str(ws.root)},
+            }
+        )
+    )  # fmt: skip
+    proc = ws.cli("doctor", "--port", "0")
+    assert proc.returncode == 3
+    assert secret not in proc.stdout + proc.stderr
+    assert "credentials configured for agents.grok" in proc.stdout
+    assert "'no-such-agent-xyz' not found on PATH" in proc.stdout
+    assert "FAIL  agent ghost (command)" in proc.stdout
