@@ -18,7 +18,7 @@ from runagent import runfolder
 from runagent.backend import Backend
 from runagent.config import LoopSettings, Until
 from runagent.context import RunContext, agent_environment, new_run_id
-from runagent.errors import RunAgentError
+from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, SpawnError, is_alive, process_start_time
@@ -319,9 +319,8 @@ class Supervisor:
             process = AgentProcess.start(
                 spec, ctx.stdout_path, ctx.stderr_path, grace=self.settings.kill_grace
             )
-        except (SpawnError, RunAgentError) as exc:
-            code = exc.code if isinstance(exc, SpawnError) else 126
-            reason = Reason.MISSING_BINARY if code == 127 else Reason.SPAWN_ERROR
+        except RunAgentError as exc:
+            code, reason = _spawn_failure(exc)
             with open(ctx.stderr_path, "a", encoding="utf-8") as f:
                 f.write(f"run-agent: {exc}\n")
             info = self._finish(ctx, info, code, reason, RunStatus.FAILED, str(exc))
@@ -474,6 +473,15 @@ class Supervisor:
                 fence = _fence(text)
                 lines += ["", f"The end of its {title}:", "", fence, text, fence]
         return lines
+
+
+def _spawn_failure(exc: RunAgentError) -> tuple[int, Reason]:
+    """The exit code and reason recorded for a run that could not be started."""
+    if isinstance(exc, SpawnError):
+        return exc.code, Reason.MISSING_BINARY if exc.code == 127 else Reason.SPAWN_ERROR
+    if isinstance(exc, MissingDependencyError):  # a token file or variable that is not there
+        return int(ExitCode.MISSING_DEPENDENCY), Reason.AUTH
+    return 126, Reason.SPAWN_ERROR
 
 
 def _describe(info: RunInfo) -> str:

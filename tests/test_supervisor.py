@@ -269,3 +269,16 @@ def test_the_agent_gets_the_environment_contract(ws: Workspace) -> None:
         "JRUN_RUNS_DIR": str(ws.root),
         "MY_SETTING": "42",
     }
+
+
+def test_a_missing_credential_ends_the_loop_as_a_missing_dependency(ws: Workspace) -> None:
+    from backends.xai import XaiBackend
+    from runagent.config import AgentConfig
+
+    sup = ws.supervisor()
+    sup.backend = XaiBackend(AgentConfig("grok", "xai", token_file=ws.path / "no-key-file"))
+    result = sup.run()
+    assert result.outcome is Outcome.MISSING_DEPENDENCY
+    (info,) = ws.runs()
+    assert info.reason is Reason.AUTH and info.exit_code == 3
+    assert "no-key-file" in (info.message or "")
