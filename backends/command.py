@@ -1,10 +1,13 @@
 """The `command` backend: runs any executable from config, the way custom agents plug in.
 
 `command: [argv...]` (plus `args`) may use the placeholders {prompt_file}, {prompt},
-{run_folder}, {task_folder} and {model}. The prompt goes to stdin unless a placeholder takes it.
+{run_folder}, {task_folder}, {model} and {config_dir} (the folder of config.yaml, for scripts
+kept beside it). The prompt goes to stdin unless a placeholder takes it.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from runagent.backend import Backend
 from runagent.config import AgentConfig
@@ -33,6 +36,7 @@ class CommandBackend(Backend):
             "{run_folder}": str(ctx.run_folder),
             "{task_folder}": str(ctx.task_folder),
             "{model}": self.config.model or "",
+            "{config_dir}": str(self.config.config_dir or Path.cwd()),
         }
         words = [*self.config.command, *self.config.args]
         argv = []

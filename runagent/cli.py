@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TextIO
 import click
 
 import backends
-from runagent import __version__, doctor, runfolder, tasks
+from runagent import __version__, control, doctor, runfolder, tasks
 from runagent.config import (
     AgentConfig,
     Config,
@@ -454,6 +454,47 @@ def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     fail("some checks failed; see the lines marked ✗", ExitCode.MISSING_DEPENDENCY)
 
 
+# serve ------------------------------------------------------------------------------------
+
+
+@cli.command()
+@click.option("--host", help="Address to listen on (default 127.0.0.1; others need an API key).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port (default 14355).")
+@common
+def serve(host: str | None, port: int | None, config_path: Path | None, root: Path | None) -> None:
+    """Serve a live view of every run in a browser (REST, SSE and a page)."""
+    import socket
+
+    import uvicorn
+
+    from server.app import Settings, create_app
+    from server.security import is_loopback
+
+    s = setup(config_path, root)
+    host = host or s.config.server.host
+    port = port or s.config.server.port
+    key = s.config.server.api_key(os.environ)
+    if not is_loopback(host) and not key:
+        raise UsageError(
+            f"refusing to serve on {host}: anything but loopback needs an API key; "
+            f"set {s.config.server.api_key_env} and try again"
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); pass --port"
+            ) from exc
+    app = create_app(Settings(root=s.root, api_key=key, config_path=s.config.source))
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
+    click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
+    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+
+
 # stop -------------------------------------------------------------------------------------
 
 
@@ -468,23 +509,18 @@ def stop(
     s = setup(config_path, root)
     task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
     label = f"{project_id}/{task_id}"
-    holder = live_holder(task.lock)
-    if holder is None:
-        click.echo(f"run-agent: task {label} is not running")
-        return
-    try:
-        os.kill(holder.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        click.echo(f"run-agent: task {label} is not running")
-        return
     if not wait:
+        holder = live_holder(task.lock)
+        if holder is None:
+            click.echo(f"run-agent: task {label} is not running")
+            return
+        os.kill(holder.pid, signal.SIGTERM)
         click.echo(f"run-agent: asked the supervisor of {label} (pid {holder.pid}) to stop")
         return
-    deadline = time.monotonic() + s.config.defaults.kill_grace + STOP_WAIT_MARGIN
-    while holder.alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if holder.alive():
-        fail(f"the supervisor of {label} (pid {holder.pid}) did not stop in time", ExitCode.FAILED)
+    stopped = control.stop(task, s.config.defaults.kill_grace + STOP_WAIT_MARGIN)
+    if stopped is None:
+        click.echo(f"run-agent: task {label} is not running")
+        return
     click.echo(f"run-agent: task {label} stopped")
 
 

@@ -51,6 +51,7 @@ class AgentConfig:
     token_env: str | None = None
     permissions: Permissions = Permissions.BYPASS
     pass_env: tuple[str, ...] = ()
+    config_dir: Path | None = None  # the folder of the config file that defined the agent
 
 
 @dataclass(frozen=True)
@@ -74,11 +75,24 @@ class LoopSettings:
 
 
 @dataclass(frozen=True)
+class ServerSettings:
+    """The `server:` section: where `run-agent serve` listens and which key it requires."""
+
+    host: str = "127.0.0.1"
+    port: int = 14355
+    api_key_env: str = "RUN_AGENT_API_KEY"
+
+    def api_key(self, env: Mapping[str, str]) -> str | None:
+        return env.get(self.api_key_env) or None
+
+
+@dataclass(frozen=True)
 class Config:
     agents: Mapping[str, AgentConfig]
     defaults: LoopSettings
     runs_dir: Path
     source: Path | None = None
+    server: ServerSettings = field(default_factory=ServerSettings)
 
 
 def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Path | None:
@@ -129,9 +143,9 @@ def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
     top = _Section(data, "")
-    top.only("agents", "defaults", "storage")
+    top.only("agents", "defaults", "storage", "server")
     agents = {
-        name: _agent(name, section, backend_names)
+        name: _agent(name, section, backend_names, base_dir)
         for name, section in top.section("agents").items_as_sections()
     }
     defaults = _defaults(top.section("defaults"), agents, backend_names)
@@ -143,10 +157,24 @@ def parse_config(
         defaults=defaults,
         runs_dir=runs_dir if runs_dir.is_absolute() else base_dir / runs_dir,
         source=source,
+        server=_server(top.section("server")),
     )
 
 
-def _agent(name: str, s: _Section, backend_names: Collection[str]) -> AgentConfig:
+def _server(s: _Section) -> ServerSettings:
+    base = ServerSettings()
+    s.only("host", "port", "api_key_env")
+    port = s.count("port", base.port)
+    if not 0 < port < 65536:
+        raise ConfigError(f"{s.key('port')}: {port} is not a TCP port (1-65535)")
+    return ServerSettings(
+        host=s.string("host") or base.host,
+        port=port,
+        api_key_env=s.string("api_key_env") or base.api_key_env,
+    )
+
+
+def _agent(name: str, s: _Section, backend_names: Collection[str], base_dir: Path) -> AgentConfig:
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env")  # fmt: skip
     kind = s.string("type") or name
@@ -174,6 +202,7 @@ def _agent(name: str, s: _Section, backend_names: Collection[str]) -> AgentConfi
         token_env=s.string("token_env"),
         permissions=Permissions(permissions),
         pass_env=s.argv("pass_env"),
+        config_dir=base_dir,
     )
 
 

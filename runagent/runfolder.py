@@ -1,7 +1,7 @@
 """The run-folder layout on disk: the only module that knows its file names.
 
     <root>/<project>/<task>/
-      TASK.md  DONE  .lock
+      TASK.md  DONE  .lock  supervisor.log
       runs/<run_id>/
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md
 
@@ -29,6 +29,7 @@ OUTPUT = "output.md"
 TASK = "TASK.md"
 DONE = "DONE"
 LOCK = ".lock"
+SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
 RUNS = "runs"
 RUN_INFO_VERSION = 1
 
@@ -151,6 +152,10 @@ class TaskPaths:
             return sorted(e.name for e in os.scandir(self.runs) if e.is_dir())
         except FileNotFoundError:
             return []
+
+
+def supervisor_log_path(task: TaskPaths) -> Path:
+    return task.folder / SUPERVISOR_LOG
 
 
 def prompt_path(run_folder: Path) -> Path:

@@ -1,0 +1,100 @@
+"""Controlling task loops from outside them: starting a detached supervisor, and stopping a loop.
+
+A detached supervisor is a `run-agent` process in its own session, so it outlives whoever started
+it (a server that restarts, a shell that closes); its own output goes to the task's
+supervisor.log.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from runagent import runfolder
+from runagent.errors import AlreadyRunningError, ExitCode, RunAgentError
+from runagent.lock import Holder, live_holder
+from runagent.runfolder import TaskPaths
+
+START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
+
+
+@dataclass(frozen=True)
+class Started:
+    pid: int
+    holder: Holder | None
+
+
+def start_detached(
+    task: TaskPaths,
+    args: Sequence[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    wait: float = START_WAIT,
+) -> Started:
+    """Start `run-agent ARGS` for `task` in its own session; return once it holds the lock.
+
+    Raises AlreadyRunningError if another supervisor holds the task, and RunAgentError with the
+    tail of supervisor.log if the new one exits before taking the lock.
+    """
+    holder = live_holder(task.lock)
+    if holder is not None:
+        raise AlreadyRunningError(
+            f"task {task.project_id}/{task.task_id} is already running "
+            f"(supervisor pid {holder.pid} since {holder.since})"
+        )
+    task.folder.mkdir(parents=True, exist_ok=True)
+    log = runfolder.supervisor_log_path(task)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runagent", *args, "--quiet"],
+            cwd=cwd,
+            env=dict(env if env is not None else os.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+        )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        holder = live_holder(task.lock)
+        if holder is not None and holder.pid == proc.pid:
+            return Started(proc.pid, holder)
+        code = proc.poll()
+        if code is not None:
+            tail = runfolder.tail(log, 600).strip().splitlines()
+            why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {code}"
+            known = code in ExitCode._value2member_map_
+            raise RunAgentError(why, exit_code=ExitCode(code) if known else ExitCode.FAILED)
+        time.sleep(0.02)
+    return Started(proc.pid, None)
+
+
+def stop(task: TaskPaths, wait: float) -> Holder | None:
+    """Ask the task's supervisor to stop its loop and wait up to `wait` seconds for it to exit.
+
+    Returns the holder that was stopped, or None if the task was not running. Raises
+    RunAgentError if the supervisor is still alive after `wait`.
+    """
+    holder = live_holder(task.lock)
+    if holder is None:
+        return None
+    try:
+        os.kill(holder.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return None
+    deadline = time.monotonic() + wait
+    while holder.alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if holder.alive():
+        raise RunAgentError(
+            f"the supervisor of {task.project_id}/{task.task_id} (pid {holder.pid}) did not stop "
+            f"within {wait:g}s; it may still be stopping its agent"
+        )
+    return holder

@@ -1,0 +1,324 @@
+"""The Starlette app of `run-agent serve`: REST and SSE over run folders, and the static page.
+
+The server only reads run folders; starting a task spawns a detached supervisor, so runs outlive
+the server. It imports no backend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from runagent import __version__, control, runfolder, tasks
+from runagent.context import new_task_id, validate_id
+from runagent.errors import (
+    AlreadyRunningError,
+    NotFoundError,
+    RunAgentError,
+    UsageError,
+)
+from runagent.runfolder import TaskPaths
+from server import streams
+from server.hub import Hub
+from server.security import KeyMiddleware, cross_site_write, inside
+
+STATIC = Path(__file__).with_name("static")
+RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
+STREAM_FILES = ("stdout", "stderr", "output")
+HEARTBEAT = 15
+STOP_WAIT = 30.0
+
+
+@dataclass(frozen=True)
+class Settings:
+    root: Path
+    api_key: str | None = None
+    config_path: Path | None = None
+    workdir: Path = field(default_factory=Path.cwd)
+    env: dict[str, str] | None = None
+
+
+class HTTPError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def create_app(settings: Settings) -> Starlette:
+    hub = Hub(settings.root)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await hub.start()
+        try:
+            yield
+        finally:
+            await hub.stop()
+
+    api = Api(settings, hub)
+    routes = [
+        Route("/", api.index),
+        Route("/api/health", api.health),
+        Route("/api/projects", api.projects),
+        Route("/api/tasks", api.all_tasks),
+        Route("/api/events", api.events),
+        Route("/api/projects/{project}/tasks", api.project_tasks, methods=["GET"]),
+        Route("/api/projects/{project}/tasks", api.start, methods=["POST"]),
+        Route("/api/projects/{project}/tasks/{task}", api.task),
+        Route("/api/projects/{project}/tasks/{task}/stop", api.stop, methods=["POST"]),
+        Route("/api/projects/{project}/tasks/{task}/resume", api.resume, methods=["POST"]),
+        Route("/api/projects/{project}/tasks/{task}/stream", api.task_stream),
+        Route("/api/projects/{project}/tasks/{task}/runs", api.runs),
+        Route("/api/projects/{project}/tasks/{task}/runs/{run}", api.run),
+        Route("/api/projects/{project}/tasks/{task}/runs/{run}/files/{name}", api.file),
+        Route("/api/projects/{project}/tasks/{task}/runs/{run}/stream/{name}", api.run_stream),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+    app = Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        middleware=[Middleware(KeyMiddleware, key=settings.api_key)],
+        exception_handlers={HTTPError: _http_error, RunAgentError: _run_agent_error},
+    )
+    app.state.hub = hub
+    return app
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPError)
+    return JSONResponse({"error": str(exc)}, status_code=exc.status)
+
+
+async def _run_agent_error(request: Request, exc: Exception) -> Response:
+    status = 500
+    if isinstance(exc, NotFoundError):
+        status = 404
+    elif isinstance(exc, AlreadyRunningError):
+        status = 409
+    elif isinstance(exc, UsageError) or getattr(exc, "exit_code", 1) == 2:
+        status = 400
+    return JSONResponse({"error": str(exc)}, status_code=status)
+
+
+class Api:
+    def __init__(self, settings: Settings, hub: Hub) -> None:
+        self.settings = settings
+        self.root = settings.root
+        self.hub = hub
+
+    # Paths from requests ---------------------------------------------------------------------
+
+    def task_paths(self, request: Request, must_exist: bool = True) -> TaskPaths:
+        """The task a request names; 404 for a bad id, a missing task, or a path out of root."""
+        try:
+            project = validate_id("project", request.path_params["project"])
+            task_id = validate_id("task", request.path_params["task"])
+        except UsageError as exc:
+            raise HTTPError(404, str(exc)) from exc
+        task = TaskPaths(self.root, project, task_id)
+        if must_exist and (not task.folder.is_dir() or inside(self.root, task.folder) is None):
+            raise HTTPError(404, f"task {project}/{task_id} not found")
+        return task
+
+    def run_folder(self, request: Request) -> tuple[TaskPaths, Path]:
+        task = self.task_paths(request)
+        run_id = request.path_params["run"]
+        folder = task.run_folder(run_id)
+        if not RUN_ID.fullmatch(run_id) or not folder.is_dir() or inside(self.root, folder) is None:
+            raise HTTPError(404, f"run {run_id!r} not found")
+        return task, folder
+
+    def run_file(self, request: Request, names: Sequence[str]) -> tuple[Path, Path]:
+        _, folder = self.run_folder(request)
+        name = request.path_params["name"]
+        if name not in names:
+            raise HTTPError(404, f"no file {name!r}; one of: {', '.join(names)}")
+        path = folder / runfolder.RUN_FILES[name]
+        if path.exists() and inside(self.root, path) is None:
+            raise HTTPError(404, f"no file {name!r}")
+        return folder, path
+
+    # Reading -------------------------------------------------------------------------------------
+
+    async def index(self, request: Request) -> Response:
+        return FileResponse(STATIC / "index.html")
+
+    async def health(self, request: Request) -> Response:
+        return JSONResponse({"status": "ok", "version": __version__, "root": str(self.root)})
+
+    async def projects(self, request: Request) -> Response:
+        def listing() -> list[dict[str, Any]]:
+            return [
+                {"project_id": p, "tasks": len(runfolder.task_ids(self.root, p))}
+                for p in runfolder.project_ids(self.root)
+            ]
+
+        return JSONResponse(await run_in_threadpool(listing))
+
+    async def all_tasks(self, request: Request) -> Response:
+        rows = await run_in_threadpool(lambda: list(streams.snapshot(self.root).values()))
+        return JSONResponse(rows)
+
+    async def project_tasks(self, request: Request) -> Response:
+        try:
+            project = validate_id("project", request.path_params["project"])
+        except UsageError as exc:
+            raise HTTPError(404, str(exc)) from exc
+        if not (self.root / project).is_dir():
+            raise HTTPError(404, f"project {project!r} not found")
+        views = await run_in_threadpool(tasks.all_tasks, self.root, project)
+        return JSONResponse([streams.task_row(v) for v in views])
+
+    async def task(self, request: Request) -> Response:
+        task = self.task_paths(request)
+
+        def detail() -> dict[str, Any]:
+            row = streams.task_row(tasks.view(task))
+            row["prompt"] = runfolder.read_task_prompt(task)
+            row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
+            return row
+
+        return JSONResponse(await run_in_threadpool(detail))
+
+    async def runs(self, request: Request) -> Response:
+        task = self.task_paths(request)
+        infos = await run_in_threadpool(tasks.runs, task)
+        return JSONResponse([i.to_dict() for i in infos])
+
+    async def run(self, request: Request) -> Response:
+        _, folder = self.run_folder(request)
+        info = runfolder.read_run_info(folder)
+        if info is None:
+            raise HTTPError(404, "run has no run-info.yaml yet")
+        return JSONResponse(tasks.effective(info).to_dict())
+
+    async def file(self, request: Request) -> Response:
+        """A run file, whole or a byte range (?offset=&length=), or as a download (?download=1)."""
+        _, path = self.run_file(request, list(runfolder.RUN_FILES))
+        size = streams.file_size(path)
+        try:
+            offset = int(request.query_params.get("offset", 0))
+            length = int(request.query_params.get("length", max(0, size - offset)))
+        except ValueError as exc:
+            raise HTTPError(400, "offset and length are whole numbers of bytes") from exc
+        if offset < 0 or length < 0:
+            raise HTTPError(400, "offset and length must not be negative")
+        data = streams.read_at(path, offset, length) if path.exists() else b""
+        headers = {"X-File-Size": str(size), "X-Offset": str(offset)}
+        if request.query_params.get("download"):
+            name = f"{path.parent.name}-{path.name}"
+            headers["Content-Disposition"] = f'attachment; filename="{name}"'
+        return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
+
+    # Streams -----------------------------------------------------------------------------------
+
+    def _offset(self, request: Request) -> int:
+        raw = request.headers.get("last-event-id") or request.query_params.get("from") or "0"
+        if not raw.isdigit():
+            raise HTTPError(400, f"offset {raw!r} is not a whole number of bytes")
+        return int(raw)
+
+    async def run_stream(self, request: Request) -> Response:
+        folder, path = self.run_file(request, STREAM_FILES)
+        offset = self._offset(request)
+        events = streams.run_file_events(self.hub, folder, path.name, offset)
+        return EventSourceResponse(events, ping=HEARTBEAT, send_timeout=60)
+
+    async def task_stream(self, request: Request) -> Response:
+        task = self.task_paths(request)
+        name = request.query_params.get("file", "stdout")
+        if name not in STREAM_FILES:
+            raise HTTPError(404, f"no file {name!r}; one of: {', '.join(STREAM_FILES)}")
+        cursor = request.headers.get("last-event-id") or request.query_params.get("from")
+        run_id, offset = streams.parse_task_cursor(cursor)
+        if run_id is not None and not RUN_ID.fullmatch(run_id):
+            run_id, offset = None, 0
+        events = streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
+        return EventSourceResponse(events, ping=HEARTBEAT, send_timeout=60)
+
+    async def events(self, request: Request) -> Response:
+        return EventSourceResponse(streams.root_events(self.hub, self.root), ping=HEARTBEAT)
+
+    # Actions -------------------------------------------------------------------------------------
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        refusal = cross_site_write(request)
+        if refusal is not None:
+            raise HTTPError(403, refusal)
+        try:
+            body = await request.json()
+        except ValueError as exc:
+            raise HTTPError(400, "the body is not valid JSON") from exc
+        if not isinstance(body, dict):
+            raise HTTPError(400, "the body must be a JSON object")
+        return body
+
+    def _loop_args(self, task: TaskPaths, body: dict[str, Any]) -> list[str]:
+        args = ["--project", task.project_id, "--task", task.task_id, "--root", str(self.root)]
+        if self.settings.config_path is not None:
+            args += ["--config", str(self.settings.config_path)]
+        for key, flag in (("agent", "--agent"), ("max_restarts", "--max-restarts"),
+                          ("timeout", "--timeout"), ("idle_timeout", "--idle-timeout"),
+                          ("until", "--until"), ("cwd", "--cwd")):  # fmt: skip
+            value = body.get(key)
+            if value not in (None, ""):
+                args += [flag, str(value)]
+        return args
+
+    async def _start(self, task: TaskPaths, command: str, body: dict[str, Any]) -> Response:
+        args = [command, *self._loop_args(task, body)]
+        started = await run_in_threadpool(
+            control.start_detached,
+            task,
+            args,
+            cwd=self.settings.workdir,
+            env=self.settings.env if self.settings.env is not None else dict(os.environ),
+        )
+        return JSONResponse(
+            {
+                "project_id": task.project_id,
+                "task_id": task.task_id,
+                "supervisor_pid": started.pid,
+            },
+            status_code=202,
+        )
+
+    async def start(self, request: Request) -> Response:
+        body = await self._body(request)
+        request.path_params["task"] = str(body.get("task_id") or "") or new_task_id()
+        task = self.task_paths(request, must_exist=False)
+        prompt = body.get("prompt")
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise HTTPError(400, "prompt is required: say what the agent should do")
+        existing = runfolder.read_task_prompt(task)
+        if existing is not None and existing != prompt:
+            raise HTTPError(
+                409, f"task {task.project_id}/{task.task_id} exists with another prompt"
+            )
+        runfolder.write_task_prompt(task, prompt)
+        return await self._start(task, "run", body)
+
+    async def resume(self, request: Request) -> Response:
+        body = await self._body(request)
+        task = self.task_paths(request)
+        return await self._start(task, "resume", body)
+
+    async def stop(self, request: Request) -> Response:
+        await self._body(request)
+        task = self.task_paths(request)
+        holder = await run_in_threadpool(control.stop, task, STOP_WAIT)
+        return JSONResponse({"stopped": holder is not None, "status": tasks.view(task).status})

@@ -1,0 +1,99 @@
+"""The change hub: one watchfiles watcher over the runs root that wakes every waiting stream.
+
+Streams do not receive data from the hub, only a wake-up: each one then reads its own file from
+its own offset. So the hub holds no per-client buffer, and a slow client costs nothing but its
+own socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import watchfiles
+
+from runagent import runfolder
+
+log = logging.getLogger("run-agent.server")
+
+# watchfiles groups changes: yield once nothing new came for STEP ms, or after DEBOUNCE ms.
+STEP_MS = 1
+DEBOUNCE_MS = 20
+
+
+# Appends to these are the bulk of all changes and never change a listing or a status.
+LOG_FILES = {runfolder.STDOUT, runfolder.STDERR}
+
+
+class Hub:
+    """Counts changes under `root`; `wait(seen)` returns once the count has moved past `seen`.
+
+    `generation` moves on every change; `meta_generation` only on changes that can alter a
+    listing or a status (anything but the agents' stdout and stderr).
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.generation = 0
+        self.meta_generation = 0
+        self._condition: asyncio.Condition | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+
+    async def start(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._condition = asyncio.Condition()
+        self._stop = asyncio.Event()
+        ready = asyncio.Event()
+        self._task = asyncio.create_task(self._watch(ready))
+        # Wait until the watcher is set up, so no change right after start-up is missed.
+        await asyncio.wait_for(ready.wait(), timeout=10)
+
+    async def stop(self) -> None:
+        if self._stop is not None:
+            self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._task
+        await self.notify(set())  # wake every waiter so it can notice the shutdown
+
+    async def _watch(self, ready: asyncio.Event) -> None:
+        assert self._stop is not None
+        watcher = watchfiles.awatch(
+            self.root,
+            stop_event=self._stop,
+            step=STEP_MS,
+            debounce=DEBOUNCE_MS,
+            recursive=True,
+            ignore_permission_denied=True,
+            yield_on_timeout=True,
+            rust_timeout=200,
+        )
+        async for changes in watcher:
+            ready.set()
+            if changes:
+                await self.notify({Path(path) for _, path in changes})
+
+    async def notify(self, paths: set[Path]) -> None:
+        if self._condition is None:
+            return
+        async with self._condition:
+            self.generation += 1
+            if not paths or any(p.name not in LOG_FILES for p in paths):
+                self.meta_generation += 1
+            self._condition.notify_all()
+
+    async def wait(self, seen: int, timeout: float, meta: bool = False) -> int:
+        """The (meta) generation after `seen`, or the current one after `timeout` seconds."""
+        assert self._condition is not None
+
+        def current() -> int:
+            return self.meta_generation if meta else self.generation
+
+        async with self._condition:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._condition.wait_for(lambda: current() != seen), timeout)
+            return current()

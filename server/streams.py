@@ -1,0 +1,183 @@
+"""Server-sent event streams of run files, of a task's loop, and of changes under the root.
+
+A run file stream sends the file from the client's offset on: `data` events whose `id` is the
+byte offset after their data, so a client that reconnects with Last-Event-ID gets exactly what it
+missed. Text is JSON-encoded in `data` (SSE would turn a lone \\r into a line break), and a
+UTF-8 character split across writes is held back until it is whole, so offsets always fall on
+character boundaries. Each client reads at most CHUNK bytes at a time from its own offset.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runagent import runfolder, tasks
+from runagent.lock import live_holder
+from runagent.runfolder import RunStatus, TaskPaths
+from server.hub import Hub
+
+CHUNK = 64 * 1024
+RECHECK = 5.0  # seconds between checks when nothing changes (a supervisor killed by SIGKILL)
+
+Event = dict[str, Any]
+
+
+def event(kind: str, data: Any, event_id: str | None = None) -> Event:
+    out: Event = {"event": kind, "data": json.dumps(data, ensure_ascii=False)}
+    if event_id is not None:
+        out["id"] = event_id
+    return out
+
+
+def decode(data: bytes, final: bool) -> tuple[str, int]:
+    """The text of `data` and how many bytes it used: a split character at the end waits."""
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    text = decoder.decode(data, final=final)
+    return text, len(data) - len(decoder.getstate()[0])
+
+
+def read_at(path: Path, offset: int, size: int = CHUNK) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            return f.read(size)
+    except OSError:
+        return b""
+
+
+def file_size(path: Path) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+@dataclass
+class RunWatch:
+    """The state one client keeps about one run file."""
+
+    folder: Path
+    path: Path
+    offset: int
+    status: RunStatus | None = None
+
+    def info_status(self) -> tuple[RunStatus | None, dict[str, Any] | None]:
+        info = runfolder.read_run_info(self.folder)
+        if info is None:
+            return None, None
+        info = tasks.effective(info)
+        return info.status, info.to_dict()
+
+    def chunks(self, id_prefix: str, final: bool) -> list[Event]:
+        """Events for every whole character past the offset, advancing it."""
+        out = []
+        while data := read_at(self.path, self.offset):
+            text, used = decode(data, final=final and len(data) < CHUNK)
+            if used == 0:
+                break
+            self.offset += used
+            out.append(event("data", text, f"{id_prefix}{self.offset}"))
+        return out
+
+
+async def run_file_events(
+    hub: Hub, folder: Path, name: str, offset: int, id_prefix: str = ""
+) -> AsyncIterator[Event]:
+    """A run file's bytes from `offset`, `status` events, then `end` when all is sent."""
+    watch = RunWatch(folder, folder / name, offset)
+    seen = hub.generation
+    while True:
+        status, info = watch.info_status()
+        finished = status is not None and status is not RunStatus.RUNNING
+        for item in watch.chunks(id_prefix, final=finished):
+            yield item
+        if status is not watch.status:
+            watch.status = status
+            yield event("status", info)
+        if finished and file_size(watch.path) <= watch.offset:
+            yield event("end", info, f"{id_prefix}{watch.offset}")
+            return
+        seen = await hub.wait(seen, RECHECK)
+
+
+def parse_task_cursor(value: str | None) -> tuple[str | None, int]:
+    """`RUN_ID:OFFSET` from a task stream's Last-Event-ID."""
+    if not value or ":" not in value:
+        return None, 0
+    run_id, _, offset = value.rpartition(":")
+    return (run_id, int(offset)) if offset.isdigit() else (None, 0)
+
+
+async def task_events(
+    hub: Hub, task: TaskPaths, name: str, run_id: str | None, offset: int
+) -> AsyncIterator[Event]:
+    """Follow a task's loop: the current run's file, then each next run's, until the loop ends."""
+    seen = hub.generation
+    while run_id is None:
+        ids = task.run_ids()
+        if ids:
+            run_id = ids[-1]
+            break
+        if live_holder(task.lock) is None:
+            yield event("end", {"task": task.task_id, "runs": 0})
+            return
+        seen = await hub.wait(seen, RECHECK)
+    while True:
+        info = runfolder.read_run_info(task.run_folder(run_id))
+        yield event("run", info.to_dict() if info else {"run_id": run_id}, f"{run_id}:{offset}")
+        async for item in run_file_events(
+            hub, task.run_folder(run_id), name, offset, id_prefix=f"{run_id}:"
+        ):
+            if item["event"] != "end":
+                yield item
+        # The run is over: wait for the loop's next run, or for the loop to end.
+        while True:
+            later = [r for r in task.run_ids() if r > run_id]
+            if later:
+                run_id, offset = later[0], 0
+                break
+            if live_holder(task.lock) is None:
+                view = tasks.view(task)
+                yield event("end", {"task": task.task_id, "status": view.status.value})
+                return
+            seen = await hub.wait(seen, RECHECK)
+
+
+def snapshot(root: Path) -> dict[str, dict[str, Any]]:
+    """Every task's listing row, keyed by `project/task`."""
+    return {view.label: task_row(view) for view in tasks.all_tasks(root)}
+
+
+def task_row(view: tasks.TaskView) -> dict[str, Any]:
+    latest = view.latest
+    return {
+        "project_id": view.paths.project_id,
+        "task_id": view.paths.task_id,
+        "status": view.status.value,
+        "runs": view.run_count,
+        "latest_run": latest.to_dict() if latest else None,
+        "supervisor_pid": view.supervisor.pid if view.supervisor else None,
+    }
+
+
+async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
+    """The task list once, then a `task` event for every task whose row changed."""
+    rows = snapshot(root)
+    yield event("snapshot", list(rows.values()))
+    seen = hub.meta_generation
+    while True:
+        seen = await hub.wait(seen, RECHECK, meta=True)
+        fresh = snapshot(root)
+        for key, row in fresh.items():
+            if rows.get(key) != row:
+                yield event("task", row)
+        for key in rows.keys() - fresh.keys():
+            project, _, task = key.partition("/")
+            yield event("removed", {"project_id": project, "task_id": task})
+        rows = fresh
