@@ -129,7 +129,11 @@ async def task_events(
             return
         seen = await hub.wait(seen, RECHECK)
     while True:
+        # A run's folder appears a moment before its run-info: announce it once it is there.
         info = runfolder.read_run_info(task.run_folder(run_id))
+        while info is None and live_holder(task.lock) is not None:
+            seen = await hub.wait(seen, RECHECK)
+            info = runfolder.read_run_info(task.run_folder(run_id))
         yield event("run", info.to_dict() if info else {"run_id": run_id}, f"{run_id}:{offset}")
         async for item in run_file_events(
             hub, task.run_folder(run_id), name, offset, id_prefix=f"{run_id}:"

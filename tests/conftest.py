@@ -201,3 +201,53 @@ def ws(tmp_path: Path) -> Iterator[Workspace]:
         except ProcessLookupError:
             pass
     assert not left, f"processes outlived the test: {[p.info['cmdline'] for p in left]}"
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Server:
+    url: str
+    process: subprocess.Popen[str]
+
+
+@pytest.fixture
+def server(ws: Workspace) -> Iterator[Server]:
+    """`run-agent serve` on a free port of 127.0.0.1, over the workspace's runs root."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)),
+        cwd=ws.path,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            return False
+
+    wait_for(healthy, what="the server to answer")
+    try:
+        yield Server(url, proc)
+    finally:
+        proc.terminate()
+        try:
+            proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()

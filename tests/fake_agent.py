@@ -22,6 +22,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--interval", type=float, default=0.0, help="seconds between lines")
     p.add_argument("--line-text", default="line", help="text of each line")
     p.add_argument("--stderr", default=None, help="write this to stderr")
+    p.add_argument("--chunks", nargs="*", default=[], help="hex byte chunks written to stdout")
     p.add_argument("--echo-stdin", action="store_true", help="copy stdin to stdout")
     p.add_argument("--echo-env", nargs="*", default=[], help="print NAME=value for these")
     p.add_argument("--echo-argv", action="store_true", help="print argv, one per line")
@@ -106,6 +107,10 @@ def main(argv: list[str]) -> int:
         time.sleep(0.01)
     for i in range(1, args.lines + 1):
         print(f"{args.line_text} {i}", flush=True)
+        if args.interval:
+            time.sleep(args.interval)
+    for chunk in args.chunks:  # raw writes, e.g. a UTF-8 character split across two writes
+        os.write(1, bytes.fromhex(chunk))
         if args.interval:
             time.sleep(args.interval)
     if args.wait_for:

@@ -1,0 +1,205 @@
+"""REST routes and security of the server, with Starlette's TestClient over real run folders."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+from starlette.testclient import TestClient
+
+from server.app import Settings, create_app
+from tests.conftest import Workspace, wait_for
+
+KEY = "test-key-0123456789"
+
+
+@pytest.fixture
+def done_task(ws: Workspace) -> Workspace:
+    """A workspace with task p/t completed after one failed run."""
+    ws.write_config(["--fail-first", "1", "--lines", "3", "--stderr", "warn"])
+    assert ws.cli("--project", "p", "--task", "t", "the prompt").returncode == 0
+    return ws
+
+
+@pytest.fixture
+def client(done_task: Workspace) -> Iterator[TestClient]:
+    app = create_app(Settings(root=done_task.root, config_path=done_task.config))
+    with TestClient(app) as c:
+        yield c
+
+
+def test_health_and_listings(client: TestClient, done_task: Workspace) -> None:
+    health = client.get("/api/health").json()
+    assert health["status"] == "ok" and health["version"]
+    assert client.get("/api/projects").json() == [{"project_id": "p", "tasks": 1}]
+    (row,) = client.get("/api/tasks").json()
+    assert row["status"] == "completed" and row["runs"] == 2
+    assert client.get("/api/projects/p/tasks").json()[0]["task_id"] == "t"
+    detail = client.get("/api/projects/p/tasks/t").json()
+    assert detail["prompt"] == "the prompt"
+    first, second = detail["runs_list"]
+    assert second["previous_run_id"] == first["run_id"]  # the restart chain
+    runs = client.get("/api/projects/p/tasks/t/runs").json()
+    assert [r["status"] for r in runs] == ["failed", "completed"]
+    run = client.get(f"/api/projects/p/tasks/t/runs/{second['run_id']}").json()
+    assert run["exit_code"] == 0
+
+
+def test_run_files_whole_ranged_and_downloaded(client: TestClient, done_task: Workspace) -> None:
+    run_id = done_task.runs()[-1].run_id
+    base = f"/api/projects/p/tasks/t/runs/{run_id}/files"
+    whole = client.get(f"{base}/stdout")
+    assert whole.text == "line 1\nline 2\nline 3\n"
+    assert whole.headers["x-file-size"] == "21"
+    part = client.get(f"{base}/stdout", params={"offset": 7, "length": 6})
+    assert part.text == "line 2" and part.headers["x-offset"] == "7"
+    assert client.get(f"{base}/stderr").text == "warn\n"
+    assert client.get(f"{base}/prompt").text.endswith("the prompt\n")
+    download = client.get(f"{base}/output", params={"download": 1})
+    assert "attachment" in download.headers["content-disposition"]
+    assert client.get(f"{base}/stdout", params={"offset": -1}).status_code == 400
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/projects/%2e%2e/tasks/t",
+        "/api/projects/p/tasks/%2e%2e",
+        "/api/projects/..%2f..%2fetc/tasks/passwd",
+        "/api/projects/p/tasks/t/runs/..%2f..%2f..%2fTASK.md",
+        "/api/projects/p/tasks/t/runs/%2fetc%2fpasswd",
+        "/api/projects/p/tasks/t/runs/20260101-000000000-1/files/..%2frun-info.yaml",
+        "/api/projects/p/tasks/t/runs/20260101-000000000-1/files/%2fetc%2fpasswd",
+        "/api/projects/%2fetc/tasks/passwd",
+        "/api/projects/p/tasks/t/stream?file=..%2f..%2fTASK.md",
+    ],
+)
+def test_traversal_attempts_get_404_never_a_file(client: TestClient, path: str) -> None:
+    response = client.get(path)
+    assert response.status_code == 404
+    assert "root:" not in response.text and "the prompt" not in response.text
+
+
+def test_symlinks_out_of_the_root_are_not_followed(
+    client: TestClient, done_task: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    outside = tmp_path_factory.mktemp("outside")
+    secret_task = outside / "secret"
+    (secret_task / "runs" / "20260101-000000000-1").mkdir(parents=True)
+    (secret_task / "runs" / "20260101-000000000-1" / "agent-stdout.txt").write_text("SECRET")
+    os.symlink(secret_task, done_task.root / "p" / "evil")
+    run_id = done_task.runs()[-1].run_id
+    run = done_task.task().run_folder(run_id)
+    (run / "agent-stderr.txt").unlink()
+    os.symlink(outside / "secret" / "runs" / "20260101-000000000-1" / "agent-stdout.txt",
+               run / "agent-stderr.txt")  # fmt: skip
+    assert client.get("/api/projects/p/tasks/evil").status_code == 404
+    evil_file = "/api/projects/p/tasks/evil/runs/20260101-000000000-1/files/stdout"
+    assert client.get(evil_file).status_code == 404
+    linked = client.get(f"/api/projects/p/tasks/t/runs/{run_id}/files/stderr")
+    assert linked.status_code == 404 and "SECRET" not in linked.text
+
+
+def test_api_key_is_required_when_set(done_task: Workspace) -> None:
+    app = create_app(Settings(root=done_task.root, api_key=KEY))
+    with TestClient(app) as c:
+        assert c.get("/api/health").status_code == 401
+        assert c.get("/api/tasks", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        assert c.get("/").status_code == 401
+        assert c.get("/api/health", headers={"Authorization": f"Bearer {KEY}"}).status_code == 200
+        assert c.get("/api/health", headers={"X-API-Key": KEY}).status_code == 200
+        # The page is opened once with ?key=: a cookie is set and the key leaves the address.
+        opened = c.get(f"/?key={KEY}&x=1", follow_redirects=False)
+        assert opened.status_code == 303
+        assert opened.headers["location"] == "/?x=1"
+        assert "httponly" in opened.headers["set-cookie"].lower()
+        assert c.get("/api/tasks").status_code == 200  # the cookie now carries it
+        assert c.get("/static/app.js").status_code == 200  # assets need no key
+
+
+def test_writes_from_another_site_are_refused(client: TestClient) -> None:
+    url = "/api/projects/p/tasks/t/resume"
+    json_headers = {"Content-Type": "application/json"}
+    evil = client.post(url, content="{}", headers={**json_headers, "Origin": "http://evil.test"})
+    assert evil.status_code == 403 and "evil.test" in evil.json()["error"]
+    cross = client.post(url, content="{}", headers={**json_headers, "Sec-Fetch-Site": "cross-site"})
+    assert cross.status_code == 403
+    form = client.post(
+        url, content="a=b", headers={"Content-Type": "application/x-www-form-urlencoded"}
+    )
+    assert form.status_code == 403
+    start = client.post("/api/projects/p/tasks", content='{"prompt":"x"}',
+                        headers={"Content-Type": "text/plain"})  # fmt: skip
+    assert start.status_code == 403
+
+
+def test_start_validates_and_refuses_conflicts(client: TestClient) -> None:
+    bad_id = client.post("/api/projects/p/tasks", json={"task_id": "../x", "prompt": "hi"})
+    assert bad_id.status_code == 404
+    no_prompt = client.post("/api/projects/p/tasks", json={"task_id": "n"})
+    assert no_prompt.status_code == 400 and "prompt is required" in no_prompt.json()["error"]
+    other = client.post("/api/projects/p/tasks", json={"task_id": "t", "prompt": "different"})
+    assert other.status_code == 409
+    not_json = client.post(
+        "/api/projects/p/tasks", content="{", headers={"Content-Type": "application/json"}
+    )
+    assert not_json.status_code == 400
+
+
+def test_start_stop_and_resume_through_the_api(ws: Workspace) -> None:
+    ws.write_config(["--lines", "1", "--sleep", "60", "--grandchild"])
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
+    with TestClient(app) as c:
+        started = c.post("/api/projects/p/tasks", json={"task_id": "live", "prompt": "go"})
+        assert started.status_code == 202, started.text
+        body = started.json()
+        assert body["task_id"] == "live" and body["supervisor_pid"] > 0
+        wait_for(lambda: len(ws.agent_pids()) == 2, what="the agent and its child")
+        assert c.get("/api/projects/p/tasks/live").json()["status"] == "running"
+        again = c.post("/api/projects/p/tasks/live/resume", json={})
+        assert again.status_code == 409 and "already running" in again.json()["error"]
+        stopped = c.post("/api/projects/p/tasks/live/stop", json={})
+        assert stopped.status_code == 200 and stopped.json()["stopped"]
+        assert c.get("/api/projects/p/tasks/live").json()["status"] == "stopped"
+        ws.write_config(["--exit", "0"])
+        resumed = c.post("/api/projects/p/tasks/live/resume", json={})
+        assert resumed.status_code == 202
+        wait_for(
+            lambda: c.get("/api/projects/p/tasks/live").json()["status"] == "completed",
+            what="the resumed loop to complete",
+        )
+        generated = c.post("/api/projects/p/tasks", json={"prompt": "no id given"}).json()
+        assert generated["task_id"].startswith("task-")
+        wait_for(lambda: c.get(f"/api/projects/p/tasks/{generated['task_id']}").json()["status"]
+                 == "completed", what="the generated task")  # fmt: skip
+
+
+def test_the_page_and_its_assets_are_served(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and "<title>run-agent</title>" in page.text
+    assert "http" not in page.text.replace('"/static/', "")  # nothing fetched from outside
+    assert (
+        client.get("/static/app.js")
+        .headers["content-type"]
+        .startswith(("application/javascript", "text/javascript"))
+    )
+    assert client.get("/static/style.css").status_code == 200
+
+
+def test_serve_refuses_a_public_address_without_a_key(ws: Workspace) -> None:
+    proc = ws.cli("serve", "--host", "0.0.0.0", "--port", "1", timeout=30)
+    assert proc.returncode == 2
+    assert "refusing to serve on 0.0.0.0" in proc.stderr and "RUN_AGENT_API_KEY" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_serve_says_when_the_port_is_taken(ws: Workspace) -> None:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = ws.cli("serve", "--port", str(port), timeout=30)
+    assert proc.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr

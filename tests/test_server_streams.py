@@ -1,0 +1,130 @@
+"""SSE end to end: `run-agent serve` on 127.0.0.1, real agents writing, real SSE clients."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import httpx
+
+from runagent import runfolder
+from tests import sse
+from tests.conftest import Server, Workspace, wait_for
+
+# A line, then "é" (c3 a9) and "€" (e2 82 ac) each split across two writes, then a lone \r.
+CHUNKS = ["6869207468657265", "0a", "c3", "a90a", "e282", "ac0a", "0d", "6c617374", "0a"]
+EXPECTED = bytes.fromhex("".join(CHUNKS))
+
+
+def start_task(server: Server, task: str = "t", prompt: str = "go") -> None:
+    response = httpx.post(
+        f"{server.url}/api/projects/p/tasks", json={"task_id": task, "prompt": prompt}, timeout=30
+    )
+    assert response.status_code == 202, response.text
+
+
+def test_a_client_that_reconnects_with_last_event_id_gets_exactly_the_missing_bytes(
+    ws: Workspace, server: Server
+) -> None:
+    go = ws.path / "go"
+    ws.write_config(
+        ["--lines", "3", "--line-text", "before", "--wait-for", str(go), "--chunks", *CHUNKS,
+         "--interval", "0.05"],
+        max_restarts=0,
+    )  # fmt: skip
+    start_task(server)
+    run_id = wait_for(lambda: ws.task().run_ids(), what="the run")[0]
+    url = f"{server.url}/api/projects/p/tasks/t/runs/{run_id}/stream/stdout"
+    received = b""
+    last_id = None
+    # First connection: read until the three "before" lines arrived, then drop the connection
+    # while the agent is still running (it waits for `go`).
+    for message in sse.stream(url):
+        if message.event == "data":
+            received += str(message.json()).encode()
+            last_id = message.id
+            assert last_id == str(len(received))  # the id is the byte offset after the data
+        if received.count(b"\n") >= 3:
+            break
+    assert received == b"before 1\nbefore 2\nbefore 3\n"
+    go.touch()  # the agent now writes split characters while nobody is connected
+    wait_for(lambda: runfolder.stdout_path(ws.task().run_folder(run_id)).read_bytes().endswith(
+        b"last\n"), what="the agent to finish writing")  # fmt: skip
+    statuses = []
+    ended = False
+    for message in sse.stream(url, headers={"Last-Event-ID": last_id or "0"}):
+        if message.event == "data":
+            data = str(message.json()).encode()
+            received += data
+            assert message.id == str(len(received))
+        elif message.event == "status":
+            statuses.append(message.json()["status"])  # type: ignore[index]
+        elif message.event == "end":
+            ended = True
+            assert message.id == str(len(received))
+    assert ended
+    assert received == runfolder.stdout_path(ws.task().run_folder(run_id)).read_bytes()
+    assert received.endswith(EXPECTED)
+    assert statuses[-1] == "completed"
+
+
+def test_from_offset_and_a_new_client_gets_the_backlog(ws: Workspace, server: Server) -> None:
+    ws.write_config(["--lines", "4"], max_restarts=0)
+    start_task(server)
+    run_id = wait_for(lambda: ws.task().run_ids(), what="the run")[0]
+    wait_for(lambda: ws.runs() and ws.runs()[0].status == "completed", what="completion")
+    base = f"{server.url}/api/projects/p/tasks/t/runs/{run_id}/stream/stdout"
+    whole = "".join(str(m.json()) for m in sse.stream(base) if m.event == "data")
+    assert whole == "line 1\nline 2\nline 3\nline 4\n"
+    tail = "".join(str(m.json()) for m in sse.stream(f"{base}?from=14") if m.event == "data")
+    assert tail == "line 3\nline 4\n"
+
+
+def test_the_task_stream_follows_the_loop_into_the_next_attempt(
+    ws: Workspace, server: Server
+) -> None:
+    ws.write_config(["--fail-first", "2", "--lines", "2", "--interval", "0.05"], max_restarts=3)
+    start_task(server)
+    events = list(sse.stream(f"{server.url}/api/projects/p/tasks/t/stream?file=stdout"))
+    runs = [m.json() for m in events if m.event == "run"]
+    assert [r["attempt"] for r in runs] == [1, 2, 3]  # type: ignore[index]
+    text = "".join(str(m.json()) for m in events if m.event == "data")
+    assert text == "line 1\nline 2\n" * 3
+    assert events[-1].event == "end" and events[-1].json()["status"] == "completed"  # type: ignore[index]
+    # Ids carry the run: a reconnect resumes inside the right run.
+    last_data = [m for m in events if m.event == "data"][-1]
+    assert last_data.id is not None and last_data.id.startswith(str(runs[-1]["run_id"]) + ":")  # type: ignore[index]
+
+
+def test_the_root_stream_announces_new_tasks_and_status_changes(
+    ws: Workspace, server: Server
+) -> None:
+    go = ws.path / "go"
+    ws.write_config(["--wait-for", str(go)], max_restarts=0)
+    seen: list[tuple[str, object]] = []
+    done = threading.Event()
+
+    def listen() -> None:
+        for message in sse.stream(f"{server.url}/api/events", timeout=60):
+            seen.append((message.event, message.json()))
+            statuses = [d.get("status") for e, d in seen if e == "task" and isinstance(d, dict)]
+            if "completed" in statuses:
+                break
+        done.set()
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    wait_for(lambda: seen and seen[0][0] == "snapshot", what="the snapshot")
+    start_task(server, task="new")
+    wait_for(lambda: any(e == "task" and d.get("status") == "running" for e, d in seen  # type: ignore[union-attr]
+                         ), what="the running task")  # fmt: skip
+    go.touch()
+    assert done.wait(30), f"no completed event; saw {json.dumps(seen)[:500]}"
+    assert seen[0] == ("snapshot", [])
+
+
+def test_a_stream_of_a_missing_run_is_404(server: Server) -> None:
+    response = httpx.get(
+        f"{server.url}/api/projects/p/tasks/t/runs/20260101-000000000-1/stream/stdout"
+    )
+    assert response.status_code == 404
