@@ -1,0 +1,120 @@
+"""The page in a real browser: Debian's chromium, driven by Playwright, against `run-agent serve`."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Server, Workspace, alive, wait_for
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts"
+
+if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
+    pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"],
+        )  # fmt: skip
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    p = context.new_page()
+    yield p
+    context.close()
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def test_watch_a_task_live_then_stop_it_from_the_page(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    # An agent that prints a coloured line, then a line every 0.3 s for a minute.
+    ws.write_config(
+        ["--stderr", "\x1b[31mred warning\x1b[0m", "--lines", "200", "--interval", "0.3",
+         "--line-text", "working on step"],
+        max_restarts=0,
+    )  # fmt: skip
+    page.goto(server.url)
+    expect(page.locator("#connection")).to_have_text("live")
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "t")
+    page.fill("textarea[name=prompt]", "watch me")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/t")
+    expect(page.locator("#task-status")).to_have_text("running")
+    log = page.locator("#log")
+    expect(log).to_contain_text("working on step 2")
+    # New lines keep arriving while we watch: live, without reloading.
+    expect(log).to_contain_text("working on step 5")
+    shot(page, "running-task")
+    page.click(".tabs button[data-file=stderr]")
+    red = page.locator("#log span.fg-31")
+    expect(red).to_have_text("red warning")  # ANSI colours are rendered, not shown raw
+    page.click(".tabs button[data-file=stdout]")
+    page.fill("#search", "step 3")
+    expect(page.locator("#log .line:not(.hidden)")).to_have_count(1)
+    page.fill("#search", "")
+    pids = ws.agent_pids()
+    page.click("#stop-button")
+    expect(page.locator("#task-status")).to_have_text("stopped", timeout=20000)
+    expect(page.locator("nav a[data-task='p/t'] .badge")).to_have_text("stopped")
+    shot(page, "stopped-task")
+    wait_for(lambda: not [p for p in pids if alive(p)], what="the agent to be gone")
+    assert ws.runs()[0].status == "stopped"
+
+
+def test_claude_stream_is_shown_readably_with_a_raw_toggle(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    sample = REPO / "tests" / "samples" / "claude-tool.stdout.jsonl"
+    ws.write_config(["--chunks", sample.read_bytes().hex()], max_restarts=0)
+    page.goto(f"{server.url}/")
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "json")
+    page.fill("textarea[name=prompt]", "use a tool")
+    page.click("form#new-task button[type=submit]")
+    log = page.locator("#log")
+    expect(log.locator(".ev-assistant").last).to_have_text("hello from fake model")
+    expect(log.locator(".ev-tool").first).to_contain_text("Bash")
+    expect(log).not_to_contain_text('"type":"assistant"')
+    shot(page, "readable-stream")
+    page.check("#raw-toggle")
+    expect(log).to_contain_text('"type":"assistant"')
+
+
+def test_the_page_shows_when_the_server_goes_away(ws: Workspace, server: Server, page: Page) -> None:
+    page.goto(server.url)
+    expect(page.locator("#connection")).to_have_text("live")
+    server.process.terminate()
+    server.process.wait(15)
+    expect(page.locator("#connection")).to_have_text(
+        # EventSource retries on its own; the page says so instead of pretending to be live.
+        re.compile("reconnecting…|disconnected"),
+        timeout=15000,
+    )
+    shot(page, "disconnected")
