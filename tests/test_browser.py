@@ -1,4 +1,4 @@
-"""The page in a real browser: Debian's chromium, driven by Playwright, against `run-agent serve`."""
+"""The page in a real browser: Debian's chromium, driven by Playwright, against the server."""
 
 from __future__ import annotations
 
@@ -107,7 +107,9 @@ def test_claude_stream_is_shown_readably_with_a_raw_toggle(
     expect(log).to_contain_text('"type":"assistant"')
 
 
-def test_the_page_shows_when_the_server_goes_away(ws: Workspace, server: Server, page: Page) -> None:
+def test_the_page_shows_when_the_server_goes_away(
+    ws: Workspace, server: Server, page: Page
+) -> None:
     page.goto(server.url)
     expect(page.locator("#connection")).to_have_text("live")
     server.process.terminate()
