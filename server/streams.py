@@ -19,7 +19,7 @@ from typing import Any
 
 from runagent import runfolder, tasks
 from runagent.lock import live_holder
-from runagent.runfolder import RunStatus, TaskPaths
+from runagent.runfolder import RunInfo, RunStatus, TaskPaths
 from server.hub import Hub
 
 CHUNK = 64 * 1024
@@ -66,13 +66,22 @@ class RunWatch:
     path: Path
     offset: int
     status: RunStatus | None = None
+    _info_key: tuple[int, int] | None = None
+    _info: RunInfo | None = None
 
-    def info_status(self) -> tuple[RunStatus | None, dict[str, Any] | None]:
-        info = runfolder.read_run_info(self.folder)
-        if info is None:
-            return None, None
-        info = tasks.effective(info)
-        return info.status, info.to_dict()
+    def current(self, recheck: bool) -> RunInfo | None:
+        """The run's info, re-read only when run-info.yaml changed (or on a recheck, which also
+        notices a supervisor that died without a word)."""
+        try:
+            st = os.stat(runfolder.run_info_path(self.folder))
+            key = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None
+        if key != self._info_key or (recheck and self._info is not None):
+            self._info_key = key
+            info = runfolder.read_run_info(self.folder)
+            self._info = tasks.effective(info) if info is not None else None
+        return self._info
 
     def chunks(self, id_prefix: str, final: bool) -> list[Event]:
         """Events for every whole character past the offset, advancing it."""
@@ -92,18 +101,22 @@ async def run_file_events(
     """A run file's bytes from `offset`, `status` events, then `end` when all is sent."""
     watch = RunWatch(folder, folder / name, offset)
     seen = hub.generation
+    recheck = True
     while True:
-        status, info = watch.info_status()
+        info = watch.current(recheck)
+        status = info.status if info is not None else None
         finished = status is not None and status is not RunStatus.RUNNING
         for item in watch.chunks(id_prefix, final=finished):
             yield item
         if status is not watch.status:
             watch.status = status
-            yield event("status", info)
+            yield event("status", info.to_dict() if info is not None else None)
         if finished and file_size(watch.path) <= watch.offset:
-            yield event("end", info, f"{id_prefix}{watch.offset}")
+            yield event("end", info.to_dict() if info else None, f"{id_prefix}{watch.offset}")
             return
+        before = seen
         seen = await hub.wait(seen, RECHECK)
+        recheck = seen == before  # nothing changed for RECHECK seconds
 
 
 def parse_task_cursor(value: str | None) -> tuple[str | None, int]:
