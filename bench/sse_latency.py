@@ -12,13 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
-import multiprocessing
 import time
 from pathlib import Path
 
@@ -53,7 +53,7 @@ def make_running_run(root: Path) -> Path:
 
 def percentile(values: list[float], p: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 async def client(url: str, lines: int, arrivals: list[float], ready: asyncio.Event) -> None:
