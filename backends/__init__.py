@@ -6,8 +6,8 @@ Modules load only when used, so a broken backend breaks only itself.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
-from importlib.metadata import entry_points
+from collections.abc import Callable, Collection, Iterator
+from typing import Any
 
 from runagent.backend import Backend
 from runagent.config import AgentConfig
@@ -25,9 +25,34 @@ BUILTIN: dict[str, str] = {
 }
 
 
+def _entry_points(name: str | None = None) -> list[Any]:
+    # importlib.metadata scans every installed distribution: only pay for it when needed.
+    from importlib.metadata import entry_points
+
+    found = entry_points(group=ENTRY_POINT_GROUP)
+    return [ep for ep in found if name is None or ep.name == name]
+
+
 def names() -> list[str]:
     """Every backend name: the built-in ones and those third-party packages register."""
-    return sorted({*BUILTIN, *(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))})
+    return sorted({*BUILTIN, *(ep.name for ep in _entry_points())})
+
+
+class _Known(Collection[str]):
+    """Backend names that answer `in` for a built-in name without scanning distributions."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in BUILTIN or (isinstance(name, str) and bool(_entry_points(name)))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(names())
+
+    def __len__(self) -> int:
+        return len(names())
+
+
+def known() -> Collection[str]:
+    return _Known()
 
 
 def _factory(name: str) -> Callable[[AgentConfig], Backend]:
@@ -36,10 +61,10 @@ def _factory(name: str) -> Callable[[AgentConfig], Backend]:
             module = importlib.import_module(BUILTIN[name])
             factory = module.create
         else:
-            (ep,) = entry_points(group=ENTRY_POINT_GROUP, name=name) or [None]
-            if ep is None:
+            found = _entry_points(name)
+            if not found:
                 raise RunAgentError(f"unknown backend {name!r}; known: {', '.join(names())}")
-            loaded = ep.load()
+            loaded = found[0].load()
             factory = getattr(loaded, "create", loaded)
     except RunAgentError:
         raise

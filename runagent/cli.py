@@ -16,7 +16,7 @@ from typing import Any, NoReturn, TextIO
 import click
 
 import backends
-from runagent import __version__, control, doctor, runfolder, tasks
+from runagent import __version__, runfolder, tasks
 from runagent.config import (
     AgentConfig,
     Config,
@@ -103,7 +103,7 @@ def common(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def setup(config_path: Path | None, root: Path | None) -> Setup:
     cwd = Path.cwd()
-    config = load_config(find_config(config_path, cwd, os.environ), backends.names(), cwd)
+    config = load_config(find_config(config_path, cwd, os.environ), backends.known(), cwd)
     return Setup(config, runs_root(root, os.environ, config))
 
 
@@ -275,7 +275,7 @@ def agent_config(config: Config, name: str | None) -> AgentConfig:
         )
     if name in config.agents:
         return config.agents[name]
-    if name in backends.names():
+    if name in backends.known():
         return AgentConfig(name=name, type=name)
     known = ", ".join([*config.agents, *backends.names()])
     raise UsageError(f"unknown agent {name!r}; configured agents and backends: {known}")
@@ -402,7 +402,7 @@ def backend_agents(config: Config) -> list[AgentConfig]:
     return [*config.agents.values(), *defaults]
 
 
-def print_sections(sections: list[doctor.Section]) -> bool:
+def print_sections(sections: list[Any]) -> bool:
     for section in sections:
         click.echo(f"{'ok  ' if section.ok else 'FAIL'}  {section.title}")
         for f in section.findings:
@@ -418,6 +418,8 @@ def print_sections(sections: list[doctor.Section]) -> bool:
 @common
 def backends_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
     """List every backend and agent, and whether it can run here."""
+    from runagent import doctor
+
     s = setup(config_path, root)
     sections = [doctor.check_agent(a, backends.create) for a in backend_agents(s.config)]
     if as_json:
@@ -436,10 +438,12 @@ def backends_(as_json: bool, config_path: Path | None, root: Path | None) -> Non
 
 
 @cli.command(name="doctor")
-@click.option("--port", type=int, default=doctor.DEFAULT_PORT, show_default=True)
+@click.option("--port", type=int, default=14355, show_default=True)
 @common
 def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     """Check config, agent CLIs, versions, keys, the runs root and the server port."""
+    from runagent import doctor
+
     s = setup(config_path, root)
     sections = [doctor.check_python(), doctor.check_config(s.config)]
     sections += [doctor.check_agent(a, backends.create) for a in s.config.agents.values()]
@@ -517,6 +521,8 @@ def stop(
         os.kill(holder.pid, signal.SIGTERM)
         click.echo(f"run-agent: asked the supervisor of {label} (pid {holder.pid}) to stop")
         return
+    from runagent import control
+
     stopped = control.stop(task, s.config.defaults.kill_grace + STOP_WAIT_MARGIN)
     if stopped is None:
         click.echo(f"run-agent: task {label} is not running")

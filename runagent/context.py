@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -103,7 +102,7 @@ def new_run_id() -> str:
 def new_task_id(now: datetime | None = None) -> str:
     """A fresh task id for a run started without `--task`: `task-YYYYMMDD-HHMMSS-xxxxxxxx`."""
     moment = now or datetime.now(UTC)
-    return f"task-{moment:%Y%m%d-%H%M%S}-{secrets.token_hex(4)}"
+    return f"task-{moment:%Y%m%d-%H%M%S}-{os.urandom(4).hex()}"
 
 
 def agent_environment(

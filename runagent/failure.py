@@ -17,27 +17,42 @@ from typing import Any
 
 from runagent.runfolder import Reason
 
-_RATE_LIMIT = re.compile(
+
+class _Pattern:
+    """A regex compiled on first use: most runs never fail, so most never need one."""
+
+    def __init__(self, pattern: str, flags: int = 0) -> None:
+        self.pattern = pattern
+        self.flags = flags
+        self._compiled: re.Pattern[str] | None = None
+
+    def search(self, text: str) -> re.Match[str] | None:
+        if self._compiled is None:
+            self._compiled = re.compile(self.pattern, self.flags)
+        return self._compiled.search(text)
+
+
+_RATE_LIMIT = _Pattern(
     r"rate[ _-]?limit|too many requests|\b429\b|resource[ _]exhausted|usage[ _]limit|"
     r"quota exceeded|exceeded your current quota|hit your (usage )?limit|overloaded",
     re.IGNORECASE,
 )
-_AUTH = re.compile(
+_AUTH = _Pattern(
     r"\b401\b|\b403\b|unauthori[sz]ed|invalid[ _-]?(x-)?api[ _-]?key|api[ _]key[ _]invalid|"
     r"authentication[ _]error|not logged in|please run /login|permission[ _]denied|"
     r"missing environment variable|no api key|api key not valid|forbidden",
     re.IGNORECASE,
 )
-_RETRY_IN = re.compile(
+_RETRY_IN = _Pattern(
     r"(?:retry|try again) (?:in|after) (\d+(?:\.\d+)?)\s*"
     r"(ms|s|sec|seconds?|m|min|minutes?|h|hours?)\b",
     re.IGNORECASE,
 )
-_RESETS_IN = re.compile(
+_RESETS_IN = _Pattern(
     r"\"?(?:resets_in_seconds|retry_after|retryAfter)\"?\s*[:=]\s*\"?(\d+(?:\.\d+)?)"
 )
-_RETRY_DELAY = re.compile(r"\"retryDelay\"\s*:\s*\"(\d+(?:\.\d+)?)s\"")
-_RESETS_AT = re.compile(r"\"?(?:resets_at|resetsAt)\"?\s*[:=]\s*\"?(\d{9,11})")
+_RETRY_DELAY = _Pattern(r"\"retryDelay\"\s*:\s*\"(\d+(?:\.\d+)?)s\"")
+_RESETS_AT = _Pattern(r"\"?(?:resets_at|resetsAt)\"?\s*[:=]\s*\"?(\d{9,11})")
 
 
 @dataclass(frozen=True)
