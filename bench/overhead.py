@@ -29,6 +29,10 @@ def clock(argv: list[str], cwd: str, env: dict[str, str]) -> float:
     return (time.perf_counter() - start) * 1000
 
 
+def job_args(i: int) -> list[str]:
+    return ["job", "-q", "-p", "bench", "-t", f"t{i}", "x"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=30)
@@ -44,18 +48,7 @@ def main() -> None:
         py = [sys.executable]
         cases = {
             "true, spawned directly": lambda i: [true],
-            "run-agent job (agent: true)": lambda i: [
-                *py,
-                "-m",
-                "runagent",
-                "job",
-                "-q",
-                "-p",
-                "bench",
-                "-t",
-                f"t{i}",
-                "x",
-            ],  # fmt: skip
+            "run-agent job (agent: true)": lambda i: [*py, "-m", "runagent", *job_args(i)],
             "  python -c pass": lambda i: [*py, "-c", "pass"],
             "  python -c 'import runagent.cli'": lambda i: [*py, "-c", "import runagent.cli"],
             "  python -I -S -c pass (the reaper)": lambda i: [*py, "-I", "-S", "-c", "pass"],
