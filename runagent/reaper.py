@@ -217,4 +217,6 @@ def main(args: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    # Nothing is left to flush or close: skip interpreter shutdown, which the supervisor would
+    # otherwise wait out between an agent's exit and the next attempt.
+    os._exit(main(sys.argv[1:]))
