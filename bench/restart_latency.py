@@ -10,6 +10,7 @@ minus the delay, and the same from run-info.yaml's end_time -> next start_time.
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import subprocess
 import sys
@@ -52,7 +53,7 @@ def main() -> None:
                  for run in sorted((task / "runs").iterdir())]  # fmt: skip
         stamp = lambda s: datetime.fromisoformat(s).timestamp()  # noqa: E731
         info_gaps = [(stamp(b["start_time"]) - stamp(a["end_time"]) - DELAY) * 1000
-                     for a, b in zip(infos, infos[1:], strict=False)]  # fmt: skip
+                     for a, b in itertools.pairwise(infos)]  # fmt: skip
     print(
         f"{len(agent_gaps)} restarts with restart_delay {DELAY * 1000:g} ms; time beyond the delay:"
     )
