@@ -5,6 +5,9 @@ process the supervisor starts, times out and kills. The child reads prompt.md, s
 to stdout as it arrives, writes output.md (with a Sources list when the provider cites), retries
 429, 5xx and connection errors with exponential backoff honouring Retry-After, and gives up on a
 stream that goes silent. A failure ends with one JSON line on stderr that `diagnose` reads.
+
+Tuning by environment (an agent's `env:`): RUN_AGENT_STREAM_TIMEOUT (seconds of silence before
+giving up, default 120) and RUN_AGENT_CHAT_RETRIES (default 5).
 """
 
 from __future__ import annotations
@@ -92,6 +95,7 @@ class Request:
     key: str
     prompt: str
     stream_timeout: float
+    retries: int = RETRIES
 
 
 class Failed(Exception):
@@ -117,6 +121,7 @@ def main(token_variable: str, cite: bool) -> int:
             key=key,
             prompt=runfolder.prompt_path(folder).read_text(encoding="utf-8"),
             stream_timeout=float(os.environ.get("RUN_AGENT_STREAM_TIMEOUT", "120")),
+            retries=int(os.environ.get("RUN_AGENT_CHAT_RETRIES", RETRIES)),
         )
         text, citations = complete(request)
     except Failed as exc:
@@ -151,11 +156,11 @@ def complete(request: Request) -> tuple[str, list[str]]:
     headers = {"Authorization": f"Bearer {request.key}", "Accept": "text/event-stream"}
     delay = BACKOFF_START
     with httpx.Client(timeout=timeout) as client:
-        for attempt in range(RETRIES + 1):
+        for attempt in range(request.retries + 1):
             try:
                 with client.stream("POST", request.url, json=body, headers=headers) as response:
                     if response.status_code == 200:
-                        return consume(response.iter_lines(), request.stream_timeout)
+                        return consume(response.iter_lines())
                     failure = http_failure(response.status_code, response.read(), response.headers)
             except httpx.ReadTimeout as exc:
                 raise Failed(
@@ -171,7 +176,7 @@ def complete(request: Request) -> tuple[str, list[str]]:
                 or ("connection failed" in str(failure))
             )
             wait = failure.retry_after if failure.retry_after is not None else delay
-            if not retryable or attempt == RETRIES or wait > RETRY_AFTER_CAP:
+            if not retryable or attempt == request.retries or wait > RETRY_AFTER_CAP:
                 raise failure
             print(f"retrying in {wait:g}s: {failure}", file=sys.stderr, flush=True)
             time.sleep(wait)
@@ -194,7 +199,7 @@ def http_failure(status: int, body: bytes, headers: Any) -> Failed:
     return Failed(Reason.API_ERROR, message)
 
 
-def consume(lines: Iterator[str], stream_timeout: float) -> tuple[str, list[str]]:
+def consume(lines: Iterator[str]) -> tuple[str, list[str]]:
     """Write each content delta to stdout as it arrives; return the text and any citations."""
     parts: list[str] = []
     citations: list[str] = []
