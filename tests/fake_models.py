@@ -192,12 +192,13 @@ def anthropic_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[st
     model = (body or {}).get("model", "fake")
     usage = {"input_tokens": 10, "output_tokens": 1}
     message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-               "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}  # fmt: skip
+               "content": [], "stop_reason": None, "stop_sequence": None,
+               "usage": usage}  # fmt: skip
     yield sse({"type": "message_start", "message": message}, "message_start")
     if tool:
         block = {"type": "tool_use", "id": "toolu_fake1", "name": "Bash", "input": {}}
-        delta = {"type": "input_json_delta",
-                 "partial_json": json.dumps({"command": TOOL_COMMAND, "description": "write"})}  # fmt: skip
+        arguments = json.dumps({"command": TOOL_COMMAND, "description": "write"})
+        delta = {"type": "input_json_delta", "partial_json": arguments}
     else:
         block = {"type": "text", "text": ""}
         delta = {"type": "text_delta", "text": TEXT}
