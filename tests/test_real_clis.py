@@ -1,0 +1,183 @@
+"""The claude, codex and gemini backends end to end against the real CLIs and a fake provider.
+
+The CLIs come from npm at the versions the backends are written for (`.ci/run` installs them
+into .cache/agent-clis; RUN_AGENT_TEST_CLIS names another bin folder). Each run goes through
+run-agent against tests/fake_models.py on 127.0.0.1, with HOME, TMPDIR and CODEX_HOME private
+to the test, so no request leaves the machine and no user's login is touched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+from runagent import runfolder
+from tests.conftest import REPO, Workspace, wait_for
+from tests.fake_models import FakeModelServer
+
+BIN = Path(os.environ.get("RUN_AGENT_TEST_CLIS") or REPO / ".cache/agent-clis/node_modules/.bin")
+CLIS = ["claude", "codex", "gemini"]
+VERSIONS = {"claude": "2.1.330", "codex": "0.169.0", "gemini": "0.61.0"}
+PROMPT = "Say hello, then write fake_tool_output.txt."
+
+if not all((BIN / cli).exists() for cli in CLIS) and not os.environ.get("CI"):
+    pytest.skip(
+        f"agent CLIs not installed in {BIN} (npm install them as .ci/run does)",
+        allow_module_level=True,
+    )
+
+
+@pytest.fixture
+def provider() -> Iterator[FakeModelServer]:
+    with FakeModelServer() as server:
+        yield server
+
+
+@pytest.fixture
+def private_cache() -> Iterator[Path]:
+    """A cache folder whose parents are not world-writable: gemini refuses a system settings
+    file under /tmp ("Parent directory '/tmp' is insecure"), so it cannot live in tmp_path."""
+    folder = Path.home() / ".cache" / f"run-agent-test-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True, mode=0o700)
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def configure(ws: Workspace, cli: str, provider: FakeModelServer, **defaults: Any) -> Path:
+    """Config for one CLI agent pointed at the fake provider; returns its working folder."""
+    private = {name: ws.path / name for name in ("home", "tmp", "codex-home", "work")}
+    for folder in private.values():
+        folder.mkdir(exist_ok=True)
+    base_url = provider.base_url + ("/v1" if cli == "codex" else "")
+    args = {
+        "codex": ["-c", "analytics.enabled=false", "-c", "features.plugins=false",
+                  "-c", "model_providers.runagent.request_max_retries=0",
+                  "-c", "model_providers.runagent.stream_max_retries=0"],
+    }.get(cli, [])  # fmt: skip
+    config = {
+        "agents": {
+            "agent": {
+                "type": cli,
+                "command": [str(BIN / cli)],
+                "base_url": base_url,
+                "token": "fake-key-for-tests",
+                "model": {"claude": "claude-fake", "codex": "gpt-5.5",
+                          "gemini": "gemini-3.8-flash"}[cli],  # fmt: skip
+                "args": args,
+                "env": {
+                    "HOME": str(private["home"]),
+                    "TMPDIR": str(private["tmp"]),
+                    "CODEX_HOME": str(private["codex-home"]),
+                    "CLAUDE_CODE_MAX_RETRIES": "0",  # run-agent, not claude, waits out a 429
+                },
+            }
+        },
+        "defaults": {"agent": "agent", "restart_delay": "100ms", "kill_grace": "2s",
+                     "rate_limit_wait": "1s", "idle_timeout": "60s", **defaults},
+        "storage": {"runs_dir": str(ws.root)},
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    return private["work"]
+
+
+def run(ws: Workspace, work: Path, cache: Path) -> Any:
+    return ws.cli(
+        "--project", "p", "--task", "t", "--cwd", str(work), PROMPT,
+        env={"XDG_CACHE_HOME": str(cache)}, timeout=180,
+    )  # fmt: skip
+
+
+def output(ws: Workspace, index: int = -1) -> str:
+    return runfolder.output_path(ws.task().run_folder(ws.runs()[index].run_id)).read_text()
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_text_answer_lands_in_output_md(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    work = configure(ws, cli, provider)
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 0, proc.stderr
+    (info,) = ws.runs()
+    assert output(ws) == "hello from fake model\n"
+    assert VERSIONS[cli] in (info.agent_version or "")
+    assert (
+        "fake-key-for-tests"
+        not in runfolder.run_info_path(ws.task().run_folder(info.run_id)).read_text()
+    )
+    assert provider.model_requests >= 1
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_tool_call_writes_a_file_in_the_working_folder(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    provider.scenario = "tool"
+    work = configure(ws, cli, provider)
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "fake_tool_output.txt").read_text() == "hello from fake tool\n"
+    assert output(ws) == "hello from fake model\n"
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_an_api_error_fails_with_its_reason_and_the_loop_restarts(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    provider.scenario = "error"
+    work = configure(ws, cli, provider, max_restarts=1)
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 1
+    runs = ws.runs()
+    assert len(runs) == 2
+    assert all(r.reason == "api_error" and r.exit_code != 0 for r in runs)
+    assert "injected error 400" in (runs[0].message or "")
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_429_waits_then_succeeds_with_the_restart_budget_intact(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    provider.scenario = "rate_limit_once"
+    work = configure(ws, cli, provider, max_restarts=0)
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 0, proc.stderr  # with max_restarts 0, any spent restart would fail
+    runs = ws.runs()
+    assert runs[-1].status == "completed" and output(ws) == "hello from fake model\n"
+    assert provider.model_requests == 2
+    if cli == "gemini":
+        assert len(runs) == 1  # gemini waits out the 429 itself, inside the run
+    else:
+        assert [r.reason for r in runs] == ["rate_limit", "exited"]
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_hang_is_stopped_by_the_idle_timeout_with_its_whole_tree(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    provider.scenario = "hang"
+    work = configure(ws, cli, provider, max_restarts=0, idle_timeout="5s")
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 124, proc.stderr
+    (info,) = ws.runs()
+    assert info.status == "timed_out" and info.reason == "idle_timeout"
+    wait_for(lambda: not _processes_in(work), timeout=10, what="the CLI's tree to be gone")
+
+
+def _processes_in(folder: Path) -> list[int]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and Path(proc.cwd()).is_relative_to(folder):
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
