@@ -27,6 +27,7 @@ BIN = Path(os.environ.get("RUN_AGENT_TEST_CLIS") or REPO / ".cache/agent-clis/no
 CLIS = ["claude", "codex", "gemini"]
 VERSIONS = {"claude": "2.1.330", "codex": "0.169.0", "gemini": "0.61.0"}
 PROMPT = "Say hello, then write fake_tool_output.txt."
+MODELS = {"claude": "claude-fake", "codex": "gpt-5.5", "gemini": "gemini-3.8-flash"}
 
 if not all((BIN / cli).exists() for cli in CLIS) and not os.environ.get("CI"):
     pytest.skip(
@@ -69,8 +70,7 @@ def configure(ws: Workspace, cli: str, provider: FakeModelServer, **defaults: An
                 "command": [str(BIN / cli)],
                 "base_url": base_url,
                 "token": "fake-key-for-tests",
-                "model": {"claude": "claude-fake", "codex": "gpt-5.5",
-                          "gemini": "gemini-3.8-flash"}[cli],  # fmt: skip
+                "model": MODELS[cli],
                 "args": args,
                 "env": {
                     "HOME": str(private["home"]),
@@ -80,10 +80,16 @@ def configure(ws: Workspace, cli: str, provider: FakeModelServer, **defaults: An
                 },
             }
         },
-        "defaults": {"agent": "agent", "restart_delay": "100ms", "kill_grace": "2s",
-                     "rate_limit_wait": "1s", "idle_timeout": "60s", **defaults},
+        "defaults": {
+            "agent": "agent",
+            "restart_delay": "100ms",
+            "kill_grace": "2s",
+            "rate_limit_wait": "1s",
+            "idle_timeout": "60s",
+            **defaults,
+        },
         "storage": {"runs_dir": str(ws.root)},
-    }  # fmt: skip
+    }
     ws.config.write_text(yaml.safe_dump(config))
     return private["work"]
 
