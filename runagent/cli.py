@@ -107,6 +107,15 @@ def setup(config_path: Path | None, root: Path | None) -> Setup:
     return Setup(config, runs_root(root, os.environ, config))
 
 
+def existing_task(
+    config_path: Path | None, root: Path | None, project_id: str, task_id: str
+) -> tuple[Setup, TaskPaths]:
+    """The setup and an existing task's paths; a bad or unknown id is a one-line error."""
+    s = setup(config_path, root)
+    project = validate_id("project", project_id)
+    return s, tasks.find_task(s.root, project, validate_id("task", task_id))
+
+
 def task_option(required: bool) -> Callable[..., Any]:
     def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
         f = click.option(
@@ -196,8 +205,7 @@ def job(
 @common
 def resume(project_id: str, task_id: str, **options: Any) -> None:
     """Run a task's loop again from its TASK.md."""
-    s = setup(options["config_path"], options["root"])
-    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    s, task = existing_task(options["config_path"], options["root"], project_id, task_id)
     view = tasks.view(task)
     if view.status is tasks.TaskStatus.COMPLETED:
         raise UsageError(
@@ -510,8 +518,7 @@ def stop(
     project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None
 ) -> None:
     """Stop a task's loop: its agent tree is killed and nothing restarts."""
-    s = setup(config_path, root)
-    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    s, task = existing_task(config_path, root, project_id, task_id)
     label = f"{project_id}/{task_id}"
     if not wait:
         holder = live_holder(task.lock)
@@ -625,8 +632,7 @@ def status(
     project_id: str, task_id: str, as_json: bool, config_path: Path | None, root: Path | None
 ) -> None:
     """Show a task's status and its latest run."""
-    s = setup(config_path, root)
-    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    s, task = existing_task(config_path, root, project_id, task_id)
     view = tasks.view(task)
     if as_json:
         click.echo(json.dumps(task_dict(view), indent=2))
@@ -670,8 +676,7 @@ def output(
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Print a run's output, stdout, stderr or prompt."""
-    s = setup(config_path, root)
-    task = tasks.find_task(s.root, validate_id("project", project_id), validate_id("task", task_id))
+    s, task = existing_task(config_path, root, project_id, task_id)
     run_id = run_id or _latest_run_id(task)
     folder = task.run_folder(run_id)
     if not folder.is_dir():
