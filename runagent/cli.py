@@ -632,7 +632,7 @@ def status(
     project_id: str, task_id: str, as_json: bool, config_path: Path | None, root: Path | None
 ) -> None:
     """Show a task's status and its latest run."""
-    s, task = existing_task(config_path, root, project_id, task_id)
+    _, task = existing_task(config_path, root, project_id, task_id)
     view = tasks.view(task)
     if as_json:
         click.echo(json.dumps(task_dict(view), indent=2))
@@ -676,7 +676,7 @@ def output(
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Print a run's output, stdout, stderr or prompt."""
-    s, task = existing_task(config_path, root, project_id, task_id)
+    _, task = existing_task(config_path, root, project_id, task_id)
     run_id = run_id or _latest_run_id(task)
     folder = task.run_folder(run_id)
     if not folder.is_dir():
