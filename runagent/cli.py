@@ -60,6 +60,9 @@ class RunAgentGroup(click.Group):
             return super().invoke(ctx)
         except RunAgentError as exc:
             fail(str(exc), exc.exit_code)
+        except OSError as exc:  # a folder or file the system refused: say which, not a traceback
+            where = f": {exc.filename}" if exc.filename else ""
+            fail(f"{exc.strerror or exc}{where}", ExitCode.FAILED)
         except KeyboardInterrupt:
             sys.exit(ExitCode.STOPPED)
 
@@ -250,14 +253,21 @@ def start_loop(
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
+    """The prompt from the argument, `-` (stdin) or --prompt-file; None if none was given."""
     if prompt is not None and prompt_file is not None:
         raise UsageError("give the prompt either as an argument or with --prompt-file, not both")
-    if prompt_file is not None:
-        return prompt_file.read_text(encoding="utf-8")
-    if prompt == "-":
-        return sys.stdin.read()
+    source = "the prompt"
+    try:
+        if prompt_file is not None:
+            source = f"prompt file {str(prompt_file)!r}"
+            prompt = prompt_file.read_bytes().decode("utf-8")
+        elif prompt == "-":
+            source = "the prompt on standard input"
+            prompt = sys.stdin.buffer.read().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     if prompt is not None and not prompt.strip():
-        raise UsageError("the prompt is empty; say what the agent should do")
+        raise UsageError(f"{source} is empty; say what the agent should do")
     return prompt
 
 

@@ -159,6 +159,8 @@ class Supervisor:
         delay = s.restart_delay
         attempt = 0
         while True:
+            if self.stop_requested:  # asked to stop before this attempt began: do not begin it
+                return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
             attempt += 1
             info, duration, diagnosis = self._run_once(attempt, previous)
             runs.append(info)

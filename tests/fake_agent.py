@@ -16,6 +16,21 @@ import time
 from pathlib import Path
 
 
+def open_descriptors() -> list[int]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue  # the descriptor listdir itself used, closed by now
+        found.append(int(fd))
+    return sorted(found)
+
+
+# Descriptors open when the agent started, read before the script opened files of its own.
+INHERITED = open_descriptors()
+
+
 def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--lines", type=int, default=0, help="print this many lines to stdout")
@@ -26,6 +41,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--echo-stdin", action="store_true", help="copy stdin to stdout")
     p.add_argument("--echo-env", nargs="*", default=[], help="print NAME=value for these")
     p.add_argument("--echo-argv", action="store_true", help="print argv, one per line")
+    p.add_argument("--echo-fds", action="store_true", help="print the open descriptors")
     p.add_argument("--sleep", type=float, default=0.0, help="sleep this long before exiting")
     p.add_argument("--wait-for", default=None, help="block until this file exists")
     p.add_argument("--exit", type=int, default=0, help="exit with this code")
@@ -93,6 +109,8 @@ def main(argv: list[str]) -> int:
         print(f"{name}={os.environ.get(name, '')}")
     if args.echo_argv:
         print("\n".join(sys.argv[1:]))
+    if args.echo_fds:  # listed before Python opens anything of its own
+        print("\n".join(str(fd) for fd in INHERITED))
     sys.stdout.flush()
     if args.stderr:
         sys.stderr.write(args.stderr + "\n")

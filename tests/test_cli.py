@@ -271,3 +271,32 @@ def test_the_example_config_in_the_repository_is_valid(ws: Workspace) -> None:
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+
+
+def test_prompts_that_are_not_text_or_are_empty_are_refused(ws: Workspace) -> None:
+    bad = ws.path / "bad.txt"
+    bad.write_bytes(b"\xff\xfe not utf-8")
+    proc = ws.cli("--project", "p", "--task", "t", "--prompt-file", str(bad))
+    assert proc.returncode == ExitCode.USAGE
+    assert "is not UTF-8 text" in one_line(proc.stderr)
+    empty = ws.cli("--project", "p", "--task", "t2", "-", input="  \n")
+    assert empty.returncode == ExitCode.USAGE
+    assert "the prompt on standard input is empty" in one_line(empty.stderr)
+    piped = ws.cli("--project", "p", "--task", "t3", "-", input="from stdin\n")
+    assert piped.returncode == 0
+    assert ws.task("p", "t3").task_md.read_text() == "from stdin\n"
+
+
+def test_a_runs_root_that_cannot_be_created_is_one_line(ws: Workspace) -> None:
+    blocker = ws.path / "blocker"
+    blocker.write_text("a file where a folder should be")
+    proc = ws.cli("--project", "p", "--task", "t", "--root", str(blocker / "runs"), "x")
+    assert proc.returncode == ExitCode.FAILED
+    assert "blocker" in one_line(proc.stderr)
+
+
+def test_the_agent_inherits_no_descriptor_but_its_stdio(ws: Workspace) -> None:
+    ws.write_config(["--echo-fds"])
+    assert ws.cli("--project", "p", "--task", "t", "x").returncode == 0
+    out = runfolder.stdout_path(ws.task().run_folder(ws.runs()[0].run_id)).read_text()
+    assert out.split() == ["0", "1", "2"]  # no lock, no pipe, no wake-up descriptor

@@ -282,3 +282,10 @@ def test_a_missing_credential_ends_the_loop_as_a_missing_dependency(ws: Workspac
     (info,) = ws.runs()
     assert info.reason is Reason.AUTH and info.exit_code == 3
     assert "no-key-file" in (info.message or "")
+
+
+def test_a_stop_before_the_first_run_starts_nothing(ws: Workspace) -> None:
+    sup = ws.supervisor(["--sleep", "60"])
+    sup.request_stop()
+    assert sup.run().outcome is Outcome.STOPPED
+    assert ws.runs() == [] and ws.agent_pids() == []
