@@ -85,3 +85,19 @@ def test_a_broken_backend_module_breaks_only_itself(monkeypatch: pytest.MonkeyPa
     with pytest.raises(RunAgentError, match="backend 'broken' failed to load"):
         backends.create(AgentConfig("x", "broken"))
     assert backends.create(AgentConfig("x", "command", command=("true",))).name == "command"
+
+
+def test_agent_versions_are_cached_per_executable(tmp_path: Path) -> None:
+    from runagent.backend import cached_version
+
+    calls = tmp_path / "calls"
+    exe = tmp_path / "agent"
+    exe.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'agent 1.2.3'\n")
+    exe.chmod(0o755)
+    cache = tmp_path / "cache.json"
+    assert cached_version(exe, cache) == "agent 1.2.3"
+    assert cached_version(exe, cache) == "agent 1.2.3"
+    assert calls.read_text().count("x") == 1  # asked once, then remembered
+    exe.write_text(f"#!/bin/sh\necho x >> {calls}\necho 'agent 2.0.0'\n")  # upgraded
+    assert cached_version(exe, cache) == "agent 2.0.0"
+    assert calls.read_text().count("x") == 2

@@ -142,3 +142,17 @@ def test_a_missing_key_is_refused_before_any_request(
     assert proc.returncode == 3
     assert ws.runs()[0].reason == "auth"
     assert not [r for r in provider.requests if r.method == "POST"]
+
+
+def test_the_client_gives_up_on_a_stream_that_goes_silent(
+    ws: Workspace, provider: FakeModelServer
+) -> None:
+    provider.scenario = "hang"
+    configure(ws, "perplexity", provider, max_restarts=0, idle_timeout=0)
+    config = yaml.safe_load(ws.config.read_text())
+    config["agents"]["api"]["env"]["RUN_AGENT_STREAM_TIMEOUT"] = "1"
+    ws.config.write_text(yaml.safe_dump(config))
+    proc = ws.cli("--project", "p", "--task", "t", "ask")
+    assert proc.returncode == 1
+    (run,) = ws.runs()
+    assert run.reason == "api_error" and "went silent for 1s" in (run.message or "")
