@@ -16,11 +16,14 @@ from typing import Any, NoReturn, TextIO
 import click
 
 import backends
-from runagent import __version__, runfolder, tasks
+from runagent import __version__, notify, runfolder, tasks
+from runagent import schedule as sched
 from runagent.config import (
     AgentConfig,
     Config,
     LoopSettings,
+    NotifyEvent,
+    ScheduleConfig,
     Until,
     find_config,
     load_config,
@@ -28,7 +31,13 @@ from runagent.config import (
     runs_root,
 )
 from runagent.context import new_task_id, validate_id
-from runagent.errors import ExitCode, NotFoundError, RunAgentError, UsageError
+from runagent.errors import (
+    ExitCode,
+    MissingDependencyError,
+    NotFoundError,
+    RunAgentError,
+    UsageError,
+)
 from runagent.lock import live_holder
 from runagent.runfolder import RunInfo, RunStatus, TaskPaths
 from runagent.supervisor import Event, EventKind, LoopRequest, Outcome, Supervisor
@@ -42,6 +51,7 @@ OUTCOME_EXIT = {
 }
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_WAIT_MARGIN = 15.0
+NOTIFY_DRAIN = 30.0  # seconds a finished loop waits for its notifications to go out
 
 
 class RunAgentGroup(click.Group):
@@ -160,6 +170,7 @@ def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
             help="exit: exit 0 completes the task; done-file: only a DONE file does.",
         ),
         click.option("--quiet", "-q", is_flag=True, help="Print only the final line."),
+        click.option("--schedule", hidden=True, help="The schedule that fired this loop."),
     ]
     for option in reversed(options):
         f = option(f)
@@ -329,7 +340,14 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
         options.get("quiet", False),
         backend.summarize,
     )
-    supervisor = Supervisor(request, backend, on_event=console.show)
+    notifier = notifier_for(s.config, options.get("schedule"), console.say)
+
+    def on_event(event: Event) -> None:
+        console.show(event)
+        if notifier is not None:
+            notify_event(notifier, event, task, options.get("schedule"))
+
+    supervisor = Supervisor(request, backend, on_event=on_event)
     previous = {
         sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
     }
@@ -339,7 +357,35 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     console.finish(result.message, result.outcome)
+    if notifier is not None:
+        notifier.drain(NOTIFY_DRAIN)
     sys.exit(int(OUTCOME_EXIT[result.outcome]))
+
+
+def notifier_for(
+    config: Config, schedule: str | None, log: Callable[[str], None]
+) -> notify.Notifier | None:
+    settings = config.notify
+    if schedule and schedule in config.schedules:
+        settings = config.schedules[schedule].notify or settings
+    return None if settings is None else notify.Notifier(settings, dict(os.environ), log=log)
+
+
+def notify_event(
+    notifier: notify.Notifier, event: Event, task: TaskPaths, schedule: str | None
+) -> None:
+    base = {"project_id": task.project_id, "task_id": task.task_id, "schedule": schedule}
+    if event.kind is EventKind.RUN_ENDED and event.run is not None:
+        if event.run.status in (RunStatus.FAILED, RunStatus.TIMED_OUT):
+            notifier.send(NotifyEvent.FAILED, {**base, "run": event.run.to_dict()})
+    elif event.kind is EventKind.LOOP_ENDED and event.outcome is not None:
+        if event.outcome is Outcome.COMPLETED:
+            notifier.send(NotifyEvent.COMPLETED, {**base, "message": event.message})
+        elif event.outcome is not Outcome.STOPPED:
+            notifier.send(
+                NotifyEvent.GAVE_UP,
+                {**base, "outcome": event.outcome.value, "message": event.message},
+            )
 
 
 class Console:
@@ -515,6 +561,167 @@ def serve(host: str | None, port: int | None, config_path: Path | None, root: Pa
     click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
     click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+
+
+# schedule ---------------------------------------------------------------------------------
+
+
+@cli.group()
+def schedule() -> None:
+    """Cron schedules from config.yaml: list them, run the scheduler, fire one now, or print
+    equivalent crontab lines."""
+
+
+def schedule_named(s: Setup, name: str) -> ScheduleConfig:
+    if name not in s.config.schedules:
+        known = ", ".join(s.config.schedules) or "none configured"
+        raise UsageError(f"unknown schedule {name!r}; schedules: {known}")
+    return s.config.schedules[name]
+
+
+def launch_firing(s: Setup, firing: sched.Firing) -> int:
+    """Start a firing's loop as a detached supervisor, after checking its agent can start."""
+    from runagent import control
+
+    config = firing.schedule
+    agent = agent_config(s.config, config.agent)
+    for finding in backends.create(agent).check():
+        if not finding.ok:
+            hint = f"; {finding.fix}" if finding.fix else ""
+            raise MissingDependencyError(f"schedule {config.name}: {finding.what}{hint}")
+    if config.prompt_file is not None:
+        try:
+            prompt = config.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"schedules.{config.name}.prompt_file {str(config.prompt_file)!r} cannot be "
+                f"read as text ({exc}); fix the path"
+            ) from exc
+    else:
+        prompt = config.prompt or ""
+    task = TaskPaths(s.root, validate_id("project", config.project), firing.task_id)
+    existing = runfolder.read_task_prompt(task)
+    if existing is not None and existing != prompt:
+        raise UsageError(
+            f"task {firing.label} exists with another prompt; use {{datetime}} in task"
+        )
+    runfolder.write_task_prompt(task, prompt)
+    args = ["run", "--project", config.project, "--task", firing.task_id, "--root", str(s.root),
+            "--schedule", config.name]  # fmt: skip
+    if s.config.source is not None:
+        args += ["--config", str(s.config.source.resolve())]
+    for flag, value in (("--agent", config.agent), ("--max-restarts", config.max_restarts),
+                        ("--timeout", config.timeout)):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    return control.start_detached(task, args, cwd=Path.cwd()).pid
+
+
+def scheduler_for(s: Setup, log: Callable[[str], None]) -> sched.Scheduler:
+    return sched.Scheduler(
+        s.config.schedules, s.root, launch=lambda firing: launch_firing(s, firing), log=log
+    )
+
+
+def stamped(line: str) -> None:
+    click.echo(f"{sched.utc_now():%Y-%m-%dT%H:%M:%SZ} {line}")
+
+
+@schedule.command(name="list")
+@click.option("--count", default=3, show_default=True, help="How many next firings to show.")
+@json_option
+@common
+def schedule_list(count: int, as_json: bool, config_path: Path | None, root: Path | None) -> None:
+    """Each schedule with its next firings and what it last did."""
+    s = setup(config_path, root)
+    now = sched.utc_now()
+    state = sched.load_state(s.root)
+    rows = []
+    for config in s.config.schedules.values():
+        last = state.get(config.name, sched.ScheduleState())
+        rows.append({
+            "name": config.name, "cron": config.cron, "timezone": config.timezone,
+            "enabled": config.enabled, "overlap": config.overlap.value,
+            "project": config.project, "task": config.task,
+            "next": [t.isoformat() for t in sched.next_firings(config, now, count)]
+            if config.enabled else [],
+            **last.to_dict(),
+        })  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no schedules in the config (add a `schedules:` section)", err=True)
+    for row in rows:
+        state_text = "" if row["enabled"] else " (disabled)"
+        click.echo(f"{row['name']}{state_text}: '{row['cron']}' {row['timezone']}, "
+                   f"overlap {row['overlap']} -> {row['project']}/{row['task']}")  # fmt: skip
+        for moment in row["next"]:
+            click.echo(f"  next  {moment}")
+        if row["last_fired"]:
+            click.echo(f"  last  {row['last_fired']} {row['last_task']}: "
+                       f"{row['last_outcome'] or 'running'}")  # fmt: skip
+
+
+@schedule.command(name="run")
+@click.option("--tick", default=15.0, show_default=True, hidden=True)
+@common
+def schedule_run(tick: float, config_path: Path | None, root: Path | None) -> None:
+    """Run the scheduler in the foreground: fire each schedule as a detached supervisor."""
+    import threading
+
+    s = setup(config_path, root)
+    if not any(c.enabled for c in s.config.schedules.values()):
+        raise UsageError("no enabled schedules in the config; add a `schedules:` section")
+    scheduler = scheduler_for(s, stamped)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
+    try:
+        scheduler.start(sched.utc_now())
+        stamped(f"scheduler started: {', '.join(c.name for c in scheduler.enabled())}")
+        while not stop.is_set():
+            scheduler.tick(sched.utc_now())
+            stop.wait(min(tick, sched.seconds_to_next_minute(sched.utc_now())))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stamped("scheduler stopped; runs it started go on")
+
+
+@schedule.command(name="now")
+@click.argument("name")
+@common
+def schedule_now(name: str, config_path: Path | None, root: Path | None) -> None:
+    """Fire schedule NAME now (what a crontab line runs)."""
+    s = setup(config_path, root)
+    config = schedule_named(s, name)
+    firing = scheduler_for(s, stamped).fire_now(config, sched.utc_now())
+    click.echo(f"{firing.label}")
+
+
+@schedule.command(name="crontab")
+@common
+def schedule_crontab(config_path: Path | None, root: Path | None) -> None:
+    """Print crontab lines equivalent to the config's schedules."""
+    import shlex
+
+    s = setup(config_path, root)
+    if s.config.source is None:
+        raise UsageError("no config file: crontab lines need one (pass --config)")
+    launcher = executable_dir() / "run-agent"
+    command = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "runagent"]
+    config = str(s.config.source.resolve())
+    log = s.root / "schedule.log"
+    click.echo("# run-agent schedules; install with: run-agent schedule crontab | crontab -")
+    click.echo("# CRON_TZ needs a cron that supports it (cronie); others use the system zone.")
+    click.echo(f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}")
+    for c in s.config.schedules.values():
+        if not c.enabled:
+            continue
+        argv = [*command, "schedule", "now", c.name, "--config", config, "--root", str(s.root)]
+        click.echo(f"CRON_TZ={c.timezone}")
+        click.echo(f"{c.cron} cd {shlex.quote(str(Path.cwd()))} && {shlex.join(argv)} "
+                   f">> {shlex.quote(str(log))} 2>&1")  # fmt: skip
 
 
 # stop -------------------------------------------------------------------------------------

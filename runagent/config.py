@@ -8,6 +8,7 @@ import os
 import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -74,6 +75,61 @@ class LoopSettings:
     max_rate_limit_waits: int = 10  # rate-limited runs in a row before giving up
 
 
+class Overlap(enum.StrEnum):
+    """What a schedule does when it fires while its previous firing still runs."""
+
+    SKIP = "skip"  # log it and do not fire
+    QUEUE = "queue"  # fire as soon as the previous one ends (one waits at most)
+    ALLOW = "allow"  # fire anyway
+
+
+class NotifyEvent(enum.StrEnum):
+    COMPLETED = "completed"  # the task completed
+    FAILED = "failed"  # a run failed (the loop may go on)
+    GAVE_UP = "gave_up"  # the loop ended without completing the task
+
+
+@dataclass(frozen=True)
+class NotifyConfig:
+    """Hooks for when runs complete, fail or give up: a command and/or a webhook."""
+
+    command: tuple[str, ...] = ()
+    webhook: str | None = None
+    secret_env: str | None = None  # the variable holding the HMAC key for the webhook
+    events: frozenset[NotifyEvent] = frozenset(NotifyEvent)
+
+
+CRON_ALIASES = {
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
+}
+
+
+@dataclass(frozen=True)
+class ScheduleConfig:
+    """One entry of `schedules:`."""
+
+    name: str
+    cron: str  # five fields (aliases expanded)
+    timezone: str
+    project: str
+    task: str  # template: {name} {date} {time} {datetime}
+    prompt: str | None = None
+    prompt_file: Path | None = None
+    agent: str | None = None
+    overlap: Overlap = Overlap.SKIP
+    max_restarts: int | None = None
+    timeout: float | None = None
+    enabled: bool = True
+    catch_up: bool = False
+    notify: NotifyConfig | None = None
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     """The `server:` section: where `run-agent serve` listens and which key it requires."""
@@ -93,6 +149,8 @@ class Config:
     runs_dir: Path
     source: Path | None = None
     server: ServerSettings = field(default_factory=ServerSettings)
+    schedules: Mapping[str, ScheduleConfig] = field(default_factory=dict)
+    notify: NotifyConfig | None = None
 
 
 def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Path | None:
@@ -143,7 +201,7 @@ def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
     top = _Section(data, "")
-    top.only("agents", "defaults", "storage", "server")
+    top.only("agents", "defaults", "storage", "server", "schedules", "notify")
     agents = {
         name: _agent(name, section, backend_names, base_dir)
         for name, section in top.section("agents").items_as_sections()
@@ -158,6 +216,91 @@ def parse_config(
         runs_dir=runs_dir if runs_dir.is_absolute() else base_dir / runs_dir,
         source=source,
         server=_server(top.section("server")),
+        schedules=MappingProxyType(
+            {
+                name: _schedule(name, section, agents, backend_names, base_dir)
+                for name, section in top.section("schedules").items_as_sections()
+            }
+        ),
+        notify=_notify(top.section("notify")) if top.has("notify") else None,
+    )
+
+
+def _schedule(
+    name: str,
+    s: _Section,
+    agents: Mapping[str, AgentConfig],
+    backend_names: Collection[str],
+    base_dir: Path,
+) -> ScheduleConfig:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from cronsim import CronSim, CronSimError
+
+    s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
+           "max_restarts", "timeout", "enabled", "catch_up", "notify")  # fmt: skip
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+        raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
+    cron = s.string("cron")
+    if not cron:
+        raise ConfigError(f"{s.key('cron')}: missing; give five fields, e.g. '0 2 * * *'")
+    expression = CRON_ALIASES.get(cron.strip(), cron.strip())
+    timezone = s.string("timezone") or "UTC"
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(
+            f"{s.key('timezone')}: {timezone!r} is not a time zone; use a name like Europe/Berlin"
+        ) from exc
+    try:
+        next(iter(CronSim(expression, datetime.now(zone))))
+    except (CronSimError, StopIteration) as exc:
+        raise ConfigError(f"{s.key('cron')}: {cron!r} is not a cron expression: {exc}") from exc
+    project = s.string("project")
+    if not project:
+        raise ConfigError(f"{s.key('project')}: missing; say which project the runs belong to")
+    prompt, prompt_file = s.string("prompt"), s.string("prompt_file")
+    if bool(prompt) == bool(prompt_file):
+        raise ConfigError(f"{s.path}: give exactly one of prompt and prompt_file")
+    agent = s.string("agent")
+    if agent is not None and agent not in agents and agent not in backend_names:
+        raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}")
+    overlap = s.string("overlap") or Overlap.SKIP.value
+    if overlap not in Overlap._value2member_map_:
+        raise ConfigError(f"{s.key('overlap')}: {overlap!r} is not one of: skip, queue, allow")
+    path = Path(prompt_file).expanduser() if prompt_file else None
+    return ScheduleConfig(
+        name=name,
+        cron=expression,
+        timezone=timezone,
+        project=project,
+        task=s.string("task") or "{name}-{datetime}",
+        prompt=prompt,
+        prompt_file=(path if path.is_absolute() else base_dir / path) if path else None,
+        agent=agent,
+        overlap=Overlap(overlap),
+        max_restarts=s.count("max_restarts", -1) if s.has("max_restarts") else None,
+        timeout=s.duration("timeout", None),
+        enabled=s.flag("enabled", True),
+        catch_up=s.flag("catch_up", False),
+        notify=_notify(s.section("notify")) if s.has("notify") else None,
+    )
+
+
+def _notify(s: _Section) -> NotifyConfig:
+    s.only("command", "webhook", "secret_env", "on")
+    webhook = s.string("webhook")
+    if webhook is not None and not re.match(r"https?://", webhook):
+        raise ConfigError(f"{s.key('webhook')}: {webhook!r} is not an http(s) URL")
+    on = s.argv("on") or tuple(e.value for e in NotifyEvent)
+    for event in on:
+        if event not in NotifyEvent._value2member_map_:
+            raise ConfigError(f"{s.key('on')}: {event!r} is not one of: completed, failed, gave_up")
+    return NotifyConfig(
+        command=s.argv("command"),
+        webhook=webhook,
+        secret_env=s.string("secret_env"),
+        events=frozenset(NotifyEvent(e) for e in on),
     )
 
 
@@ -350,6 +493,12 @@ class _Section:
         value = self.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{self.key(name)}: {value!r} is not a whole number >= 0")
+        return value
+
+    def flag(self, name: str, default: bool) -> bool:
+        value = self.get(name, default)
+        if not isinstance(value, bool):
+            raise ConfigError(f"{self.key(name)}: {value!r} is not true or false")
         return value
 
     def duration(self, name: str, default: float | None) -> float | None:

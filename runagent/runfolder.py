@@ -30,6 +30,7 @@ TASK = "TASK.md"
 DONE = "DONE"
 LOCK = ".lock"
 SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
+SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last fired
 RUNS = "runs"
 RUN_INFO_VERSION = 1
 
@@ -152,6 +153,10 @@ class TaskPaths:
             return sorted(e.name for e in os.scandir(self.runs) if e.is_dir())
         except FileNotFoundError:
             return []
+
+
+def schedule_state_path(root: Path) -> Path:
+    return root / SCHEDULE_STATE
 
 
 def supervisor_log_path(task: TaskPaths) -> Path:

@@ -56,6 +56,7 @@ class Event:
     elapsed: float = 0.0
     delay: float = 0.0
     message: str = ""
+    outcome: Outcome | None = None  # LOOP_ENDED only
 
 
 @dataclass(frozen=True)
@@ -142,7 +143,7 @@ class Supervisor:
             lock.release()
             for fd in (self._wake_r, self._wake_w):
                 os.close(fd)
-        self.on_event(Event(EventKind.LOOP_ENDED, message=result.message))
+        self.on_event(Event(EventKind.LOOP_ENDED, message=result.message, outcome=result.outcome))
         return result
 
     # The loop -------------------------------------------------------------------------------

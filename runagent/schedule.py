@@ -1,0 +1,258 @@
+"""Cron schedules: when each fires, what a firing starts, and the scheduler that fires them.
+
+The scheduler is driven by `tick(now)` with the time passed in, so tests can walk it through a
+DST change minute by minute. It keeps, per schedule, the moment it last checked and the task it
+last fired (in the runs root's .schedules.yaml), so that after downtime the firings it missed are
+reported, not run in a burst (with `catch_up: true`, the last missed one is run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import yaml
+
+from runagent import runfolder, tasks
+from runagent.config import Overlap, ScheduleConfig
+from runagent.context import validate_id
+from runagent.errors import AlreadyRunningError, RunAgentError
+from runagent.runfolder import TaskPaths
+
+
+@dataclass(frozen=True)
+class Firing:
+    schedule: ScheduleConfig
+    at: datetime  # the scheduled moment, in the schedule's time zone
+    task_id: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.schedule.project}/{self.task_id}"
+
+
+def zone(schedule: ScheduleConfig) -> ZoneInfo:
+    return ZoneInfo(schedule.timezone)
+
+
+def firings(schedule: ScheduleConfig, after: datetime) -> Iterator[datetime]:
+    """The schedule's firings strictly after `after`, in its time zone, for ever."""
+    from cronsim import CronSim
+
+    start = after.astimezone(zone(schedule))
+    for moment in CronSim(schedule.cron, start):
+        if moment > start:
+            yield moment
+
+
+def firings_between(schedule: ScheduleConfig, after: datetime, until: datetime) -> list[datetime]:
+    """Firings in (after, until]."""
+    out = []
+    for moment in firings(schedule, after):
+        if moment > until:
+            break
+        out.append(moment)
+    return out
+
+
+def next_firings(schedule: ScheduleConfig, after: datetime, count: int) -> list[datetime]:
+    found = []
+    for moment in firings(schedule, after):
+        found.append(moment)
+        if len(found) == count:
+            break
+    return found
+
+
+def task_id(schedule: ScheduleConfig, at: datetime) -> str:
+    """The task id of a firing: the schedule's template with {name} {date} {time} {datetime}."""
+    local = at.astimezone(zone(schedule))
+    try:
+        value = schedule.task.format(
+            name=schedule.name,
+            date=f"{local:%Y%m%d}",
+            time=f"{local:%H%M}",
+            datetime=f"{local:%Y%m%d-%H%M}",
+        )
+    except (KeyError, IndexError, ValueError) as exc:
+        raise RunAgentError(
+            f"schedules.{schedule.name}.task: {schedule.task!r} has an unknown placeholder "
+            f"({exc}); use {{name}} {{date}} {{time}} {{datetime}}"
+        ) from exc
+    return validate_id("task", value)
+
+
+@dataclass
+class ScheduleState:
+    last_checked: datetime | None = None
+    last_fired: datetime | None = None
+    last_task: str | None = None
+    last_outcome: str | None = None  # None while the last firing runs (or none fired)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "last_checked": self.last_checked.isoformat() if self.last_checked else None,
+            "last_fired": self.last_fired.isoformat() if self.last_fired else None,
+            "last_task": self.last_task,
+            "last_outcome": self.last_outcome,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> ScheduleState:
+        if not isinstance(data, dict):
+            return cls()
+
+        def stamp(key: str) -> datetime | None:
+            value = data.get(key)
+            try:
+                return datetime.fromisoformat(value) if value else None
+            except (TypeError, ValueError):
+                return None
+
+        return cls(stamp("last_checked"), stamp("last_fired"), data.get("last_task"),
+                   data.get("last_outcome"))  # fmt: skip
+
+
+def load_state(root: Path) -> dict[str, ScheduleState]:
+    try:
+        data = yaml.safe_load(runfolder.schedule_state_path(root).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return {}
+    if not isinstance(data, dict):
+        return {}
+    return {str(k): ScheduleState.from_dict(v) for k, v in data.items()}
+
+
+def save_state(root: Path, state: Mapping[str, ScheduleState]) -> None:
+    root.mkdir(parents=True, exist_ok=True)
+    text = yaml.safe_dump({k: v.to_dict() for k, v in state.items()}, sort_keys=True)
+    runfolder.atomic_write(runfolder.schedule_state_path(root), text)
+
+
+Launch = Callable[[Firing], int]  # starts a firing's loop, returns its supervisor pid
+
+
+@dataclass
+class Scheduler:
+    """Fires the enabled schedules; `launch` starts a firing (a detached supervisor)."""
+
+    schedules: Mapping[str, ScheduleConfig]
+    root: Path
+    launch: Launch
+    log: Callable[[str], None] = print
+    state: dict[str, ScheduleState] = field(default_factory=dict)
+    queued: dict[str, Firing] = field(default_factory=dict)
+
+    def start(self, now: datetime) -> None:
+        """Load what was fired before; report (and with catch_up, run) what was missed."""
+        self.state = load_state(self.root)
+        for schedule in self.enabled():
+            state = self.state.setdefault(schedule.name, ScheduleState())
+            if state.last_checked is None:
+                state.last_checked = now
+                continue
+            missed = firings_between(schedule, state.last_checked, now)
+            if missed:
+                self.log(
+                    f"{schedule.name}: missed {len(missed)} firing(s) while not running, "
+                    f"from {missed[0].isoformat()} to {missed[-1].isoformat()}"
+                    + ("; running the last one" if schedule.catch_up else "; not run")
+                )
+                if schedule.catch_up:
+                    self._fire(schedule, missed[-1])
+            state.last_checked = now
+        save_state(self.root, self.state)
+
+    def enabled(self) -> list[ScheduleConfig]:
+        return [s for s in self.schedules.values() if s.enabled]
+
+    def tick(self, now: datetime) -> None:
+        """Fire what is due up to `now`, start queued firings, and log finished ones."""
+        for schedule in self.enabled():
+            state = self.state.setdefault(schedule.name, ScheduleState(last_checked=now))
+            due = firings_between(schedule, state.last_checked or now, now)
+            state.last_checked = now
+            if len(due) > 1:  # the clock jumped (suspend, a slow tick): the latest one counts
+                self.log(f"{schedule.name}: {len(due) - 1} firing(s) passed while busy; not run")
+            if due:
+                self._fire(schedule, due[-1])
+            self._finish(schedule, state)
+        save_state(self.root, self.state)
+
+    def fire_now(self, schedule: ScheduleConfig, now: datetime) -> Firing:
+        """Fire `schedule` at once; raise (AlreadyRunningError when its overlap policy says the
+        previous firing blocks it) instead of logging, for `schedule now`."""
+        self.state = load_state(self.root)
+        state = self.state.setdefault(schedule.name, ScheduleState())
+        firing = Firing(schedule, now.astimezone(zone(schedule)), task_id(schedule, now))
+        if schedule.overlap is not Overlap.ALLOW and self._running(state, schedule):
+            raise AlreadyRunningError(
+                f"schedule {schedule.name}: its previous firing {schedule.project}/"
+                f"{state.last_task} is still running (overlap: {schedule.overlap.value})"
+            )
+        pid = self.launch(firing)
+        state.last_fired, state.last_task, state.last_outcome = firing.at, firing.task_id, None
+        save_state(self.root, self.state)
+        self.log(f"{schedule.name}: fired {firing.at.isoformat()} as {firing.label} "
+                 f"(supervisor pid {pid})")  # fmt: skip
+        return firing
+
+    def _running(self, state: ScheduleState, schedule: ScheduleConfig) -> bool:
+        if not state.last_task:
+            return False
+        task = TaskPaths(self.root, schedule.project, state.last_task)
+        return tasks.view(task).status is tasks.TaskStatus.RUNNING
+
+    def _fire(self, schedule: ScheduleConfig, at: datetime) -> Firing | None:
+        state = self.state.setdefault(schedule.name, ScheduleState())
+        try:
+            firing = Firing(schedule, at, task_id(schedule, at))
+        except RunAgentError as exc:
+            self.log(f"{schedule.name}: not fired: {exc}")
+            return None
+        if self._running(state, schedule):
+            previous = f"{schedule.project}/{state.last_task}"
+            if schedule.overlap is Overlap.SKIP:
+                self.log(f"{schedule.name}: skipped {at.isoformat()}: {previous} still runs")
+                return None
+            if schedule.overlap is Overlap.QUEUE:
+                self.queued[schedule.name] = firing
+                self.log(f"{schedule.name}: queued {at.isoformat()} until {previous} ends")
+                return None
+        return self._launch(firing, state)
+
+    def _launch(self, firing: Firing, state: ScheduleState) -> Firing | None:
+        name = firing.schedule.name
+        try:
+            pid = self.launch(firing)
+        except RunAgentError as exc:  # a failing firing must not stop the scheduler
+            self.log(f"{name}: firing {firing.at.isoformat()} as {firing.label} failed: {exc}")
+            state.last_outcome = f"not started: {exc}"
+            return None
+        state.last_fired, state.last_task, state.last_outcome = firing.at, firing.task_id, None
+        self.log(f"{name}: fired {firing.at.isoformat()} as {firing.label} (supervisor pid {pid})")
+        return firing
+
+    def _finish(self, schedule: ScheduleConfig, state: ScheduleState) -> None:
+        if state.last_task and state.last_outcome is None and not self._running(state, schedule):
+            task = TaskPaths(self.root, schedule.project, state.last_task)
+            state.last_outcome = tasks.view(task).status.value
+            self.log(f"{schedule.name}: {schedule.project}/{state.last_task} "
+                     f"{state.last_outcome}")  # fmt: skip
+        queued = self.queued.get(schedule.name)
+        if queued is not None and not self._running(state, schedule):
+            del self.queued[schedule.name]
+            self._launch(queued, state)
+
+
+def seconds_to_next_minute(now: datetime) -> float:
+    following = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
+    return max(0.05, (following - now).total_seconds())
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
