@@ -720,7 +720,8 @@ def schedule_crontab(config_path: Path | None, root: Path | None) -> None:
             continue
         argv = [*command, "schedule", "now", c.name, "--config", config, "--root", str(s.root)]
         click.echo(f"CRON_TZ={c.timezone}")
-        click.echo(f"{c.cron} cd {shlex.quote(str(Path.cwd()))} && {shlex.join(argv)} "
+        click.echo(f"{c.cron} mkdir -p {shlex.quote(str(s.root))} && "
+                   f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(argv)} "
                    f">> {shlex.quote(str(log))} 2>&1")  # fmt: skip
 
 

@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import yaml
 
 from runagent import runfolder, tasks
-from runagent.config import Overlap, ScheduleConfig
+from runagent.config import CRON_ALIASES, Overlap, ScheduleConfig
 from runagent.context import validate_id
 from runagent.errors import AlreadyRunningError, RunAgentError
 from runagent.runfolder import TaskPaths
@@ -44,7 +44,7 @@ def firings(schedule: ScheduleConfig, after: datetime) -> Iterator[datetime]:
     from cronsim import CronSim
 
     start = after.astimezone(zone(schedule))
-    for moment in CronSim(schedule.cron, start):
+    for moment in CronSim(CRON_ALIASES.get(schedule.cron, schedule.cron), start):
         if moment > start:
             yield moment
 

@@ -1,0 +1,216 @@
+"""Cron schedules: firing times across DST, overlap and catch-up policies, failing firings."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from runagent.config import Overlap, ScheduleConfig, load_config
+from runagent.errors import AlreadyRunningError, ConfigError, RunAgentError
+from runagent.lock import TaskLock
+from runagent.runfolder import TaskPaths
+from runagent.schedule import (
+    Firing,
+    Scheduler,
+    ScheduleState,
+    next_firings,
+    save_state,
+    task_id,
+)
+
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def schedule(name: str = "nightly", cron: str = "30 2 * * *", **extra: object) -> ScheduleConfig:
+    values: dict[str, object] = {"timezone": "Europe/Berlin", "project": "p", "prompt": "x"}
+    values.update(extra)
+    return ScheduleConfig(name=name, cron=cron, task=str(values.pop("task", "{name}-{datetime}")),
+                          **values)  # type: ignore[arg-type]  # fmt: skip
+
+
+class Recorder:
+    """The scheduler's launch seam: records firings instead of starting supervisors."""
+
+    def __init__(self, fail_for: set[str] | None = None) -> None:
+        self.fired: list[Firing] = []
+        self.fail_for = fail_for or set()
+
+    def __call__(self, firing: Firing) -> int:
+        if firing.schedule.name in self.fail_for:
+            raise RunAgentError("agent 'ghost' not found on PATH")
+        self.fired.append(firing)
+        return 4242
+
+
+def walk(scheduler: Scheduler, start: datetime, end: datetime, step: timedelta) -> None:
+    """Tick the scheduler at every `step` from start to end, as a clock would."""
+    now = start
+    scheduler.start(now)
+    while now < end:
+        now += step
+        scheduler.tick(now)
+
+
+def test_next_firings_follow_the_time_zone_across_both_dst_changes() -> None:
+    s = schedule()
+    spring = next_firings(s, datetime(2026, 3, 27, 12, tzinfo=BERLIN), 3)
+    # 2026-03-29 has no 02:30 in Berlin: cron runs it at 03:00 CEST.
+    assert [t.isoformat() for t in spring] == [
+        "2026-03-28T02:30:00+01:00", "2026-03-29T03:00:00+02:00", "2026-03-30T02:30:00+02:00",
+    ]  # fmt: skip
+    autumn = next_firings(s, datetime(2026, 10, 24, 12, tzinfo=BERLIN), 3)
+    # 2026-10-25 has 02:30 twice: it fires once.
+    assert [t.isoformat() for t in autumn] == [
+        "2026-10-25T02:30:00+02:00", "2026-10-26T02:30:00+01:00", "2026-10-27T02:30:00+01:00",
+    ]  # fmt: skip
+
+
+def test_the_scheduler_fires_at_the_right_minutes_across_a_dst_change(tmp_path: Path) -> None:
+    recorder = Recorder()
+    scheduler = Scheduler({"nightly": schedule()}, tmp_path, recorder, log=lambda line: None)
+    start = datetime(2026, 3, 27, 22, 0, tzinfo=UTC)
+    walk(scheduler, start, start + timedelta(days=3), timedelta(minutes=1))
+    fired = [f.at.astimezone(UTC) for f in recorder.fired]
+    assert fired == [
+        datetime(2026, 3, 28, 1, 30, tzinfo=UTC),  # 02:30 CET
+        datetime(2026, 3, 29, 1, 0, tzinfo=UTC),  # 03:00 CEST: 02:30 did not exist
+        datetime(2026, 3, 30, 0, 30, tzinfo=UTC),  # 02:30 CEST
+    ]
+    assert [f.task_id for f in recorder.fired] == [
+        "nightly-20260328-0230", "nightly-20260329-0300", "nightly-20260330-0230",
+    ]  # fmt: skip
+
+
+def test_in_the_repeated_autumn_hour_no_wall_clock_time_fires_twice(tmp_path: Path) -> None:
+    recorder = Recorder()
+    scheduler = Scheduler({"h": schedule("h", "@hourly")}, tmp_path, recorder, log=lambda _: None)
+    start = datetime(2026, 10, 24, 22, 30, tzinfo=UTC)  # 00:30 CEST on the night of the change
+    walk(scheduler, start, start + timedelta(hours=6), timedelta(minutes=7))
+    local = [f.at.astimezone(BERLIN) for f in recorder.fired]
+    # Each local hour once: 02:00 happens twice on the clock, and fires once (as cron does).
+    assert [t.hour for t in local] == [1, 2, 3, 4, 5]
+    assert [t.utcoffset() for t in local] == [timedelta(hours=2)] * 2 + [timedelta(hours=1)] * 3
+
+
+def hold(tmp_path: Path, project: str, task: str) -> TaskLock:
+    """Make a task look running: take its lock, as a live supervisor does."""
+    lock = TaskLock(TaskPaths(tmp_path, project, task).lock, f"{project}/{task}")
+    lock.acquire()
+    return lock
+
+
+@pytest.mark.parametrize("overlap", list(Overlap))
+def test_overlap_policies(tmp_path: Path, overlap: Overlap) -> None:
+    recorder = Recorder()
+    log: list[str] = []
+    s = schedule("every", "*/10 * * * *", overlap=overlap)
+    scheduler = Scheduler({"every": s}, tmp_path, recorder, log=log.append)
+    start = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    scheduler.start(start)
+    scheduler.tick(start + timedelta(minutes=10))
+    first = recorder.fired[0]
+    lock = hold(tmp_path, "p", first.task_id)  # the first firing is still running...
+    scheduler.tick(start + timedelta(minutes=20))  # ...when the next one is due
+    if overlap is Overlap.SKIP:
+        assert len(recorder.fired) == 1 and any("skipped" in line for line in log)
+    elif overlap is Overlap.QUEUE:
+        assert len(recorder.fired) == 1 and any("queued" in line for line in log)
+    else:
+        assert len(recorder.fired) == 2
+    lock.release()  # the first firing ends
+    scheduler.tick(start + timedelta(minutes=21))
+    expected = {Overlap.SKIP: 1, Overlap.QUEUE: 2, Overlap.ALLOW: 2}[overlap]
+    assert len(recorder.fired) == expected
+    if overlap is Overlap.QUEUE:  # the queued firing keeps its own time and task id
+        assert recorder.fired[1].task_id == "every-20260601-1420"
+
+
+def test_missed_firings_are_reported_not_run_in_a_burst(tmp_path: Path) -> None:
+    s = schedule("q", "*/15 * * * *")
+    stopped = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
+    save_state(tmp_path, {"q": ScheduleState(last_checked=stopped)})
+    recorder, log = Recorder(), []
+    Scheduler({"q": s}, tmp_path, recorder, log=log.append).start(stopped + timedelta(hours=3))
+    assert recorder.fired == []
+    assert any("missed 12 firing(s)" in line and "not run" in line for line in log)
+
+
+def test_catch_up_runs_only_the_last_missed_firing(tmp_path: Path) -> None:
+    s = schedule("q", "*/15 * * * *", catch_up=True)
+    stopped = datetime(2026, 6, 1, 8, 0, tzinfo=UTC)
+    save_state(tmp_path, {"q": ScheduleState(last_checked=stopped)})
+    recorder = Recorder()
+    Scheduler({"q": s}, tmp_path, recorder, log=lambda _: None).start(stopped + timedelta(hours=3))
+    (firing,) = recorder.fired
+    assert firing.at.astimezone(UTC) == datetime(2026, 6, 1, 11, 0, tzinfo=UTC)
+
+
+def test_a_failing_firing_does_not_stop_the_scheduler(tmp_path: Path) -> None:
+    recorder, log = Recorder(fail_for={"broken"}), []
+    schedules = {
+        "broken": schedule("broken", "*/5 * * * *"),
+        "good": schedule("good", "*/5 * * * *"),
+    }
+    scheduler = Scheduler(schedules, tmp_path, recorder, log=log.append)
+    start = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    walk(scheduler, start, start + timedelta(minutes=15), timedelta(minutes=1))
+    assert [f.schedule.name for f in recorder.fired] == ["good"] * 3
+    assert sum("failed: agent 'ghost' not found on PATH" in line for line in log) == 3
+
+
+def test_disabled_schedules_never_fire(tmp_path: Path) -> None:
+    recorder = Recorder()
+    scheduler = Scheduler({"off": schedule("off", "* * * * *", enabled=False)}, tmp_path,
+                          recorder, log=lambda _: None)  # fmt: skip
+    start = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    walk(scheduler, start, start + timedelta(minutes=5), timedelta(minutes=1))
+    assert recorder.fired == []
+
+
+def test_fire_now_refuses_while_the_previous_firing_runs(tmp_path: Path) -> None:
+    s = schedule("fixed", "@daily", task="fixed-task")
+    scheduler = Scheduler({"fixed": s}, tmp_path, Recorder(), log=lambda _: None)
+    now = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+    assert scheduler.fire_now(s, now).task_id == "fixed-task"
+    lock = hold(tmp_path, "p", "fixed-task")
+    try:
+        with pytest.raises(AlreadyRunningError, match="previous firing p/fixed-task"):
+            scheduler.fire_now(s, now)
+    finally:
+        lock.release()
+
+
+def test_task_id_templates() -> None:
+    at = datetime(2026, 1, 2, 3, 4, tzinfo=BERLIN)
+    assert task_id(schedule(), at) == "nightly-20260102-0304"
+    assert task_id(schedule(task="{name}.{date}.{time}"), at) == "nightly.20260102.0304"
+    with pytest.raises(RunAgentError, match="unknown placeholder"):
+        task_id(schedule(task="{nope}"), at)
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        (
+            "cron: '61 * * * *'",
+            "schedules.s.cron: '61 * * * *' is not a cron expression: Bad minute",
+        ),
+        ("cron: '* * *'", "Wrong number of fields"),
+        ("cron: '@daily'\n    timezone: Mars/Base", "schedules.s.timezone: 'Mars/Base'"),
+        ("cron: '@daily'\n    prompt_file: f.md", "give exactly one of prompt and prompt_file"),
+        ("cron: '@daily'\n    overlap: sometimes", "schedules.s.overlap: 'sometimes'"),
+        ("cron: '@daily'\n    enabled: maybe", "schedules.s.enabled: 'maybe' is not true or false"),
+        ("cron: '@daily'\n    agent: nobody", "schedules.s.agent: unknown agent 'nobody'"),
+    ],
+)
+def test_bad_schedules_name_the_schedule_and_the_field(
+    tmp_path: Path, body: str, expected: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(f"schedules:\n  s:\n    project: p\n    prompt: x\n    {body}\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path, ["command"], tmp_path)
+    assert expected in str(info.value)
