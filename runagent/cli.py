@@ -528,8 +528,12 @@ def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
 @cli.command()
 @click.option("--host", help="Address to listen on (default 127.0.0.1; others need an API key).")
 @click.option("--port", type=click.IntRange(1, 65535), help="Port (default 14355).")
+@click.option("--no-schedules", is_flag=True, help="Do not fire the config's schedules.")
 @common
-def serve(host: str | None, port: int | None, config_path: Path | None, root: Path | None) -> None:
+def serve(
+    host: str | None, port: int | None, no_schedules: bool, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
     """Serve a live view of every run in a browser (REST, SSE and a page)."""
     import socket
 
@@ -556,7 +560,26 @@ def serve(host: str | None, port: int | None, config_path: Path | None, root: Pa
             raise UsageError(
                 f"cannot listen on {host}:{port} ({exc.strerror}); pass --port"
             ) from exc
-    app = create_app(Settings(root=s.root, api_key=key, config_path=s.config.source))
+    app = create_app(
+        Settings(
+            root=s.root,
+            api_key=key,
+            config_path=s.config.source,
+            schedules=s.config.schedules,
+            launch=lambda firing: launch_firing(s, firing),
+            run_schedules=not no_schedules,
+        )
+    )
+    enabled = [c.name for c in s.config.schedules.values() if c.enabled]
+    if enabled and not no_schedules:
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s run-agent: %(message)s"))
+        schedule_log = logging.getLogger("run-agent.schedules")
+        schedule_log.addHandler(handler)
+        schedule_log.setLevel(logging.INFO)
+        click.echo(f"run-agent: firing schedules: {', '.join(enabled)}", err=True)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
     click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
@@ -634,19 +657,7 @@ def stamped(line: str) -> None:
 def schedule_list(count: int, as_json: bool, config_path: Path | None, root: Path | None) -> None:
     """Each schedule with its next firings and what it last did."""
     s = setup(config_path, root)
-    now = sched.utc_now()
-    state = sched.load_state(s.root)
-    rows = []
-    for config in s.config.schedules.values():
-        last = state.get(config.name, sched.ScheduleState())
-        rows.append({
-            "name": config.name, "cron": config.cron, "timezone": config.timezone,
-            "enabled": config.enabled, "overlap": config.overlap.value,
-            "project": config.project, "task": config.task,
-            "next": [t.isoformat() for t in sched.next_firings(config, now, count)]
-            if config.enabled else [],
-            **last.to_dict(),
-        })  # fmt: skip
+    rows = sched.describe(s.config.schedules, s.root, sched.utc_now(), count)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

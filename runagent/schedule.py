@@ -249,6 +249,28 @@ class Scheduler:
             self._launch(queued, state)
 
 
+def describe(
+    schedules: Mapping[str, ScheduleConfig], root: Path, now: datetime, count: int = 3
+) -> list[dict[str, Any]]:
+    """Each schedule as `schedule list --json` and the server show it: next firings, last one."""
+    state = load_state(root)
+    rows = []
+    for config in schedules.values():
+        last = state.get(config.name, ScheduleState())
+        upcoming = next_firings(config, now, count) if config.enabled else []
+        if last.last_task and not (last.last_outcome or "").startswith("not started"):
+            # The last firing's outcome is its task's status, read now rather than stored.
+            task = TaskPaths(root, config.project, last.last_task)
+            last.last_outcome = tasks.view(task).status.value
+        rows.append({
+            "name": config.name, "cron": config.cron, "timezone": config.timezone,
+            "enabled": config.enabled, "overlap": config.overlap.value,
+            "project": config.project, "task": config.task,
+            "next": [t.isoformat() for t in upcoming], **last.to_dict(),
+        })  # fmt: skip
+    return rows
+
+
 def seconds_to_next_minute(now: datetime) -> float:
     following = (now + timedelta(minutes=1)).replace(second=0, microsecond=0)
     return max(0.05, (following - now).total_seconds())

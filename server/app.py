@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runagent import __version__, control, runfolder, tasks
+from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id
 from runagent.errors import (
     AlreadyRunningError,
@@ -32,8 +34,10 @@ from runagent.errors import (
     UsageError,
 )
 from runagent.runfolder import TaskPaths
+from runagent.schedule import Launch, utc_now
 from server import streams
 from server.hub import Hub
+from server.schedules import ScheduleRunner
 from server.security import KeyMiddleware, cross_site_write, inside
 
 STATIC = Path(__file__).with_name("static")
@@ -50,6 +54,10 @@ class Settings:
     config_path: Path | None = None
     workdir: Path = field(default_factory=Path.cwd)
     env: dict[str, str] | None = None
+    schedules: Mapping[str, ScheduleConfig] = field(default_factory=dict)
+    launch: Launch | None = None  # starts a schedule's firing; None: schedules are not run
+    run_schedules: bool = True
+    clock: Callable[[], datetime] = utc_now  # the scheduler's clock (a seam for tests)
 
 
 class HTTPError(Exception):
@@ -60,22 +68,29 @@ class HTTPError(Exception):
 
 def create_app(settings: Settings) -> Starlette:
     hub = Hub(settings.root)
+    runner = ScheduleRunner(
+        settings.schedules, settings.root, settings.launch, settings.run_schedules, settings.clock
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await hub.start()
+        runner.start()
         try:
             yield
         finally:
+            await run_in_threadpool(runner.stop)
             await hub.stop()
 
-    api = Api(settings, hub)
+    api = Api(settings, hub, runner)
     routes = [
         Route("/", api.index),
         Route("/api/health", api.health),
         Route("/api/projects", api.projects),
         Route("/api/tasks", api.all_tasks),
         Route("/api/events", api.events),
+        Route("/api/schedules", api.schedules),
+        Route("/api/schedules/{name}/run", api.run_schedule, methods=["POST"]),
         Route("/api/projects/{project}/tasks", api.project_tasks, methods=["GET"]),
         Route("/api/projects/{project}/tasks", api.start, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}", api.task),
@@ -115,10 +130,11 @@ async def _run_agent_error(request: Request, exc: Exception) -> Response:
 
 
 class Api:
-    def __init__(self, settings: Settings, hub: Hub) -> None:
+    def __init__(self, settings: Settings, hub: Hub, runner: ScheduleRunner) -> None:
         self.settings = settings
         self.root = settings.root
         self.hub = hub
+        self.runner = runner
 
     # Paths from requests ---------------------------------------------------------------------
 
@@ -316,6 +332,18 @@ class Api:
         body = await self._body(request)
         task = self.task_paths(request)
         return await self._start(task, "resume", body)
+
+    async def schedules(self, request: Request) -> Response:
+        return JSONResponse(await run_in_threadpool(self.runner.describe))
+
+    async def run_schedule(self, request: Request) -> Response:
+        await self._body(request)
+        name = request.path_params["name"]
+        if name not in self.settings.schedules:
+            raise HTTPError(404, f"no schedule {name!r}")
+        firing = await run_in_threadpool(self.runner.fire_now, name)
+        body = {"schedule": name, "project_id": firing.schedule.project, "task_id": firing.task_id}
+        return JSONResponse(body, status_code=202)
 
     async def stop(self, request: Request) -> Response:
         await self._body(request)

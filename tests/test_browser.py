@@ -120,3 +120,51 @@ def test_the_page_shows_when_the_server_goes_away(
         timeout=15000,
     )
     shot(page, "disconnected")
+
+
+def test_schedules_show_their_next_firing_and_run_now_from_the_page(
+    ws: Workspace, page: Page
+) -> None:
+    import subprocess
+
+    import yaml
+
+    from tests.conftest import free_port
+
+    config = yaml.safe_load(ws.write_config(["--lines", "2"], max_restarts=0).read_text())
+    config["schedules"] = {
+        "nightly": {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "project": "p",
+                    "prompt": "nightly tidy"}
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    port = free_port()
+    server = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config), "--no-schedules"),
+        cwd=ws.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url), what="the server")
+        page.goto(url)
+        item = page.locator("#schedule-list li[data-schedule=nightly]")
+        expect(item).to_contain_text("0 3 * * * Europe/Berlin")
+        expect(item).to_contain_text("T03:00:00+01:00")  # the next firing, in its zone
+        expect(item).to_contain_text("not fired yet")
+        item.locator("button").click()
+        expect(page.locator("#task-title")).to_contain_text("p/nightly-")
+        expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+        expect(item).to_contain_text("completed", timeout=40000)
+        shot(page, "schedules")
+    finally:
+        server.terminate()
+        server.wait(15)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False

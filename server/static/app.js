@@ -37,6 +37,7 @@ function connectEvents() {
     const before = state.tasks.get(key(row));
     state.tasks.set(key(row), row);
     renderTasks();
+    refreshSchedulesSoon();
     if (state.task === key(row)) onTaskChanged(before, row);
   });
   eventsSource.addEventListener("removed", (e) => {
@@ -46,6 +47,58 @@ function connectEvents() {
 }
 
 const key = (row) => `${row.project_id}/${row.task_id}`;
+
+// Schedules ----------------------------------------------------------------------------------
+
+let schedulesTimer = null;
+
+function refreshSchedulesSoon() {
+  clearTimeout(schedulesTimer);
+  schedulesTimer = setTimeout(loadSchedules, 300);
+}
+
+async function loadSchedules() {
+  const response = await fetch("/api/schedules");
+  if (!response.ok) return;
+  const rows = await response.json();
+  $("#schedules").hidden = rows.length === 0;
+  const list = $("#schedule-list");
+  list.replaceChildren();
+  for (const row of rows) {
+    const li = document.createElement("li");
+    li.dataset.schedule = row.name;
+    const run = document.createElement("button");
+    run.type = "button";
+    run.textContent = "run now";
+    run.addEventListener("click", () => runSchedule(row.name));
+    const name = document.createElement("div");
+    name.className = "name";
+    name.textContent = row.name + (row.enabled ? "" : " (disabled)");
+    const when = document.createElement("div");
+    when.className = "muted";
+    when.textContent = `${row.cron} ${row.timezone} · next ${row.next[0] || "—"}`;
+    const last = document.createElement("div");
+    last.className = "last";
+    last.textContent = row.last_fired
+      ? `last ${row.last_fired} → ${row.last_task}: ${row.last_outcome || "running"}`
+      : "not fired yet";
+    li.append(run, name, when, last);
+    list.append(li);
+  }
+}
+
+async function runSchedule(name) {
+  const response = await fetch(`/api/schedules/${encodeURIComponent(name)}/run`, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: "{}",
+  });
+  const answer = await response.json();
+  if (!response.ok) {
+    alert(answer.error);
+    return;
+  }
+  await loadSchedules();
+  await selectTask(`${answer.project_id}/${answer.task_id}`);
+}
 
 function badge(status) {
   const span = document.createElement("span");
@@ -387,4 +440,6 @@ $("#new-task").addEventListener("submit", async (e) => {
 });
 
 connectEvents();
+loadSchedules();
+setInterval(loadSchedules, 30000);
 if (location.hash.length > 1) selectTask(decodeURIComponent(location.hash.slice(1)));
