@@ -9,7 +9,6 @@ Builds the root (100 tasks of 100 finished runs, each with run-info.yaml), then 
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import subprocess
 import sys
@@ -22,6 +21,7 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.serving import serving  # noqa: E402
 from runagent import runfolder  # noqa: E402
 from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths  # noqa: E402
 
@@ -55,12 +55,6 @@ def timed(action: object, repeat: int) -> list[float]:
     return out
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100)
@@ -82,27 +76,10 @@ def main() -> None:
         noop = [sys.executable, "-m", "runagent", "--version"]
         cli_ms = timed(listing, args.repeat)
         start_ms = timed(lambda: subprocess.run(noop, capture_output=True, check=True), 3)
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "runagent", "serve", "--port", str(port), "--root", str(root)],
-            cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            url = f"http://127.0.0.1:{port}/api/tasks"
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    httpx.get(url, timeout=10)  # also warms the server
-                    break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+        with serving(root, tmp) as base:
+            url = f"{base}/api/tasks"
             with httpx.Client() as http:
                 api_ms = timed(lambda: http.get(url, timeout=30).raise_for_status(), args.repeat)
-        finally:
-            server.terminate()
-            server.wait(15)
         print(f"{'':<34} {'median':>8} {'max':>8}")
         print(f"{'run-agent list --json (process)':<34} {statistics.median(cli_ms):>6.0f}ms "
               f"{max(cli_ms):>6.0f}ms")  # fmt: skip

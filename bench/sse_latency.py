@@ -14,9 +14,7 @@ import asyncio
 import json
 import multiprocessing
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -27,17 +25,12 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.serving import serving  # noqa: E402
 from runagent import runfolder  # noqa: E402
 from runagent.process import process_start_time  # noqa: E402
 from runagent.runfolder import RunInfo, TaskPaths  # noqa: E402
 
 POLL_INTERVAL = 0.5
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def make_running_run(root: Path) -> Path:
@@ -131,22 +124,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-sse-") as tmp:
         root = Path(tmp) / "runs"
         folder = make_running_run(root)
-        port = free_port()
-        server = subprocess.Popen(
-            [sys.executable, "-m", "runagent", "serve", "--port", str(port), "--root", str(root)],
-            cwd=tmp, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    httpx.get(f"{base}/api/health", timeout=1)
-                    break
-                except httpx.HTTPError:
-                    if time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.05)
+        with serving(root, tmp) as base:
             url = f"{base}/api/projects/bench/tasks/latency/runs/{folder.name}/stream/stdout"
             stdout = runfolder.stdout_path(folder)
             print(
@@ -163,9 +141,6 @@ def main() -> None:
                 print(f"{'':>8} ({len(r['sse'])} SSE arrivals, mean "
                       f"{statistics.mean(r['sse']):.1f} ms)")  # fmt: skip
             print("goal: SSE p50 under 20 ms and p99 under 100 ms, with 1 and with 100 clients")
-        finally:
-            server.terminate()
-            server.wait(15)
 
 
 if __name__ == "__main__":
