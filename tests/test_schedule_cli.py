@@ -192,3 +192,30 @@ def test_a_notification_command_gets_the_event_as_json(ws: Workspace) -> None:
     assert ws.cli("--project", "p", "--task", "t", "x").returncode == 1
     (event,) = [json.loads(line) for line in out.read_text().splitlines() if line]
     assert event["event"] == "gave_up" and event["outcome"] == "failed"
+
+
+def test_schedule_run_starts_logs_and_stops_cleanly_on_ctrl_c(ws: Workspace) -> None:
+    import os
+    import signal
+
+    write_config(ws, [])
+    proc = ws.start_cli("schedule", "run")
+    lines: list[str] = []
+    assert proc.stdout is not None
+    for line in proc.stdout:  # the first line comes once the scheduler has started
+        lines.append(line)
+        if "scheduler started" in line:
+            break
+    assert "scheduler started: nightly" in lines[-1]
+    state = ws.root / ".schedules.yaml"
+    assert "last_checked" in state.read_text()  # it recorded when it began watching
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "scheduler stopped; runs it started go on" in out
+
+
+def test_schedule_run_without_schedules_is_one_line(ws: Workspace) -> None:
+    proc = ws.cli("schedule", "run")
+    assert proc.returncode == 2
+    assert "no enabled schedules" in proc.stderr and "Traceback" not in proc.stderr
