@@ -58,6 +58,7 @@ class Settings:
     launch: Launch | None = None  # starts a schedule's firing; None: schedules are not run
     run_schedules: bool = True
     clock: Callable[[], datetime] = utc_now  # the scheduler's clock (a seam for tests)
+    heartbeat: float = HEARTBEAT  # seconds between SSE comments on a quiet stream
 
 
 class HTTPError(Exception):
@@ -252,7 +253,7 @@ class Api:
         folder, path = self.run_file(request, STREAM_FILES)
         offset = self._offset(request)
         events = streams.run_file_events(self.hub, folder, path.name, offset)
-        return EventSourceResponse(events, ping=HEARTBEAT, send_timeout=60)
+        return EventSourceResponse(events, ping=self.settings.heartbeat, send_timeout=60)
 
     async def task_stream(self, request: Request) -> Response:
         task = self.task_paths(request)
@@ -264,10 +265,12 @@ class Api:
         if run_id is not None and not RUN_ID.fullmatch(run_id):
             run_id, offset = None, 0
         events = streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
-        return EventSourceResponse(events, ping=HEARTBEAT, send_timeout=60)
+        return EventSourceResponse(events, ping=self.settings.heartbeat, send_timeout=60)
 
     async def events(self, request: Request) -> Response:
-        return EventSourceResponse(streams.root_events(self.hub, self.root), ping=HEARTBEAT)
+        return EventSourceResponse(
+            streams.root_events(self.hub, self.root), ping=self.settings.heartbeat
+        )
 
     # Actions -------------------------------------------------------------------------------------
 

@@ -168,3 +168,28 @@ def _answers(url: str) -> bool:
         return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
     except httpx.HTTPError:
         return False
+
+
+def test_auto_scroll_pauses_when_the_reader_scrolls_up(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "400", "--interval", "0.02", "--line-text", "row"], max_restarts=0)
+    page.goto(server.url)
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "scroll")
+    page.fill("textarea[name=prompt]", "print a lot")
+    page.click("form#new-task button[type=submit]")
+    log = page.locator("#log")
+    expect(log).to_contain_text("row 80")
+    at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 40"
+    assert log.evaluate(at_bottom)  # following the tail
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    expect(log).to_contain_text("row 200")  # lines keep arriving...
+    assert log.evaluate("el => el.scrollTop") == 0  # ...but the reader stays where they were
+    follow = page.locator("#follow-button")
+    expect(follow).to_be_visible()
+    follow.click()
+    expect(follow).to_be_hidden()
+    assert log.evaluate(at_bottom)
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)

@@ -128,3 +128,40 @@ def test_a_stream_of_a_missing_run_is_404(server: Server) -> None:
         f"{server.url}/api/projects/p/tasks/t/runs/20260101-000000000-1/stream/stdout"
     )
     assert response.status_code == 404
+
+
+def test_a_quiet_stream_sends_heartbeat_comments(ws: Workspace) -> None:
+    """A heartbeat keeps proxies from dropping a quiet stream and lets clients notice a dead one."""
+    import asyncio
+
+    import uvicorn
+
+    from server.app import Settings, create_app
+    from tests.conftest import free_port
+
+    go = ws.path / "go"
+    ws.write_config(["--wait-for", str(go)], max_restarts=0)
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+    run_id = wait_for(lambda: ws.task().run_ids(), what="the run")[0]
+    port = free_port()
+    app = create_app(Settings(root=ws.root, heartbeat=0.3))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="error"))
+    thread = threading.Thread(target=lambda: asyncio.run(server.serve()), daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started, what="uvicorn")
+        url = f"http://127.0.0.1:{port}/api/projects/p/tasks/t/runs/{run_id}/stream/stdout"
+        comments = 0
+        with httpx.Client(timeout=10) as client, client.stream("GET", url) as response:
+            for line in response.iter_lines():
+                if line.startswith(":"):
+                    comments += 1
+                if comments == 2:
+                    break
+        assert comments == 2
+    finally:
+        go.touch()
+        server.should_exit = True
+        thread.join(10)
+    loop.communicate(timeout=30)
+    assert ws.runs()[0].status == "completed"
