@@ -48,6 +48,15 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+def start_from_form(page: Page, task: str, prompt: str) -> None:
+    """Start task p/TASK the way a person does: the New task form."""
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", task)
+    page.fill("textarea[name=prompt]", prompt)
+    page.click("form#new-task button[type=submit]")
+
+
 def test_watch_a_task_live_then_stop_it_from_the_page(
     ws: Workspace, server: Server, page: Page
 ) -> None:
@@ -59,11 +68,7 @@ def test_watch_a_task_live_then_stop_it_from_the_page(
     )  # fmt: skip
     page.goto(server.url)
     expect(page.locator("#connection")).to_have_text("live")
-    page.click("#new-task-button")
-    page.fill("input[name=project]", "p")
-    page.fill("input[name=task_id]", "t")
-    page.fill("textarea[name=prompt]", "watch me")
-    page.click("form#new-task button[type=submit]")
+    start_from_form(page, "t", "watch me")
     expect(page.locator("#task-title")).to_have_text("p/t")
     expect(page.locator("#task-status")).to_have_text("running")
     log = page.locator("#log")
@@ -93,11 +98,7 @@ def test_claude_stream_is_shown_readably_with_a_raw_toggle(
     sample = REPO / "tests" / "samples" / "claude-tool.stdout.jsonl"
     ws.write_config(["--chunks", sample.read_bytes().hex()], max_restarts=0)
     page.goto(f"{server.url}/")
-    page.click("#new-task-button")
-    page.fill("input[name=project]", "p")
-    page.fill("input[name=task_id]", "json")
-    page.fill("textarea[name=prompt]", "use a tool")
-    page.click("form#new-task button[type=submit]")
+    start_from_form(page, "json", "use a tool")
     log = page.locator("#log")
     expect(log.locator(".ev-assistant").last).to_have_text("hello from fake model")
     expect(log.locator(".ev-tool").first).to_contain_text("Bash")
@@ -175,11 +176,7 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
 ) -> None:
     ws.write_config(["--lines", "400", "--interval", "0.02", "--line-text", "row"], max_restarts=0)
     page.goto(server.url)
-    page.click("#new-task-button")
-    page.fill("input[name=project]", "p")
-    page.fill("input[name=task_id]", "scroll")
-    page.fill("textarea[name=prompt]", "print a lot")
-    page.click("form#new-task button[type=submit]")
+    start_from_form(page, "scroll", "print a lot")
     log = page.locator("#log")
     expect(log).to_contain_text("row 80")
     at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 40"
