@@ -27,12 +27,7 @@ from starlette.staticfiles import StaticFiles
 from runagent import __version__, control, runfolder, tasks
 from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id
-from runagent.errors import (
-    AlreadyRunningError,
-    NotFoundError,
-    RunAgentError,
-    UsageError,
-)
+from runagent.errors import ExitCode, NotFoundError, RunAgentError, UsageError
 from runagent.runfolder import TaskPaths
 from runagent.schedule import Launch, utc_now
 from server import streams
@@ -120,13 +115,14 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 
 async def _run_agent_error(request: Request, exc: Exception) -> Response:
-    status = 500
+    assert isinstance(exc, RunAgentError)
+    status = {
+        ExitCode.USAGE: 400,
+        ExitCode.MISSING_DEPENDENCY: 424,
+        ExitCode.ALREADY_RUNNING: 409,
+    }.get(exc.exit_code, 500)
     if isinstance(exc, NotFoundError):
         status = 404
-    elif isinstance(exc, AlreadyRunningError):
-        status = 409
-    elif isinstance(exc, UsageError) or getattr(exc, "exit_code", 1) == 2:
-        status = 400
     return JSONResponse({"error": str(exc)}, status_code=status)
 
 

@@ -203,3 +203,12 @@ def test_serve_says_when_the_port_is_taken(ws: Workspace) -> None:
         port = s.getsockname()[1]
         proc = ws.cli("serve", "--port", str(port), timeout=30)
     assert proc.returncode == 2 and f"cannot listen on 127.0.0.1:{port}" in proc.stderr
+
+
+def test_a_start_the_supervisor_refuses_answers_with_its_one_line_reason(ws: Workspace) -> None:
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
+    with TestClient(app) as c:
+        body = {"task_id": "t", "prompt": "x", "agent": "no-such-agent"}
+        refused = c.post("/api/projects/p/tasks", json=body)
+        assert refused.status_code == 400
+        assert refused.json()["error"].startswith("unknown agent 'no-such-agent'")
