@@ -3,6 +3,11 @@
 Streams do not receive data from the hub, only a wake-up: each one then reads its own file from
 its own offset. So the hub holds no per-client buffer, and a slow client costs nothing but its
 own socket.
+
+A wake-up is a future that is resolved and replaced on every change. Waiters share it without a
+lock, so a client whose wait is cancelled (it went away) touches nothing any other client or the
+shutdown depends on: an `asyncio.Condition` here let one cancelled waiter break another's
+re-acquisition of the shared lock ("Lock is not acquired"), and that client froze.
 """
 
 from __future__ import annotations
@@ -38,13 +43,13 @@ class Hub:
         self.root = root
         self.generation = 0
         self.meta_generation = 0
-        self._condition: asyncio.Condition | None = None
+        self._changed: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        self._condition = asyncio.Condition()
+        self._changed = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         ready = asyncio.Event()
         self._task = asyncio.create_task(self._watch(ready))
@@ -78,22 +83,29 @@ class Hub:
                 await self.notify({Path(path) for _, path in changes})
 
     async def notify(self, paths: set[Path]) -> None:
-        if self._condition is None:
+        if self._changed is None:
             return
-        async with self._condition:
-            self.generation += 1
-            if not paths or any(p.name not in LOG_FILES for p in paths):
-                self.meta_generation += 1
-            self._condition.notify_all()
+        self.generation += 1
+        if not paths or any(p.name not in LOG_FILES for p in paths):
+            self.meta_generation += 1
+        woken, self._changed = self._changed, asyncio.get_running_loop().create_future()
+        woken.set_result(None)
 
     async def wait(self, seen: int, timeout: float, meta: bool = False) -> int:
-        """The (meta) generation after `seen`, or the current one after `timeout` seconds."""
-        assert self._condition is not None
+        """The (meta) generation after `seen`, or the current one after `timeout` seconds.
+
+        Cancelling a wait (a client that disconnects) cancels only that wait: `asyncio.wait`
+        never cancels the shared future it watches.
+        """
+        assert self._changed is not None
 
         def current() -> int:
             return self.meta_generation if meta else self.generation
 
-        async with self._condition:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._condition.wait_for(lambda: current() != seen), timeout)
-            return current()
+        deadline = asyncio.get_running_loop().time() + timeout
+        while current() == seen:
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                break
+            await asyncio.wait([self._changed], timeout=left)
+        return current()
