@@ -540,7 +540,7 @@ def serve(
     import uvicorn
 
     from server.app import Settings, create_app
-    from server.security import is_loopback
+    from server.security import allowed_hosts, is_loopback
 
     s = setup(config_path, root)
     host = host or s.config.server.host
@@ -568,6 +568,7 @@ def serve(
             schedules=s.config.schedules,
             launch=lambda firing: launch_firing(s, firing),
             run_schedules=not no_schedules,
+            allowed_hosts=allowed_hosts(host, s.config.server.allowed_hosts),
         )
     )
     enabled = [c.name for c in s.config.schedules.values() if c.enabled]

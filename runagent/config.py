@@ -137,6 +137,9 @@ class ServerSettings:
     host: str = "127.0.0.1"
     port: int = 14355
     api_key_env: str = "RUN_AGENT_API_KEY"
+    # Host names (beside loopback and the listening address) that requests may name: the names
+    # the server is reached by. Anything else is refused, so a rebound DNS name gets nothing.
+    allowed_hosts: tuple[str, ...] = ()
 
     def api_key(self, env: Mapping[str, str]) -> str | None:
         return env.get(self.api_key_env) or None
@@ -304,16 +307,29 @@ def _notify(s: _Section) -> NotifyConfig:
     )
 
 
+HOST_NAME = re.compile(r"\*|\[?[A-Za-z0-9][A-Za-z0-9.:-]{0,252}\]?")
+
+
 def _server(s: _Section) -> ServerSettings:
     base = ServerSettings()
-    s.only("host", "port", "api_key_env")
+    s.only("host", "port", "api_key_env", "allowed_hosts")
     port = s.count("port", base.port)
     if not 0 < port < 65536:
         raise ConfigError(f"{s.key('port')}: {port} is not a TCP port (1-65535)")
+    hosts = s.data.get("allowed_hosts") or []
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    for host in hosts if isinstance(hosts, list) else [hosts]:
+        if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
+            raise ConfigError(
+                f"{s.key('allowed_hosts')}: {host!r} is not a host name; write names such as "
+                "'runs.example.org' or '192.0.2.7', without a scheme or port"
+            )
     return ServerSettings(
         host=s.string("host") or base.host,
         port=port,
         api_key_env=s.string("api_key_env") or base.api_key_env,
+        allowed_hosts=tuple(hosts),
     )
 
 

@@ -33,7 +33,13 @@ from runagent.schedule import Launch, utc_now
 from server import streams
 from server.hub import Hub
 from server.schedules import ScheduleRunner
-from server.security import KeyMiddleware, cross_site_write, inside
+from server.security import (
+    HostMiddleware,
+    KeyMiddleware,
+    allowed_hosts,
+    cross_site_write,
+    inside,
+)
 
 STATIC = Path(__file__).with_name("static")
 RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
@@ -54,6 +60,7 @@ class Settings:
     run_schedules: bool = True
     clock: Callable[[], datetime] = utc_now  # the scheduler's clock (a seam for tests)
     heartbeat: float = HEARTBEAT  # seconds between SSE comments on a quiet stream
+    allowed_hosts: frozenset[str] = field(default_factory=lambda: allowed_hosts("127.0.0.1"))
 
 
 class HTTPError(Exception):
@@ -102,7 +109,10 @@ def create_app(settings: Settings) -> Starlette:
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
-        middleware=[Middleware(KeyMiddleware, key=settings.api_key)],
+        middleware=[
+            Middleware(HostMiddleware, allowed=settings.allowed_hosts),
+            Middleware(KeyMiddleware, key=settings.api_key),
+        ],
         exception_handlers={HTTPError: _http_error, RunAgentError: _run_agent_error},
     )
     app.state.hub = hub

@@ -203,6 +203,10 @@ def ws(tmp_path: Path) -> Iterator[Workspace]:
     assert not left, f"processes outlived the test: {[p.info['cmdline'] for p in left]}"
 
 
+# The address TestClient requests name: the server answers only hosts it is meant to be reached by.
+LOCAL = "http://127.0.0.1:14355"
+
+
 def free_port() -> int:
     import socket
 

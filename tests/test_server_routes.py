@@ -9,7 +9,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from server.app import Settings, create_app
-from tests.conftest import Workspace, wait_for
+from tests.conftest import LOCAL, Workspace, wait_for
 
 KEY = "test-key-0123456789"
 
@@ -25,7 +25,7 @@ def done_task(ws: Workspace) -> Workspace:
 @pytest.fixture
 def client(done_task: Workspace) -> Iterator[TestClient]:
     app = create_app(Settings(root=done_task.root, config_path=done_task.config))
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOCAL) as c:
         yield c
 
 
@@ -103,7 +103,7 @@ def test_symlinks_out_of_the_root_are_not_followed(
 
 def test_api_key_is_required_when_set(done_task: Workspace) -> None:
     app = create_app(Settings(root=done_task.root, api_key=KEY))
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOCAL) as c:
         assert c.get("/api/health").status_code == 401
         assert c.get("/api/tasks", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert c.get("/").status_code == 401
@@ -150,7 +150,7 @@ def test_start_validates_and_refuses_conflicts(client: TestClient) -> None:
 def test_start_stop_and_resume_through_the_api(ws: Workspace) -> None:
     ws.write_config(["--lines", "1", "--sleep", "60", "--grandchild"])
     app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOCAL) as c:
         started = c.post("/api/projects/p/tasks", json={"task_id": "live", "prompt": "go"})
         assert started.status_code == 202, started.text
         body = started.json()
@@ -207,8 +207,70 @@ def test_serve_says_when_the_port_is_taken(ws: Workspace) -> None:
 
 def test_a_start_the_supervisor_refuses_answers_with_its_one_line_reason(ws: Workspace) -> None:
     app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
-    with TestClient(app) as c:
+    with TestClient(app, base_url=LOCAL) as c:
         body = {"task_id": "t", "prompt": "x", "agent": "no-such-agent"}
         refused = c.post("/api/projects/p/tasks", json=body)
         assert refused.status_code == 400
         assert refused.json()["error"].startswith("unknown agent 'no-such-agent'")
+
+
+REBOUND = {"Host": "evil.example:14355"}
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/"),
+        ("GET", "/api/tasks"),
+        ("GET", "/api/projects"),
+        ("GET", "/api/projects/p/tasks/t"),
+        ("GET", "/api/events"),
+        ("GET", "/api/projects/p/tasks/t/stream"),
+        ("POST", "/api/projects/p/tasks"),
+        ("POST", "/api/projects/p/tasks/t/stop"),
+    ],
+)
+def test_a_rebound_host_name_gets_nothing(
+    client: TestClient, done_task: Workspace, method: str, path: str
+) -> None:
+    """A page on another site whose name resolves to 127.0.0.1 sends its own name as Host."""
+    headers = {**REBOUND, "Origin": "http://evil.example:14355", "Content-Type": "application/json"}
+    body = '{"task_id": "rebind", "prompt": "x"}' if method == "POST" else None
+    response = client.request(method, path, headers=headers, content=body)
+    assert response.status_code == 421, response.text
+    assert "evil.example" in response.json()["error"]
+    assert "allowed_hosts" in response.json()["error"]
+    assert not (done_task.root / "p" / "rebind").exists()
+
+
+@pytest.mark.parametrize(
+    "host", ["127.0.0.1:14355", "localhost:80", "LOCALHOST.", "[::1]:14355", "127.0.0.2", "::1"]
+)
+def test_loopback_host_names_are_answered(client: TestClient, host: str) -> None:
+    assert client.get("/api/tasks", headers={"Host": host}).status_code == 200
+
+
+def test_configured_host_names_are_answered(done_task: Workspace) -> None:
+    from server.security import allowed_hosts
+
+    hosts = allowed_hosts("127.0.0.1", ["runs.example.org"])
+    app = create_app(Settings(root=done_task.root, allowed_hosts=hosts))
+    with TestClient(app, base_url="http://runs.example.org") as c:
+        assert c.get("/api/tasks").status_code == 200
+        assert c.get("/api/tasks", headers=REBOUND).status_code == 421
+    # Listening on an address answers to that address too.
+    assert "192.0.2.7" in allowed_hosts("192.0.2.7")
+    assert "192.0.2.7" not in allowed_hosts("127.0.0.1")
+
+
+def test_a_key_in_the_url_is_taken_only_when_opening_the_page(done_task: Workspace) -> None:
+    app = create_app(Settings(root=done_task.root, api_key=KEY))
+    with TestClient(app, base_url=LOCAL) as c:
+        json_headers = {"Content-Type": "application/json"}
+        post = c.post(f"/api/projects/p/tasks?key={KEY}", content='{"prompt":"x"}',
+                      headers=json_headers)  # fmt: skip
+        assert post.status_code == 401
+        assert c.get(f"/api/tasks?key={KEY}").status_code == 401
+        assert c.get(f"/api/events?key={KEY}").status_code == 401
+        assert not (done_task.root / "p").joinpath("x").exists()
+        assert c.get(f"/?key={KEY}", follow_redirects=False).status_code == 303

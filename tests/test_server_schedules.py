@@ -11,7 +11,7 @@ from starlette.testclient import TestClient
 from runagent.config import load_config
 from runagent.schedule import Firing, seconds_to_next_minute
 from server.app import Settings, create_app
-from tests.conftest import Workspace, wait_for
+from tests.conftest import LOCAL, Workspace, wait_for
 
 
 def config_with_schedule(ws: Workspace, cron: str = "* * * * *", **extra: object) -> None:
@@ -30,7 +30,8 @@ def app_for(ws: Workspace, launch: Callable[[Firing], int], **settings: object) 
         create_app(
             Settings(root=ws.root, config_path=ws.config, schedules=config.schedules,
                      launch=launch, workdir=ws.path, **settings)  # type: ignore[arg-type]
-        )
+        ),
+        base_url=LOCAL,
     )  # fmt: skip
 
 
