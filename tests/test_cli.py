@@ -150,15 +150,21 @@ def test_ctrl_c_stops_the_loop_and_the_whole_tree(ws: Workspace) -> None:
     assert [r.status for r in ws.runs()] == [RunStatus.STOPPED]
 
 
+@pytest.mark.parametrize("group", [False, True], ids=["alone", "whole-group"])
 def test_sigkill_of_the_supervisor_takes_the_agent_tree_down_and_the_run_reads_lost(
-    ws: Workspace,
+    ws: Workspace, group: bool
 ) -> None:
     ws.write_config(["--sleep", "60", "--grandchild", "--setsid-grandchild", "--orphan"])
+    # In its own session and group, as `timeout`, a CI runner or a shell's job control starts it.
     loop = ws.start_cli("--project", "p", "--task", "t", "x")
     pids = wait_for(lambda: len(ws.agent_pids()) == 4 and ws.agent_pids(), what="4 processes")
-    os.kill(loop.pid, signal.SIGKILL)
+    if group:  # `timeout -s KILL`, a CI job's cancel: every process of the group at once
+        os.killpg(loop.pid, signal.SIGKILL)
+    else:
+        os.kill(loop.pid, signal.SIGKILL)
     loop.communicate(timeout=10)
     wait_for(lambda: not [p for p in pids if alive(p)], timeout=10, what="the tree to die")
+    wait_for(lambda: not ws.leftovers(), timeout=10, what="no process of the run, reaper included")
     # Until someone writes it, the run is shown as lost by every reader...
     status = json.loads(ws.cli("status", "--project", "p", "--task", "t", "--json").stdout)
     assert status["status"] == "lost"
