@@ -67,6 +67,7 @@ class Reason(enum.StrEnum):
     MISSING_BINARY = "missing_binary"
     SPAWN_ERROR = "spawn_error"
     SUPERVISOR_LOST = "supervisor_lost"
+    WRITE_ERROR = "write_error"  # run-agent could not write a file of the run (a full disk)
 
 
 @dataclass(frozen=True)

@@ -165,6 +165,12 @@ class Supervisor:
             attempt += 1
             info, duration, diagnosis = self._run_once(attempt, previous)
             runs.append(info)
+            if info.reason is Reason.WRITE_ERROR:  # a full disk: a restart would fail the same way
+                return LoopResult(
+                    Outcome.FAILED,
+                    f"run {info.run_id}: {info.message}; not restarting",
+                    tuple(runs),
+                )
             done = self.task.done.exists()
             if info.status is RunStatus.STOPPED:
                 return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
@@ -324,12 +330,12 @@ class Supervisor:
             )
         except RunAgentError as exc:
             code, reason = _spawn_failure(exc)
-            with open(ctx.stderr_path, "a", encoding="utf-8") as f:
-                f.write(f"run-agent: {exc}\n")
+            _note(ctx, str(exc))
             info = self._finish(ctx, info, code, reason, RunStatus.FAILED, str(exc))
             return info, time.monotonic() - started, None
         info = info.replace(pid=process.pid, pgid=process.pgid)
-        runfolder.write_run_info(folder, info)
+        with contextlib.suppress(OSError):  # the run goes on; its end is written again
+            runfolder.write_run_info(folder, info)
         try:
             code, stopped_by = self._watch(process, info, folder, started)
         finally:
@@ -348,10 +354,7 @@ class Supervisor:
         try:
             return self.backend.diagnose(ctx, code)
         except Exception as exc:  # a parser bug must not lose the run
-            with open(ctx.stderr_path, "a", encoding="utf-8") as f:
-                f.write(
-                    f"run-agent: could not diagnose the failure ({type(exc).__name__}: {exc})\n"
-                )
+            _note(ctx, f"could not diagnose the failure ({type(exc).__name__}: {exc})")
             return None
 
     def _new_run_folder(self) -> tuple[str, Path]:
@@ -426,12 +429,23 @@ class Supervisor:
         status: RunStatus,
         message: str,
     ) -> RunInfo:
-        write_output(ctx, self.backend)
+        """Write output.md and the run's end. A failed write of output.md (a full disk) fails
+        the run, saying which file and why."""
+        folder = ctx.run_folder
+        try:
+            write_output(ctx, self.backend)
+        except OSError as exc:  # the error may name agent-stdout.txt, the file copied from
+            state = "is truncated" if runfolder.output_path(folder).exists() else "was not written"
+            status, reason = RunStatus.FAILED, Reason.WRITE_ERROR
+            message = (
+                f"{exc.strerror or exc} writing {runfolder.OUTPUT}; {runfolder.OUTPUT} {state} "
+                f"(the run ended: {message})"
+            )
         info = info.replace(
             end_time=_now(), exit_code=code, reason=reason, status=status, message=message
         )
-        runfolder.write_run_info(ctx.run_folder, info)
-        self.on_event(Event(EventKind.RUN_ENDED, run=info, run_folder=ctx.run_folder))
+        runfolder.write_run_info(folder, info)
+        self.on_event(Event(EventKind.RUN_ENDED, run=info, run_folder=folder))
         return info
 
     def _prompt(self, run_id: str, attempt: int, previous: RunInfo | None) -> str:
@@ -500,6 +514,15 @@ def _size(path: Path) -> int:
         return -1
 
 
+def _note(ctx: RunContext, text: str) -> None:
+    """Add a line of run-agent's own to the run's stderr; best effort (the disk may be full)."""
+    try:
+        with open(ctx.stderr_path, "a", encoding="utf-8") as f:
+            f.write(f"run-agent: {text}\n")
+    except OSError:
+        pass
+
+
 def write_output(ctx: RunContext, backend: Backend) -> None:
     """output.md: the backend's parsed answer, else stdout (copied, or linked when large)."""
     target = runfolder.output_path(ctx.run_folder)
@@ -507,8 +530,7 @@ def write_output(ctx: RunContext, backend: Backend) -> None:
         text = backend.final_output(ctx)
     except Exception as exc:  # a parser bug must not lose the run
         text = None
-        with open(ctx.stderr_path, "a", encoding="utf-8") as f:
-            f.write(f"run-agent: could not parse the output ({type(exc).__name__}: {exc})\n")
+        _note(ctx, f"could not parse the output ({type(exc).__name__}: {exc})")
     if text is not None:
         runfolder.atomic_write(target, text)
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -306,3 +307,44 @@ def test_the_agent_inherits_no_descriptor_but_its_stdio(ws: Workspace) -> None:
     assert ws.cli("--project", "p", "--task", "t", "x").returncode == 0
     out = runfolder.stdout_path(ws.task().run_folder(ws.runs()[0].run_id)).read_text()
     assert out.split() == ["0", "1", "2"]  # no lock, no pipe, no wake-up descriptor
+
+
+def _fill_the_disk_under(loop: subprocess.Popen[str], max_file_size: int) -> None:
+    """From now on, any file the supervisor writes fails past `max_file_size` bytes (EFBIG).
+
+    A real kernel refusal of a real write, in the running supervisor only (its agent already
+    runs and keeps its own limit), as a full disk refuses the write that needs one block more.
+    """
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.prlimit(loop.pid, resource.RLIMIT_FSIZE, (max_file_size, hard))
+
+
+def _start_a_run_with_output_bigger_than(ws: Workspace, size: int) -> subprocess.Popen[str]:
+    """A supervisor whose agent has written more than `size` bytes and waits for `ws/go`."""
+    ws.write_config(["--lines", "2000", "--wait-for", str(ws.path / "go")])
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+
+    def written() -> bool:
+        runs = ws.runs()
+        folder = ws.task().run_folder(runs[0].run_id) if runs else None
+        return folder is not None and runfolder.stdout_path(folder).stat().st_size > size
+
+    wait_for(written, what="the agent's output")
+    return loop
+
+
+def test_a_full_disk_writing_output_md_fails_the_run_and_says_which_file(ws: Workspace) -> None:
+    loop = _start_a_run_with_output_bigger_than(ws, 8192)
+    _fill_the_disk_under(loop, 4096)
+    (ws.path / "go").touch()
+    _, err = loop.communicate(timeout=30)
+    assert loop.returncode == ExitCode.FAILED, err
+    assert "Traceback" not in err
+    why = "File too large writing output.md; output.md is truncated"
+    assert why in err.strip().splitlines()[-1]
+    assert "agent-stdout.txt" not in err
+    (info,) = ws.runs()  # a full disk is not something a restart fixes
+    assert info.status is RunStatus.FAILED and info.reason == "write_error"
+    assert info.exit_code == 0 and why in (info.message or "")
+    status = json.loads(ws.cli("status", "-p", "p", "-t", "t", "--json").stdout)
+    assert status["status"] == "failed" and why in status["latest_run"]["message"]
