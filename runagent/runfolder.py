@@ -6,13 +6,15 @@
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
-old or the new version, never half of one.
+old or the new version, never half of one. When even that fails (a full disk), an empty file
+`.unrecorded.ERRNO` says so, and readers take the run as failed for that reason, not as lost.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import os
 import tempfile
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ LOCK = ".lock"
 SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
 SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last fired
 RUNS = "runs"
+UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 RUN_INFO_VERSION = 1
 
 # The files of a run a reader may ask for by a short name.
@@ -210,6 +213,51 @@ def atomic_write(path: Path, text: str) -> None:
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
     text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     atomic_write(run_info_path(run_folder), text)
+
+
+def unrecorded_message(error: OSError) -> str:
+    """What a run whose final run-info.yaml could not be written says about it."""
+    return f"{error.strerror or error} writing {RUN_INFO}, so the end of this run is not recorded"
+
+
+def mark_unrecorded(run_folder: Path, error: OSError) -> None:
+    """Leave word that run-info.yaml could not be written, and why; best effort.
+
+    The word is the name of an empty file: it needs no data block, so a disk too full for
+    run-info.yaml (or a file size limit) usually still lets it be created.
+    """
+    name = errno.errorcode.get(error.errno or errno.EIO, "EIO")
+    try:
+        (run_folder / f"{UNRECORDED}.{name}").touch()
+    except OSError:
+        pass
+
+
+def unrecorded(run_folder: Path, info: RunInfo) -> RunInfo | None:
+    """`info` ended as failed, if its supervisor left word it could not write it; else None."""
+    try:
+        names = [n for n in os.listdir(run_folder) if n.startswith(f"{UNRECORDED}.")]
+    except OSError:
+        return None
+    if not names:
+        return None
+    code = getattr(errno, names[0].removeprefix(f"{UNRECORDED}."), None)
+    if not isinstance(code, int):
+        code = errno.EIO
+    error = OSError(code, os.strerror(code))
+    return info.replace(
+        status=RunStatus.FAILED, reason=Reason.WRITE_ERROR, message=unrecorded_message(error)
+    )
+
+
+def clear_unrecorded(run_folder: Path) -> None:
+    """Remove the word left by `mark_unrecorded`, once run-info.yaml says it."""
+    try:
+        for name in os.listdir(run_folder):
+            if name.startswith(f"{UNRECORDED}."):
+                (run_folder / name).unlink(missing_ok=True)
+    except OSError:
+        pass  # it only repeats what run-info.yaml now says
 
 
 def read_run_info(run_folder: Path) -> RunInfo | None:

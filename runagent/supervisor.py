@@ -257,7 +257,8 @@ class Supervisor:
             os.read(self._wake_r, 1024)
 
     def _mark_lost_runs(self) -> RunInfo | None:
-        """Write `lost` on runs whose supervisor is gone; return the task's latest run, if any."""
+        """Write down runs whose supervisor is gone (`lost`, or failed if it left word why);
+        return the task's latest run, if any."""
         latest = None
         for run_id in self.task.run_ids():
             folder = self.task.run_folder(run_id)
@@ -268,7 +269,14 @@ class Supervisor:
                 info.supervisor_pid, info.supervisor_start
             ):
                 info = mark_lost(folder, info)
-                self.on_event(Event(EventKind.MARKED_LOST, run=info, run_folder=folder))
+                why = (
+                    ""
+                    if info.status is RunStatus.LOST
+                    else f"run {info.run_id} failed: {info.message}"
+                )
+                self.on_event(
+                    Event(EventKind.MARKED_LOST, run=info, run_folder=folder, message=why)
+                )
             latest = info
         return latest
 
@@ -334,7 +342,7 @@ class Supervisor:
             info = self._finish(ctx, info, code, reason, RunStatus.FAILED, str(exc))
             return info, time.monotonic() - started, None
         info = info.replace(pid=process.pid, pgid=process.pgid)
-        with contextlib.suppress(OSError):  # the run goes on; its end is written again
+        with contextlib.suppress(OSError):  # the run goes on; its end is written, or said unwritten
             runfolder.write_run_info(folder, info)
         try:
             code, stopped_by = self._watch(process, info, folder, started)
@@ -429,8 +437,8 @@ class Supervisor:
         status: RunStatus,
         message: str,
     ) -> RunInfo:
-        """Write output.md and the run's end. A failed write of output.md (a full disk) fails
-        the run, saying which file and why."""
+        """Write output.md and the run's end. A write that fails (a full disk) fails the run,
+        saying which file and why; if run-info.yaml itself cannot be written, word is left."""
         folder = ctx.run_folder
         try:
             write_output(ctx, self.backend)
@@ -444,7 +452,15 @@ class Supervisor:
         info = info.replace(
             end_time=_now(), exit_code=code, reason=reason, status=status, message=message
         )
-        runfolder.write_run_info(folder, info)
+        try:
+            runfolder.write_run_info(folder, info)
+        except OSError as exc:
+            runfolder.mark_unrecorded(folder, exc)
+            info = info.replace(
+                status=RunStatus.FAILED,
+                reason=Reason.WRITE_ERROR,
+                message=f"{runfolder.unrecorded_message(exc)}; {message}",
+            )
         self.on_event(Event(EventKind.RUN_ENDED, run=info, run_folder=folder))
         return info
 
@@ -545,7 +561,8 @@ def write_output(ctx: RunContext, backend: Backend) -> None:
 
 
 def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
-    """Record that a run's supervisor died while it ran; its last output time becomes its end."""
+    """Record that a run's supervisor is gone: lost (it died while the run ran), or failed if it
+    left word that it could not write the run's end. The last output time becomes the end."""
     mtimes = [
         p.stat().st_mtime
         for p in (runfolder.stdout_path(folder), runfolder.stderr_path(folder))
@@ -556,11 +573,12 @@ def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
         if mtimes
         else None
     )
-    lost = info.replace(
+    ended = runfolder.unrecorded(folder, info) or info.replace(
         status=RunStatus.LOST,
         reason=Reason.SUPERVISOR_LOST,
-        end_time=end,
         message=f"its supervisor (pid {info.supervisor_pid}) died while the run was running",
     )
-    runfolder.write_run_info(folder, lost)
-    return lost
+    ended = ended.replace(end_time=end)
+    runfolder.write_run_info(folder, ended)
+    runfolder.clear_unrecorded(folder)
+    return ended

@@ -348,3 +348,26 @@ def test_a_full_disk_writing_output_md_fails_the_run_and_says_which_file(ws: Wor
     assert info.exit_code == 0 and why in (info.message or "")
     status = json.loads(ws.cli("status", "-p", "p", "-t", "t", "--json").stdout)
     assert status["status"] == "failed" and why in status["latest_run"]["message"]
+
+
+def test_a_run_whose_run_info_could_not_be_written_is_not_called_lost(ws: Workspace) -> None:
+    loop = _start_a_run_with_output_bigger_than(ws, 8192)
+    _fill_the_disk_under(loop, 64)  # run-info.yaml does not fit either
+    (ws.path / "go").touch()
+    _, err = loop.communicate(timeout=30)
+    assert loop.returncode == ExitCode.FAILED, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert "File too large writing run-info.yaml" in last and "not recorded" in last
+    # On disk the run still says `running`; every reader tells why, not "its supervisor died".
+    text = ws.cli("status", "-p", "p", "-t", "t").stdout
+    assert "p/t: failed" in text and "File too large writing run-info.yaml" in text
+    listed = json.loads(ws.cli("list", "-p", "p", "-t", "t", "--json").stdout)
+    assert listed[0]["status"] == "failed" and listed[0]["reason"] == "write_error"
+    # The next supervisor writes it down as such, not as lost.
+    ws.write_config(["--exit", "0"])
+    assert ws.cli("resume", "-p", "p", "-t", "t").returncode == 0
+    first, second = ws.runs()
+    assert first.status is RunStatus.FAILED and first.reason == "write_error"
+    assert "File too large writing run-info.yaml" in (first.message or "")
+    assert second.status is RunStatus.COMPLETED
