@@ -959,8 +959,9 @@ def follow_task(task: TaskPaths, run_id: str, name: str, interval: float = 0.2) 
                     yield chunk
         except FileNotFoundError:
             pass
-        info = runfolder.read_run_info(task.run_folder(run_id))
-        if info is not None and tasks.effective(info).status is not RunStatus.RUNNING:
+        folder = task.run_folder(run_id)
+        info = runfolder.read_run_info(folder)
+        if info is not None and tasks.effective(info, folder).status is not RunStatus.RUNNING:
             later = [r for r in task.run_ids() if r > run_id]
             if later:
                 run_id, offset = later[0], 0

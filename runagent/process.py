@@ -1,9 +1,10 @@
 """Agent processes: spawned with stdio on files, in their own session, stopped as a whole tree.
 
-Each agent runs under a reaper (`runagent/reaper.py`), a tiny process that holds a pipe from the
-supervisor. The reaper stops the agent's whole tree when asked, when the agent exits leaving
-children behind, and when the pipe closes because the supervisor died, even by SIGKILL. The
-agent's stdout and stderr are file descriptors of the run folder: no copy loop sits in between.
+Each agent runs under a reaper (`runagent/reaper.py`), a tiny process in its own session that holds
+a pipe from the supervisor. The reaper stops the agent's whole tree when asked, when the agent exits
+leaving children behind, and when the pipe closes because the supervisor died, even by a SIGKILL
+of its whole process group. The agent's stdout and stderr are file descriptors of the run folder:
+no copy loop sits in between.
 """
 
 from __future__ import annotations
@@ -99,6 +100,10 @@ class AgentProcess:
                 cwd=spec.cwd,
                 env=dict(spec.env),
                 pass_fds=(lifeline_r, report_w),
+                # Its own session, so that a signal to the supervisor's whole group (`timeout -s
+                # KILL`, a CI job cancelled) cannot take the reaper down with it: the lifeline's
+                # end of file is then what tells it the supervisor is gone.
+                start_new_session=True,
             )
         except OSError as exc:
             os.close(lifeline_w)

@@ -1,8 +1,9 @@
 """The reaper: the one process between a supervisor and its agent, which kills the agent's tree.
 
 Started by `runagent.process` as `python -I -S reaper.py LIFELINE REPORT GRACE -- EXE ARGV...` with
-the agent's stdin, stdout and stderr as its own, the agent's environment and working folder. It
-makes itself a child subreaper (so descendants that leave with `setsid` and lose their parent are
+the agent's stdin, stdout and stderr as its own, the agent's environment and working folder, in a
+session of its own (so a signal to the supervisor's process group never reaches it). It makes
+itself a child subreaper (so descendants that leave with `setsid` and lose their parent are
 re-parented here, not to init), starts the agent in a new session, and then waits.
 
 - LIFELINE is a pipe from the supervisor. A byte `T` asks for the tree to be stopped; end of file

@@ -6,13 +6,15 @@
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
-old or the new version, never half of one.
+old or the new version, never half of one. When even that fails (a full disk), an empty file
+`.unrecorded.ERRNO` says so, and readers take the run as failed for that reason, not as lost.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import errno
 import os
 import tempfile
 from dataclasses import dataclass
@@ -32,6 +34,7 @@ LOCK = ".lock"
 SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
 SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last fired
 RUNS = "runs"
+UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 RUN_INFO_VERSION = 1
 
 # The files of a run a reader may ask for by a short name.
@@ -67,6 +70,7 @@ class Reason(enum.StrEnum):
     MISSING_BINARY = "missing_binary"
     SPAWN_ERROR = "spawn_error"
     SUPERVISOR_LOST = "supervisor_lost"
+    WRITE_ERROR = "write_error"  # run-agent could not write a file of the run (a full disk)
 
 
 @dataclass(frozen=True)
@@ -184,14 +188,23 @@ def run_info_path(run_folder: Path) -> Path:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write `text` to `path` so that readers see the old or the new content, never a mix."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Write `text` to `path` so that readers see the old or the new content, never a mix.
+
+    An OSError names `path`, not the temporary file it failed on.
+    """
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -200,6 +213,51 @@ def atomic_write(path: Path, text: str) -> None:
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
     text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     atomic_write(run_info_path(run_folder), text)
+
+
+def unrecorded_message(error: OSError) -> str:
+    """What a run whose final run-info.yaml could not be written says about it."""
+    return f"{error.strerror or error} writing {RUN_INFO}, so the end of this run is not recorded"
+
+
+def mark_unrecorded(run_folder: Path, error: OSError) -> None:
+    """Leave word that run-info.yaml could not be written, and why; best effort.
+
+    The word is the name of an empty file: it needs no data block, so a disk too full for
+    run-info.yaml (or a file size limit) usually still lets it be created.
+    """
+    name = errno.errorcode.get(error.errno or errno.EIO, "EIO")
+    try:
+        (run_folder / f"{UNRECORDED}.{name}").touch()
+    except OSError:
+        pass
+
+
+def unrecorded(run_folder: Path, info: RunInfo) -> RunInfo | None:
+    """`info` ended as failed, if its supervisor left word it could not write it; else None."""
+    try:
+        names = [n for n in os.listdir(run_folder) if n.startswith(f"{UNRECORDED}.")]
+    except OSError:
+        return None
+    if not names:
+        return None
+    code = getattr(errno, names[0].removeprefix(f"{UNRECORDED}."), None)
+    if not isinstance(code, int):
+        code = errno.EIO
+    error = OSError(code, os.strerror(code))
+    return info.replace(
+        status=RunStatus.FAILED, reason=Reason.WRITE_ERROR, message=unrecorded_message(error)
+    )
+
+
+def clear_unrecorded(run_folder: Path) -> None:
+    """Remove the word left by `mark_unrecorded`, once run-info.yaml says it."""
+    try:
+        for name in os.listdir(run_folder):
+            if name.startswith(f"{UNRECORDED}."):
+                (run_folder / name).unlink(missing_ok=True)
+    except OSError:
+        pass  # it only repeats what run-info.yaml now says
 
 
 def read_run_info(run_folder: Path) -> RunInfo | None:

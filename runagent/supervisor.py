@@ -165,6 +165,12 @@ class Supervisor:
             attempt += 1
             info, duration, diagnosis = self._run_once(attempt, previous)
             runs.append(info)
+            if info.reason is Reason.WRITE_ERROR:  # a full disk: a restart would fail the same way
+                return LoopResult(
+                    Outcome.FAILED,
+                    f"run {info.run_id}: {info.message}; not restarting",
+                    tuple(runs),
+                )
             done = self.task.done.exists()
             if info.status is RunStatus.STOPPED:
                 return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
@@ -251,7 +257,8 @@ class Supervisor:
             os.read(self._wake_r, 1024)
 
     def _mark_lost_runs(self) -> RunInfo | None:
-        """Write `lost` on runs whose supervisor is gone; return the task's latest run, if any."""
+        """Write down runs whose supervisor is gone (`lost`, or failed if it left word why);
+        return the task's latest run, if any."""
         latest = None
         for run_id in self.task.run_ids():
             folder = self.task.run_folder(run_id)
@@ -262,7 +269,14 @@ class Supervisor:
                 info.supervisor_pid, info.supervisor_start
             ):
                 info = mark_lost(folder, info)
-                self.on_event(Event(EventKind.MARKED_LOST, run=info, run_folder=folder))
+                why = (
+                    ""
+                    if info.status is RunStatus.LOST
+                    else f"run {info.run_id} failed: {info.message}"
+                )
+                self.on_event(
+                    Event(EventKind.MARKED_LOST, run=info, run_folder=folder, message=why)
+                )
             latest = info
         return latest
 
@@ -324,12 +338,12 @@ class Supervisor:
             )
         except RunAgentError as exc:
             code, reason = _spawn_failure(exc)
-            with open(ctx.stderr_path, "a", encoding="utf-8") as f:
-                f.write(f"run-agent: {exc}\n")
+            _note(ctx, str(exc))
             info = self._finish(ctx, info, code, reason, RunStatus.FAILED, str(exc))
             return info, time.monotonic() - started, None
         info = info.replace(pid=process.pid, pgid=process.pgid)
-        runfolder.write_run_info(folder, info)
+        with contextlib.suppress(OSError):  # the run goes on; its end is written, or said unwritten
+            runfolder.write_run_info(folder, info)
         try:
             code, stopped_by = self._watch(process, info, folder, started)
         finally:
@@ -348,10 +362,7 @@ class Supervisor:
         try:
             return self.backend.diagnose(ctx, code)
         except Exception as exc:  # a parser bug must not lose the run
-            with open(ctx.stderr_path, "a", encoding="utf-8") as f:
-                f.write(
-                    f"run-agent: could not diagnose the failure ({type(exc).__name__}: {exc})\n"
-                )
+            _note(ctx, f"could not diagnose the failure ({type(exc).__name__}: {exc})")
             return None
 
     def _new_run_folder(self) -> tuple[str, Path]:
@@ -426,12 +437,31 @@ class Supervisor:
         status: RunStatus,
         message: str,
     ) -> RunInfo:
-        write_output(ctx, self.backend)
+        """Write output.md and the run's end. A write that fails (a full disk) fails the run,
+        saying which file and why; if run-info.yaml itself cannot be written, word is left."""
+        folder = ctx.run_folder
+        try:
+            write_output(ctx, self.backend)
+        except OSError as exc:  # the error may name agent-stdout.txt, the file copied from
+            state = "is truncated" if runfolder.output_path(folder).exists() else "was not written"
+            status, reason = RunStatus.FAILED, Reason.WRITE_ERROR
+            message = (
+                f"{exc.strerror or exc} writing {runfolder.OUTPUT}; {runfolder.OUTPUT} {state} "
+                f"(the run ended: {message})"
+            )
         info = info.replace(
             end_time=_now(), exit_code=code, reason=reason, status=status, message=message
         )
-        runfolder.write_run_info(ctx.run_folder, info)
-        self.on_event(Event(EventKind.RUN_ENDED, run=info, run_folder=ctx.run_folder))
+        try:
+            runfolder.write_run_info(folder, info)
+        except OSError as exc:
+            runfolder.mark_unrecorded(folder, exc)
+            info = info.replace(
+                status=RunStatus.FAILED,
+                reason=Reason.WRITE_ERROR,
+                message=f"{runfolder.unrecorded_message(exc)}; {message}",
+            )
+        self.on_event(Event(EventKind.RUN_ENDED, run=info, run_folder=folder))
         return info
 
     def _prompt(self, run_id: str, attempt: int, previous: RunInfo | None) -> str:
@@ -500,6 +530,15 @@ def _size(path: Path) -> int:
         return -1
 
 
+def _note(ctx: RunContext, text: str) -> None:
+    """Add a line of run-agent's own to the run's stderr; best effort (the disk may be full)."""
+    try:
+        with open(ctx.stderr_path, "a", encoding="utf-8") as f:
+            f.write(f"run-agent: {text}\n")
+    except OSError:
+        pass
+
+
 def write_output(ctx: RunContext, backend: Backend) -> None:
     """output.md: the backend's parsed answer, else stdout (copied, or linked when large)."""
     target = runfolder.output_path(ctx.run_folder)
@@ -507,8 +546,7 @@ def write_output(ctx: RunContext, backend: Backend) -> None:
         text = backend.final_output(ctx)
     except Exception as exc:  # a parser bug must not lose the run
         text = None
-        with open(ctx.stderr_path, "a", encoding="utf-8") as f:
-            f.write(f"run-agent: could not parse the output ({type(exc).__name__}: {exc})\n")
+        _note(ctx, f"could not parse the output ({type(exc).__name__}: {exc})")
     if text is not None:
         runfolder.atomic_write(target, text)
         return
@@ -523,7 +561,8 @@ def write_output(ctx: RunContext, backend: Backend) -> None:
 
 
 def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
-    """Record that a run's supervisor died while it ran; its last output time becomes its end."""
+    """Record that a run's supervisor is gone: lost (it died while the run ran), or failed if it
+    left word that it could not write the run's end. The last output time becomes the end."""
     mtimes = [
         p.stat().st_mtime
         for p in (runfolder.stdout_path(folder), runfolder.stderr_path(folder))
@@ -534,11 +573,12 @@ def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
         if mtimes
         else None
     )
-    lost = info.replace(
+    ended = runfolder.unrecorded(folder, info) or info.replace(
         status=RunStatus.LOST,
         reason=Reason.SUPERVISOR_LOST,
-        end_time=end,
         message=f"its supervisor (pid {info.supervisor_pid}) died while the run was running",
     )
-    runfolder.write_run_info(folder, lost)
-    return lost
+    ended = ended.replace(end_time=end)
+    runfolder.write_run_info(folder, ended)
+    runfolder.clear_unrecorded(folder)
+    return ended

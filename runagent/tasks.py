@@ -1,7 +1,8 @@
 """Reading a runs root: projects, tasks and runs with their derived, liveness-checked status.
 
 Nothing here writes. A run recorded as `running` whose supervisor is gone (dead, or its pid reused
-by another process) is shown as `lost`; the task's status is derived from its lock holder, its DONE
+by another process) is shown as `lost`, or as `failed` when its supervisor left word that it could
+not write the run's end (a full disk); the task's status is derived from its lock holder, its DONE
 marker and its latest run, never stored twice.
 """
 
@@ -41,26 +42,33 @@ class TaskView:
         return f"{self.paths.project_id}/{self.paths.task_id}"
 
 
-def effective(info: RunInfo) -> RunInfo:
-    """The run as it really is: `running` with a dead supervisor reads as `lost`."""
+def effective(info: RunInfo, run_folder: Path) -> RunInfo:
+    """The run as it really is: `running` with a dead supervisor reads as `lost`, or as `failed`
+    with the reason when the supervisor could not write the run's end."""
     if info.status is RunStatus.RUNNING and not is_alive(
         info.supervisor_pid, info.supervisor_start
     ):
-        return info.replace(status=RunStatus.LOST)
+        return runfolder.unrecorded(run_folder, info) or info.replace(status=RunStatus.LOST)
     return info
 
 
 def runs(task: TaskPaths) -> list[RunInfo]:
     """Every run of the task with run-info, oldest first, liveness-checked."""
-    found = (runfolder.read_run_info(task.run_folder(r)) for r in task.run_ids())
-    return [effective(info) for info in found if info is not None]
+    found = []
+    for run_id in task.run_ids():
+        folder = task.run_folder(run_id)
+        info = runfolder.read_run_info(folder)
+        if info is not None:
+            found.append(effective(info, folder))
+    return found
 
 
 def latest_run(task: TaskPaths) -> RunInfo | None:
     for run_id in reversed(task.run_ids()):
-        info = runfolder.read_run_info(task.run_folder(run_id))
+        folder = task.run_folder(run_id)
+        info = runfolder.read_run_info(folder)
         if info is not None:
-            return effective(info)
+            return effective(info, folder)
     return None
 
 

@@ -227,7 +227,7 @@ class Api:
         info = runfolder.read_run_info(folder)
         if info is None:
             raise HTTPError(404, "run has no run-info.yaml yet")
-        return JSONResponse(tasks.effective(info).to_dict())
+        return JSONResponse(tasks.effective(info, folder).to_dict())
 
     async def file(self, request: Request) -> Response:
         """A run file, whole or a byte range (?offset=&length=), or as a download (?download=1)."""

@@ -80,7 +80,7 @@ class RunWatch:
         if key != self._info_key or (recheck and self._info is not None):
             self._info_key = key
             info = runfolder.read_run_info(self.folder)
-            self._info = tasks.effective(info) if info is not None else None
+            self._info = tasks.effective(info, self.folder) if info is not None else None
         return self._info
 
     def chunks(self, id_prefix: str, final: bool) -> list[Event]:

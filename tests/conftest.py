@@ -144,6 +144,10 @@ class Workspace:
             return []
         return [int(line) for line in self.pid_file.read_text().split()]
 
+    def leftovers(self) -> list[psutil.Process]:
+        """Live processes that name this workspace: agents, reapers, supervisors."""
+        return _leftovers(self.marker)
+
     def supervisor(
         self, args: Sequence[str] = (), prompt: str = "do the thing", task: str = "t",
         env: dict[str, str] | None = None, **settings: Any,

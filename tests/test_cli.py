@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import subprocess
 import sys
@@ -150,15 +151,21 @@ def test_ctrl_c_stops_the_loop_and_the_whole_tree(ws: Workspace) -> None:
     assert [r.status for r in ws.runs()] == [RunStatus.STOPPED]
 
 
+@pytest.mark.parametrize("group", [False, True], ids=["alone", "whole-group"])
 def test_sigkill_of_the_supervisor_takes_the_agent_tree_down_and_the_run_reads_lost(
-    ws: Workspace,
+    ws: Workspace, group: bool
 ) -> None:
     ws.write_config(["--sleep", "60", "--grandchild", "--setsid-grandchild", "--orphan"])
+    # In its own session and group, as `timeout`, a CI runner or a shell's job control starts it.
     loop = ws.start_cli("--project", "p", "--task", "t", "x")
     pids = wait_for(lambda: len(ws.agent_pids()) == 4 and ws.agent_pids(), what="4 processes")
-    os.kill(loop.pid, signal.SIGKILL)
+    if group:  # `timeout -s KILL`, a CI job's cancel: every process of the group at once
+        os.killpg(loop.pid, signal.SIGKILL)
+    else:
+        os.kill(loop.pid, signal.SIGKILL)
     loop.communicate(timeout=10)
     wait_for(lambda: not [p for p in pids if alive(p)], timeout=10, what="the tree to die")
+    wait_for(lambda: not ws.leftovers(), timeout=10, what="no process of the run, reaper included")
     # Until someone writes it, the run is shown as lost by every reader...
     status = json.loads(ws.cli("status", "--project", "p", "--task", "t", "--json").stdout)
     assert status["status"] == "lost"
@@ -300,3 +307,67 @@ def test_the_agent_inherits_no_descriptor_but_its_stdio(ws: Workspace) -> None:
     assert ws.cli("--project", "p", "--task", "t", "x").returncode == 0
     out = runfolder.stdout_path(ws.task().run_folder(ws.runs()[0].run_id)).read_text()
     assert out.split() == ["0", "1", "2"]  # no lock, no pipe, no wake-up descriptor
+
+
+def _fill_the_disk_under(loop: subprocess.Popen[str], max_file_size: int) -> None:
+    """From now on, any file the supervisor writes fails past `max_file_size` bytes (EFBIG).
+
+    A real kernel refusal of a real write, in the running supervisor only (its agent already
+    runs and keeps its own limit), as a full disk refuses the write that needs one block more.
+    """
+    _, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.prlimit(loop.pid, resource.RLIMIT_FSIZE, (max_file_size, hard))
+
+
+def _start_a_run_with_output_bigger_than(ws: Workspace, size: int) -> subprocess.Popen[str]:
+    """A supervisor whose agent has written more than `size` bytes and waits for `ws/go`."""
+    ws.write_config(["--lines", "2000", "--wait-for", str(ws.path / "go")])
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+
+    def written() -> bool:
+        runs = ws.runs()
+        folder = ws.task().run_folder(runs[0].run_id) if runs else None
+        return folder is not None and runfolder.stdout_path(folder).stat().st_size > size
+
+    wait_for(written, what="the agent's output")
+    return loop
+
+
+def test_a_full_disk_writing_output_md_fails_the_run_and_says_which_file(ws: Workspace) -> None:
+    loop = _start_a_run_with_output_bigger_than(ws, 8192)
+    _fill_the_disk_under(loop, 4096)
+    (ws.path / "go").touch()
+    _, err = loop.communicate(timeout=30)
+    assert loop.returncode == ExitCode.FAILED, err
+    assert "Traceback" not in err
+    why = "File too large writing output.md; output.md is truncated"
+    assert why in err.strip().splitlines()[-1]
+    assert "agent-stdout.txt" not in err
+    (info,) = ws.runs()  # a full disk is not something a restart fixes
+    assert info.status is RunStatus.FAILED and info.reason == "write_error"
+    assert info.exit_code == 0 and why in (info.message or "")
+    status = json.loads(ws.cli("status", "-p", "p", "-t", "t", "--json").stdout)
+    assert status["status"] == "failed" and why in status["latest_run"]["message"]
+
+
+def test_a_run_whose_run_info_could_not_be_written_is_not_called_lost(ws: Workspace) -> None:
+    loop = _start_a_run_with_output_bigger_than(ws, 8192)
+    _fill_the_disk_under(loop, 64)  # run-info.yaml does not fit either
+    (ws.path / "go").touch()
+    _, err = loop.communicate(timeout=30)
+    assert loop.returncode == ExitCode.FAILED, err
+    assert "Traceback" not in err
+    last = err.strip().splitlines()[-1]
+    assert "File too large writing run-info.yaml" in last and "not recorded" in last
+    # On disk the run still says `running`; every reader tells why, not "its supervisor died".
+    text = ws.cli("status", "-p", "p", "-t", "t").stdout
+    assert "p/t: failed" in text and "File too large writing run-info.yaml" in text
+    listed = json.loads(ws.cli("list", "-p", "p", "-t", "t", "--json").stdout)
+    assert listed[0]["status"] == "failed" and listed[0]["reason"] == "write_error"
+    # The next supervisor writes it down as such, not as lost.
+    ws.write_config(["--exit", "0"])
+    assert ws.cli("resume", "-p", "p", "-t", "t").returncode == 0
+    first, second = ws.runs()
+    assert first.status is RunStatus.FAILED and first.reason == "write_error"
+    assert "File too large writing run-info.yaml" in (first.message or "")
+    assert second.status is RunStatus.COMPLETED

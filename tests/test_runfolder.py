@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import pytest
+
 from runagent import runfolder
 from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
 
@@ -62,3 +64,12 @@ def test_tail_starts_at_a_line_boundary(tmp_path: Path) -> None:
     assert text.endswith("line 999\n") and text.startswith("line ")
     assert len(text) <= 100
     assert runfolder.tail(tmp_path / "missing") == ""
+
+
+def test_a_failed_atomic_write_names_the_file_not_its_temporary_copy(tmp_path: Path) -> None:
+    target = tmp_path / "DONE"
+    (target / "in-the-way").mkdir(parents=True)  # a folder where the file should go
+    with pytest.raises(IsADirectoryError) as info:
+        runfolder.atomic_write(target, "done\n")
+    assert info.value.filename == str(target)
+    assert sorted(os.listdir(tmp_path)) == ["DONE"]  # the temporary copy is gone
