@@ -46,6 +46,7 @@ RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
 STREAM_FILES = ("stdout", "stderr", "output")
 HEARTBEAT = 15
 STOP_WAIT = 30.0
+MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,15 @@ class HTTPError(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
+
+
+def byte_count(name: str, raw: str) -> int:
+    """A byte offset or length from a request: ASCII digits, at most MAX_BYTES; else a 400."""
+    if not (raw.isascii() and raw.isdigit()):
+        raise HTTPError(400, f"{name} {raw[:40]!r} is not a whole number of bytes")
+    if len(raw) > len(str(MAX_BYTES)) or int(raw) > MAX_BYTES:
+        raise HTTPError(400, f"{name} {raw[:40]} is beyond any file (at most {MAX_BYTES})")
+    return int(raw)
 
 
 def create_app(settings: Settings) -> Starlette:
@@ -233,13 +243,11 @@ class Api:
         """A run file, whole or a byte range (?offset=&length=), or as a download (?download=1)."""
         _, path = self.run_file(request, list(runfolder.RUN_FILES))
         size = streams.file_size(path)
-        try:
-            offset = int(request.query_params.get("offset", 0))
-            length = int(request.query_params.get("length", max(0, size - offset)))
-        except ValueError as exc:
-            raise HTTPError(400, "offset and length are whole numbers of bytes") from exc
-        if offset < 0 or length < 0:
-            raise HTTPError(400, "offset and length must not be negative")
+        offset = byte_count("offset", request.query_params.get("offset", "0"))
+        length = min(
+            byte_count("length", request.query_params.get("length", str(size))),
+            max(0, size - offset),
+        )
         data = streams.read_at(path, offset, length) if path.exists() else b""
         headers = {"X-File-Size": str(size), "X-Offset": str(offset)}
         if request.query_params.get("download"):
@@ -250,10 +258,9 @@ class Api:
     # Streams -----------------------------------------------------------------------------------
 
     def _offset(self, request: Request) -> int:
-        raw = request.headers.get("last-event-id") or request.query_params.get("from") or "0"
-        if not raw.isdigit():
-            raise HTTPError(400, f"offset {raw!r} is not a whole number of bytes")
-        return int(raw)
+        if "last-event-id" in request.headers:
+            return byte_count("Last-Event-ID", request.headers["last-event-id"] or "0")
+        return byte_count("from", request.query_params.get("from") or "0")
 
     async def run_stream(self, request: Request) -> Response:
         folder, path = self.run_file(request, STREAM_FILES)
@@ -267,9 +274,14 @@ class Api:
         if name not in STREAM_FILES:
             raise HTTPError(404, f"no file {name!r}; one of: {', '.join(STREAM_FILES)}")
         cursor = request.headers.get("last-event-id") or request.query_params.get("from")
-        run_id, offset = streams.parse_task_cursor(cursor)
-        if run_id is not None and not RUN_ID.fullmatch(run_id):
-            run_id, offset = None, 0
+        run_id, offset = None, 0
+        if cursor and ":" in cursor:
+            run_id, _, raw = cursor.rpartition(":")
+            if not RUN_ID.fullmatch(run_id):
+                raise HTTPError(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
+            offset = byte_count("the cursor's offset", raw)
+        elif cursor:
+            raise HTTPError(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
         events = streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
         return EventSourceResponse(events, ping=self.settings.heartbeat, send_timeout=60)
 
@@ -286,8 +298,8 @@ class Api:
             raise HTTPError(403, refusal)
         try:
             body = await request.json()
-        except ValueError as exc:
-            raise HTTPError(400, "the body is not valid JSON") from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
+            raise HTTPError(400, "the body is not valid JSON (or nests too deeply)") from exc
         if not isinstance(body, dict):
             raise HTTPError(400, "the body must be a JSON object")
         return body

@@ -119,14 +119,6 @@ async def run_file_events(
         recheck = seen == before  # nothing changed for RECHECK seconds
 
 
-def parse_task_cursor(value: str | None) -> tuple[str | None, int]:
-    """`RUN_ID:OFFSET` from a task stream's Last-Event-ID."""
-    if not value or ":" not in value:
-        return None, 0
-    run_id, _, offset = value.rpartition(":")
-    return (run_id, int(offset)) if offset.isdigit() else (None, 0)
-
-
 async def task_events(
     hub: Hub, task: TaskPaths, name: str, run_id: str | None, offset: int
 ) -> AsyncIterator[Event]:

@@ -274,3 +274,58 @@ def test_a_key_in_the_url_is_taken_only_when_opening_the_page(done_task: Workspa
         assert c.get(f"/api/events?key={KEY}").status_code == 401
         assert not (done_task.root / "p").joinpath("x").exists()
         assert c.get(f"/?key={KEY}", follow_redirects=False).status_code == 303
+
+
+@pytest.mark.parametrize(
+    ("where", "value"),
+    [
+        ("files", {"offset": "²"}),
+        ("files", {"offset": "1" + "0" * 21}),
+        ("files", {"length": "1" + "0" * 21}),
+        ("files", {"length": ""}),
+        ("files", {"offset": "-0"}),
+        ("stream", {"from": "²"}),
+        ("stream", {"from": "%C2%B2"}),
+        ("stream", {"from": "1" + "0" * 26}),
+        ("stream", {"Last-Event-ID": "²"}),
+        ("stream", {"Last-Event-ID": "1" + "0" * 26}),
+        ("task", {"Last-Event-ID": "x:²"}),
+        ("task", {"from": "20260101-000000000-1:" + "9" * 30}),
+        ("task", {"Last-Event-ID": "garbage"}),
+    ],
+)
+def test_bad_offsets_are_a_400_naming_the_value(
+    client: TestClient, done_task: Workspace, where: str, value: dict[str, str]
+) -> None:
+    run_id = done_task.runs()[-1].run_id
+    url = {
+        "files": f"/api/projects/p/tasks/t/runs/{run_id}/files/stdout",
+        "stream": f"/api/projects/p/tasks/t/runs/{run_id}/stream/stdout",
+        "task": "/api/projects/p/tasks/t/stream",
+    }[where]
+    headers = {k: v.encode() for k, v in value.items() if k == "Last-Event-ID"}
+    params = {k: v for k, v in value.items() if k != "Last-Event-ID"}
+    response = client.get(url, params=params, headers=headers)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    shown = next(iter(value.values()))[:12]
+    as_header = shown.encode().decode("latin-1")  # how a server reads header bytes
+    assert shown in error or as_header in error or "beyond any file" in error, error
+    assert "\n" not in error
+
+
+def test_a_length_past_the_end_is_the_rest_of_the_file(
+    client: TestClient, done_task: Workspace
+) -> None:
+    run_id = done_task.runs()[-1].run_id
+    url = f"/api/projects/p/tasks/t/runs/{run_id}/files/stdout"
+    assert client.get(url, params={"offset": 14, "length": 10**18}).text == "line 3\n"
+    assert client.get(url, params={"offset": 10**18}).text == ""
+
+
+def test_a_deeply_nested_body_is_a_400(client: TestClient) -> None:
+    body = "[" * 100_000 + "]" * 100_000
+    response = client.post(
+        "/api/projects/p/tasks", content=body, headers={"Content-Type": "application/json"}
+    )
+    assert response.status_code == 400 and "JSON" in response.json()["error"]
