@@ -49,7 +49,7 @@ def start_detached(
             f"task {task.project_id}/{task.task_id} is already running "
             f"(supervisor pid {holder.pid} since {holder.since})"
         )
-    task.folder.mkdir(parents=True, exist_ok=True)
+    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
     log = runfolder.supervisor_log_path(task)
     with open(log, "ab") as out:
         proc = subprocess.Popen(

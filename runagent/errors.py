@@ -60,3 +60,7 @@ class NotFoundError(RunAgentError):
     """A project, task or run that does not exist."""
 
     exit_code = ExitCode.USAGE
+
+
+class OutsideRootError(NotFoundError):
+    """A path under the runs root leads out of it (a symbolic link): it is never read or written."""

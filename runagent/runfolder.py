@@ -23,6 +23,8 @@ from typing import Any
 
 import yaml
 
+from runagent.errors import OutsideRootError
+
 RUN_INFO = "run-info.yaml"
 PROMPT = "prompt.md"
 STDOUT = "agent-stdout.txt"
@@ -152,11 +154,33 @@ class TaskPaths:
         return self.runs / run_id
 
     def run_ids(self) -> list[str]:
-        """The task's run ids, oldest first (ids sort in start order)."""
-        try:
-            return sorted(e.name for e in os.scandir(self.runs) if e.is_dir())
-        except FileNotFoundError:
-            return []
+        """The task's run ids, oldest first (ids sort in start order); none that lead out."""
+        return _subfolders(self.root, self.runs, hidden=True)
+
+
+def within(root: Path, path: Path) -> bool:
+    """Whether `path`, every symbolic link on the way resolved, stays inside `root`.
+
+    This is the one confinement rule: every path run-agent derives from a request, a command
+    line or a folder listing under the runs root passes it before it is read or written.
+    """
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop
+        return False
+    return True
+
+
+def confine(task: TaskPaths) -> TaskPaths:
+    """`task`, if its project folder, task folder, TASK.md and runs folder (those that exist)
+    stay inside the runs root; else OutsideRootError naming the link."""
+    for path in (task.root / task.project_id, task.folder, task.task_md, task.runs):
+        if os.path.lexists(path) and not within(task.root, path):
+            raise OutsideRootError(
+                f"{path} leads out of the runs root {task.root} (a symbolic link); run-agent "
+                "never reads or writes through it: remove the link or use another id"
+            )
+    return task
 
 
 def schedule_state_path(root: Path) -> Path:
@@ -281,7 +305,7 @@ def create_run_folder(task: TaskPaths, run_id: str) -> Path:
 
 def write_task_prompt(task: TaskPaths, prompt: str) -> None:
     """Write TASK.md once; an existing one is never overwritten."""
-    task.folder.mkdir(parents=True, exist_ok=True)
+    confine(task).folder.mkdir(parents=True, exist_ok=True)
     try:
         with open(task.task_md, "x", encoding="utf-8") as f:
             f.write(prompt)
@@ -291,7 +315,7 @@ def write_task_prompt(task: TaskPaths, prompt: str) -> None:
 
 def read_task_prompt(task: TaskPaths) -> str | None:
     try:
-        return task.task_md.read_text(encoding="utf-8")
+        return confine(task).task_md.read_text(encoding="utf-8")
     except FileNotFoundError:
         return None
 
@@ -312,20 +336,28 @@ def archive_done(task: TaskPaths, into_run: str | None) -> Path | None:
 
 
 def project_ids(root: Path) -> list[str]:
-    return _subfolders(root)
+    return _subfolders(root, root)
 
 
 def task_ids(root: Path, project_id: str) -> list[str]:
-    return _subfolders(root / project_id)
+    if not within(root, root / project_id):
+        return []
+    return _subfolders(root, root / project_id)
 
 
-def _subfolders(folder: Path) -> list[str]:
+def _subfolders(root: Path, folder: Path, hidden: bool = False) -> list[str]:
+    """The folders in `folder`, sorted; a link that leads out of `root` is not one of them."""
     try:
-        return sorted(
-            e.name for e in os.scandir(folder) if e.is_dir() and not e.name.startswith(".")
-        )
+        entries = list(os.scandir(folder))
     except (FileNotFoundError, NotADirectoryError):
         return []
+    return sorted(
+        e.name
+        for e in entries
+        if e.is_dir()
+        and (hidden or not e.name.startswith("."))
+        and (not e.is_symlink() or within(root, Path(e.path)))
+    )
 
 
 def tail(path: Path, max_bytes: int = 4096) -> str:

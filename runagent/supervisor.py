@@ -135,7 +135,7 @@ class Supervisor:
 
     def run(self) -> LoopResult:
         """Hold the task lock and run attempts until the task completes or the loop gives up."""
-        lock = TaskLock(self.task.lock, self.label)
+        lock = TaskLock(runfolder.confine(self.task).lock, self.label)
         lock.acquire()
         try:
             result = self._loop()

@@ -90,7 +90,7 @@ def view(task: TaskPaths) -> TaskView:
 
 def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
     """The task's paths; NotFoundError naming it if there is no such task."""
-    task = TaskPaths(root, project_id, task_id)
+    task = runfolder.confine(TaskPaths(root, project_id, task_id))
     if not task.folder.is_dir():
         if not (root / project_id).is_dir():
             raise NotFoundError(

@@ -27,8 +27,8 @@ from starlette.staticfiles import StaticFiles
 from runagent import __version__, control, runfolder, tasks
 from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id
-from runagent.errors import ExitCode, NotFoundError, RunAgentError, UsageError
-from runagent.runfolder import TaskPaths
+from runagent.errors import ExitCode, NotFoundError, OutsideRootError, RunAgentError, UsageError
+from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
 from server import streams
 from server.hub import Hub
@@ -38,7 +38,6 @@ from server.security import (
     KeyMiddleware,
     allowed_hosts,
     cross_site_write,
-    inside,
 )
 
 STATIC = Path(__file__).with_name("static")
@@ -163,7 +162,11 @@ class Api:
         except UsageError as exc:
             raise HTTPError(404, str(exc)) from exc
         task = TaskPaths(self.root, project, task_id)
-        if must_exist and (not task.folder.is_dir() or inside(self.root, task.folder) is None):
+        try:
+            runfolder.confine(task)
+        except OutsideRootError as exc:
+            raise HTTPError(404, f"task {project}/{task_id} not found") from exc
+        if must_exist and not task.folder.is_dir():
             raise HTTPError(404, f"task {project}/{task_id} not found")
         return task
 
@@ -171,7 +174,7 @@ class Api:
         task = self.task_paths(request)
         run_id = request.path_params["run"]
         folder = task.run_folder(run_id)
-        if not RUN_ID.fullmatch(run_id) or not folder.is_dir() or inside(self.root, folder) is None:
+        if not RUN_ID.fullmatch(run_id) or not folder.is_dir() or not within(self.root, folder):
             raise HTTPError(404, f"run {run_id!r} not found")
         return task, folder
 
@@ -181,7 +184,7 @@ class Api:
         if name not in names:
             raise HTTPError(404, f"no file {name!r}; one of: {', '.join(names)}")
         path = folder / runfolder.RUN_FILES[name]
-        if path.exists() and inside(self.root, path) is None:
+        if path.exists() and not within(self.root, path):
             raise HTTPError(404, f"no file {name!r}")
         return folder, path
 

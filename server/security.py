@@ -11,7 +11,8 @@
   end up in logs and histories. Keys are compared in constant time, never logged.
 - A write (POST) must be same-origin and JSON, so another site cannot make a browser start or
   stop a task.
-- Every path built from a request must resolve inside the runs root; anything else is a 404.
+- Every path built from a request must resolve inside the runs root (`runfolder.within`, the one
+  confinement rule); anything else is a 404.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ import hmac
 import ipaddress
 import socket
 from collections.abc import Iterable
-from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.datastructures import URL, Headers
@@ -168,13 +168,3 @@ def cross_site_write(request: Request) -> str | None:
     if content_type != "application/json":
         return "send the request body as application/json"
     return None
-
-
-def inside(root: Path, path: Path) -> Path | None:
-    """`path` resolved, if it stays inside `root` (symlinks included); else None."""
-    try:
-        resolved = path.resolve()
-        resolved.relative_to(root.resolve())
-    except (OSError, ValueError):
-        return None
-    return resolved

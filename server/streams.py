@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import json
 import os
+import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,19 +44,26 @@ def decode(data: bytes, final: bool) -> tuple[str, int]:
 
 
 def read_at(path: Path, offset: int, size: int = CHUNK) -> bytes:
+    """Up to `size` bytes of a run file at `offset`. Run files are never symbolic links, so one
+    is not followed (O_NOFOLLOW): a link swapped in for a run file reads as empty."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            return f.read(size)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return b""
+    with open(fd, "rb") as f:
+        try:
+            return os.pread(f.fileno(), size, offset)
+        except (OSError, OverflowError):
+            return b""
 
 
 def file_size(path: Path) -> int:
+    """The size `read_at` sees: 0 for anything but a regular file (a link is not followed)."""
     try:
-        return os.stat(path).st_size
+        st = os.lstat(path)
     except OSError:
         return 0
+    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 @dataclass
