@@ -39,6 +39,7 @@ from runagent.errors import (
     UsageError,
 )
 from runagent.lock import live_holder
+from runagent.redaction import Redactor
 from runagent.runfolder import RunInfo, RunStatus, TaskPaths
 from runagent.supervisor import Event, EventKind, LoopRequest, Outcome, Supervisor
 
@@ -340,14 +341,15 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
         options.get("quiet", False),
         backend.summarize,
     )
-    notifier = notifier_for(s.config, options.get("schedule"), console.say)
+    redactor = backend.redactor(request.base_env)
+    notifier = notifier_for(s.config, options.get("schedule"), console.say, redactor)
 
     def on_event(event: Event) -> None:
         console.show(event)
         if notifier is not None:
             notify_event(notifier, event, task, options.get("schedule"))
 
-    supervisor = Supervisor(request, backend, on_event=on_event)
+    supervisor = Supervisor(request, backend, on_event=on_event, redactor=redactor)
     previous = {
         sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
     }
@@ -363,12 +365,14 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
 
 
 def notifier_for(
-    config: Config, schedule: str | None, log: Callable[[str], None]
+    config: Config, schedule: str | None, log: Callable[[str], None], redactor: Redactor
 ) -> notify.Notifier | None:
     settings = config.notify
     if schedule and schedule in config.schedules:
         settings = config.schedules[schedule].notify or settings
-    return None if settings is None else notify.Notifier(settings, dict(os.environ), log=log)
+    if settings is None:
+        return None
+    return notify.Notifier(settings, dict(os.environ), log=log, redactor=redactor)
 
 
 def notify_event(
