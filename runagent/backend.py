@@ -17,8 +17,8 @@ from runagent.context import RunContext
 from runagent.errors import MissingDependencyError
 from runagent.failure import Diagnosis
 from runagent.process import LaunchSpec, resolve_executable
+from runagent.redaction import Redactor
 
-REDACTED = "***"
 VERSION_TIMEOUT = 20.0
 
 # Environment variables that carry model-provider credentials or endpoints. An agent sees only
@@ -104,35 +104,44 @@ class Backend(abc.ABC):
 
     def environment(self, ctx: RunContext) -> dict[str, str]:
         """The run's environment less other providers' variables, plus the configured token."""
-        keep = {*self.config.env, *self.config.pass_env}
-        env = {
-            k: v
-            for k, v in ctx.environment.items()
-            if k in keep
-            or not k.startswith(PROVIDER_PREFIXES)
-            or k.startswith(self.env_prefixes or ("\0",))
-        }
+        env = self._given(ctx.environment)
         token = self.token(ctx.environment)
         if token and self.token_variable:
             env[self.token_variable] = token
         return env
 
+    def _given(self, env: Mapping[str, str]) -> dict[str, str]:
+        """The variables of `env` this agent may see: not other providers' ones."""
+        keep = {*self.config.env, *self.config.pass_env}
+        return {
+            k: v
+            for k, v in env.items()
+            if k in keep
+            or not k.startswith(PROVIDER_PREFIXES)
+            or k.startswith(self.env_prefixes or ("\0",))
+        }
+
     def secrets(self) -> Iterable[str]:
-        """Values that must never be written anywhere (tokens)."""
+        """Values that must never be copied out of a run; a backend may add its own."""
         try:
             token = self.token(os.environ)
         except MissingDependencyError:
             token = None
         return [s for s in (token, self.config.token) if s]
 
-    def redact(self, text: str) -> str:
-        for secret in self.secrets():
-            text = text.replace(secret, REDACTED)
-        return text
+    def redactor(self, env: Mapping[str, str]) -> Redactor:
+        """Every credential a run of this agent may hold, when run-agent's environment is `env`:
+        the configured token, `secrets()`, and the credential variables the agent is given."""
+        try:
+            token = self.token(env)
+        except MissingDependencyError:
+            token = None
+        given = self._given({**env, **self.config.env})
+        return Redactor.of_environment(given, [token, *self.secrets()])
 
     def commandline(self, spec: LaunchSpec) -> str:
-        """The command line as it may be recorded: every secret replaced by ***."""
-        return self.redact(shlex.join(spec.argv))
+        """The command line as one shell-quoted line; the supervisor redacts it before recording."""
+        return shlex.join(spec.argv)
 
     # The executable --------------------------------------------------------------------------
 

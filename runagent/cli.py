@@ -30,7 +30,7 @@ from runagent.config import (
     parse_duration,
     runs_root,
 )
-from runagent.context import new_task_id, validate_id
+from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import (
     ExitCode,
     MissingDependencyError,
@@ -39,6 +39,7 @@ from runagent.errors import (
     UsageError,
 )
 from runagent.lock import live_holder
+from runagent.redaction import Redactor
 from runagent.runfolder import RunInfo, RunStatus, TaskPaths
 from runagent.supervisor import Event, EventKind, LoopRequest, Outcome, Supervisor
 
@@ -52,6 +53,7 @@ OUTCOME_EXIT = {
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_WAIT_MARGIN = 15.0
 NOTIFY_DRAIN = 30.0  # seconds a finished loop waits for its notifications to go out
+MAX_PROMPT_BYTES = 10 << 20  # a prompt is text a person wrote; more is a wrong file (/dev/zero)
 
 
 class RunAgentGroup(click.Group):
@@ -68,6 +70,13 @@ class RunAgentGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # click's own: one line too, with where to read more
+            if (
+                type(exc).__name__ == "NoArgsIsHelpError"
+            ):  # click >= 8.2 showing a bare group's help
+                raise
+            where = exc.ctx.command_path if exc.ctx is not None else "run-agent"
+            fail(f"{exc.format_message()} (see `{where} --help`)", ExitCode.USAGE)
         except RunAgentError as exc:
             fail(str(exc), exc.exit_code)
         except OSError as exc:  # a folder or file the system refused: say which, not a traceback
@@ -94,6 +103,15 @@ def cli() -> None:
 # Shared options ---------------------------------------------------------------------------
 
 
+class PathValue(click.Path):
+    """A click.Path that refuses an empty value, which would quietly mean the current folder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is empty; give a path, or leave the option out", param, ctx)
+        return super().convert(value, param, ctx)
+
+
 @dataclass(frozen=True)
 class Setup:
     config: Config
@@ -103,13 +121,13 @@ class Setup:
 def common(f: Callable[..., Any]) -> Callable[..., Any]:
     f = click.option(
         "--root",
-        type=click.Path(file_okay=False, path_type=Path),
+        type=PathValue(file_okay=False, path_type=Path),
         help="Runs root folder (default: storage.runs_dir of the config, else ./runs).",
     )(f)
     return click.option(
         "--config",
         "config_path",
-        type=click.Path(dir_okay=False, path_type=Path),
+        type=PathValue(dir_okay=False, path_type=Path),
         help="config.yaml to use (default: ./config.yaml, then ~/.config/run-agent/).",
     )(f)
 
@@ -151,7 +169,7 @@ def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option(
             "--cwd",
             "working_dir",
-            type=click.Path(file_okay=False, path_type=Path),
+            type=PathValue(file_okay=False, path_type=Path),
             help="Working folder of the agent (default: the current folder).",
         ),
         click.option(
@@ -185,7 +203,7 @@ def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
 @click.argument("prompt", required=False)
 @click.option(
     "--prompt-file",
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=PathValue(exists=True, dir_okay=False, path_type=Path),
     help="Read the prompt from a file ('-' as PROMPT reads standard input).",
 )
 @loop_options
@@ -201,7 +219,7 @@ def run(
 @cli.command()
 @task_option(required=False)
 @click.argument("prompt", required=False)
-@click.option("--prompt-file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--prompt-file", type=PathValue(exists=True, dir_okay=False, path_type=Path))
 @loop_options
 @common
 def job(
@@ -228,7 +246,9 @@ def resume(project_id: str, task_id: str, **options: Any) -> None:
     prompt = runfolder.read_task_prompt(task)
     if prompt is None:
         raise NotFoundError(f"task {view.label} has no TASK.md to resume from ({task.task_md})")
-    foreground_loop(s, task, prompt, options)
+    foreground_loop(
+        s, task, validate_prompt(prompt, f"the task's prompt in {task.task_md}"), options
+    )
 
 
 def start_loop(
@@ -239,11 +259,11 @@ def start_loop(
     **options: Any,
 ) -> None:
     s = setup(options["config_path"], options["root"])
-    if not project_id:
+    if project_id is None:
         raise UsageError("--project is required: say which project the task belongs to")
     validate_id("project", project_id)
-    generated = task_id is None
-    task_id = validate_id("task", task_id) if task_id else new_task_id()
+    generated = task_id is None  # an empty --task is refused, not replaced
+    task_id = new_task_id() if task_id is None else validate_id("task", task_id)
     task = TaskPaths(s.root, project_id, task_id)
     while generated and task.folder.exists():  # a generated id never joins an existing task
         task = TaskPaths(s.root, project_id, task_id := new_task_id())
@@ -252,7 +272,7 @@ def start_loop(
     if text is None:
         if existing is None:
             raise UsageError('no prompt: give it as an argument, "-" for stdin, or --prompt-file')
-        text = existing
+        text = validate_prompt(existing, f"the task's prompt in {task.task_md}")
     elif existing is not None and existing != text:
         raise UsageError(
             f"task {project_id}/{task_id} exists with another prompt in {task.task_md}; "
@@ -271,15 +291,22 @@ def read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
     try:
         if prompt_file is not None:
             source = f"prompt file {str(prompt_file)!r}"
-            prompt = prompt_file.read_bytes().decode("utf-8")
+            with open(prompt_file, "rb") as f:
+                prompt = _prompt_text(f.read(MAX_PROMPT_BYTES + 1), source)
         elif prompt == "-":
             source = "the prompt on standard input"
-            prompt = sys.stdin.buffer.read().decode("utf-8")
+            prompt = _prompt_text(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), source)
     except UnicodeDecodeError as exc:
         raise UsageError(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
-    if prompt is not None and not prompt.strip():
-        raise UsageError(f"{source} is empty; say what the agent should do")
-    return prompt
+    return None if prompt is None else validate_prompt(prompt, source)
+
+
+def _prompt_text(data: bytes, source: str) -> str:
+    if len(data) > MAX_PROMPT_BYTES:
+        raise UsageError(
+            f"{source} is larger than {MAX_PROMPT_BYTES >> 20} MiB; is it the right file?"
+        )
+    return data.decode("utf-8")
 
 
 def loop_settings(base: LoopSettings, options: dict[str, Any]) -> LoopSettings:
@@ -296,6 +323,10 @@ def loop_settings(base: LoopSettings, options: dict[str, Any]) -> LoopSettings:
 
 
 def agent_config(config: Config, name: str | None) -> AgentConfig:
+    if name is not None and not name.strip():
+        raise UsageError(
+            f"--agent {name!r} is empty; name an agent, or leave it out for the default"
+        )
     name = name or config.defaults.agent
     if name is None:
         raise UsageError(
@@ -340,14 +371,15 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
         options.get("quiet", False),
         backend.summarize,
     )
-    notifier = notifier_for(s.config, options.get("schedule"), console.say)
+    redactor = backend.redactor(request.base_env)
+    notifier = notifier_for(s.config, options.get("schedule"), console.say, redactor)
 
     def on_event(event: Event) -> None:
         console.show(event)
         if notifier is not None:
             notify_event(notifier, event, task, options.get("schedule"))
 
-    supervisor = Supervisor(request, backend, on_event=on_event)
+    supervisor = Supervisor(request, backend, on_event=on_event, redactor=redactor)
     previous = {
         sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
     }
@@ -363,12 +395,14 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
 
 
 def notifier_for(
-    config: Config, schedule: str | None, log: Callable[[str], None]
+    config: Config, schedule: str | None, log: Callable[[str], None], redactor: Redactor
 ) -> notify.Notifier | None:
     settings = config.notify
     if schedule and schedule in config.schedules:
         settings = config.schedules[schedule].notify or settings
-    return None if settings is None else notify.Notifier(settings, dict(os.environ), log=log)
+    if settings is None:
+        return None
+    return notify.Notifier(settings, dict(os.environ), log=log, redactor=redactor)
 
 
 def notify_event(
@@ -502,7 +536,7 @@ def backends_(as_json: bool, config_path: Path | None, root: Path | None) -> Non
 
 
 @cli.command(name="doctor")
-@click.option("--port", type=int, default=14355, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=14355, show_default=True)
 @common
 def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     """Check config, agent CLIs, versions, keys, the runs root and the server port."""
@@ -623,6 +657,7 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
             ) from exc
     else:
         prompt = config.prompt or ""
+    validate_prompt(prompt, f"the prompt of schedules.{config.name}")
     task = TaskPaths(s.root, validate_id("project", config.project), firing.task_id)
     existing = runfolder.read_task_prompt(task)
     if existing is not None and existing != prompt:
@@ -652,7 +687,13 @@ def stamped(line: str) -> None:
 
 
 @schedule.command(name="list")
-@click.option("--count", default=3, show_default=True, help="How many next firings to show.")
+@click.option(
+    "--count",
+    type=click.IntRange(0, 1000),
+    default=3,
+    show_default=True,
+    help="How many next firings to show.",
+)
 @json_option
 @common
 def schedule_list(count: int, as_json: bool, config_path: Path | None, root: Path | None) -> None:
@@ -906,6 +947,8 @@ def output(
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Print a run's output, stdout, stderr or prompt."""
+    if run_id is not None:
+        validate_id("run", run_id)
     _, task = existing_task(config_path, root, project_id, task_id)
     run_id = run_id or _latest_run_id(task)
     folder = task.run_folder(run_id)

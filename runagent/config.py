@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import math
 import os
 import re
 from collections.abc import Collection, Mapping
@@ -20,6 +21,8 @@ from runagent.errors import ConfigError
 CONFIG_NAME = "config.yaml"
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Longer than anything a loop waits for, and short enough for every clock and select() call.
+MAX_DURATION = 365 * 86400.0
 
 
 class Permissions(enum.StrEnum):
@@ -160,13 +163,16 @@ def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Pat
     """`--config`, then $RUN_AGENT_CONFIG, then ./config.yaml, then the user's config folder."""
     if explicit is not None:
         if not explicit.is_file():
-            raise ConfigError(f"config file {str(explicit)!r} does not exist; check --config")
+            raise ConfigError(
+                f"config file {str(explicit)!r} {_not_a_file(explicit)}; check --config"
+            )
         return explicit
     if env.get("RUN_AGENT_CONFIG"):
         path = Path(env["RUN_AGENT_CONFIG"])
         if not path.is_file():
             raise ConfigError(
-                f"config file {str(path)!r} (from RUN_AGENT_CONFIG) does not exist; fix or unset it"
+                f"config file {str(path)!r} (from RUN_AGENT_CONFIG) {_not_a_file(path)}; "
+                "fix or unset it"
             )
         return path
     for candidate in (
@@ -178,6 +184,10 @@ def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Pat
     return None
 
 
+def _not_a_file(path: Path) -> str:
+    return "is a folder, not a file" if path.is_dir() else "does not exist"
+
+
 def load_config(path: Path | None, backend_names: Collection[str], cwd: Path) -> Config:
     """Read and check `path`; with no file, the built-in defaults with runs under ./runs."""
     if path is None:
@@ -186,6 +196,10 @@ def load_config(path: Path | None, backend_names: Collection[str], cwd: Path) ->
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from exc
     except yaml.YAMLError as exc:
         where = getattr(exc, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
@@ -417,7 +431,21 @@ def parse_duration(value: object, where: str) -> float | None:
     """Seconds from `90`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`; 0, null or "off": None."""
     if value is None or value == 0 or value in ("off", "none", "0"):
         return None
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+    seconds = _seconds(value)
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(
+            f"{where}: {value!r} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
+        )
+    if seconds > MAX_DURATION:
+        raise ConfigError(
+            f"{where}: {value!r} is longer than 365 days; give a shorter duration (0: none)"
+        )
+    return seconds or None
+
+
+def _seconds(value: object) -> float | None:
+    """The number of seconds `value` spells, or None if it spells none."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
     if isinstance(value, str):
         text = value.strip().replace(" ", "")
@@ -425,12 +453,10 @@ def parse_duration(value: object, where: str) -> float | None:
         if parts and "".join(n + u for n, u in parts) == text:
             return sum(float(n) * _UNITS[u] for n, u in parts)
         try:
-            return parse_duration(float(text), where)
+            return float(text)
         except ValueError:
-            pass
-    raise ConfigError(
-        f"{where}: {value!r} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
-    )
+            return None
+    return None
 
 
 def _did_you_mean(word: str, choices: Collection[str]) -> str:

@@ -1,4 +1,4 @@
-"""RunContext, the rules for run, project and task ids, and the environment an agent is given."""
+"""RunContext, the rules for ids and prompts, and the environment an agent is given."""
 
 from __future__ import annotations
 
@@ -69,7 +69,21 @@ def validate_id(kind: str, value: str) -> str:
         raise UsageError(f"{kind} id {value!r} has characters that are not allowed: {rule}")
     if ".." in value or value.startswith("."):
         raise UsageError(f"{kind} id {value!r} may not contain '..' or start with '.': {rule}")
+    if value.startswith("-"):  # most likely an option that took the place of a missing value
+        raise UsageError(f"{kind} id {value!r} may not start with '-': {rule}")
     return value
+
+
+def validate_prompt(text: str, source: str) -> str:
+    """`text` if it can be a prompt (text, not blank); else a UsageError naming `source`."""
+    if not text.strip():
+        raise UsageError(f"{source} is empty; say what the agent should do")
+    if "\0" in text:
+        raise UsageError(
+            f"{source} contains a NUL byte (at character {text.index(chr(0))}); "
+            "a prompt is text: remove it"
+        )
+    return text
 
 
 class RunIdClock:

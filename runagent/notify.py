@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runagent.config import NotifyConfig, NotifyEvent
+from runagent.redaction import Redactor
 
 SIGNATURE_HEADER = "X-Run-Agent-Signature"
 ATTEMPTS = 4
@@ -42,8 +43,10 @@ class Notifier:
         *,
         log: Callable[[str], None] = lambda line: None,
         sleep: Callable[[float], None] = time.sleep,
+        redactor: Redactor | None = None,
     ) -> None:
         self.config = config
+        self.redactor = redactor or Redactor()
         self.env = env
         self.log = log
         self.sleep = sleep
@@ -53,6 +56,7 @@ class Notifier:
         if event not in self.config.events:
             return
         body = {"event": event.value, "time": datetime.now(UTC).isoformat(), **payload}
+        body = self.redactor.data(body)  # it may quote the agent's output
         thread = threading.Thread(target=self._deliver, args=(body,), daemon=True)
         thread.start()
         self._threads.append(thread)

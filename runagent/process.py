@@ -105,10 +105,13 @@ class AgentProcess:
                 # end of file is then what tells it the supervisor is gone.
                 start_new_session=True,
             )
-        except OSError as exc:
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte, which exec cannot pass
             os.close(lifeline_w)
             os.close(report_r)
-            raise SpawnError(f"could not start the reaper: {exc.strerror}", 126) from exc
+            why = (
+                exc.strerror if isinstance(exc, OSError) else f"{exc} in its command or environment"
+            )
+            raise SpawnError(f"could not start the reaper for {exe!r}: {why}", 126) from exc
         finally:
             for fd in (*files, lifeline_r, report_w):
                 os.close(fd)

@@ -22,6 +22,7 @@ from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, SpawnError, is_alive, process_start_time
+from runagent.redaction import Redactor
 from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
 
 TAIL_BYTES = 3000
@@ -109,9 +110,12 @@ class Supervisor:
         *,
         on_event: Callable[[Event], None] | None = None,
         tick: float = 1.0,
+        redactor: Redactor | None = None,
     ) -> None:
         self.request = request
         self.backend = backend
+        # Applied to all the agent's output run-agent copies: run-info and the next prompt.
+        self.redactor = redactor or backend.redactor(request.base_env)
         self.settings = request.settings
         self.task = request.task
         self.on_event = on_event or (lambda event: None)
@@ -331,7 +335,7 @@ class Supervisor:
             info = info.replace(
                 commandline=self.backend.commandline(spec), agent_version=self.backend.version()
             )
-            runfolder.write_run_info(folder, info)
+            info = self._record(folder, info)
             self.on_event(Event(EventKind.RUN_STARTED, run=info, run_folder=folder))
             process = AgentProcess.start(
                 spec, ctx.stdout_path, ctx.stderr_path, grace=self.settings.kill_grace
@@ -343,7 +347,7 @@ class Supervisor:
             return info, time.monotonic() - started, None
         info = info.replace(pid=process.pid, pgid=process.pgid)
         with contextlib.suppress(OSError):  # the run goes on; its end is written, or said unwritten
-            runfolder.write_run_info(folder, info)
+            info = self._record(folder, info)
         try:
             code, stopped_by = self._watch(process, info, folder, started)
         finally:
@@ -354,7 +358,7 @@ class Supervisor:
             diagnosis = self._diagnose(ctx, code)
             if diagnosis is not None:
                 reason = diagnosis.reason
-                message = f"{self.backend.redact(diagnosis.message)} (exit code {code})"
+                message = f"{diagnosis.message} (exit code {code})"
         info = self._finish(ctx, info, code, reason, status, message)
         return info, time.monotonic() - started, diagnosis
 
@@ -453,16 +457,29 @@ class Supervisor:
             end_time=_now(), exit_code=code, reason=reason, status=status, message=message
         )
         try:
-            runfolder.write_run_info(folder, info)
+            info = self._record(folder, info)
         except OSError as exc:
             runfolder.mark_unrecorded(folder, exc)
-            info = info.replace(
+            info = self._redacted(info).replace(
                 status=RunStatus.FAILED,
                 reason=Reason.WRITE_ERROR,
-                message=f"{runfolder.unrecorded_message(exc)}; {message}",
+                message=self.redactor(f"{runfolder.unrecorded_message(exc)}; {message}"),
             )
         self.on_event(Event(EventKind.RUN_ENDED, run=info, run_folder=folder))
         return info
+
+    def _record(self, folder: Path, info: RunInfo) -> RunInfo:
+        """Write run-info with no secret in the text that may quote the agent; return what was
+        written."""
+        info = self._redacted(info)
+        runfolder.write_run_info(folder, info)
+        return info
+
+    def _redacted(self, info: RunInfo) -> RunInfo:
+        return info.replace(
+            message=self.redactor(info.message) if info.message else info.message,
+            commandline=self.redactor(info.commandline) if info.commandline else info.commandline,
+        )
 
     def _prompt(self, run_id: str, attempt: int, previous: RunInfo | None) -> str:
         s = self.settings
@@ -484,7 +501,7 @@ class Supervisor:
             "If you cannot finish, exit with a non-zero code; you may be restarted with this note.",
         ]
         if previous is not None:
-            lines += ["", *self._previous_section(attempt, previous)]
+            lines += ["", self.redactor("\n".join(self._previous_section(attempt, previous)))]
         lines += ["", "## Task", "", self.request.prompt]
         return "\n".join(lines) + "\n"
 

@@ -58,7 +58,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--marker", default="", help="an inert word to find our processes by")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--middle", action="store_true", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    p.add_argument(
+        "--ignore-unknown", action="store_true", help="ignore the flags a CLI backend adds"
+    )
+    args, unknown = p.parse_known_args(argv)
+    if unknown and not args.ignore_unknown:
+        p.error(f"unrecognized arguments: {' '.join(unknown)}")
+    return args
 
 
 def record_pid(args: argparse.Namespace) -> None:

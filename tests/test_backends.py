@@ -11,6 +11,7 @@ from backends.command import CommandBackend
 from runagent.config import AgentConfig
 from runagent.context import RunContext
 from runagent.errors import ConfigError, RunAgentError
+from runagent.redaction import Redactor
 
 
 def context(tmp_path: Path) -> RunContext:
@@ -66,10 +67,28 @@ def test_a_command_agent_without_a_command_is_a_config_error() -> None:
         CommandBackend(AgentConfig("mine", "command"))
 
 
-def test_secrets_are_redacted_from_the_recorded_command_line(tmp_path: Path) -> None:
-    config = AgentConfig("a", "command", command=("agent", "--key", "sk-secret"), token="sk-secret")
+def test_the_redactor_knows_the_token_and_the_key_variables_the_agent_is_given(
+    tmp_path: Path,
+) -> None:
+    config = AgentConfig(
+        "a", "command", command=("agent", "--key", "sk-secret"), token="sk-secret",
+        pass_env=("OPENAI_API_KEY",), env={"MY_TOKEN": "env-token-1"},
+    )  # fmt: skip
     backend = CommandBackend(config)
-    assert backend.commandline(backend.launch(context(tmp_path))) == "agent --key ***"
+    redact = backend.redactor(
+        {"OPENAI_API_KEY": "o-key-123", "GEMINI_API_KEY": "not-given-1", "MAX_TOKENS": "900000"}
+    )
+    assert redact(backend.commandline(backend.launch(context(tmp_path)))) == (
+        "agent --key [REDACTED]"
+    )
+    text = "sk-secret o-key-123 env-token-1 not-given-1 900000 sk-secret"
+    assert redact(text) == "[REDACTED] [REDACTED] [REDACTED] not-given-1 900000 [REDACTED]"
+
+
+def test_a_redactor_blanks_the_longest_secret_first_and_ignores_short_values() -> None:
+    redact = Redactor.of(["abcdef", "abcdefgh-long", "1", "", None, "  padded-key \n"])
+    assert redact("abcdefgh-long abcdef padded-key 1") == "[REDACTED] [REDACTED] [REDACTED] 1"
+    assert redact.data({"a": ["abcdef", 3], "b": None}) == {"a": ["[REDACTED]", 3], "b": None}
 
 
 def test_registry_names_and_creation() -> None:

@@ -371,3 +371,84 @@ def test_a_run_whose_run_info_could_not_be_written_is_not_called_lost(ws: Worksp
     assert first.status is RunStatus.FAILED and first.reason == "write_error"
     assert "File too large writing run-info.yaml" in (first.message or "")
     assert second.status is RunStatus.COMPLETED
+
+
+def hostile_files(ws: Workspace) -> None:
+    """The bad files the hostile invocations below name, relative to the workspace."""
+    (ws.path / "folder").mkdir()
+    (ws.path / "empty.yaml").write_text("")
+    (ws.path / "list.yaml").write_text("- a\n- b\n")
+    (ws.path / "broken.yaml").write_text("agents: [\n")
+    (ws.path / "latin1.yaml").write_bytes("agents: {caf\xe9: {}}\n".encode("latin-1"))
+    (ws.path / "nul.txt").write_bytes(b"fix the\0bug\n")
+
+
+OK = ["-p", "p", "-t", "t"]  # a good task, so that only the value under test is bad
+HOSTILE = [
+    ([*OK, "--restart-delay", "inf", "x"], "'inf'"),
+    ([*OK, "--restart-delay", "1e12", "x"], "'1e12'"),
+    ([*OK, "--restart-delay", "nan", "x"], "'nan'"),
+    ([*OK, "--restart-delay", "-1", "x"], "'-1'"),
+    ([*OK, "--timeout", "1e400", "x"], "'1e400'"),
+    ([*OK, "--timeout", "99999999d", "x"], "'99999999d'"),
+    ([*OK, "--idle-timeout", "inf", "x"], "'inf'"),
+    ([*OK, "--idle-timeout", "-5m", "x"], "'-5m'"),
+    ([*OK, "--max-restarts", "nan", "x"], "'nan'"),
+    ([*OK, "--max-restarts", "-1", "x"], "-1"),
+    ([*OK, "--max-restarts", "1e3", "x"], "'1e3'"),
+    ([*OK, "--until", "never", "x"], "'never'"),
+    (["-p", "p", "-t", "", "x"], "task id is empty"),
+    (["job", "-p", "p", "-t", "", "x"], "task id is empty"),
+    (["-p", "", "-t", "t", "x"], "project id is empty"),
+    (["-p", "p", "-t", "-q", "x"], "task id '-q'"),  # -t missing its value
+    (["-p", "p", "-t", "a b", "x"], "task id 'a b'"),
+    (["-p", "p/q", "-t", "t", "x"], "project id 'p/q'"),
+    (["-p", "p", "-t", "t" * 300, "x"], "300 characters"),
+    ([*OK, "--agent", "", "x"], "--agent ''"),
+    ([*OK, "--cwd", "", "x"], "'--cwd': '' is empty"),
+    ([*OK, "--root", "", "x"], "'--root': '' is empty"),
+    ([*OK, "--prompt-file", "missing.txt"], "'missing.txt'"),
+    ([*OK, "--prompt-file", "folder"], "'folder'"),
+    ([*OK, "--prompt-file", "nul.txt"], "'nul.txt' contains a NUL byte"),
+    ([*OK, "--prompt-file", "/dev/zero"], "'/dev/zero' is larger than"),
+    ([*OK, "--config", "folder", "x"], "'folder'"),
+    ([*OK, "--config", "", "x"], "'--config': '' is empty"),
+    ([*OK, "--config", "list.yaml", "x"], "list.yaml: the file: expected a mapping"),
+    ([*OK, "--config", "broken.yaml", "x"], "broken.yaml: not valid YAML"),
+    ([*OK, "--config", "latin1.yaml", "x"], "latin1.yaml: not UTF-8"),
+    ([*OK, "--config", "empty.yaml", "x"], "no agent"),
+    (["list", "--config", "latin1.yaml"], "latin1.yaml: not UTF-8"),
+    (["doctor", "--port", "-5"], "-5"),
+    (["schedule", "list", "--count", "-1"], "-1"),
+]
+
+
+@pytest.mark.parametrize("args, fragment", HOSTILE, ids=[" ".join(a)[:60] for a, _ in HOSTILE])
+def test_hostile_input_is_refused_in_one_line_before_any_run(
+    ws: Workspace, args: list[str], fragment: str
+) -> None:
+    hostile_files(ws)
+    proc = ws.cli(*args)
+    assert proc.returncode == ExitCode.USAGE, proc.stderr
+    assert fragment in one_line(proc.stderr)
+    assert not ws.agent_pids()  # no agent was started
+    assert not ws.task().folder.exists()
+
+
+@pytest.mark.parametrize("run_id", ["..", ".", "", "/etc", "../t", "r" * 300])
+def test_output_of_a_bad_run_id_is_an_error(ws: Workspace, run_id: str) -> None:
+    assert ws.cli(*OK, "x").returncode == 0
+    proc = ws.cli("output", *OK, "--run", run_id)
+    assert proc.returncode == ExitCode.USAGE, proc.stdout
+    line = one_line(proc.stderr)
+    assert "run id" in line and (run_id[:40] in line or "is empty" in line)
+    assert proc.stdout == ""
+
+
+def test_a_prompt_in_task_md_with_a_nul_byte_starts_no_agent(ws: Workspace) -> None:
+    ws.task().folder.mkdir(parents=True)
+    ws.task().task_md.write_bytes(b"left by\0an API call")  # as a started task would hold it
+    proc = ws.cli(*OK)
+    assert proc.returncode == ExitCode.USAGE
+    assert "contains a NUL byte" in one_line(proc.stderr)
+    assert not ws.agent_pids() and not ws.runs()

@@ -109,6 +109,12 @@ storage:
         ),
         ("agents: [a, b]\n", "agents: expected a mapping"),
         ("defaults:\n  kill_grace: [1]\n", "defaults.kill_grace: [1] is not a duration"),
+        ("defaults:\n  restart_delay: .inf\n", "defaults.restart_delay: inf is not a duration"),
+        ("defaults:\n  idle_timeout: .nan\n", "defaults.idle_timeout: nan is not a duration"),
+        ("defaults:\n  timeout: 1e400\n", "defaults.timeout: '1e400' is not a duration"),
+        ("defaults:\n  timeout: -5m\n", "defaults.timeout: '-5m' is not a duration"),
+        ("defaults:\n  rate_limit_wait: 400d\n", "'400d' is longer than 365 days"),
+        ("defaults:\n  restart_delay: 1e12\n", "'1e12' is longer than 365 days"),
     ],
 )
 def test_errors_name_the_key_path_and_value(tmp_path: Path, text: str, expected: str) -> None:
@@ -131,6 +137,16 @@ def test_durations(value: object, seconds: float | None) -> None:
     assert parse_duration(value, "x") == seconds
 
 
+def test_a_config_that_is_not_utf8_is_one_line_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_bytes("agents: {caf\xe9: {}}\n".encode("latin-1"))
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, BACKENDS, tmp_path)
+    assert str(caught.value) == (
+        f"{path}: not UTF-8 text (invalid continuation byte at byte 12); save it as UTF-8"
+    )
+
+
 def test_config_search_order(tmp_path: Path) -> None:
     home = tmp_path / "xdg" / "run-agent"
     home.mkdir(parents=True)
@@ -146,6 +162,8 @@ def test_config_search_order(tmp_path: Path) -> None:
     assert find_config(explicit, cwd, env) == explicit
     with pytest.raises(ConfigError, match="does not exist"):
         find_config(tmp_path / "missing.yaml", cwd, env)
+    with pytest.raises(ConfigError, match=r"RUN_AGENT_CONFIG\) is a folder, not a file"):
+        find_config(None, cwd, {**env, "RUN_AGENT_CONFIG": str(cwd)})
 
 
 def test_parse_config_accepts_an_empty_document(tmp_path: Path) -> None:

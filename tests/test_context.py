@@ -30,6 +30,7 @@ def test_valid_ids_pass(good: str) -> None:
         ("..", "'..'"),
         ("a..b", "'..'"),
         (".hidden", "start with '.'"),
+        ("-q", "'-q' may not start with '-'"),  # an option where the id's value should be
         ("x" * 129, "129 characters"),
     ],
 )

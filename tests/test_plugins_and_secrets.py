@@ -7,6 +7,7 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.conftest import FAKE_AGENT, Workspace
@@ -68,8 +69,8 @@ def test_a_token_never_reaches_run_files_output_or_errors(ws: Workspace) -> None
         "agents": {
             "fake": {
                 "type": "command",
-                "command": [sys.executable, str(FAKE_AGENT), "--echo-argv", "--key", secret,
-                            "--exit", "1"],
+                "command": [sys.executable, str(FAKE_AGENT), "--ignore-unknown", "--echo-argv",
+                            "--key", secret, "--exit", "1"],
                 "token": secret,
             },
         },
@@ -84,7 +85,7 @@ def test_a_token_never_reaches_run_files_output_or_errors(ws: Workspace) -> None
     for run in ws.runs():
         folder = ws.task().run_folder(run.run_id)
         outputs += [(folder / n).read_text() for n in ("run-info.yaml", "prompt.md")]
-        assert "--key '***'" in (run.commandline or "") or "--key ***" in (run.commandline or "")
+        assert "--key [REDACTED]" in (run.commandline or "")
     assert all(secret not in text for text in outputs)
 
 
@@ -123,3 +124,84 @@ def test_doctor_reports_without_showing_keys(ws: Workspace) -> None:
     assert "credentials configured for agents.grok" in proc.stdout
     assert "'no-such-agent-xyz' not found on PATH" in proc.stdout
     assert "FAIL  agent ghost (command)" in proc.stdout
+
+
+KEY = "sk-live-5d1e9a7c3b2f4860"
+# A notification hook that appends each JSON body it is given to a file, one per line.
+RECORD_HOOK = "import sys; open(sys.argv[1], 'ab').write(sys.stdin.buffer.read() + b'\\n')"
+
+
+def leaking_config(ws: Workspace, agent: dict[str, object], **defaults: object) -> Path:
+    """A config whose agent `leaky` prints KEY and fails; every notification is recorded."""
+    config = {
+        "agents": {"leaky": agent},
+        "defaults": {"agent": "leaky", "max_restarts": 1, "restart_delay": "10ms",
+                     "crash_loop_runs": 0, "idle_timeout": 0, **defaults},
+        "storage": {"runs_dir": str(ws.root)},
+        "notify": {"command": [sys.executable, "-c", RECORD_HOOK, str(ws.path / "notes.jsonl")]},
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    return ws.path / "notes.jsonl"
+
+
+def assert_key_not_copied(ws: Workspace, notes: Path, proc_output: str) -> list[str]:
+    """KEY is in the agent's own files, but in nothing run-agent wrote; returns the prompts."""
+    runs = ws.runs()
+    assert len(runs) == 2, proc_output
+    folders = [ws.task().run_folder(r.run_id) for r in runs]
+    assert KEY in (folders[0] / "agent-stderr.txt").read_text()  # the agent did print it
+    prompts = [(f / "prompt.md").read_text() for f in folders]
+    copied = [*prompts, *((f / "run-info.yaml").read_text() for f in folders)]
+    copied += [notes.read_text(), proc_output]
+    copied += [ws.cli(*a).stdout for a in (["status", "-p", "p", "-t", "t", "--json"],
+               ["output", "-p", "p", "-t", "t", "--file", "prompt"])]  # fmt: skip
+    assert [KEY in text for text in copied] == [False] * len(copied)
+    assert "[REDACTED]" in prompts[1]
+    return prompts
+
+
+@pytest.mark.parametrize("source", ["token", "token_file", "token_env", "pass_env"])
+def test_a_key_the_agent_prints_is_redacted_from_what_run_agent_copies(
+    ws: Workspace, source: str
+) -> None:
+    agent: dict[str, object] = {
+        "type": "command",
+        "command": [*ws.agent_argv(["--line-text", f"using {KEY}", "--lines", "1", "--stderr",
+                    f"error: key {KEY} refused ({KEY})", "--exit", "1"])],
+    }  # fmt: skip
+    env = {}
+    if source == "token":
+        agent["token"] = KEY
+    elif source == "token_file":
+        (ws.path / "key.txt").write_text(KEY + "\n")
+        agent["token_file"] = str(ws.path / "key.txt")
+    elif source == "token_env":
+        agent["token_env"] = "LEAKY_KEY"
+        env["LEAKY_KEY"] = KEY
+    else:  # a provider key the agent is given from run-agent's environment
+        agent["pass_env"] = ["ANTHROPIC_API_KEY"]
+        env["ANTHROPIC_API_KEY"] = KEY
+    notes = leaking_config(ws, agent)
+    proc = ws.cli("-p", "p", "-t", "t", "x", env=env)
+    assert proc.returncode == 1, proc.stderr
+    prompt = assert_key_not_copied(ws, notes, proc.stdout + proc.stderr)[1]
+    assert "error: key [REDACTED] refused ([REDACTED])" in prompt
+    assert "using [REDACTED] 1" in prompt
+
+
+def test_a_claude_agent_key_is_redacted_from_its_failure_reason(ws: Workspace) -> None:
+    # The reason of a rate-limited claude run quotes its stderr; the key comes from the
+    # environment (no token configured), as with a user's own ANTHROPIC_API_KEY.
+    agent = {
+        "type": "claude",
+        "command": ws.agent_argv(["--ignore-unknown", "--stderr",
+                                  f"rate limit exceeded for key {KEY}", "--exit", "1"]),
+    }  # fmt: skip
+    notes = leaking_config(ws, agent, rate_limit_wait="10ms", max_rate_limit_waits=1)
+    env = {"ANTHROPIC_API_KEY": KEY, "XDG_CACHE_HOME": str(ws.path / "cache")}
+    proc = ws.cli("-p", "p", "-t", "t", "x", env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert_key_not_copied(ws, notes, proc.stdout + proc.stderr)
+    assert ws.runs()[0].message == (
+        "rate limited: rate limit exceeded for key [REDACTED] (exit code 1)"
+    )

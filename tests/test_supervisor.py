@@ -289,3 +289,15 @@ def test_a_stop_before_the_first_run_starts_nothing(ws: Workspace) -> None:
     sup.request_stop()
     assert sup.run().outcome is Outcome.STOPPED
     assert ws.runs() == [] and ws.agent_pids() == []
+
+
+def test_an_argument_exec_cannot_take_fails_the_run_instead_of_leaving_it_running(
+    ws: Workspace,
+) -> None:
+    # A NUL byte reaching the command line (here through {prompt}) is refused by exec itself.
+    result = ws.supervisor(["--line-text", "{prompt}"], prompt="a\0b", max_restarts=0).run()
+    assert result.outcome is Outcome.FAILED
+    (info,) = ws.runs()
+    assert info.status is RunStatus.FAILED and info.reason is Reason.SPAWN_ERROR
+    assert info.exit_code == 126 and "null byte" in (info.message or "")
+    assert not ws.agent_pids()
