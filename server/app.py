@@ -26,7 +26,7 @@ from starlette.staticfiles import StaticFiles
 
 from runagent import __version__, control, runfolder, tasks
 from runagent.config import ScheduleConfig
-from runagent.context import new_task_id, validate_id
+from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import ExitCode, NotFoundError, OutsideRootError, RunAgentError, UsageError
 from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
@@ -342,8 +342,9 @@ class Api:
         request.path_params["task"] = str(body.get("task_id") or "") or new_task_id()
         task = self.task_paths(request, must_exist=False)
         prompt = body.get("prompt")
-        if not isinstance(prompt, str) or not prompt.strip():
+        if not isinstance(prompt, str):
             raise HTTPError(400, "prompt is required: say what the agent should do")
+        validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
         existing = runfolder.read_task_prompt(task)
         if existing is not None and existing != prompt:
             raise HTTPError(

@@ -139,6 +139,11 @@ def test_start_validates_and_refuses_conflicts(client: TestClient) -> None:
     assert bad_id.status_code == 404
     no_prompt = client.post("/api/projects/p/tasks", json={"task_id": "n"})
     assert no_prompt.status_code == 400 and "prompt is required" in no_prompt.json()["error"]
+    nul = client.post("/api/projects/p/tasks", json={"task_id": "n", "prompt": "a\u0000b"})
+    assert nul.status_code == 400 and "NUL byte" in nul.json()["error"]
+    blank = client.post("/api/projects/p/tasks", json={"task_id": "n", "prompt": "  "})
+    assert blank.status_code == 400 and "empty" in blank.json()["error"]
+    assert not (client.app.state.hub.root / "p" / "n").exists()  # type: ignore[attr-defined]
     other = client.post("/api/projects/p/tasks", json={"task_id": "t", "prompt": "different"})
     assert other.status_code == 409
     not_json = client.post(

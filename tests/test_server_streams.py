@@ -165,3 +165,16 @@ def test_a_quiet_stream_sends_heartbeat_comments(ws: Workspace) -> None:
         thread.join(10)
     loop.communicate(timeout=30)
     assert ws.runs()[0].status == "completed"
+
+
+def test_a_rebound_host_name_gets_nothing_from_a_real_server(ws: Workspace, server: Server) -> None:
+    """DNS rebinding end to end: a page on evil.example that resolves to 127.0.0.1."""
+    evil = {"Host": "evil.example:14355", "Origin": "http://evil.example:14355"}
+    with httpx.Client(base_url=server.url, headers=evil, timeout=10) as client:
+        assert client.get("/api/tasks").status_code == 421
+        with client.stream("GET", "/api/events") as events:
+            assert events.status_code == 421
+        started = client.post("/api/projects/rebind/tasks", json={"prompt": "x", "task_id": "t"})
+        assert started.status_code == 421
+    assert not (ws.root / "rebind").exists() and not ws.agent_pids()
+    assert httpx.get(f"{server.url}/api/tasks", timeout=10).status_code == 200
