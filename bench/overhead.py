@@ -1,10 +1,11 @@
 """What `run-agent job` adds to a no-op agent, against spawning the same command directly.
 
-Runs `true` directly and through `run-agent job` (a fresh task each time, a run folder, the
-reaper, run-info written three times), interleaved, and prints medians and the difference.
-Also shows where the time goes: a bare interpreter, and importing run-agent's command line.
+Runs `true` directly and through `run-agent job` (a fresh task each time: run folder, reaper,
+run-info written three times), interleaved, and prints median and p90 of both and the difference.
+Then shows where the time goes: a bare interpreter, importing run-agent's command line, the
+reaper's interpreter, and the run itself as run-info.yaml's start_time -> end_time records it.
 
-    python bench/overhead.py [--repeat 30]
+    python bench/overhead.py [--repeat 20]
 """
 
 from __future__ import annotations
@@ -17,55 +18,135 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+GOAL_MS = 100.0
+
+
+def run_agent() -> list[str]:
+    """The installed `run-agent` launcher beside this interpreter, else `python -m runagent`."""
+    launcher = Path(sys.executable).with_name("run-agent")
+    return [str(launcher)] if launcher.exists() else [sys.executable, "-m", "runagent"]
+
+
+def bench_env() -> dict[str, str]:
+    # An installed run-agent reads cached bytecode; some shells turn writing it off.
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 
 
 def clock(argv: list[str], cwd: str, env: dict[str, str]) -> float:
+    """Milliseconds from spawn to exit; the command must succeed."""
     start = time.perf_counter()
-    subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, check=True,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
-    return (time.perf_counter() - start) * 1000
+    done = subprocess.run(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)  # fmt: skip
+    elapsed = (time.perf_counter() - start) * 1000
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)} exited {done.returncode}:\n{done.stderr.decode()}")
+    return elapsed
 
 
-def job_args(i: int) -> list[str]:
-    return ["job", "-q", "-p", "bench", "-t", f"t{i}", "x"]
+def run_info_times(path: Path) -> dict[str, str]:
+    """start_time and end_time of a run-info.yaml, read without a YAML library."""
+    found = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        key, _, value = line.partition(":")
+        if key in ("start_time", "end_time"):
+            found[key] = value.strip().strip("'\"")
+    return found
+
+
+def import_profile(env: dict[str, str]) -> tuple[float, list[tuple[str, float]]]:
+    """From `-X importtime`: ms spent in `site`, and runagent.cli's direct imports by their
+    cumulative ms (a module shared by several counts under the first that imports it)."""
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", "import runagent.cli"],
+                         env=env, capture_output=True, text=True, check=True).stderr  # fmt: skip
+    site = 0.0
+    children: list[tuple[str, float]] = []
+    pending: list[tuple[str, float]] = []
+    for line in err.splitlines()[1:]:
+        _, cumulative, name = line.split("|")
+        depth = (len(name) - len(name.lstrip())) // 2
+        name, ms = name.strip(), int(cumulative) / 1000
+        if depth == 0:
+            if name == "site":
+                site = ms
+            elif name == "runagent.cli":
+                children = pending
+            pending = []
+        elif depth == 1:
+            pending.append((name, ms))
+    return site, sorted(children, key=lambda c: -c[1])
+
+
+def p90(values: list[float]) -> float:
+    return sorted(values)[round(0.9 * (len(values) - 1))]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
     true = shutil.which("true") or "/bin/true"
-    # Bytecode caching is what an installed run-agent has; some machines turn it off.
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = bench_env()
+    py = sys.executable
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
-        Path(tmp, "config.yaml").write_text(
+        config, root = Path(tmp, "config.yaml"), Path(tmp, "runs")
+        config.write_text(
             f"agents:\n  noop:\n    type: command\n    command: [{true}]\n"
-            "defaults:\n  agent: noop\n  idle_timeout: 0\n"
+            "defaults:\n  agent: noop\n  idle_timeout: 0\n  timeout: 0\n"
         )
-        py = [sys.executable]
-        cases = {
+        job = [*run_agent(), "job", "-q", "--config", str(config), "--root", str(root),
+               "--agent", "noop", "--project", "bench"]  # fmt: skip
+        cases: dict[str, Callable[[int], list[str]]] = {
             "true, spawned directly": lambda i: [true],
-            "run-agent job (agent: true)": lambda i: [*py, "-m", "runagent", *job_args(i)],
-            "  python -c pass": lambda i: [*py, "-c", "pass"],
-            "  python -c 'import runagent.cli'": lambda i: [*py, "-c", "import runagent.cli"],
-            "  python -I -S -c pass (the reaper)": lambda i: [*py, "-I", "-S", "-c", "pass"],
+            "run-agent job (agent: true)": lambda i: [*job, "--task", f"t{i}", "x"],
+            "  python -c pass": lambda i: [py, "-c", "pass"],
+            "  python -c 'import runagent.cli'": lambda i: [py, "-c", "import runagent.cli"],
+            "  python -I -S -c pass (reaper's)": lambda i: [py, "-I", "-S", "-c", "pass"],
         }
-        for argv in (c(0) for c in cases.values()):  # warm caches (and write bytecode)
-            clock(argv, tmp, env)
+        for make in cases.values():  # warm the page cache and write bytecode; not counted
+            clock(make(0), tmp, env)
         times: dict[str, list[float]] = {name: [] for name in cases}
         for i in range(1, args.repeat + 1):
             for name, make in cases.items():
                 times[name].append(clock(make(i), tmp, env))
-    direct = statistics.median(times["true, spawned directly"])
-    job = statistics.median(times["run-agent job (agent: true)"])
-    print(f"{'':<38} {'median':>8} {'p90':>8}")
+        inside = []  # run-info start_time -> end_time: the reaper, the agent, output.md
+        for i in range(1, args.repeat + 1):
+            (run,) = Path(root, "bench", f"t{i}", "runs").iterdir()
+            stamps = run_info_times(run / "run-info.yaml")
+            start, end = (datetime.fromisoformat(stamps[k]) for k in ("start_time", "end_time"))
+            inside.append((end - start).total_seconds() * 1000)
+
+    site, imports_by_module = import_profile(env)
+    med = {name: statistics.median(values) for name, values in times.items()}
+    print(f"{args.repeat} repetitions each, interleaved")
+    print(f"{'':<40} {'median':>9} {'p90':>9}")
     for name, values in times.items():
-        p90 = sorted(values)[int(0.9 * (len(values) - 1))]
-        print(f"{name:<38} {statistics.median(values):>6.1f}ms {p90:>6.1f}ms")
-    print(f"run-agent job adds {job - direct:.1f} ms to a no-op agent (goal: under 100 ms)")
+        print(f"{name:<40} {med[name]:7.1f}ms {p90(values):7.1f}ms")
+    print(f"{'  run-info start_time -> end_time':<40} {statistics.median(inside):7.1f}ms "
+          f"{p90(inside):7.1f}ms")  # fmt: skip
+    direct, whole = times["true, spawned directly"], times["run-agent job (agent: true)"]
+    added = med["run-agent job (agent: true)"] - med["true, spawned directly"]
+    print(f"run-agent job adds {added:.1f} ms median, {p90(whole) - p90(direct):.1f} ms p90 "
+          f"to a no-op agent (goal: under {GOAL_MS:g} ms)")  # fmt: skip
+    interp = med["  python -c pass"]
+    imports = med["  python -c 'import runagent.cli'"] - interp
+    the_run = statistics.median(inside)
+    rest = med["run-agent job (agent: true)"] - interp - imports - the_run
+    print("where the median goes:")
+    for label, value in (
+        ("interpreter start-up (python -c pass)", interp),
+        ("importing runagent.cli (click, yaml, ...)", imports),
+        ("the run (reaper start, agent, run files)", the_run),
+        ("the rest, by difference (options, config, lock)", rest),
+    ):
+        print(f"  {label:<50} {value:6.1f} ms")
+    print("one `python -X importtime -c 'import runagent.cli'` (inflated by its own timing):")
+    print(f"  {'site (with the editable install path finder)':<50} {site:6.1f} ms")
+    for name, ms in imports_by_module[:8]:
+        print(f"  {name:<50} {ms:6.1f} ms")
 
 
 if __name__ == "__main__":
