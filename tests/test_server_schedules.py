@@ -37,7 +37,8 @@ def app_for(ws: Workspace, launch: Callable[[Firing], int], **settings: object) 
 
 def cli_launch(ws: Workspace) -> Callable[[Firing], int]:
     """The real launch path, as `run-agent serve` wires it: a detached supervisor."""
-    from runagent.cli import Setup, launch_firing
+    from runagent.cli.options import Setup
+    from runagent.cli.schedule import launch_firing
 
     config = load_config(ws.config, ["command"], ws.path)
     return lambda firing: launch_firing(Setup(config, ws.root), firing)

@@ -1,0 +1,78 @@
+"""doctor and backends: whether everything a run needs is in place."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+import backends
+from runagent.cli.group import cli, fail
+from runagent.cli.options import common, json_option, setup
+from runagent.config import AgentConfig, Config
+from runagent.errors import ExitCode
+
+
+def backend_agents(config: Config) -> list[AgentConfig]:
+    """Each configured agent, plus a default one for every backend no agent uses."""
+    used = {a.type for a in config.agents.values()}
+    defaults = [AgentConfig(name=n, type=n) for n in backends.names() if n not in used]
+    return [*config.agents.values(), *defaults]
+
+
+def print_sections(sections: list[Any]) -> bool:
+    for section in sections:
+        click.echo(f"{'ok  ' if section.ok else 'FAIL'}  {section.title}")
+        for f in section.findings:
+            click.echo(
+                f"      {'✓' if f.ok else '✗'} {f.what}"
+                + (f" — {f.fix}" if f.fix and not f.ok else "")
+            )
+    return all(s.ok for s in sections)
+
+
+@cli.command(name="backends")
+@json_option
+@common
+def backends_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
+    """List every backend and agent, and whether it can run here."""
+    from runagent import doctor
+
+    s = setup(config_path, root)
+    sections = [doctor.check_agent(a, backends.create) for a in backend_agents(s.config)]
+    if as_json:
+        data = [
+            {
+                "agent": a.name,
+                "backend": a.type,
+                "usable": sec.ok,
+                "checks": [{"ok": f.ok, "what": f.what, "fix": f.fix} for f in sec.findings],
+            }
+            for a, sec in zip(backend_agents(s.config), sections, strict=True)
+        ]
+        click.echo(json.dumps(data, indent=2))
+        return
+    print_sections(sections)
+
+
+@cli.command(name="doctor")
+@click.option("--port", type=click.IntRange(0, 65535), default=14355, show_default=True)
+@common
+def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
+    """Check config, agent CLIs, versions, keys, the runs root and the server port."""
+    from runagent import doctor
+
+    s = setup(config_path, root)
+    sections = [doctor.check_python(), doctor.check_config(s.config)]
+    sections += [doctor.check_agent(a, backends.create) for a in s.config.agents.values()]
+    sections += [
+        doctor.check_root(s.root),
+        doctor.check_port(port=port),
+        doctor.check_environment(),
+    ]
+    if print_sections(sections):
+        click.echo("everything run-agent needs is in place")
+        return
+    fail("some checks failed; see the lines marked ✗", ExitCode.MISSING_DEPENDENCY)

@@ -1,0 +1,79 @@
+"""What a foreground loop shows: a line per event, and in a terminal a live status line."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from typing import TextIO
+
+from runagent import runfolder
+from runagent.runfolder import RunInfo
+from runagent.supervisor import Event, EventKind, Outcome
+
+
+class Console:
+    """What a foreground run shows: a line per event, and in a terminal a live status line."""
+
+    def __init__(
+        self,
+        stream: TextIO,
+        max_attempts: int,
+        quiet: bool,
+        summarize: Callable[[str], str | None] = lambda line: line,
+    ) -> None:
+        self.stream = stream
+        self.summarize = summarize
+        self.max_attempts = max_attempts
+        self.quiet = quiet
+        self.live = stream.isatty() and not quiet
+        self._status_shown = False
+
+    def say(self, text: str) -> None:
+        if self.quiet:
+            return
+        self._clear()
+        print(f"run-agent: {text}", file=self.stream, flush=True)
+
+    def _clear(self) -> None:
+        if self._status_shown:
+            self.stream.write("\r\x1b[K")
+            self._status_shown = False
+
+    def show(self, event: Event) -> None:
+        info = event.run
+        if event.kind is EventKind.RUN_STARTED and info is not None:
+            self.say(
+                f"attempt {info.attempt}/{self.max_attempts}: run {info.run_id} started "
+                f"({info.agent}) in {event.run_folder}"
+            )
+        elif event.kind is EventKind.RUN_ENDED and info is not None:
+            self.say(
+                f"attempt {info.attempt}: run {info.run_id} {info.status.value}: {info.message}"
+            )
+        elif event.kind is EventKind.WAITING:
+            note = f"{event.message}; " if event.message else ""
+            self.say(f"{note}restarting in {event.delay:g}s")
+        elif event.kind in (EventKind.MARKED_LOST, EventKind.DONE_ARCHIVED):
+            self.say(event.message or f"run {info.run_id if info else '?'} marked lost")
+        elif event.kind is EventKind.TICK and self.live and info is not None:
+            self._status(info, event)
+
+    def _status(self, info: RunInfo, event: Event) -> None:
+        width = shutil.get_terminal_size((100, 20)).columns
+        minutes, seconds = divmod(int(event.elapsed), 60)
+        head = f"attempt {info.attempt}/{self.max_attempts} · running · {minutes:02d}:{seconds:02d}"
+        last = ""
+        if event.run_folder is not None:
+            lines = runfolder.tail(runfolder.stdout_path(event.run_folder), 8192).splitlines()
+            for line in reversed(lines):
+                last = (self.summarize(line) or "").strip() if line.strip() else ""
+                if last:
+                    break
+        line = f"{head} · {last}" if last else head
+        self.stream.write("\r\x1b[K" + "".join(c for c in line if c.isprintable())[: width - 1])
+        self.stream.flush()
+        self._status_shown = True
+
+    def finish(self, message: str, outcome: Outcome) -> None:
+        self._clear()
+        print(f"run-agent: {message}", file=self.stream, flush=True)

@@ -1,0 +1,110 @@
+"""The options commands share, and turning them into typed values: the setup (config and runs
+root), a task named on the command line, and a loop's overrides."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+import backends
+from runagent import tasks
+from runagent.config import Config, Until, find_config, load_config, runs_root
+from runagent.context import validate_id
+from runagent.runfolder import TaskPaths
+
+
+class PathValue(click.Path):
+    """A click.Path that refuses an empty value, which would quietly mean the current folder."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and not value.strip():
+            self.fail(f"{value!r} is empty; give a path, or leave the option out", param, ctx)
+        return super().convert(value, param, ctx)
+
+
+@dataclass(frozen=True)
+class Setup:
+    config: Config
+    root: Path
+
+
+def common(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--root",
+        type=PathValue(file_okay=False, path_type=Path),
+        help="Runs root folder (default: storage.runs_dir of the config, else ./runs).",
+    )(f)
+    return click.option(
+        "--config",
+        "config_path",
+        type=PathValue(dir_okay=False, path_type=Path),
+        help="config.yaml to use (default: ./config.yaml, then ~/.config/run-agent/).",
+    )(f)
+
+
+def setup(config_path: Path | None, root: Path | None) -> Setup:
+    cwd = Path.cwd()
+    config = load_config(find_config(config_path, cwd, os.environ), backends.known(), cwd)
+    return Setup(config, runs_root(root, os.environ, config))
+
+
+def existing_task(
+    config_path: Path | None, root: Path | None, project_id: str, task_id: str
+) -> tuple[Setup, TaskPaths]:
+    """The setup and an existing task's paths; a bad or unknown id is a one-line error."""
+    s = setup(config_path, root)
+    project = validate_id("project", project_id)
+    return s, tasks.find_task(s.root, project, validate_id("task", task_id))
+
+
+def task_option(required: bool) -> Callable[..., Any]:
+    def decorate(f: Callable[..., Any]) -> Callable[..., Any]:
+        f = click.option(
+            "--task", "-t", "task_id", required=required, help="Task id (letters, digits, . _ -)."
+        )(f)
+        return click.option("--project", "-p", "project_id", required=required, help="Project id.")(
+            f
+        )
+
+    return decorate
+
+
+def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
+    return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(f)
+
+
+def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    options = [
+        click.option("--agent", "-a", help="Agent from config.yaml `agents:` (or a backend name)."),
+        click.option(
+            "--cwd",
+            "working_dir",
+            type=PathValue(file_okay=False, path_type=Path),
+            help="Working folder of the agent (default: the current folder).",
+        ),
+        click.option(
+            "--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run."
+        ),
+        click.option(
+            "--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max."
+        ),
+        click.option("--timeout", help="Stop a run after this long in total, e.g. 30m (0: never)."),
+        click.option(
+            "--idle-timeout", help="Stop a run after this long without output (0: never)."
+        ),
+        click.option(
+            "--until",
+            type=click.Choice([u.value for u in Until]),
+            help="exit: exit 0 completes the task; done-file: only a DONE file does.",
+        ),
+        click.option("--quiet", "-q", is_flag=True, help="Print only the final line."),
+        click.option("--schedule", hidden=True, help="The schedule that fired this loop."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f

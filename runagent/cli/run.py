@@ -1,0 +1,300 @@
+"""run, job, resume and stop: a task's loop in the foreground, and stopping one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+import backends
+from runagent import notify, runfolder, tasks
+from runagent.cli.console import Console
+from runagent.cli.group import cli
+from runagent.cli.options import (
+    PathValue,
+    Setup,
+    common,
+    existing_task,
+    loop_options,
+    setup,
+    task_option,
+)
+from runagent.config import AgentConfig, Config, LoopSettings, NotifyEvent, Until, parse_duration
+from runagent.context import new_task_id, validate_id, validate_prompt
+from runagent.errors import ExitCode, NotFoundError, UsageError
+from runagent.lock import live_holder
+from runagent.redaction import Redactor
+from runagent.runfolder import RunStatus, TaskPaths
+from runagent.supervisor import Event, EventKind, LoopRequest, Outcome, Supervisor
+
+OUTCOME_EXIT = {
+    Outcome.COMPLETED: ExitCode.COMPLETED,
+    Outcome.FAILED: ExitCode.FAILED,
+    Outcome.TIMED_OUT: ExitCode.TIMED_OUT,
+    Outcome.STOPPED: ExitCode.STOPPED,
+    Outcome.MISSING_DEPENDENCY: ExitCode.MISSING_DEPENDENCY,
+}
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+STOP_WAIT_MARGIN = 15.0
+
+NOTIFY_DRAIN = 30.0  # seconds a finished loop waits for its notifications to go out
+
+MAX_PROMPT_BYTES = 10 << 20  # a prompt is text a person wrote; more is a wrong file (/dev/zero)
+
+
+@cli.command()
+@task_option(required=False)
+@click.argument("prompt", required=False)
+@click.option(
+    "--prompt-file",
+    type=PathValue(exists=True, dir_okay=False, path_type=Path),
+    help="Read the prompt from a file ('-' as PROMPT reads standard input).",
+)
+@loop_options
+@common
+def run(
+    project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Run a task in a loop: restart the agent until it completes or the loop gives up."""
+    start_loop(project_id, task_id, prompt, prompt_file, **options)
+
+
+@cli.command()
+@task_option(required=False)
+@click.argument("prompt", required=False)
+@click.option("--prompt-file", type=PathValue(exists=True, dir_okay=False, path_type=Path))
+@loop_options
+@common
+def job(
+    project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
+    **options: Any,
+) -> None:  # fmt: skip
+    """Run the agent once: one run, no restarts."""
+    options["max_restarts"] = 0
+    start_loop(project_id, task_id, prompt, prompt_file, **options)
+
+
+@cli.command()
+@task_option(required=True)
+@loop_options
+@common
+def resume(project_id: str, task_id: str, **options: Any) -> None:
+    """Run a task's loop again from its TASK.md."""
+    s, task = existing_task(options["config_path"], options["root"], project_id, task_id)
+    view = tasks.view(task)
+    if view.status is tasks.TaskStatus.COMPLETED:
+        raise UsageError(
+            f"task {view.label} is already completed; remove {task.done} to run it again"
+        )
+    prompt = runfolder.read_task_prompt(task)
+    if prompt is None:
+        raise NotFoundError(f"task {view.label} has no TASK.md to resume from ({task.task_md})")
+    foreground_loop(
+        s, task, validate_prompt(prompt, f"the task's prompt in {task.task_md}"), options
+    )
+
+
+def start_loop(
+    project_id: str | None,
+    task_id: str | None,
+    prompt: str | None,
+    prompt_file: Path | None,
+    **options: Any,
+) -> None:
+    s = setup(options["config_path"], options["root"])
+    if project_id is None:
+        raise UsageError("--project is required: say which project the task belongs to")
+    validate_id("project", project_id)
+    generated = task_id is None  # an empty --task is refused, not replaced
+    task_id = new_task_id() if task_id is None else validate_id("task", task_id)
+    task = TaskPaths(s.root, project_id, task_id)
+    while generated and task.folder.exists():  # a generated id never joins an existing task
+        task = TaskPaths(s.root, project_id, task_id := new_task_id())
+    text = read_prompt(prompt, prompt_file)
+    existing = runfolder.read_task_prompt(task)
+    if text is None:
+        if existing is None:
+            raise UsageError('no prompt: give it as an argument, "-" for stdin, or --prompt-file')
+        text = validate_prompt(existing, f"the task's prompt in {task.task_md}")
+    elif existing is not None and existing != text:
+        raise UsageError(
+            f"task {project_id}/{task_id} exists with another prompt in {task.task_md}; "
+            "use `run-agent resume` or a new --task"
+        )
+    if generated:
+        click.echo(f"run-agent: task id {task_id}", err=True)
+    foreground_loop(s, task, text, options)
+
+
+def read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
+    """The prompt from the argument, `-` (stdin) or --prompt-file; None if none was given."""
+    if prompt is not None and prompt_file is not None:
+        raise UsageError("give the prompt either as an argument or with --prompt-file, not both")
+    source = "the prompt"
+    try:
+        if prompt_file is not None:
+            source = f"prompt file {str(prompt_file)!r}"
+            with open(prompt_file, "rb") as f:
+                prompt = _prompt_text(f.read(MAX_PROMPT_BYTES + 1), source)
+        elif prompt == "-":
+            source = "the prompt on standard input"
+            prompt = _prompt_text(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), source)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    return None if prompt is None else validate_prompt(prompt, source)
+
+
+def _prompt_text(data: bytes, source: str) -> str:
+    if len(data) > MAX_PROMPT_BYTES:
+        raise UsageError(
+            f"{source} is larger than {MAX_PROMPT_BYTES >> 20} MiB; is it the right file?"
+        )
+    return data.decode("utf-8")
+
+
+def loop_settings(base: LoopSettings, options: dict[str, Any]) -> LoopSettings:
+    changes: dict[str, Any] = {}
+    if options.get("max_restarts") is not None:
+        changes["max_restarts"] = options["max_restarts"]
+    for name in ("restart_delay", "timeout", "idle_timeout"):
+        if options.get(name) is not None:
+            value = parse_duration(options[name], "--" + name.replace("_", "-"))
+            changes[name] = value if name != "restart_delay" else (value or 0.0)
+    if options.get("until"):
+        changes["until"] = Until(options["until"])
+    return LoopSettings(**{**base.__dict__, **changes})
+
+
+def agent_config(config: Config, name: str | None) -> AgentConfig:
+    if name is not None and not name.strip():
+        raise UsageError(
+            f"--agent {name!r} is empty; name an agent, or leave it out for the default"
+        )
+    name = name or config.defaults.agent
+    if name is None:
+        raise UsageError(
+            "no agent: pass --agent NAME or set defaults.agent in config.yaml"
+            + (f" (configured: {', '.join(config.agents)})" if config.agents else "")
+        )
+    if name in config.agents:
+        return config.agents[name]
+    if name in backends.known():
+        return AgentConfig(name=name, type=name)
+    known = ", ".join([*config.agents, *backends.names()])
+    raise UsageError(f"unknown agent {name!r}; configured agents and backends: {known}")
+
+
+def executable_dir() -> Path:
+    """The folder of the run-agent being run, so agents can start sub-runs by name."""
+    script = Path(sys.argv[0])
+    if script.name == "run-agent":
+        return script.resolve().parent
+    return Path(sys.executable).parent
+
+
+def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, Any]) -> None:
+    agent = agent_config(s.config, options.get("agent"))
+    backend = backends.create(agent)
+    working_dir = (options.get("working_dir") or Path.cwd()).resolve()
+    if not working_dir.is_dir():
+        raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
+    request = LoopRequest(
+        task=task,
+        prompt=prompt,
+        agent_name=agent.name,
+        working_dir=working_dir,
+        settings=loop_settings(s.config.defaults, options),
+        base_env=dict(os.environ),
+        parent_run_id=os.environ.get("JRUN_ID") or None,
+        executable_dir=executable_dir(),
+    )
+    console = Console(
+        sys.stderr,
+        request.settings.max_restarts + 1,
+        options.get("quiet", False),
+        backend.summarize,
+    )
+    redactor = backend.redactor(request.base_env)
+    notifier = notifier_for(s.config, options.get("schedule"), console.say, redactor)
+
+    def on_event(event: Event) -> None:
+        console.show(event)
+        if notifier is not None:
+            notify_event(notifier, event, task, options.get("schedule"))
+
+    supervisor = Supervisor(request, backend, on_event=on_event, redactor=redactor)
+    previous = {
+        sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
+    }
+    try:
+        result = supervisor.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    console.finish(result.message, result.outcome)
+    if notifier is not None:
+        notifier.drain(NOTIFY_DRAIN)
+    sys.exit(int(OUTCOME_EXIT[result.outcome]))
+
+
+def notifier_for(
+    config: Config, schedule: str | None, log: Callable[[str], None], redactor: Redactor
+) -> notify.Notifier | None:
+    settings = config.notify
+    if schedule and schedule in config.schedules:
+        settings = config.schedules[schedule].notify or settings
+    if settings is None:
+        return None
+    return notify.Notifier(settings, dict(os.environ), log=log, redactor=redactor)
+
+
+def notify_event(
+    notifier: notify.Notifier, event: Event, task: TaskPaths, schedule: str | None
+) -> None:
+    base = {"project_id": task.project_id, "task_id": task.task_id, "schedule": schedule}
+    if event.kind is EventKind.RUN_ENDED and event.run is not None:
+        if event.run.status in (RunStatus.FAILED, RunStatus.TIMED_OUT):
+            notifier.send(NotifyEvent.FAILED, {**base, "run": event.run.to_dict()})
+    elif event.kind is EventKind.LOOP_ENDED and event.outcome is not None:
+        if event.outcome is Outcome.COMPLETED:
+            notifier.send(NotifyEvent.COMPLETED, {**base, "message": event.message})
+        elif event.outcome is not Outcome.STOPPED:
+            notifier.send(
+                NotifyEvent.GAVE_UP,
+                {**base, "outcome": event.outcome.value, "message": event.message},
+            )
+
+
+@cli.command()
+@task_option(required=True)
+@click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until it stopped.")
+@common
+def stop(
+    project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None
+) -> None:
+    """Stop a task's loop: its agent tree is killed and nothing restarts."""
+    s, task = existing_task(config_path, root, project_id, task_id)
+    label = f"{project_id}/{task_id}"
+    if not wait:
+        holder = live_holder(task.lock)
+        if holder is None:
+            click.echo(f"run-agent: task {label} is not running")
+            return
+        os.kill(holder.pid, signal.SIGTERM)
+        click.echo(f"run-agent: asked the supervisor of {label} (pid {holder.pid}) to stop")
+        return
+    from runagent import control
+
+    stopped = control.stop(task, s.config.defaults.kill_grace + STOP_WAIT_MARGIN)
+    if stopped is None:
+        click.echo(f"run-agent: task {label} is not running")
+        return
+    click.echo(f"run-agent: task {label} stopped")

@@ -1,0 +1,177 @@
+"""schedule list, run, now and crontab: cron schedules from config.yaml."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import click
+
+import backends
+from runagent import runfolder
+from runagent import schedule as sched
+from runagent.cli.group import cli
+from runagent.cli.options import Setup, common, json_option, setup
+from runagent.cli.run import STOP_SIGNALS, agent_config, executable_dir
+from runagent.config import ScheduleConfig
+from runagent.context import validate_id, validate_prompt
+from runagent.errors import MissingDependencyError, UsageError
+from runagent.runfolder import TaskPaths
+
+
+@cli.group()
+def schedule() -> None:
+    """Cron schedules from config.yaml: list them, run the scheduler, fire one now, or print
+    equivalent crontab lines."""
+
+
+def schedule_named(s: Setup, name: str) -> ScheduleConfig:
+    if name not in s.config.schedules:
+        known = ", ".join(s.config.schedules) or "none configured"
+        raise UsageError(f"unknown schedule {name!r}; schedules: {known}")
+    return s.config.schedules[name]
+
+
+def launch_firing(s: Setup, firing: sched.Firing) -> int:
+    """Start a firing's loop as a detached supervisor, after checking its agent can start."""
+    from runagent import control
+
+    config = firing.schedule
+    agent = agent_config(s.config, config.agent)
+    for finding in backends.create(agent).check():
+        if not finding.ok:
+            hint = f"; {finding.fix}" if finding.fix else ""
+            raise MissingDependencyError(f"schedule {config.name}: {finding.what}{hint}")
+    if config.prompt_file is not None:
+        try:
+            prompt = config.prompt_file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(
+                f"schedules.{config.name}.prompt_file {str(config.prompt_file)!r} cannot be "
+                f"read as text ({exc}); fix the path"
+            ) from exc
+    else:
+        prompt = config.prompt or ""
+    validate_prompt(prompt, f"the prompt of schedules.{config.name}")
+    task = TaskPaths(s.root, validate_id("project", config.project), firing.task_id)
+    existing = runfolder.read_task_prompt(task)
+    if existing is not None and existing != prompt:
+        raise UsageError(
+            f"task {firing.label} exists with another prompt; use {{datetime}} in task"
+        )
+    runfolder.write_task_prompt(task, prompt)
+    args = ["run", "--project", config.project, "--task", firing.task_id, "--root", str(s.root),
+            "--schedule", config.name]  # fmt: skip
+    if s.config.source is not None:
+        args += ["--config", str(s.config.source.resolve())]
+    for flag, value in (("--agent", config.agent), ("--max-restarts", config.max_restarts),
+                        ("--timeout", config.timeout)):  # fmt: skip
+        if value is not None:
+            args += [flag, str(value)]
+    return control.start_detached(task, args, cwd=Path.cwd()).pid
+
+
+def scheduler_for(s: Setup, log: Callable[[str], None]) -> sched.Scheduler:
+    return sched.Scheduler(
+        s.config.schedules, s.root, launch=lambda firing: launch_firing(s, firing), log=log
+    )
+
+
+def stamped(line: str) -> None:
+    click.echo(f"{sched.utc_now():%Y-%m-%dT%H:%M:%SZ} {line}")
+
+
+@schedule.command(name="list")
+@click.option(
+    "--count",
+    type=click.IntRange(0, 1000),
+    default=3,
+    show_default=True,
+    help="How many next firings to show.",
+)
+@json_option
+@common
+def schedule_list(count: int, as_json: bool, config_path: Path | None, root: Path | None) -> None:
+    """Each schedule with its next firings and what it last did."""
+    s = setup(config_path, root)
+    rows = sched.describe(s.config.schedules, s.root, sched.utc_now(), count)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo("no schedules in the config (add a `schedules:` section)", err=True)
+    for row in rows:
+        state_text = "" if row["enabled"] else " (disabled)"
+        click.echo(f"{row['name']}{state_text}: '{row['cron']}' {row['timezone']}, "
+                   f"overlap {row['overlap']} -> {row['project']}/{row['task']}")  # fmt: skip
+        for moment in row["next"]:
+            click.echo(f"  next  {moment}")
+        if row["last_fired"]:
+            click.echo(f"  last  {row['last_fired']} {row['last_task']}: "
+                       f"{row['last_outcome'] or 'running'}")  # fmt: skip
+
+
+@schedule.command(name="run")
+@click.option("--tick", default=15.0, show_default=True, hidden=True)
+@common
+def schedule_run(tick: float, config_path: Path | None, root: Path | None) -> None:
+    """Run the scheduler in the foreground: fire each schedule as a detached supervisor."""
+    import threading
+
+    s = setup(config_path, root)
+    if not any(c.enabled for c in s.config.schedules.values()):
+        raise UsageError("no enabled schedules in the config; add a `schedules:` section")
+    scheduler = scheduler_for(s, stamped)
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
+    try:
+        scheduler.start(sched.utc_now())
+        stamped(f"scheduler started: {', '.join(c.name for c in scheduler.enabled())}")
+        while not stop.is_set():
+            scheduler.tick(sched.utc_now())
+            stop.wait(min(tick, sched.seconds_to_next_minute(sched.utc_now())))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    stamped("scheduler stopped; runs it started go on")
+
+
+@schedule.command(name="now")
+@click.argument("name")
+@common
+def schedule_now(name: str, config_path: Path | None, root: Path | None) -> None:
+    """Fire schedule NAME now (what a crontab line runs)."""
+    s = setup(config_path, root)
+    config = schedule_named(s, name)
+    firing = scheduler_for(s, stamped).fire_now(config, sched.utc_now())
+    click.echo(f"{firing.label}")
+
+
+@schedule.command(name="crontab")
+@common
+def schedule_crontab(config_path: Path | None, root: Path | None) -> None:
+    """Print crontab lines equivalent to the config's schedules."""
+    import shlex
+
+    s = setup(config_path, root)
+    if s.config.source is None:
+        raise UsageError("no config file: crontab lines need one (pass --config)")
+    launcher = executable_dir() / "run-agent"
+    command = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "runagent"]
+    config = str(s.config.source.resolve())
+    log = s.root / "schedule.log"
+    click.echo("# run-agent schedules; install with: run-agent schedule crontab | crontab -")
+    click.echo("# CRON_TZ needs a cron that supports it (cronie); others use the system zone.")
+    click.echo(f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}")
+    for c in s.config.schedules.values():
+        if not c.enabled:
+            continue
+        argv = [*command, "schedule", "now", c.name, "--config", config, "--root", str(s.root)]
+        click.echo(f"CRON_TZ={c.timezone}")
+        click.echo(f"{c.cron} mkdir -p {shlex.quote(str(s.root))} && "
+                   f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(argv)} "
+                   f">> {shlex.quote(str(log))} 2>&1")  # fmt: skip

@@ -1,0 +1,76 @@
+"""serve: the browser view and its REST/SSE API over the runs root, and the schedules."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from runagent.cli.group import cli
+from runagent.cli.options import common, setup
+from runagent.cli.schedule import launch_firing
+from runagent.errors import UsageError
+
+
+@cli.command()
+@click.option("--host", help="Address to listen on (default 127.0.0.1; others need an API key).")
+@click.option("--port", type=click.IntRange(1, 65535), help="Port (default 14355).")
+@click.option("--no-schedules", is_flag=True, help="Do not fire the config's schedules.")
+@common
+def serve(
+    host: str | None, port: int | None, no_schedules: bool, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
+    """Serve a live view of every run in a browser (REST, SSE and a page)."""
+    import socket
+
+    import uvicorn
+
+    from server.app import Settings, create_app
+    from server.security import allowed_hosts, is_loopback
+
+    s = setup(config_path, root)
+    host = host or s.config.server.host
+    port = port or s.config.server.port
+    key = s.config.server.api_key(os.environ)
+    if not is_loopback(host) and not key:
+        raise UsageError(
+            f"refusing to serve on {host}: anything but loopback needs an API key; "
+            f"set {s.config.server.api_key_env} and try again"
+        )
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise UsageError(
+                f"cannot listen on {host}:{port} ({exc.strerror}); pass --port"
+            ) from exc
+    app = create_app(
+        Settings(
+            root=s.root,
+            api_key=key,
+            config_path=s.config.source,
+            schedules=s.config.schedules,
+            launch=lambda firing: launch_firing(s, firing),
+            run_schedules=not no_schedules,
+            allowed_hosts=allowed_hosts(host, s.config.server.allowed_hosts),
+        )
+    )
+    enabled = [c.name for c in s.config.schedules.values() if c.enabled]
+    if enabled and not no_schedules:
+        import logging
+
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s run-agent: %(message)s"))
+        schedule_log = logging.getLogger("run-agent.schedules")
+        schedule_log.addHandler(handler)
+        schedule_log.setLevel(logging.INFO)
+        click.echo(f"run-agent: firing schedules: {', '.join(enabled)}", err=True)
+    shown = f"[{host}]" if ":" in host else host
+    click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
+    click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
+    uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")

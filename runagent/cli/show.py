@@ -1,0 +1,230 @@
+"""list, status and output: what the runs root holds, read by the CLI."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runagent import runfolder, tasks
+from runagent.cli.group import cli
+from runagent.cli.options import common, existing_task, json_option, setup, task_option
+from runagent.context import validate_id
+from runagent.errors import NotFoundError, UsageError
+from runagent.lock import live_holder
+from runagent.runfolder import RunInfo, RunStatus, TaskPaths
+
+
+def run_dict(info: RunInfo) -> dict[str, Any]:
+    return info.to_dict()
+
+
+def task_dict(view: tasks.TaskView) -> dict[str, Any]:
+    return {
+        "project_id": view.paths.project_id,
+        "task_id": view.paths.task_id,
+        "status": view.status.value,
+        "runs": view.run_count,
+        "latest_run": run_dict(view.latest) if view.latest else None,
+        "supervisor_pid": view.supervisor.pid if view.supervisor else None,
+        "folder": str(view.paths.folder),
+    }
+
+
+def print_table(rows: list[list[str]], header: list[str]) -> None:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+@cli.command(name="list")
+@click.option("--project", "-p", "project_id", help="Only this project's tasks.")
+@click.option("--task", "-t", "task_id", help="This task's runs (with --project).")
+@json_option
+@common
+def list_(
+    project_id: str | None, task_id: str | None, as_json: bool, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
+    """List tasks (all, or one project's), or one task's runs."""
+    s = setup(config_path, root)
+    if task_id is not None:
+        if project_id is None:
+            raise UsageError("--task needs --project")
+        task = tasks.find_task(
+            s.root, validate_id("project", project_id), validate_id("task", task_id)
+        )
+        found = tasks.runs(task)
+        if as_json:
+            click.echo(json.dumps([run_dict(r) for r in found], indent=2))
+            return
+        rows = [
+            [
+                r.run_id,
+                str(r.attempt),
+                r.status.value,
+                _str(r.exit_code),
+                r.reason or "",
+                r.start_time,
+            ]
+            for r in found
+        ]
+        print_table(rows, ["RUN", "ATTEMPT", "STATUS", "EXIT", "REASON", "STARTED"])
+        return
+    if project_id is not None:
+        validate_id("project", project_id)
+        if not (s.root / project_id).is_dir():
+            raise NotFoundError(f"project {project_id!r} not found under {s.root}")
+    views = tasks.all_tasks(s.root, project_id)
+    if as_json:
+        click.echo(json.dumps([task_dict(v) for v in views], indent=2))
+        return
+    if not views:
+        click.echo(f"no tasks under {s.root}", err=True)
+        return
+    rows = [
+        [
+            v.paths.project_id,
+            v.paths.task_id,
+            v.status.value,
+            str(v.run_count),
+            v.latest.run_id if v.latest else "",
+        ]
+        for v in views
+    ]
+    print_table(rows, ["PROJECT", "TASK", "STATUS", "RUNS", "LATEST RUN"])
+
+
+def _str(value: object) -> str:
+    return "" if value is None else str(value)
+
+
+@cli.command()
+@task_option(required=True)
+@json_option
+@common
+def status(
+    project_id: str, task_id: str, as_json: bool, config_path: Path | None, root: Path | None
+) -> None:
+    """Show a task's status and its latest run."""
+    _, task = existing_task(config_path, root, project_id, task_id)
+    view = tasks.view(task)
+    if as_json:
+        click.echo(json.dumps(task_dict(view), indent=2))
+        return
+    click.echo(f"task      {view.label}: {view.status.value} ({view.run_count} runs)")
+    click.echo(f"folder    {task.folder}")
+    if view.supervisor:
+        click.echo(f"supervisor pid {view.supervisor.pid} since {view.supervisor.since}")
+    if view.latest:
+        r = view.latest
+        click.echo(f"latest    {r.run_id} attempt {r.attempt}: {r.status.value}")
+        for label, value in (
+            ("agent", r.agent),
+            ("started", r.start_time),
+            ("ended", r.end_time),
+            ("exit code", r.exit_code),
+            ("reason", r.message or r.reason),
+            ("pid", r.pid),
+        ):
+            if value is not None:
+                click.echo(f"{label:<9} {value}")
+
+
+@cli.command()
+@task_option(required=True)
+@click.option("--run", "run_id", help="Run id (default: the task's latest run).")
+@click.option(
+    "--file",
+    "which",
+    type=click.Choice(list(runfolder.RUN_FILES)),
+    default="output",
+    show_default=True,
+)
+@click.option(
+    "--follow", "-f", is_flag=True, help="Keep printing as the task writes, across restarts."
+)
+@json_option
+@common
+def output(
+    project_id: str, task_id: str, run_id: str | None, which: str, follow: bool, as_json: bool,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Print a run's output, stdout, stderr or prompt."""
+    if run_id is not None:
+        validate_id("run", run_id)
+    _, task = existing_task(config_path, root, project_id, task_id)
+    run_id = run_id or _latest_run_id(task)
+    folder = task.run_folder(run_id)
+    if not folder.is_dir():
+        raise NotFoundError(f"run {run_id!r} of task {project_id}/{task_id} not found")
+    path = folder / runfolder.RUN_FILES[which]
+    if as_json:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        click.echo(
+            json.dumps({"run_id": run_id, "file": which, "path": str(path), "content": text})
+        )
+        return
+    if not follow:
+        _copy_to_stdout(path, 0)
+        return
+    for chunk in follow_task(task, run_id, runfolder.RUN_FILES[which]):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+
+
+def _latest_run_id(task: TaskPaths) -> str:
+    ids = task.run_ids()
+    if not ids:
+        raise NotFoundError(f"task {task.project_id}/{task.task_id} has no runs yet")
+    return ids[-1]
+
+
+def _copy_to_stdout(path: Path, offset: int) -> int:
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            while chunk := f.read(1 << 16):
+                sys.stdout.buffer.write(chunk)
+                offset += len(chunk)
+    except FileNotFoundError:
+        pass
+    sys.stdout.buffer.flush()
+    return offset
+
+
+def follow_task(task: TaskPaths, run_id: str, name: str, interval: float = 0.2) -> Iterator[bytes]:
+    """The bytes of `name` in run `run_id` as they are written, then in each following run."""
+    offset = 0
+    while True:
+        path = task.run_folder(run_id) / name
+        try:
+            with open(path, "rb") as f:
+                f.seek(offset)
+                while chunk := f.read(1 << 16):
+                    offset += len(chunk)
+                    yield chunk
+        except FileNotFoundError:
+            pass
+        folder = task.run_folder(run_id)
+        info = runfolder.read_run_info(folder)
+        if info is not None and tasks.effective(info, folder).status is not RunStatus.RUNNING:
+            later = [r for r in task.run_ids() if r > run_id]
+            if later:
+                run_id, offset = later[0], 0
+                continue
+            if live_holder(task.lock) is None and _drained(path, offset):
+                return
+        time.sleep(interval)
+
+
+def _drained(path: Path, offset: int) -> bool:
+    try:
+        return path.stat().st_size <= offset
+    except FileNotFoundError:
+        return True
