@@ -74,6 +74,11 @@ def validate_id(kind: str, value: str) -> str:
     return value
 
 
+def parent_run_id(env: Mapping[str, str]) -> str | None:
+    """The run that started this one: an agent starting a sub-run has JRUN_ID set."""
+    return env.get("JRUN_ID") or None
+
+
 def validate_prompt(text: str, source: str) -> str:
     """`text` if it can be a prompt (text, not blank); else a UsageError naming `source`."""
     if not text.strip():

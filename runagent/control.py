@@ -12,13 +12,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from runagent import runfolder
 from runagent.errors import AlreadyRunningError, ExitCode, RunAgentError
-from runagent.lock import Holder, live_holder
+from runagent.lock import Holder, already_running, live_holder
+from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 
 START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
@@ -30,30 +31,48 @@ class Started:
     holder: Holder | None
 
 
+def loop_argv(
+    command: str,
+    task: TaskPaths,
+    overrides: LoopOverrides,
+    config_path: Path | None,
+    schedule: str | None = None,
+) -> list[str]:
+    """The one command line of a detached loop: `run-agent COMMAND` for `task` under its root."""
+    args = [command, "--project", task.project_id, "--task", task.task_id, "--root",
+            str(task.root)]  # fmt: skip
+    if config_path is not None:
+        args += ["--config", str(config_path.resolve())]
+    if schedule is not None:
+        args += ["--schedule", schedule]
+    return [*args, *overrides.to_args(), "--quiet"]
+
+
 def start_detached(
     task: TaskPaths,
-    args: Sequence[str],
+    command: str,
+    overrides: LoopOverrides,
     *,
+    config_path: Path | None,
     cwd: Path,
     env: Mapping[str, str] | None = None,
+    schedule: str | None = None,
     wait: float = START_WAIT,
 ) -> Started:
-    """Start `run-agent ARGS` for `task` in its own session; return once it holds the lock.
+    """Start `run-agent COMMAND` for `task` in its own session; return once it holds the lock.
 
     Raises AlreadyRunningError if another supervisor holds the task, and RunAgentError with the
     tail of supervisor.log if the new one exits before taking the lock.
     """
     holder = live_holder(task.lock)
     if holder is not None:
-        raise AlreadyRunningError(
-            f"task {task.project_id}/{task.task_id} is already running "
-            f"(supervisor pid {holder.pid} since {holder.since})"
-        )
+        raise AlreadyRunningError(already_running(task.label, holder))
     runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
     log = runfolder.supervisor_log_path(task)
+    argv = loop_argv(command, task, overrides, config_path, schedule)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "runagent", *args, "--quiet"],
+            [sys.executable, "-m", "runagent", *argv],
             cwd=cwd,
             env=dict(env if env is not None else os.environ),
             stdin=subprocess.DEVNULL,
@@ -76,10 +95,11 @@ def start_detached(
     return Started(proc.pid, None)
 
 
-def stop(task: TaskPaths, wait: float) -> Holder | None:
-    """Ask the task's supervisor to stop its loop and wait up to `wait` seconds for it to exit.
+def stop(task: TaskPaths, wait: float | None) -> Holder | None:
+    """Ask the task's supervisor to stop its loop, and wait up to `wait` seconds for it to exit
+    (None: do not wait).
 
-    Returns the holder that was stopped, or None if the task was not running. Raises
+    Returns the holder that was asked, or None if the task was not running. Raises
     RunAgentError if the supervisor is still alive after `wait`.
     """
     holder = live_holder(task.lock)
@@ -89,12 +109,14 @@ def stop(task: TaskPaths, wait: float) -> Holder | None:
         os.kill(holder.pid, signal.SIGTERM)
     except ProcessLookupError:
         return None
+    if wait is None:
+        return holder
     deadline = time.monotonic() + wait
     while holder.alive() and time.monotonic() < deadline:
         time.sleep(0.02)
     if holder.alive():
         raise RunAgentError(
-            f"the supervisor of {task.project_id}/{task.task_id} (pid {holder.pid}) did not stop "
+            f"the supervisor of {task.label} (pid {holder.pid}) did not stop "
             f"within {wait:g}s; it may still be stopping its agent"
         )
     return holder

@@ -64,3 +64,7 @@ class NotFoundError(RunAgentError):
 
 class OutsideRootError(NotFoundError):
     """A path under the runs root leads out of it (a symbolic link): it is never read or written."""
+
+
+class PromptConflictError(UsageError):
+    """A task already exists with another prompt in its TASK.md."""

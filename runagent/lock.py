@@ -43,6 +43,13 @@ def live_holder(path: Path) -> Holder | None:
     return holder if holder is not None and holder.alive() else None
 
 
+def already_running(label: str, holder: Holder | None) -> str:
+    """The one wording of "another supervisor holds this task"."""
+    if holder is None:
+        return f"task {label} is already running (its supervisor is starting)"
+    return f"task {label} is already running (supervisor pid {holder.pid} since {holder.since})"
+
+
 class TaskLock:
     """Held for the life of a supervisor; `label` names the task in the "already running" error."""
 
@@ -72,13 +79,7 @@ class TaskLock:
         return holder
 
     def _busy_message(self) -> str:
-        holder = read_holder(self.path)
-        if holder is None:
-            return f"task {self.label} is already running (its supervisor is starting)"
-        return (
-            f"task {self.label} is already running "
-            f"(supervisor pid {holder.pid} since {holder.since})"
-        )
+        return already_running(self.label, read_holder(self.path))
 
     def release(self) -> None:
         if self._fd is None:

@@ -20,8 +20,10 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from runagent.config import NotifyConfig, NotifyEvent
+from runagent.config import Config, NotifyConfig, NotifyEvent
 from runagent.redaction import Redactor
+from runagent.runfolder import RunStatus, TaskPaths
+from runagent.supervisor import Event, EventKind, Outcome
 
 SIGNATURE_HEADER = "X-Run-Agent-Signature"
 ATTEMPTS = 4
@@ -96,6 +98,20 @@ class Notifier:
         if done.returncode != 0:
             raise RuntimeError(f"{self.config.command[0]} exited {done.returncode}")
 
+    def on_event(self, event: Event, task: TaskPaths, schedule: str | None) -> None:
+        """Which of a loop's events notify: a failed or timed-out run, and the loop's end
+        (completed, or gave up; a stop asked for by a person tells nobody)."""
+        base = {"project_id": task.project_id, "task_id": task.task_id, "schedule": schedule}
+        if event.kind is EventKind.RUN_ENDED and event.run is not None:
+            if event.run.status in (RunStatus.FAILED, RunStatus.TIMED_OUT):
+                self.send(NotifyEvent.FAILED, {**base, "run": event.run.to_dict()})
+        elif event.kind is EventKind.LOOP_ENDED and event.outcome is not None:
+            if event.outcome is Outcome.COMPLETED:
+                self.send(NotifyEvent.COMPLETED, {**base, "message": event.message})
+            elif event.outcome is not Outcome.STOPPED:
+                outcome = {"outcome": event.outcome.value, "message": event.message}
+                self.send(NotifyEvent.GAVE_UP, {**base, **outcome})
+
     def _post(self, data: bytes) -> None:
         assert self.config.webhook is not None
         headers = {"Content-Type": "application/json", "User-Agent": "run-agent"}
@@ -112,5 +128,13 @@ class Notifier:
             raise RuntimeError(f"HTTP {exc.code} from the webhook") from exc
 
 
-def from_environment(config: NotifyConfig | None) -> Notifier | None:
-    return None if config is None else Notifier(config, dict(os.environ))
+def loop_notifier(
+    config: Config, schedule: str | None, log: Callable[[str], None], redactor: Redactor
+) -> Notifier | None:
+    """The notifier of a task's loop: its schedule's settings, else the global ones, else none."""
+    settings = config.notify
+    if schedule and schedule in config.schedules:
+        settings = config.schedules[schedule].notify or settings
+    if settings is None:
+        return None
+    return Notifier(settings, dict(os.environ), log=log, redactor=redactor)

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from runagent.errors import OutsideRootError
+from runagent.errors import OutsideRootError, PromptConflictError
 
 RUN_INFO = "run-info.yaml"
 PROMPT = "prompt.md"
@@ -129,6 +129,10 @@ class TaskPaths:
     root: Path
     project_id: str
     task_id: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.project_id}/{self.task_id}"
 
     @property
     def folder(self) -> Path:
@@ -311,6 +315,22 @@ def write_task_prompt(task: TaskPaths, prompt: str) -> None:
             f.write(prompt)
     except FileExistsError:
         pass
+
+
+def check_task_prompt(task: TaskPaths, prompt: str, hint: str) -> None:
+    """The one rule for a task's prompt: a task that exists with another prompt in its TASK.md
+    is never run with this one (PromptConflictError, ending with `hint`, what to do instead)."""
+    existing = read_task_prompt(task)
+    if existing is not None and existing != prompt:
+        raise PromptConflictError(
+            f"task {task.label} exists with another prompt in {task.task_md}; {hint}"
+        )
+
+
+def claim_task_prompt(task: TaskPaths, prompt: str, hint: str) -> None:
+    """`check_task_prompt`, then TASK.md written with `prompt` if the task has none yet."""
+    check_task_prompt(task, prompt, hint)
+    write_task_prompt(task, prompt)
 
 
 def read_task_prompt(task: TaskPaths) -> str | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from runagent import runfolder
 from runagent.errors import NotFoundError
@@ -39,7 +40,19 @@ class TaskView:
 
     @property
     def label(self) -> str:
-        return f"{self.paths.project_id}/{self.paths.task_id}"
+        return self.paths.label
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task's row, as `list --json`, `status --json` and the API give it."""
+        return {
+            "project_id": self.paths.project_id,
+            "task_id": self.paths.task_id,
+            "status": self.status.value,
+            "runs": self.run_count,
+            "latest_run": self.latest.to_dict() if self.latest else None,
+            "supervisor_pid": self.supervisor.pid if self.supervisor else None,
+            "folder": str(self.paths.folder),
+        }
 
 
 def effective(info: RunInfo, run_folder: Path) -> RunInfo:

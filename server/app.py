@@ -27,7 +27,15 @@ from starlette.staticfiles import StaticFiles
 from runagent import __version__, control, runfolder, tasks
 from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id, validate_prompt
-from runagent.errors import ExitCode, NotFoundError, OutsideRootError, RunAgentError, UsageError
+from runagent.errors import (
+    ExitCode,
+    NotFoundError,
+    OutsideRootError,
+    PromptConflictError,
+    RunAgentError,
+    UsageError,
+)
+from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
 from server import streams
@@ -154,11 +162,14 @@ class Api:
 
     # Paths from requests ---------------------------------------------------------------------
 
-    def task_paths(self, request: Request, must_exist: bool = True) -> TaskPaths:
-        """The task a request names; 404 for a bad id, a missing task, or a path out of root."""
+    def task_paths(
+        self, request: Request, must_exist: bool = True, task_id: str | None = None
+    ) -> TaskPaths:
+        """The task a request names (in its path, else `task_id`); 404 for a bad id, a missing
+        task, or a path out of the root."""
         try:
             project = validate_id("project", request.path_params["project"])
-            task_id = validate_id("task", request.path_params["task"])
+            task_id = validate_id("task", task_id or request.path_params["task"])
         except UsageError as exc:
             raise HTTPError(404, str(exc)) from exc
         task = TaskPaths(self.root, project, task_id)
@@ -217,13 +228,13 @@ class Api:
         if not (self.root / project).is_dir():
             raise HTTPError(404, f"project {project!r} not found")
         views = await run_in_threadpool(tasks.all_tasks, self.root, project)
-        return JSONResponse([streams.task_row(v) for v in views])
+        return JSONResponse([v.to_dict() for v in views])
 
     async def task(self, request: Request) -> Response:
         task = self.task_paths(request)
 
         def detail() -> dict[str, Any]:
-            row = streams.task_row(tasks.view(task))
+            row = tasks.view(task).to_dict()
             row["prompt"] = runfolder.read_task_prompt(task)
             row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
             return row
@@ -307,56 +318,50 @@ class Api:
             raise HTTPError(400, "the body must be a JSON object")
         return body
 
-    def _loop_args(self, task: TaskPaths, body: dict[str, Any]) -> list[str]:
-        args = ["--project", task.project_id, "--task", task.task_id, "--root", str(self.root)]
-        if self.settings.config_path is not None:
-            args += ["--config", str(self.settings.config_path)]
-        for key, flag in (("agent", "--agent"), ("max_restarts", "--max-restarts"),
-                          ("timeout", "--timeout"), ("idle_timeout", "--idle-timeout"),
-                          ("until", "--until"), ("cwd", "--cwd")):  # fmt: skip
-            value = body.get(key)
-            if value not in (None, ""):
-                args += [flag, str(value)]
-        return args
-
-    async def _start(self, task: TaskPaths, command: str, body: dict[str, Any]) -> Response:
-        args = [command, *self._loop_args(task, body)]
+    async def _start(self, task: TaskPaths, command: str, overrides: LoopOverrides) -> Response:
         started = await run_in_threadpool(
-            control.start_detached,
-            task,
-            args,
-            cwd=self.settings.workdir,
-            env=self.settings.env if self.settings.env is not None else dict(os.environ),
+            lambda: control.start_detached(
+                task,
+                command,
+                overrides,
+                config_path=self.settings.config_path,
+                cwd=self.settings.workdir,
+                env=self.settings.env if self.settings.env is not None else dict(os.environ),
+            )
         )
-        return JSONResponse(
-            {
-                "project_id": task.project_id,
-                "task_id": task.task_id,
-                "supervisor_pid": started.pid,
-            },
-            status_code=202,
-        )
+        body = {
+            "project_id": task.project_id,
+            "task_id": task.task_id,
+            "supervisor_pid": started.pid,
+        }
+        return JSONResponse(body, status_code=202)
+
+    @staticmethod
+    def _overrides(body: dict[str, Any]) -> LoopOverrides:
+        """The loop settings the body changes (the form's empty fields change nothing)."""
+        values = {**body, "working_dir": body.get("cwd")}
+        return LoopOverrides.parse(values, where=lambda name: name, blank_is_unset=True)
 
     async def start(self, request: Request) -> Response:
         body = await self._body(request)
-        request.path_params["task"] = str(body.get("task_id") or "") or new_task_id()
-        task = self.task_paths(request, must_exist=False)
+        task = self.task_paths(
+            request, must_exist=False, task_id=str(body.get("task_id") or "") or new_task_id()
+        )
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
             raise HTTPError(400, "prompt is required: say what the agent should do")
         validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
-        existing = runfolder.read_task_prompt(task)
-        if existing is not None and existing != prompt:
-            raise HTTPError(
-                409, f"task {task.project_id}/{task.task_id} exists with another prompt"
-            )
-        runfolder.write_task_prompt(task, prompt)
-        return await self._start(task, "run", body)
+        overrides = self._overrides(body)
+        try:
+            runfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
+        except PromptConflictError as exc:
+            raise HTTPError(409, str(exc)) from exc
+        return await self._start(task, "run", overrides)
 
     async def resume(self, request: Request) -> Response:
         body = await self._body(request)
         task = self.task_paths(request)
-        return await self._start(task, "resume", body)
+        return await self._start(task, "resume", self._overrides(body))
 
     async def schedules(self, request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(self.runner.describe))

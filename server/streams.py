@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder, tasks
-from runagent.lock import live_holder
+from runagent import follow, runfolder, tasks
 from runagent.runfolder import RunInfo, RunStatus, TaskPaths
 from server.hub import Hub
 
@@ -137,14 +136,14 @@ async def task_events(
         if ids:
             run_id = ids[-1]
             break
-        if live_holder(task.lock) is None:
+        if not follow.loop_alive(task):
             yield event("end", {"task": task.task_id, "runs": 0})
             return
         seen = await hub.wait(seen, RECHECK)
     while True:
         # A run's folder appears a moment before its run-info: announce it once it is there.
         info = runfolder.read_run_info(task.run_folder(run_id))
-        while info is None and live_holder(task.lock) is not None:
+        while info is None and follow.loop_alive(task):
             seen = await hub.wait(seen, RECHECK)
             info = runfolder.read_run_info(task.run_folder(run_id))
         yield event("run", info.to_dict() if info else {"run_id": run_id}, f"{run_id}:{offset}")
@@ -155,11 +154,11 @@ async def task_events(
                 yield item
         # The run is over: wait for the loop's next run, or for the loop to end.
         while True:
-            later = [r for r in task.run_ids() if r > run_id]
-            if later:
-                run_id, offset = later[0], 0
+            later = follow.next_run_id(task, run_id)
+            if later is not None:
+                run_id, offset = later, 0
                 break
-            if live_holder(task.lock) is None:
+            if not follow.loop_alive(task):
                 view = tasks.view(task)
                 yield event("end", {"task": task.task_id, "status": view.status.value})
                 return
@@ -168,19 +167,7 @@ async def task_events(
 
 def snapshot(root: Path) -> dict[str, dict[str, Any]]:
     """Every task's listing row, keyed by `project/task`."""
-    return {view.label: task_row(view) for view in tasks.all_tasks(root)}
-
-
-def task_row(view: tasks.TaskView) -> dict[str, Any]:
-    latest = view.latest
-    return {
-        "project_id": view.paths.project_id,
-        "task_id": view.paths.task_id,
-        "status": view.status.value,
-        "runs": view.run_count,
-        "latest_run": latest.to_dict() if latest else None,
-        "supervisor_pid": view.supervisor.pid if view.supervisor else None,
-    }
+    return {view.label: view.to_dict() for view in tasks.all_tasks(root)}
 
 
 async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:

@@ -3,6 +3,7 @@ root), a task named on the command line, and a loop's overrides."""
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import backends
 from runagent import tasks
 from runagent.config import Config, Until, find_config, load_config, runs_root
 from runagent.context import validate_id
+from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 
 
@@ -78,7 +80,25 @@ def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(f)
 
 
+@dataclass(frozen=True)
+class LoopArgs:
+    """A loop's options from the command line, typed: what they override, and how it is told."""
+
+    overrides: LoopOverrides
+    quiet: bool = False
+    schedule: str | None = None  # the schedule that fired this loop
+
+
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The loop's options, handed to the command as one `loop: LoopArgs`."""
+
+    @functools.wraps(f)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS}
+        overrides = LoopOverrides.parse(raw)
+        loop = LoopArgs(overrides, kwargs.pop("quiet"), kwargs.pop("schedule"))
+        return f(*args, loop=loop, **kwargs)
+
     options = [
         click.option("--agent", "-a", help="Agent from config.yaml `agents:` (or a backend name)."),
         click.option(
@@ -106,5 +126,9 @@ def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--schedule", hidden=True, help="The schedule that fired this loop."),
     ]
     for option in reversed(options):
-        f = option(f)
-    return f
+        command = option(command)
+    return command
+
+
+OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
+                    "idle_timeout", "until")  # fmt: skip

@@ -5,9 +5,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import click
 
@@ -16,6 +15,7 @@ from runagent import notify, runfolder, tasks
 from runagent.cli.console import Console
 from runagent.cli.group import cli
 from runagent.cli.options import (
+    LoopArgs,
     PathValue,
     Setup,
     common,
@@ -24,13 +24,11 @@ from runagent.cli.options import (
     setup,
     task_option,
 )
-from runagent.config import AgentConfig, Config, LoopSettings, NotifyEvent, Until, parse_duration
-from runagent.context import new_task_id, validate_id, validate_prompt
+from runagent.config import AgentConfig, Config
+from runagent.context import new_task_id, parent_run_id, validate_id, validate_prompt
 from runagent.errors import ExitCode, NotFoundError, UsageError
-from runagent.lock import live_holder
-from runagent.redaction import Redactor
-from runagent.runfolder import RunStatus, TaskPaths
-from runagent.supervisor import Event, EventKind, LoopRequest, Outcome, Supervisor
+from runagent.runfolder import TaskPaths
+from runagent.supervisor import Event, LoopRequest, Outcome, Supervisor
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,
@@ -61,10 +59,12 @@ MAX_PROMPT_BYTES = 10 << 20  # a prompt is text a person wrote; more is a wrong 
 @common
 def run(
     project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
-    **options: Any,
+    loop: LoopArgs, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Run a task in a loop: restart the agent until it completes or the loop gives up."""
-    start_loop(project_id, task_id, prompt, prompt_file, **options)
+    start_loop(
+        setup(config_path, root), project_id, task_id, read_prompt(prompt, prompt_file), loop
+    )
 
 
 @cli.command()
@@ -75,20 +75,24 @@ def run(
 @common
 def job(
     project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
-    **options: Any,
+    loop: LoopArgs, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Run the agent once: one run, no restarts."""
-    options["max_restarts"] = 0
-    start_loop(project_id, task_id, prompt, prompt_file, **options)
+    once = replace(loop, overrides=replace(loop.overrides, max_restarts=0))
+    start_loop(
+        setup(config_path, root), project_id, task_id, read_prompt(prompt, prompt_file), once
+    )
 
 
 @cli.command()
 @task_option(required=True)
 @loop_options
 @common
-def resume(project_id: str, task_id: str, **options: Any) -> None:
+def resume(
+    project_id: str, task_id: str, loop: LoopArgs, config_path: Path | None, root: Path | None
+) -> None:
     """Run a task's loop again from its TASK.md."""
-    s, task = existing_task(options["config_path"], options["root"], project_id, task_id)
+    s, task = existing_task(config_path, root, project_id, task_id)
     view = tasks.view(task)
     if view.status is tasks.TaskStatus.COMPLETED:
         raise UsageError(
@@ -97,41 +101,31 @@ def resume(project_id: str, task_id: str, **options: Any) -> None:
     prompt = runfolder.read_task_prompt(task)
     if prompt is None:
         raise NotFoundError(f"task {view.label} has no TASK.md to resume from ({task.task_md})")
-    foreground_loop(
-        s, task, validate_prompt(prompt, f"the task's prompt in {task.task_md}"), options
-    )
+    foreground_loop(s, task, validate_prompt(prompt, f"the task's prompt in {task.task_md}"), loop)
 
 
 def start_loop(
-    project_id: str | None,
-    task_id: str | None,
-    prompt: str | None,
-    prompt_file: Path | None,
-    **options: Any,
+    s: Setup, project_id: str | None, task_id: str | None, text: str | None, loop: LoopArgs
 ) -> None:
-    s = setup(options["config_path"], options["root"])
+    """Run a new task, or an existing one with the same prompt (TASK.md's when none is given)."""
     if project_id is None:
         raise UsageError("--project is required: say which project the task belongs to")
     validate_id("project", project_id)
     generated = task_id is None  # an empty --task is refused, not replaced
-    task_id = new_task_id() if task_id is None else validate_id("task", task_id)
-    task = TaskPaths(s.root, project_id, task_id)
+    task = TaskPaths(
+        s.root, project_id, new_task_id() if task_id is None else validate_id("task", task_id)
+    )
     while generated and task.folder.exists():  # a generated id never joins an existing task
-        task = TaskPaths(s.root, project_id, task_id := new_task_id())
-    text = read_prompt(prompt, prompt_file)
-    existing = runfolder.read_task_prompt(task)
+        task = TaskPaths(s.root, project_id, new_task_id())
     if text is None:
+        existing = runfolder.read_task_prompt(task)
         if existing is None:
             raise UsageError('no prompt: give it as an argument, "-" for stdin, or --prompt-file')
         text = validate_prompt(existing, f"the task's prompt in {task.task_md}")
-    elif existing is not None and existing != text:
-        raise UsageError(
-            f"task {project_id}/{task_id} exists with another prompt in {task.task_md}; "
-            "use `run-agent resume` or a new --task"
-        )
+    runfolder.check_task_prompt(task, text, "use `run-agent resume` or a new --task")
     if generated:
-        click.echo(f"run-agent: task id {task_id}", err=True)
-    foreground_loop(s, task, text, options)
+        click.echo(f"run-agent: task id {task.task_id}", err=True)
+    foreground_loop(s, task, text, loop)
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
@@ -158,19 +152,6 @@ def _prompt_text(data: bytes, source: str) -> str:
             f"{source} is larger than {MAX_PROMPT_BYTES >> 20} MiB; is it the right file?"
         )
     return data.decode("utf-8")
-
-
-def loop_settings(base: LoopSettings, options: dict[str, Any]) -> LoopSettings:
-    changes: dict[str, Any] = {}
-    if options.get("max_restarts") is not None:
-        changes["max_restarts"] = options["max_restarts"]
-    for name in ("restart_delay", "timeout", "idle_timeout"):
-        if options.get(name) is not None:
-            value = parse_duration(options[name], "--" + name.replace("_", "-"))
-            changes[name] = value if name != "restart_delay" else (value or 0.0)
-    if options.get("until"):
-        changes["until"] = Until(options["until"])
-    return LoopSettings(**{**base.__dict__, **changes})
 
 
 def agent_config(config: Config, name: str | None) -> AgentConfig:
@@ -200,10 +181,10 @@ def executable_dir() -> Path:
     return Path(sys.executable).parent
 
 
-def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, Any]) -> None:
-    agent = agent_config(s.config, options.get("agent"))
+def foreground_loop(s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs) -> None:
+    agent = agent_config(s.config, loop.overrides.agent)
     backend = backends.create(agent)
-    working_dir = (options.get("working_dir") or Path.cwd()).resolve()
+    working_dir = (loop.overrides.working_dir or Path.cwd()).resolve()
     if not working_dir.is_dir():
         raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
     request = LoopRequest(
@@ -211,24 +192,19 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
         prompt=prompt,
         agent_name=agent.name,
         working_dir=working_dir,
-        settings=loop_settings(s.config.defaults, options),
+        settings=loop.overrides.apply(s.config.defaults),
         base_env=dict(os.environ),
-        parent_run_id=os.environ.get("JRUN_ID") or None,
+        parent_run_id=parent_run_id(os.environ),
         executable_dir=executable_dir(),
     )
-    console = Console(
-        sys.stderr,
-        request.settings.max_restarts + 1,
-        options.get("quiet", False),
-        backend.summarize,
-    )
+    console = Console(sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize)
     redactor = backend.redactor(request.base_env)
-    notifier = notifier_for(s.config, options.get("schedule"), console.say, redactor)
+    notifier = notify.loop_notifier(s.config, loop.schedule, console.say, redactor)
 
     def on_event(event: Event) -> None:
         console.show(event)
         if notifier is not None:
-            notify_event(notifier, event, task, options.get("schedule"))
+            notifier.on_event(event, task, loop.schedule)
 
     supervisor = Supervisor(request, backend, on_event=on_event, redactor=redactor)
     previous = {
@@ -245,34 +221,6 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, A
     sys.exit(int(OUTCOME_EXIT[result.outcome]))
 
 
-def notifier_for(
-    config: Config, schedule: str | None, log: Callable[[str], None], redactor: Redactor
-) -> notify.Notifier | None:
-    settings = config.notify
-    if schedule and schedule in config.schedules:
-        settings = config.schedules[schedule].notify or settings
-    if settings is None:
-        return None
-    return notify.Notifier(settings, dict(os.environ), log=log, redactor=redactor)
-
-
-def notify_event(
-    notifier: notify.Notifier, event: Event, task: TaskPaths, schedule: str | None
-) -> None:
-    base = {"project_id": task.project_id, "task_id": task.task_id, "schedule": schedule}
-    if event.kind is EventKind.RUN_ENDED and event.run is not None:
-        if event.run.status in (RunStatus.FAILED, RunStatus.TIMED_OUT):
-            notifier.send(NotifyEvent.FAILED, {**base, "run": event.run.to_dict()})
-    elif event.kind is EventKind.LOOP_ENDED and event.outcome is not None:
-        if event.outcome is Outcome.COMPLETED:
-            notifier.send(NotifyEvent.COMPLETED, {**base, "message": event.message})
-        elif event.outcome is not Outcome.STOPPED:
-            notifier.send(
-                NotifyEvent.GAVE_UP,
-                {**base, "outcome": event.outcome.value, "message": event.message},
-            )
-
-
 @cli.command()
 @task_option(required=True)
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until it stopped.")
@@ -281,20 +229,14 @@ def stop(
     project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None
 ) -> None:
     """Stop a task's loop: its agent tree is killed and nothing restarts."""
-    s, task = existing_task(config_path, root, project_id, task_id)
-    label = f"{project_id}/{task_id}"
-    if not wait:
-        holder = live_holder(task.lock)
-        if holder is None:
-            click.echo(f"run-agent: task {label} is not running")
-            return
-        os.kill(holder.pid, signal.SIGTERM)
-        click.echo(f"run-agent: asked the supervisor of {label} (pid {holder.pid}) to stop")
-        return
     from runagent import control
 
-    stopped = control.stop(task, s.config.defaults.kill_grace + STOP_WAIT_MARGIN)
+    s, task = existing_task(config_path, root, project_id, task_id)
+    grace = s.config.defaults.kill_grace + STOP_WAIT_MARGIN
+    stopped = control.stop(task, grace if wait else None)
     if stopped is None:
-        click.echo(f"run-agent: task {label} is not running")
-        return
-    click.echo(f"run-agent: task {label} stopped")
+        click.echo(f"run-agent: task {task.label} is not running")
+    elif wait:
+        click.echo(f"run-agent: task {task.label} stopped")
+    else:
+        click.echo(f"run-agent: asked the supervisor of {task.label} (pid {stopped.pid}) to stop")

@@ -20,6 +20,7 @@ from runagent.cli.run import STOP_SIGNALS, agent_config, executable_dir
 from runagent.config import ScheduleConfig
 from runagent.context import validate_id, validate_prompt
 from runagent.errors import MissingDependencyError, UsageError
+from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 
 
@@ -58,21 +59,13 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
         prompt = config.prompt or ""
     validate_prompt(prompt, f"the prompt of schedules.{config.name}")
     task = TaskPaths(s.root, validate_id("project", config.project), firing.task_id)
-    existing = runfolder.read_task_prompt(task)
-    if existing is not None and existing != prompt:
-        raise UsageError(
-            f"task {firing.label} exists with another prompt; use {{datetime}} in task"
-        )
-    runfolder.write_task_prompt(task, prompt)
-    args = ["run", "--project", config.project, "--task", firing.task_id, "--root", str(s.root),
-            "--schedule", config.name]  # fmt: skip
-    if s.config.source is not None:
-        args += ["--config", str(s.config.source.resolve())]
-    for flag, value in (("--agent", config.agent), ("--max-restarts", config.max_restarts),
-                        ("--timeout", config.timeout)):  # fmt: skip
-        if value is not None:
-            args += [flag, str(value)]
-    return control.start_detached(task, args, cwd=Path.cwd()).pid
+    runfolder.claim_task_prompt(task, prompt, "use {datetime} in the schedule's task")
+    overrides = LoopOverrides(
+        agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout
+    )
+    return control.start_detached(
+        task, "run", overrides, config_path=s.config.source, cwd=Path.cwd(), schedule=config.name
+    ).pid
 
 
 def scheduler_for(s: Setup, log: Callable[[str], None]) -> sched.Scheduler:

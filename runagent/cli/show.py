@@ -4,36 +4,17 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import click
 
+from runagent import follow as following
 from runagent import runfolder, tasks
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
 from runagent.context import validate_id
 from runagent.errors import NotFoundError, UsageError
-from runagent.lock import live_holder
-from runagent.runfolder import RunInfo, RunStatus, TaskPaths
-
-
-def run_dict(info: RunInfo) -> dict[str, Any]:
-    return info.to_dict()
-
-
-def task_dict(view: tasks.TaskView) -> dict[str, Any]:
-    return {
-        "project_id": view.paths.project_id,
-        "task_id": view.paths.task_id,
-        "status": view.status.value,
-        "runs": view.run_count,
-        "latest_run": run_dict(view.latest) if view.latest else None,
-        "supervisor_pid": view.supervisor.pid if view.supervisor else None,
-        "folder": str(view.paths.folder),
-    }
+from runagent.runfolder import TaskPaths
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -61,7 +42,7 @@ def list_(
         )
         found = tasks.runs(task)
         if as_json:
-            click.echo(json.dumps([run_dict(r) for r in found], indent=2))
+            click.echo(json.dumps([r.to_dict() for r in found], indent=2))
             return
         rows = [
             [
@@ -82,7 +63,7 @@ def list_(
             raise NotFoundError(f"project {project_id!r} not found under {s.root}")
     views = tasks.all_tasks(s.root, project_id)
     if as_json:
-        click.echo(json.dumps([task_dict(v) for v in views], indent=2))
+        click.echo(json.dumps([v.to_dict() for v in views], indent=2))
         return
     if not views:
         click.echo(f"no tasks under {s.root}", err=True)
@@ -115,7 +96,7 @@ def status(
     _, task = existing_task(config_path, root, project_id, task_id)
     view = tasks.view(task)
     if as_json:
-        click.echo(json.dumps(task_dict(view), indent=2))
+        click.echo(json.dumps(view.to_dict(), indent=2))
         return
     click.echo(f"task      {view.label}: {view.status.value} ({view.run_count} runs)")
     click.echo(f"folder    {task.folder}")
@@ -173,7 +154,8 @@ def output(
     if not follow:
         _copy_to_stdout(path, 0)
         return
-    for chunk in follow_task(task, run_id, runfolder.RUN_FILES[which]):
+    wake = following.changes(task.folder)
+    for chunk in following.follow(task, run_id, runfolder.RUN_FILES[which], wake):
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
 
@@ -196,35 +178,3 @@ def _copy_to_stdout(path: Path, offset: int) -> int:
         pass
     sys.stdout.buffer.flush()
     return offset
-
-
-def follow_task(task: TaskPaths, run_id: str, name: str, interval: float = 0.2) -> Iterator[bytes]:
-    """The bytes of `name` in run `run_id` as they are written, then in each following run."""
-    offset = 0
-    while True:
-        path = task.run_folder(run_id) / name
-        try:
-            with open(path, "rb") as f:
-                f.seek(offset)
-                while chunk := f.read(1 << 16):
-                    offset += len(chunk)
-                    yield chunk
-        except FileNotFoundError:
-            pass
-        folder = task.run_folder(run_id)
-        info = runfolder.read_run_info(folder)
-        if info is not None and tasks.effective(info, folder).status is not RunStatus.RUNNING:
-            later = [r for r in task.run_ids() if r > run_id]
-            if later:
-                run_id, offset = later[0], 0
-                continue
-            if live_holder(task.lock) is None and _drained(path, offset):
-                return
-        time.sleep(interval)
-
-
-def _drained(path: Path, offset: int) -> bool:
-    try:
-        return path.stat().st_size <= offset
-    except FileNotFoundError:
-        return True
