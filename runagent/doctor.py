@@ -99,20 +99,30 @@ def check_root(root: Path) -> Section:
     return Section("runs root", tuple(findings))
 
 
-def check_port(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> Section:
-    """Whether `run-agent serve` could bind its port."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+def bind_problem(host: str, port: int) -> str | None:
+    """Why `run-agent serve` could not listen on host:port (as uvicorn binds it), or None."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host, port))
         except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                finding = Finding(
-                    False, f"{host}:{port} is in use", "stop what holds it, or serve with --port"
-                )
-            else:
-                finding = Finding(False, f"cannot bind {host}:{port} ({exc.strerror})")
-            return Section("server port", (finding,))
-    return Section("server port", (Finding(True, f"{host}:{port} is free"),))
+            return "in use" if exc.errno == errno.EADDRINUSE else str(exc.strerror or exc)
+    return None
+
+
+def check_port(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> Section:
+    """Whether `run-agent serve` could bind its port."""
+    problem = bind_problem(host, port)
+    if problem is None:
+        return Section("server port", (Finding(True, f"{host}:{port} is free"),))
+    if problem == "in use":
+        finding = Finding(
+            False, f"{host}:{port} is in use", "stop what holds it, or serve with --port"
+        )
+    else:
+        finding = Finding(False, f"cannot bind {host}:{port} ({problem})")
+    return Section("server port", (finding,))
 
 
 def check_environment() -> Section:

@@ -118,6 +118,25 @@ class Workspace:
             timeout=timeout,
         )
 
+    def invoke(
+        self, *args: str, env: dict[str, str] | None = None, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """Run `run-agent ARGS` in this process with click's CliRunner, in the workspace folder:
+        fast, for argument and validation tests (signals, detaching and trees use `cli`)."""
+        import contextlib
+
+        from click.testing import CliRunner
+
+        from runagent.cli import cli
+
+        with contextlib.chdir(self.path):
+            result = CliRunner().invoke(
+                cli, list(args), input=input, env=env, prog_name="run-agent",
+                catch_exceptions=False,
+            )  # fmt: skip
+        return subprocess.CompletedProcess(list(args), result.exit_code, result.stdout,
+                                           result.stderr)  # fmt: skip
+
     def start_cli(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
         """Start `run-agent ARGS` in its own process group, as a shell would in a terminal."""
         return subprocess.Popen(

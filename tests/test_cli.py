@@ -67,7 +67,7 @@ def test_the_task_id_is_generated_and_printed_when_omitted(ws: Workspace) -> Non
 def test_bad_input_is_one_line_with_exit_code_2(
     ws: Workspace, args: list[str], fragment: str
 ) -> None:
-    proc = ws.cli(*args)
+    proc = ws.invoke(*args)
     assert proc.returncode == ExitCode.USAGE
     assert fragment in one_line(proc.stderr)
 
@@ -428,7 +428,7 @@ def test_hostile_input_is_refused_in_one_line_before_any_run(
     ws: Workspace, args: list[str], fragment: str
 ) -> None:
     hostile_files(ws)
-    proc = ws.cli(*args)
+    proc = ws.invoke(*args)
     assert proc.returncode == ExitCode.USAGE, proc.stderr
     assert fragment in one_line(proc.stderr)
     assert not ws.agent_pids()  # no agent was started
@@ -438,7 +438,7 @@ def test_hostile_input_is_refused_in_one_line_before_any_run(
 @pytest.mark.parametrize("run_id", ["..", ".", "", "/etc", "../t", "r" * 300])
 def test_output_of_a_bad_run_id_is_an_error(ws: Workspace, run_id: str) -> None:
     assert ws.cli(*OK, "x").returncode == 0
-    proc = ws.cli("output", *OK, "--run", run_id)
+    proc = ws.invoke("output", *OK, "--run", run_id)
     assert proc.returncode == ExitCode.USAGE, proc.stdout
     line = one_line(proc.stderr)
     assert "run id" in line and (run_id[:40] in line or "is empty" in line)

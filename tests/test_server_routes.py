@@ -334,3 +334,15 @@ def test_a_deeply_nested_body_is_a_400(client: TestClient) -> None:
         "/api/projects/p/tasks", content=body, headers={"Content-Type": "application/json"}
     )
     assert response.status_code == 400 and "JSON" in response.json()["error"]
+
+
+def test_bad_loop_settings_in_a_start_are_a_400_before_anything_is_written(
+    client: TestClient, done_task: Workspace
+) -> None:
+    for body, named in (({"timeout": "soon"}, "timeout"), ({"max_restarts": -2}, "max_restarts"),
+                        ({"until": "never"}, "until")):  # fmt: skip
+        response = client.post(
+            "/api/projects/p/tasks", json={"task_id": "n", "prompt": "x", **body}
+        )
+        assert response.status_code == 400 and named in response.json()["error"]
+    assert not (done_task.root / "p" / "n").exists()

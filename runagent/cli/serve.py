@@ -24,10 +24,9 @@ def serve(
     root: Path | None,
 ) -> None:  # fmt: skip
     """Serve a live view of every run in a browser (REST, SSE and a page)."""
-    import socket
-
     import uvicorn
 
+    from runagent.doctor import bind_problem
     from server.app import Settings, create_app
     from server.security import allowed_hosts, is_loopback
 
@@ -40,15 +39,9 @@ def serve(
             f"refusing to serve on {host}: anything but loopback needs an API key; "
             f"set {s.config.server.api_key_env} and try again"
         )
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    with socket.socket(family, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as exc:
-            raise UsageError(
-                f"cannot listen on {host}:{port} ({exc.strerror}); pass --port"
-            ) from exc
+    problem = bind_problem(host, port)
+    if problem is not None:
+        raise UsageError(f"cannot listen on {host}:{port} ({problem}); pass --port")
     app = create_app(
         Settings(
             root=s.root,
