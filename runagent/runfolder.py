@@ -35,6 +35,8 @@ DONE = "DONE"
 LOCK = ".lock"
 SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
 SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last fired
+SCHEDULE_LOCK = ".schedules.lock"  # held while the schedule state is read, changed and written
+SCHEDULE_LOG = "schedule.log"  # in the runs root: what the crontab lines' firings print
 RUNS = "runs"
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 RUN_INFO_VERSION = 1
@@ -189,6 +191,14 @@ def confine(task: TaskPaths) -> TaskPaths:
 
 def schedule_state_path(root: Path) -> Path:
     return root / SCHEDULE_STATE
+
+
+def schedule_lock_path(root: Path) -> Path:
+    return root / SCHEDULE_LOCK
+
+
+def schedule_log_path(root: Path) -> Path:
+    return root / SCHEDULE_LOG
 
 
 def supervisor_log_path(task: TaskPaths) -> Path:

@@ -8,6 +8,8 @@ reported, not run in a burst (with `catch_up: true`, the last missed one is run)
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -68,22 +70,33 @@ def next_firings(schedule: ScheduleConfig, after: datetime, count: int) -> list[
     return found
 
 
-def task_id(schedule: ScheduleConfig, at: datetime) -> str:
-    """The task id of a firing: the schedule's template with {name} {date} {time} {datetime}."""
+def task_id(schedule: ScheduleConfig, at: datetime, root: Path | None = None) -> str:
+    """The task id of a firing: the schedule's template with {name} {date} {time} {datetime}.
+
+    A template with a time in it means "every firing its own task": when `root` already holds
+    that task (a second firing within the same second), the id gets -2, -3, ... appended.
+    """
     local = at.astimezone(zone(schedule))
     try:
         value = schedule.task.format(
             name=schedule.name,
             date=f"{local:%Y%m%d}",
-            time=f"{local:%H%M}",
-            datetime=f"{local:%Y%m%d-%H%M}",
+            time=f"{local:%H%M%S}",
+            datetime=f"{local:%Y%m%d-%H%M%S}",
         )
     except (KeyError, IndexError, ValueError) as exc:
         raise RunAgentError(
             f"schedules.{schedule.name}.task: {schedule.task!r} has an unknown placeholder "
             f"({exc}); use {{name}} {{date}} {{time}} {{datetime}}"
         ) from exc
-    return validate_id("task", value)
+    validate_id("task", value)
+    if root is None or not any(p in schedule.task for p in ("{time}", "{datetime}")):
+        return value
+    unique, n = value, 1
+    while (root / schedule.project / unique).exists():
+        n += 1
+        unique = validate_id("task", f"{value}-{n}")
+    return unique
 
 
 @dataclass
@@ -127,6 +140,19 @@ def load_state(root: Path) -> dict[str, ScheduleState]:
     return {str(k): ScheduleState.from_dict(v) for k, v in data.items()}
 
 
+@contextlib.contextmanager
+def locked_state(root: Path) -> Iterator[dict[str, ScheduleState]]:
+    """The schedules' state, read afresh under an exclusive lock and written back when the block
+    ends: every writer (the server's scheduler, `schedule run`, cron's `schedule now`) changes
+    what is on disk now, never an older copy of it, so no one erases another's firing."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(runfolder.schedule_lock_path(root), "a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = load_state(root)
+        yield state
+        save_state(root, state)
+
+
 def save_state(root: Path, state: Mapping[str, ScheduleState]) -> None:
     root.mkdir(parents=True, exist_ok=True)
     text = yaml.safe_dump({k: v.to_dict() for k, v in state.items()}, sort_keys=True)
@@ -149,7 +175,10 @@ class Scheduler:
 
     def start(self, now: datetime) -> None:
         """Load what was fired before; report (and with catch_up, run) what was missed."""
-        self.state = load_state(self.root)
+        with locked_state(self.root) as self.state:
+            self._catch_up(now)
+
+    def _catch_up(self, now: datetime) -> None:
         for schedule in self.enabled():
             state = self.state.setdefault(schedule.name, ScheduleState())
             if state.last_checked is None:
@@ -165,38 +194,38 @@ class Scheduler:
                 if schedule.catch_up:
                     self._fire(schedule, missed[-1])
             state.last_checked = now
-        save_state(self.root, self.state)
 
     def enabled(self) -> list[ScheduleConfig]:
         return [s for s in self.schedules.values() if s.enabled]
 
     def tick(self, now: datetime) -> None:
         """Fire what is due up to `now`, start queued firings, and log finished ones."""
-        for schedule in self.enabled():
-            state = self.state.setdefault(schedule.name, ScheduleState(last_checked=now))
-            due = firings_between(schedule, state.last_checked or now, now)
-            state.last_checked = now
-            if len(due) > 1:  # the clock jumped (suspend, a slow tick): the latest one counts
-                self.log(f"{schedule.name}: {len(due) - 1} firing(s) passed while busy; not run")
-            if due:
-                self._fire(schedule, due[-1])
-            self._finish(schedule, state)
-        save_state(self.root, self.state)
+        with locked_state(self.root) as self.state:
+            for schedule in self.enabled():
+                state = self.state.setdefault(schedule.name, ScheduleState(last_checked=now))
+                due = firings_between(schedule, state.last_checked or now, now)
+                state.last_checked = now
+                if len(due) > 1:  # the clock jumped (suspend, a slow tick): the latest counts
+                    self.log(f"{schedule.name}: {len(due) - 1} firing(s) passed while busy")
+                if due:
+                    self._fire(schedule, due[-1])
+                self._finish(schedule, state)
 
     def fire_now(self, schedule: ScheduleConfig, now: datetime) -> Firing:
         """Fire `schedule` at once; raise (AlreadyRunningError when its overlap policy says the
         previous firing blocks it) instead of logging, for `schedule now`."""
-        self.state = load_state(self.root)
-        state = self.state.setdefault(schedule.name, ScheduleState())
-        firing = Firing(schedule, now.astimezone(zone(schedule)), task_id(schedule, now))
-        if schedule.overlap is not Overlap.ALLOW and self._running(state, schedule):
-            raise AlreadyRunningError(
-                f"schedule {schedule.name}: its previous firing {schedule.project}/"
-                f"{state.last_task} is still running (overlap: {schedule.overlap.value})"
+        with locked_state(self.root) as self.state:
+            state = self.state.setdefault(schedule.name, ScheduleState())
+            firing = Firing(
+                schedule, now.astimezone(zone(schedule)), task_id(schedule, now, self.root)
             )
-        pid = self.launch(firing)
-        state.last_fired, state.last_task, state.last_outcome = firing.at, firing.task_id, None
-        save_state(self.root, self.state)
+            if schedule.overlap is not Overlap.ALLOW and self._running(state, schedule):
+                raise AlreadyRunningError(
+                    f"schedule {schedule.name}: its previous firing {schedule.project}/"
+                    f"{state.last_task} is still running (overlap: {schedule.overlap.value})"
+                )
+            pid = self.launch(firing)
+            state.last_fired, state.last_task, state.last_outcome = firing.at, firing.task_id, None
         self.log(f"{schedule.name}: fired {firing.at.isoformat()} as {firing.label} "
                  f"(supervisor pid {pid})")  # fmt: skip
         return firing
@@ -210,7 +239,7 @@ class Scheduler:
     def _fire(self, schedule: ScheduleConfig, at: datetime) -> Firing | None:
         state = self.state.setdefault(schedule.name, ScheduleState())
         try:
-            firing = Firing(schedule, at, task_id(schedule, at))
+            firing = Firing(schedule, at, task_id(schedule, at, self.root))
         except RunAgentError as exc:
             self.log(f"{schedule.name}: not fired: {exc}")
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -16,6 +17,7 @@ from runagent.schedule import (
     Firing,
     Scheduler,
     ScheduleState,
+    load_state,
     next_firings,
     save_state,
     task_id,
@@ -80,7 +82,7 @@ def test_the_scheduler_fires_at_the_right_minutes_across_a_dst_change(tmp_path: 
         datetime(2026, 3, 30, 0, 30, tzinfo=UTC),  # 02:30 CEST
     ]
     assert [f.task_id for f in recorder.fired] == [
-        "nightly-20260328-0230", "nightly-20260329-0300", "nightly-20260330-0230",
+        "nightly-20260328-023000", "nightly-20260329-030000", "nightly-20260330-023000",
     ]  # fmt: skip
 
 
@@ -125,7 +127,7 @@ def test_overlap_policies(tmp_path: Path, overlap: Overlap) -> None:
     expected = {Overlap.SKIP: 1, Overlap.QUEUE: 2, Overlap.ALLOW: 2}[overlap]
     assert len(recorder.fired) == expected
     if overlap is Overlap.QUEUE:  # the queued firing keeps its own time and task id
-        assert recorder.fired[1].task_id == "every-20260601-1420"
+        assert recorder.fired[1].task_id == "every-20260601-142000"
 
 
 def test_missed_firings_are_reported_not_run_in_a_burst(tmp_path: Path) -> None:
@@ -185,8 +187,8 @@ def test_fire_now_refuses_while_the_previous_firing_runs(tmp_path: Path) -> None
 
 def test_task_id_templates() -> None:
     at = datetime(2026, 1, 2, 3, 4, tzinfo=BERLIN)
-    assert task_id(schedule(), at) == "nightly-20260102-0304"
-    assert task_id(schedule(task="{name}.{date}.{time}"), at) == "nightly.20260102.0304"
+    assert task_id(schedule(), at) == "nightly-20260102-030400"
+    assert task_id(schedule(task="{name}.{date}.{time}"), at) == "nightly.20260102.030400"
     with pytest.raises(RunAgentError, match="unknown placeholder"):
         task_id(schedule(task="{nope}"), at)
 
@@ -214,3 +216,72 @@ def test_bad_schedules_name_the_schedule_and_the_field(
     with pytest.raises(ConfigError) as info:
         load_config(path, ["command"], tmp_path)
     assert expected in str(info.value)
+
+
+def test_a_scheduler_never_erases_a_firing_another_process_recorded(tmp_path: Path) -> None:
+    """`serve`'s scheduler holds its state for hours while cron runs `schedule now`."""
+    every = schedule("every", "* * * * *")
+    nightly = schedule()
+    server = Scheduler(
+        {"every": every, "nightly": nightly}, tmp_path, Recorder(), log=lambda _: None
+    )
+    cron = Scheduler({"every": every, "nightly": nightly}, tmp_path, Recorder(), log=lambda _: None)
+    start = datetime(2026, 6, 1, 12, 0, 30, tzinfo=UTC)
+    server.start(start)
+    fired = cron.fire_now(nightly, start + timedelta(seconds=5))
+    server.tick(start + timedelta(minutes=1))  # fires `every`, and writes the state back
+    state = load_state(tmp_path)
+    assert state["nightly"].last_task == fired.task_id
+    assert state["every"].last_task is not None
+
+
+def test_concurrent_writers_each_keep_their_firing(tmp_path: Path) -> None:
+    names = [f"s{i}" for i in range(12)]
+    schedules = {n: schedule(n, "0 0 1 1 *") for n in names}
+    at = datetime(2026, 6, 1, 12, 0, 0, tzinfo=UTC)
+    errors: list[BaseException] = []
+
+    def writer(name: str) -> None:
+        try:
+            mine = Scheduler(schedules, tmp_path, Recorder(), log=lambda _: None)
+            mine.start(at)
+            mine.fire_now(schedules[name], at)
+            mine.tick(at + timedelta(seconds=30))
+        except BaseException as exc:  # surfaced below; a thread's exception is otherwise lost
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors
+    state = load_state(tmp_path)
+    assert all(state[n].last_task == f"{n}-20260601-140000" for n in names), state
+
+
+class FolderRecorder(Recorder):
+    """Records firings and creates each firing's task folder, as a real launch does."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__()
+        self.root = root
+
+    def __call__(self, firing: Firing) -> int:
+        (self.root / firing.schedule.project / firing.task_id).mkdir(parents=True)
+        return super().__call__(firing)
+
+
+def test_every_firing_gets_its_own_task_even_within_one_second(tmp_path: Path) -> None:
+    recorder = FolderRecorder(tmp_path)
+    nightly = schedule(overlap=Overlap.ALLOW)
+    scheduler = Scheduler({"nightly": nightly}, tmp_path, recorder, log=lambda _: None)
+    at = datetime(2026, 6, 1, 21, 55, 8, tzinfo=UTC)
+    ids = [scheduler.fire_now(nightly, at).task_id for _ in range(3)]
+    assert ids == [
+        "nightly-20260601-235508",
+        "nightly-20260601-235508-2",
+        "nightly-20260601-235508-3",
+    ]
+    daily = schedule("daily", task="{name}-{date}", overlap=Overlap.ALLOW)
+    assert task_id(daily, at, tmp_path) == task_id(daily, at + timedelta(minutes=1), tmp_path)

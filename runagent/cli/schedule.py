@@ -156,7 +156,7 @@ def schedule_crontab(config_path: Path | None, root: Path | None) -> None:
     launcher = executable_dir() / "run-agent"
     command = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "runagent"]
     config = str(s.config.source.resolve())
-    log = s.root / "schedule.log"
+    log = runfolder.schedule_log_path(s.root)
     click.echo("# run-agent schedules; install with: run-agent schedule crontab | crontab -")
     click.echo("# CRON_TZ needs a cron that supports it (cronie); others use the system zone.")
     click.echo(f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}")
