@@ -452,3 +452,54 @@ def test_a_prompt_in_task_md_with_a_nul_byte_starts_no_agent(ws: Workspace) -> N
     assert proc.returncode == ExitCode.USAGE
     assert "contains a NUL byte" in one_line(proc.stderr)
     assert not ws.agent_pids() and not ws.runs()
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["stauts", "-p", "p", "-t", "typo-test"], "did you mean `run-agent status`"),
+        (["staus", "-p", "p", "-t", "t"], "did you mean `run-agent status`"),
+        (["lsit"], "did you mean `run-agent list`"),
+        (["-p", "p", "-t", "t", "status"], "looks like the command `status`"),
+        (["-p", "p", "-t", "t", "lsit"], "looks like the command `list`"),
+        (["--root", "elsewhere", "-p", "p", "-t", "t", "stop"], "looks like the command `stop`"),
+        (["hello", "-p", "p"], "unknown command 'hello'"),
+        (
+            ["job", "-p", "p", "-t", "t", "--max-restarts", "3", "x"],
+            "--max-restarts does not apply",
+        ),
+    ],
+)
+def test_a_typo_or_an_option_a_command_ignores_never_starts_a_run(
+    ws: Workspace, args: list[str], fragment: str
+) -> None:
+    proc = ws.invoke(*args)
+    assert proc.returncode == ExitCode.USAGE, proc.stderr
+    assert fragment in one_line(proc.stderr)
+    assert not ws.agent_pids() and not ws.root.exists()
+
+
+def test_a_one_word_prompt_that_looks_like_a_command_runs_when_run_is_spelled_out(
+    ws: Workspace,
+) -> None:
+    assert ws.invoke("run", "-p", "p", "-t", "t", "status").returncode == 0
+    assert ws.invoke("-p", "p", "-t", "t2", "fix the status line").returncode == 0
+    assert ws.invoke("-p", "p", "-t", "t3", "refactor").returncode == 0  # no command is close
+
+
+@pytest.mark.parametrize("position", ["before", "after", "equals"])
+def test_config_and_root_work_before_or_after_the_command_name(
+    ws: Workspace, position: str
+) -> None:
+    other = ws.path / "other-root"
+    assert ws.invoke("--root", str(other), "-p", "demo", "-t", "t", "go").returncode == 0
+    given = ["--root", str(other), "--config", str(ws.config)]
+    equals = [f"--root={other}", f"--config={ws.config}"]
+    common = {"before": given, "after": [], "equals": equals}[position]
+    tail = given if position == "after" else []
+    listed = ws.invoke(*common, "list", "-p", "demo", "--json", *tail)
+    assert listed.returncode == 0, listed.stderr
+    assert [t["task_id"] for t in json.loads(listed.stdout)] == ["t"]
+    schedules = ws.invoke(*common, "schedule", "list", *tail)
+    assert schedules.returncode == 0, schedules.stderr
+    assert len(ws.agent_pids()) == 1  # the one run above; no listing became a run

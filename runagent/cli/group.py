@@ -3,6 +3,9 @@ error becomes its one line and its exit code. Only the CLI prints or exits."""
 
 from __future__ import annotations
 
+import difflib
+import os
+import shlex
 import sys
 from typing import Any, NoReturn
 
@@ -11,17 +14,63 @@ import click
 from runagent import __version__
 from runagent.errors import ExitCode, RunAgentError
 
+HELP = ("--help", "-h", "--version")
+COMMON = ("--config", "--root")  # options every command takes, before or after its name
+TYPO_CUTOFF = 0.6  # how close a word must be to a command name to be taken for a typo of it
+
 
 class RunAgentGroup(click.Group):
-    """`run-agent ARGS` means `run-agent run ARGS` unless ARGS starts with a command name;
-    a RunAgentError becomes its one-line message and its exit code."""
+    """How the first words pick a command, and how an error becomes one line and its exit code.
+
+    The rule (README, "Commands"): `--config FILE` and `--root DIR` may stand before the command
+    name. Then, if the next word is a command, that command runs. If it is an option, the words
+    are `run`'s (`run-agent -p P -t T "prompt"`). A first word that is neither, or a one-word
+    prompt of that short form, is refused when it is a command name or close to one
+    (`stauts`, `lsit`): a typo must never start a paid run; write `run` to mean it.
+    """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        if args and args[0] not in self.commands and args[0] not in ("--help", "-h", "--version"):
-            args = ["run", *args]
-        elif not args:
-            args = ["--help"]
+        common, args = _leading_common(args)
+        if not args:
+            args = ["--help"] if not common else []
+        first = args[0] if args else ""
+        if first in self.commands:
+            args = _after_command(self, args, common)
+        elif first in HELP:
+            args = [*args, *common]
+        else:
+            if not first.startswith("-"):
+                self.refuse_typo(first)
+            ctx.meta[IMPLICIT_RUN] = True
+            args = ["run", *common, *args]
         return super().parse_args(ctx, args)
+
+    def refuse_typo(self, word: str, as_prompt: bool = False) -> None:
+        """Exit 2 when `word` is, or is close to, a command name (or, as a first word, is no
+        command at all); else return."""
+        if word in self.commands:
+            close = [word]
+        else:
+            close = difflib.get_close_matches(word.lower(), list(self.commands), 1, TYPO_CUTOFF)
+        run_it = f"`run-agent run ... {shlex.quote(word)}`"
+        if close and as_prompt:
+            fail(
+                f"the one-word prompt {word!r} looks like the command `{close[0]}`; write "
+                f"`run-agent {close[0]} ...` for the command, or {run_it} to run it as a prompt",
+                ExitCode.USAGE,
+            )
+        if close:
+            fail(
+                f"unknown command {word!r}; did you mean `run-agent {close[0]}`? "
+                f"(to run it as a prompt, write {run_it})",
+                ExitCode.USAGE,
+            )
+        if not as_prompt:
+            fail(
+                f"unknown command {word!r}; commands: {', '.join(sorted(self.commands))} "
+                '(a task runs as `run-agent -p P -t T "prompt"`)',
+                ExitCode.USAGE,
+            )
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -40,6 +89,42 @@ class RunAgentGroup(click.Group):
             fail(f"{exc.strerror or exc}{where}", ExitCode.FAILED)
         except KeyboardInterrupt:
             sys.exit(ExitCode.STOPPED)
+        except BrokenPipeError:  # `run-agent list | head -1`: the reader stopped reading
+            _quiet_stdout()
+            sys.exit(ExitCode.COMPLETED)
+
+
+IMPLICIT_RUN = "run-agent.implicit-run"  # ctx.meta: the command line had no command name
+
+
+def _leading_common(args: list[str]) -> tuple[list[str], list[str]]:
+    """The `--config X` / `--root R` options before the command name, and the rest."""
+    common: list[str] = []
+    i = 0
+    while i < len(args):
+        name, eq, _ = args[i].partition("=")
+        if name not in COMMON:
+            break
+        take = 1 if eq else 2
+        common += args[i : i + take]
+        i += take
+    return common, args[i:]
+
+
+def _after_command(group: click.Group, args: list[str], common: list[str]) -> list[str]:
+    """`args` with `common` placed after the command name (and a sub-command's name)."""
+    command = group.commands[args[0]]
+    at = 1
+    if isinstance(command, click.Group) and len(args) > 1 and args[1] in command.commands:
+        at = 2
+    return [*args[:at], *common, *args[at:]]
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that flushing it at exit raises no second BrokenPipeError."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 def fail(message: str, code: ExitCode) -> NoReturn:

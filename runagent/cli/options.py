@@ -16,6 +16,7 @@ import backends
 from runagent import tasks
 from runagent.config import Config, Until, find_config, load_config, runs_root
 from runagent.context import validate_id
+from runagent.errors import UsageError
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 
@@ -91,41 +92,52 @@ class LoopArgs:
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The loop's options, handed to the command as one `loop: LoopArgs`."""
+    return _loop_options(f, ())
 
+
+def one_run_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The loop's options but those a single run cannot honour (`job`): refused, not ignored."""
+    return _loop_options(f, ("max_restarts",))
+
+
+def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[..., Any]:
     @functools.wraps(f)
     def command(*args: Any, **kwargs: Any) -> Any:
-        raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS}
+        for name in without:
+            if kwargs.pop(name) is not None:
+                raise UsageError(
+                    f"--{name.replace('_', '-')} does not apply here: this command runs the "
+                    "agent once; use `run-agent run` for a loop with restarts"
+                )
+        raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS if name not in without}
         overrides = LoopOverrides.parse(raw)
         loop = LoopArgs(overrides, kwargs.pop("quiet"), kwargs.pop("schedule"))
         return f(*args, loop=loop, **kwargs)
 
     options = [
-        click.option("--agent", "-a", help="Agent from config.yaml `agents:` (or a backend name)."),
-        click.option(
-            "--cwd",
-            "working_dir",
-            type=PathValue(file_okay=False, path_type=Path),
-            help="Working folder of the agent (default: the current folder).",
-        ),
-        click.option(
-            "--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run."
-        ),
-        click.option(
-            "--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max."
-        ),
-        click.option("--timeout", help="Stop a run after this long in total, e.g. 30m (0: never)."),
-        click.option(
-            "--idle-timeout", help="Stop a run after this long without output (0: never)."
-        ),
-        click.option(
-            "--until",
-            type=click.Choice([u.value for u in Until]),
-            help="exit: exit 0 completes the task; done-file: only a DONE file does.",
-        ),
-        click.option("--quiet", "-q", is_flag=True, help="Print only the final line."),
-        click.option("--schedule", hidden=True, help="The schedule that fired this loop."),
-    ]
-    for option in reversed(options):
+        ("agent", click.option(
+            "--agent", "-a", help="Agent from config.yaml `agents:` (or a backend name).")),
+        ("working_dir", click.option(
+            "--cwd", "working_dir", type=PathValue(file_okay=False, path_type=Path),
+            help="Working folder of the agent (default: the current folder).")),
+        ("max_restarts", click.option(
+            "--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run.")),
+        ("restart_delay", click.option(
+            "--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max.")),
+        ("timeout", click.option(
+            "--timeout", help="Stop a run after this long in total, e.g. 30m (0: never).")),
+        ("idle_timeout", click.option(
+            "--idle-timeout", help="Stop a run after this long without output (0: never).")),
+        ("until", click.option(
+            "--until", type=click.Choice([u.value for u in Until]),
+            help="exit: exit 0 completes the task; done-file: only a DONE file does.")),
+        ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
+        ("schedule", click.option(
+            "--schedule", hidden=True, help="The schedule that fired this loop.")),
+    ]  # fmt: skip
+    for name, option in reversed(options):
+        if name in without:  # still parsed, so that giving it is refused with a reason
+            option = click.option(f"--{name.replace('_', '-')}", name, hidden=True)
         command = option(command)
     return command
 

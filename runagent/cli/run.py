@@ -13,7 +13,7 @@ import click
 import backends
 from runagent import notify, runfolder, tasks
 from runagent.cli.console import Console
-from runagent.cli.group import cli
+from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.options import (
     LoopArgs,
     PathValue,
@@ -21,6 +21,7 @@ from runagent.cli.options import (
     common,
     existing_task,
     loop_options,
+    one_run_options,
     setup,
     task_option,
 )
@@ -62,6 +63,11 @@ def run(
     loop: LoopArgs, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Run a task in a loop: restart the agent until it completes or the loop gives up."""
+    ctx = click.get_current_context()
+    if ctx.meta.get(IMPLICIT_RUN) and prompt is not None and len(prompt.split()) == 1:
+        group = ctx.find_root().command
+        assert isinstance(group, RunAgentGroup)
+        group.refuse_typo(prompt, as_prompt=True)  # `run-agent -p P -t T stauts`
     start_loop(
         setup(config_path, root), project_id, task_id, read_prompt(prompt, prompt_file), loop
     )
@@ -71,7 +77,7 @@ def run(
 @task_option(required=False)
 @click.argument("prompt", required=False)
 @click.option("--prompt-file", type=PathValue(exists=True, dir_okay=False, path_type=Path))
-@loop_options
+@one_run_options
 @common
 def job(
     project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
