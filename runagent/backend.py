@@ -167,7 +167,7 @@ class Backend(abc.ABC):
             findings.append(
                 Finding(True, f"{name} found at {exe}")
                 if exe
-                else Finding(False, f"{name!r} not found on PATH", self.install_hint())
+                else Finding(False, _not_found(name), self.install_hint())
             )
         if self.token_variable:
             findings.append(self.check_credentials())
@@ -192,6 +192,12 @@ class Backend(abc.ABC):
 
     def login_hint(self) -> str:
         return f"or set {self.token_variable} / agents.{self.config.name}.token_env"
+
+
+def _not_found(name: str) -> str:
+    if os.sep in name:  # a path is not looked up on PATH
+        return f"{name!r} not found (no executable file there)"
+    return f"{name!r} not found on PATH"
 
 
 def cached_version(exe: Path, cache: Path | None = None) -> str | None:

@@ -343,6 +343,19 @@ def claim_task_prompt(task: TaskPaths, prompt: str, hint: str) -> None:
     write_task_prompt(task, prompt)
 
 
+def discard_new_task(task: TaskPaths) -> None:
+    """Undo the creation of a task whose start was refused: its TASK.md, supervisor.log and
+    lock go, and its folder if that leaves it empty. A task with runs is never touched."""
+    if task.runs.exists():
+        return
+    for path in (task.task_md, supervisor_log_path(task), task.lock):
+        path.unlink(missing_ok=True)
+    try:
+        task.folder.rmdir()
+    except OSError:  # something else is in it: leave it
+        pass
+
+
 def read_task_prompt(task: TaskPaths) -> str | None:
     try:
         return confine(task).task_md.read_text(encoding="utf-8")

@@ -68,6 +68,9 @@ class Settings:
     run_schedules: bool = True
     clock: Callable[[], datetime] = utc_now  # the scheduler's clock (a seam for tests)
     heartbeat: float = HEARTBEAT  # seconds between SSE comments on a quiet stream
+    # Checks a start before anything is created (the agent exists and can run); raises a
+    # RunAgentError saying why not. The CLI hands it in, so the server imports no backend.
+    check_start: Callable[[LoopOverrides], None] | None = None
     allowed_hosts: frozenset[str] = field(default_factory=lambda: allowed_hosts("127.0.0.1"))
 
 
@@ -352,16 +355,27 @@ class Api:
             raise HTTPError(400, "prompt is required: say what the agent should do")
         validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
         overrides = self._overrides(body)
+        if self.settings.check_start is not None:
+            await run_in_threadpool(self.settings.check_start, overrides)
+        created = not task.folder.exists()
         try:
             runfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
         except PromptConflictError as exc:
             raise HTTPError(409, str(exc)) from exc
-        return await self._start(task, "run", overrides)
+        try:
+            return await self._start(task, "run", overrides)
+        except RunAgentError:
+            if created:  # a refused start leaves no task behind
+                runfolder.discard_new_task(task)
+            raise
 
     async def resume(self, request: Request) -> Response:
         body = await self._body(request)
         task = self.task_paths(request)
-        return await self._start(task, "resume", self._overrides(body))
+        overrides = self._overrides(body)
+        if self.settings.check_start is not None:
+            await run_in_threadpool(self.settings.check_start, overrides)
+        return await self._start(task, "resume", overrides)
 
     async def schedules(self, request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(self.runner.describe))

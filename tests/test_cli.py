@@ -87,8 +87,27 @@ def test_a_missing_agent_binary_exits_3_with_a_clear_line(ws: Workspace) -> None
     )
     proc = ws.cli("--project", "p", "--task", "t", "x")
     assert proc.returncode == ExitCode.MISSING_DEPENDENCY
-    assert "'no-such-agent-xyz' not found on PATH" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    # Refused once, before anything starts: no "attempt 1 started", no run folder, no task.
+    assert one_line(proc.stderr).endswith("'no-such-agent-xyz' not found on PATH; install it, "
+                                          "or set agents.ghost.command")  # fmt: skip
+    assert not ws.task().folder.exists()
+
+
+def test_a_missing_absolute_path_is_not_called_missing_on_path(ws: Workspace) -> None:
+    ws.config.write_text(
+        "agents:\n  ghost:\n    type: command\n    command: [/opt/none/agent]\n"
+        f"defaults:\n  agent: ghost\nstorage:\n  runs_dir: {ws.root}\n"
+    )
+    proc = ws.invoke("--project", "p", "--task", "t", "x")
+    assert proc.returncode == ExitCode.MISSING_DEPENDENCY
+    assert "'/opt/none/agent' not found (no executable file there)" in one_line(proc.stderr)
+
+
+def test_an_unknown_agent_gets_a_did_you_mean(ws: Workspace) -> None:
+    proc = ws.invoke("--project", "p", "--task", "t", "--agent", "fkae", "x")
+    assert proc.returncode == ExitCode.USAGE
+    assert "unknown agent 'fkae'; did you mean 'fake'?" in one_line(proc.stderr)
+    assert not ws.root.exists()
 
 
 def test_job_runs_once_without_restarts(ws: Workspace) -> None:

@@ -140,7 +140,8 @@ def test_a_missing_key_is_refused_before_any_request(
     ws.config.write_text(yaml.safe_dump(config))
     proc = ws.cli("--project", "p", "--task", "t", "ask", env={"XAI_API_KEY": ""})
     assert proc.returncode == 3
-    assert ws.runs()[0].reason == "auth"
+    assert "XAI_API_KEY" in proc.stderr.strip().splitlines()[-1]
+    assert not ws.runs()  # refused before the loop: no run folder, no request
     assert not [r for r in provider.requests if r.method == "POST"]
 
 

@@ -178,3 +178,17 @@ def test_a_rebound_host_name_gets_nothing_from_a_real_server(ws: Workspace, serv
         assert started.status_code == 421
     assert not (ws.root / "rebind").exists() and not ws.agent_pids()
     assert httpx.get(f"{server.url}/api/tasks", timeout=10).status_code == 200
+
+
+def test_a_refused_start_leaves_no_task_behind(ws: Workspace, server: Server) -> None:
+    """Validate everything before creating anything: an unknown agent, a missing working folder."""
+    url = f"{server.url}/api/projects/p/tasks"
+    claud = httpx.post(url, json={"task_id": "a", "prompt": "x", "agent": "claud"}, timeout=30)
+    assert claud.status_code == 400 and "did you mean 'claude'?" in claud.json()["error"]
+    nowhere = httpx.post(url, json={"task_id": "b", "prompt": "x", "cwd": "/no/such/dir"},
+                         timeout=30)  # fmt: skip
+    assert nowhere.status_code == 400 and "/no/such/dir" in nowhere.json()["error"]
+    assert not (ws.root / "p").exists() or not list((ws.root / "p").iterdir())
+    retry = httpx.post(url, json={"task_id": "a", "prompt": "another prompt"}, timeout=30)
+    assert retry.status_code == 202  # the id is not blocked by the refused start
+    wait_for(lambda: ws.cli("status", "-p", "p", "-t", "a").stdout.count("completed"))

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import click
 
-import backends
 from runagent import notify, runfolder, tasks
 from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
@@ -24,8 +23,8 @@ from runagent.cli.options import (
     one_run_options,
     setup,
     task_option,
+    usable_backend,
 )
-from runagent.config import AgentConfig, Config
 from runagent.context import new_task_id, parent_run_id, validate_id, validate_prompt
 from runagent.errors import ExitCode, NotFoundError, UsageError
 from runagent.runfolder import TaskPaths
@@ -160,25 +159,6 @@ def _prompt_text(data: bytes, source: str) -> str:
     return data.decode("utf-8")
 
 
-def agent_config(config: Config, name: str | None) -> AgentConfig:
-    if name is not None and not name.strip():
-        raise UsageError(
-            f"--agent {name!r} is empty; name an agent, or leave it out for the default"
-        )
-    name = name or config.defaults.agent
-    if name is None:
-        raise UsageError(
-            "no agent: pass --agent NAME or set defaults.agent in config.yaml"
-            + (f" (configured: {', '.join(config.agents)})" if config.agents else "")
-        )
-    if name in config.agents:
-        return config.agents[name]
-    if name in backends.known():
-        return AgentConfig(name=name, type=name)
-    known = ", ".join([*config.agents, *backends.names()])
-    raise UsageError(f"unknown agent {name!r}; configured agents and backends: {known}")
-
-
 def executable_dir() -> Path:
     """The folder of the run-agent being run, so agents can start sub-runs by name."""
     script = Path(sys.argv[0])
@@ -188,8 +168,7 @@ def executable_dir() -> Path:
 
 
 def foreground_loop(s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs) -> None:
-    agent = agent_config(s.config, loop.overrides.agent)
-    backend = backends.create(agent)
+    agent, backend = usable_backend(s.config, loop.overrides.agent)
     working_dir = (loop.overrides.working_dir or Path.cwd()).resolve()
     if not working_dir.is_dir():
         raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")

@@ -11,15 +11,14 @@ from pathlib import Path
 
 import click
 
-import backends
 from runagent import runfolder
 from runagent import schedule as sched
 from runagent.cli.group import cli
-from runagent.cli.options import Setup, common, json_option, setup
-from runagent.cli.run import STOP_SIGNALS, agent_config, executable_dir
+from runagent.cli.options import Setup, common, json_option, setup, usable_backend
+from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.config import ScheduleConfig
 from runagent.context import validate_id, validate_prompt
-from runagent.errors import MissingDependencyError, UsageError
+from runagent.errors import UsageError
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 
@@ -42,11 +41,7 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
     from runagent import control
 
     config = firing.schedule
-    agent = agent_config(s.config, config.agent)
-    for finding in backends.create(agent).check():
-        if not finding.ok:
-            hint = f"; {finding.fix}" if finding.fix else ""
-            raise MissingDependencyError(f"schedule {config.name}: {finding.what}{hint}")
+    usable_backend(s.config, config.agent, who=f"schedule {config.name}: ")
     if config.prompt_file is not None:
         try:
             prompt = config.prompt_file.read_text(encoding="utf-8")

@@ -9,9 +9,10 @@ from pathlib import Path
 import click
 
 from runagent.cli.group import cli
-from runagent.cli.options import common, setup
+from runagent.cli.options import Setup, common, setup, usable_backend
 from runagent.cli.schedule import launch_firing
 from runagent.errors import UsageError
+from runagent.overrides import LoopOverrides
 
 
 @cli.command()
@@ -51,6 +52,7 @@ def serve(
             launch=lambda firing: launch_firing(s, firing),
             run_schedules=not no_schedules,
             allowed_hosts=allowed_hosts(host, s.config.server.allowed_hosts),
+            check_start=lambda overrides: check_agent(s, overrides),
         )
     )
     enabled = [c.name for c in s.config.schedules.values() if c.enabled]
@@ -67,3 +69,8 @@ def serve(
     click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
     click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+
+
+def check_agent(s: Setup, overrides: LoopOverrides) -> None:
+    """What the server asks before it creates a task: the agent exists and can run here."""
+    usable_backend(s.config, overrides.agent)
