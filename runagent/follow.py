@@ -7,7 +7,7 @@ the loop, and it stops once the loop has ended and the last run's file is read t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from runagent import runfolder, tasks
@@ -45,9 +45,16 @@ def changes(folder: Path) -> Iterator[object]:
     )
 
 
-def follow(task: TaskPaths, run_id: str, name: str, wake: Iterable[object]) -> Iterator[bytes]:
-    """The bytes of file `name` in run `run_id` as they are written, then in each next run, until
-    the loop has ended; between reads it waits for the next item of `wake`."""
+def follow(
+    task: TaskPaths,
+    run_id: str,
+    name: str,
+    wake: Iterable[object],
+    announce: Callable[[str, str], None] = lambda previous, run: None,
+) -> Iterator[bytes]:
+    """The bytes of file `name` in run `run_id` as they are written, then in each next run
+    (`announce(previous, next)` marks the step), until the loop has ended; between reads it
+    waits for the next item of `wake`."""
     waits = iter(wake)
     offset = 0
     while True:
@@ -63,6 +70,7 @@ def follow(task: TaskPaths, run_id: str, name: str, wake: Iterable[object]) -> I
         if run_over(task, run_id):
             later = next_run_id(task, run_id)
             if later is not None:
+                announce(run_id, later)
                 run_id, offset = later, 0
                 continue
             if not loop_alive(task) and _size(path) <= offset:

@@ -266,16 +266,34 @@ def test_output_follow_streams_across_restarts_until_the_loop_ends(ws: Workspace
     try:
         wait_for(lambda: ws.runs(), what="the first run")
         follow = subprocess.Popen(
-            ws.cli_argv("output", "-p", "p", "-t", "t", "--file", "stdout", "--follow"),
+            ws.cli_argv("output", "-p", "p", "-t", "t", "--follow"),  # stdout by default
             cwd=ws.path,
             stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
         )
         go.touch()
-        out, _ = follow.communicate(timeout=30)
+        out, err = follow.communicate(timeout=30)
     finally:
         loop.communicate(timeout=30)
     assert out == "line 1\nline 2\nline 3\n" * 2  # both attempts, nothing lost or repeated
+    first, second = ws.runs()
+    assert f"--- run {first.run_id} ended; next run {second.run_id} ---" in err
+
+
+def test_output_of_a_live_run_shows_its_stdout_and_an_empty_file_says_why(ws: Workspace) -> None:
+    go = ws.path / "go"
+    ws.write_config(["--lines", "2", "--wait-for", str(go)], max_restarts=0)
+    loop = ws.start_cli("--project", "p", "--task", "t", "x")
+    try:
+        wait_for(lambda: ws.cli("output", "-p", "p", "-t", "t").stdout == "line 1\nline 2\n",
+                 what="the live run's stdout by default")  # fmt: skip
+        empty = ws.cli("output", "-p", "p", "-t", "t", "--file", "stderr")
+        assert empty.stdout == "" and "still empty" in empty.stderr
+    finally:
+        go.touch()
+        loop.communicate(timeout=30)
+    assert ws.cli("output", "-p", "p", "-t", "t").stdout == "line 1\nline 2\n"  # output.md now
 
 
 def test_config_is_found_in_the_current_folder_and_runs_root_is_relative_to_it(

@@ -124,8 +124,9 @@ def status(
     "--file",
     "which",
     type=click.Choice(list(runfolder.RUN_FILES)),
-    default="output",
-    show_default=True,
+    help="Which file: output.md (the final answer, written when a run ends), the agent's "
+    "stdout or stderr, or the prompt it was given. Default: output, or stdout while the run "
+    "is live or with --follow.",
 )
 @click.option(
     "--follow", "-f", is_flag=True, help="Keep printing as the task writes, across restarts."
@@ -133,7 +134,8 @@ def status(
 @json_option
 @common
 def output(
-    project_id: str, task_id: str, run_id: str | None, which: str, follow: bool, as_json: bool,
+    project_id: str, task_id: str, run_id: str | None, which: str | None, follow: bool,
+    as_json: bool,
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Print a run's output, stdout, stderr or prompt."""
@@ -144,6 +146,8 @@ def output(
     folder = task.run_folder(run_id)
     if not folder.is_dir():
         raise NotFoundError(f"run {run_id!r} of task {project_id}/{task_id} not found")
+    live = following.loop_alive(task) and not following.run_over(task, run_id)
+    which = which or ("stdout" if live or follow else "output")
     path = folder / runfolder.RUN_FILES[which]
     if as_json:
         text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
@@ -152,12 +156,26 @@ def output(
         )
         return
     if not follow:
-        _copy_to_stdout(path, 0)
+        if _copy_to_stdout(path, 0) == 0:
+            click.echo(f"run-agent: {_why_empty(path, which, live)}", err=True)
         return
     wake = following.changes(task.folder)
-    for chunk in following.follow(task, run_id, runfolder.RUN_FILES[which], wake):
+
+    def announce(previous: str, run: str) -> None:
+        click.echo(f"run-agent: --- run {previous} ended; next run {run} ---", err=True)
+
+    for chunk in following.follow(task, run_id, runfolder.RUN_FILES[which], wake, announce):
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
+
+
+def _why_empty(path: Path, which: str, live: bool) -> str:
+    """One line saying why `output` printed nothing, so an empty answer is not a silent one."""
+    if which == "output" and not path.exists():
+        return "no output.md: the run ended without one; see --file stdout or stderr"
+    if live:
+        return f"the run is live and its {which} is still empty; --follow prints it as it comes"
+    return f"{path.name} is empty"
 
 
 def _latest_run_id(task: TaskPaths) -> str:
