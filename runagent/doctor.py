@@ -44,15 +44,26 @@ def check_python() -> Section:
 
 
 def check_config(config: Config) -> Section:
-    where = str(config.source) if config.source else "none found: built-in defaults"
-    agents = ", ".join(config.agents) or "none"
-    return Section(
-        "config",
-        (
-            Finding(True, f"config: {where}"),
-            Finding(True, f"agents: {agents}; default agent: {config.defaults.agent or 'none'}"),
-        ),
+    """Which config is in use, and whether a run without --agent has an agent to run."""
+    where = (
+        Finding(True, f"config: {config.source}")
+        if config.source
+        else Finding(
+            False,
+            "no config.yaml found (./config.yaml, ~/.config/run-agent/config.yaml, "
+            "$RUN_AGENT_CONFIG): built-in defaults, with no agents",
+            "write one (the repository's config.yaml is an example), or pass --config",
+        )
     )
+    agents = ", ".join(config.agents) or "none"
+    default = config.defaults.agent
+    usable = default is not None
+    agent = Finding(
+        usable,
+        f"agents: {agents}; default agent: {default or 'none'}",
+        "" if usable else "a run without --agent fails; set defaults.agent in config.yaml",
+    )
+    return Section("config", (where, agent))
 
 
 def check_agent(agent: AgentConfig, create: Callable[[AgentConfig], Backend]) -> Section:

@@ -540,3 +540,22 @@ def test_config_and_root_work_before_or_after_the_command_name(
     schedules = ws.invoke(*common, "schedule", "list", *tail)
     assert schedules.returncode == 0, schedules.stderr
     assert len(ws.agent_pids()) == 1  # the one run above; no listing became a run
+
+
+def test_doctor_without_a_config_says_what_is_missing(ws: Workspace) -> None:
+    bare = ws.path / "bare"
+    bare.mkdir()
+    env = {"RUN_AGENT_CONFIG": "", "XDG_CONFIG_HOME": str(bare), "HOME": str(bare)}
+    proc = subprocess.run(
+        ws.cli_argv("doctor", "--port", "0"), cwd=bare, env={**os.environ, **env},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.MISSING_DEPENDENCY, proc.stdout
+    assert "everything run-agent needs is in place" not in proc.stdout
+    assert "no config.yaml found" in proc.stdout
+    assert "a run without --agent fails; set defaults.agent" in proc.stdout
+    ran = subprocess.run(
+        ws.cli_argv("-p", "p", "-t", "t", "x"), cwd=bare, env={**os.environ, **env},
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert ran.returncode == ExitCode.USAGE and "no agent" in ran.stderr
