@@ -15,8 +15,11 @@ from tests.conftest import REPO, Server, Workspace, alive, wait_for
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
 
-if not Path(CHROMIUM).exists() and not os.environ.get("CI"):
-    pytest.skip("chromium is not installed (apt-get install chromium)", allow_module_level=True)
+# Each test reports its own skip with the reason (never in CI, where chromium is installed).
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+    reason="chromium is not installed: apt-get install chromium (CI installs it)",
+)
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 

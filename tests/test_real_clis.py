@@ -29,11 +29,11 @@ VERSIONS = {"claude": "2.1.330", "codex": "0.169.0", "gemini": "0.61.0"}
 PROMPT = "Say hello, then write fake_tool_output.txt."
 MODELS = {"claude": "claude-fake", "codex": "gpt-5.5", "gemini": "gemini-3.8-flash"}
 
-if not all((BIN / cli).exists() for cli in CLIS) and not os.environ.get("CI"):
-    pytest.skip(
-        f"agent CLIs not installed in {BIN} (npm install them as .ci/run does)",
-        allow_module_level=True,
-    )
+# Each test reports its own skip with the reason (never in CI, which installs the CLIs).
+pytestmark = pytest.mark.skipif(
+    not all((BIN / cli).exists() for cli in CLIS) and not os.environ.get("CI"),
+    reason=f"agent CLIs not installed in {BIN}: npm install them as .ci/run does",
+)
 
 
 @pytest.fixture
