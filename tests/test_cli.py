@@ -254,7 +254,7 @@ def test_list_status_and_output(ws: Workspace) -> None:
     as_json = json.loads(ws.cli("output", "-p", "p", "-t", "t", "--json").stdout)
     assert as_json["content"] == "line 1\nline 2\n"
     text = ws.cli("status", "-p", "p", "-t", "t").stdout
-    assert "p/t: completed (1 runs)" in text
+    assert "p/t: completed (1 run)" in text
 
 
 def test_output_follow_streams_across_restarts_until_the_loop_ends(ws: Workspace) -> None:

@@ -11,9 +11,11 @@ import time
 from tests.conftest import Workspace
 
 
-def test_a_foreground_run_in_a_terminal_shows_a_live_status_line(ws: Workspace) -> None:
+def terminal_session(ws: Workspace, line_text: str, shown: str) -> tuple[str, int]:
+    """A foreground run in a pseudo-terminal whose agent prints two lines of `line_text` and
+    waits until `shown` was shown: everything the terminal received, and the exit code."""
     go = ws.path / "go"
-    ws.write_config(["--lines", "2", "--line-text", "compiling module", "--wait-for", str(go)])
+    ws.write_config(["--lines", "2", "--line-text", line_text, "--wait-for", str(go)])
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         ws.cli_argv("--project", "p", "--task", "t", "x"),
@@ -27,7 +29,7 @@ def test_a_foreground_run_in_a_terminal_shows_a_live_status_line(ws: Workspace) 
     seen = b""
     deadline = time.monotonic() + 20
     try:
-        while b"compiling module 2" not in seen and time.monotonic() < deadline:
+        while shown.encode() not in seen and time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.2)
             if ready:
                 seen += os.read(master, 65536)
@@ -42,9 +44,21 @@ def test_a_foreground_run_in_a_terminal_shows_a_live_status_line(ws: Workspace) 
     finally:
         proc.wait(20)
         os.close(master)
-    text = seen.decode(errors="replace")
+    assert proc.returncode is not None
+    return seen.decode(errors="replace"), proc.returncode
+
+
+def test_a_foreground_run_in_a_terminal_shows_a_live_status_line(ws: Workspace) -> None:
+    text, code = terminal_session(ws, "compiling module", "compiling module 2")
     assert "attempt 1/4 · running · 00:0" in text  # attempt, status and elapsed time
     assert "compiling module 2" in text  # the agent's latest output, without opening a file
     assert "\r\x1b[K" in text  # redrawn in place, not scrolled
     assert "task p/t completed" in text
-    assert proc.returncode == 0
+    assert code == 0
+
+
+def test_the_status_line_drops_the_agents_colour_codes(ws: Workspace) -> None:
+    text, code = terminal_session(ws, "\x1b[33mwarn-ish\x1b[0m", "warn-ish 2")
+    assert "warn-ish 2" in text
+    assert "[33m" not in text and "[0m" not in text
+    assert code == 0

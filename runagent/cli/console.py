@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from typing import TextIO
@@ -9,6 +10,9 @@ from typing import TextIO
 from runagent import runfolder
 from runagent.runfolder import RunInfo
 from runagent.supervisor import Event, EventKind, Outcome
+
+# An agent's own colours and cursor moves (CSI and OSC sequences), which would garble the line.
+ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
 
 
 class Console:
@@ -70,7 +74,8 @@ class Console:
                 if last:
                     break
         line = f"{head} · {last}" if last else head
-        self.stream.write("\r\x1b[K" + "".join(c for c in line if c.isprintable())[: width - 1])
+        shown = "".join(c for c in ANSI.sub("", line) if c.isprintable())[: width - 1]
+        self.stream.write("\r\x1b[K" + shown)
         self.stream.flush()
         self._status_shown = True
 

@@ -98,23 +98,33 @@ def status(
     if as_json:
         click.echo(json.dumps(view.to_dict(), indent=2))
         return
-    click.echo(f"task      {view.label}: {view.status.value} ({view.run_count} runs)")
-    click.echo(f"folder    {task.folder}")
+    runs = plural(view.run_count, "run")
+    rows: list[tuple[str, object]] = [
+        ("task", f"{view.label}: {view.status.value} ({runs})"),
+        ("folder", task.folder),
+    ]
     if view.supervisor:
-        click.echo(f"supervisor pid {view.supervisor.pid} since {view.supervisor.since}")
+        rows.append(("supervisor", f"pid {view.supervisor.pid} since {view.supervisor.since}"))
     if view.latest:
         r = view.latest
-        click.echo(f"latest    {r.run_id} attempt {r.attempt}: {r.status.value}")
-        for label, value in (
+        rows += [
+            ("latest", f"{r.run_id} attempt {r.attempt}: {r.status.value}"),
             ("agent", r.agent),
             ("started", r.start_time),
             ("ended", r.end_time),
             ("exit code", r.exit_code),
             ("reason", r.message or r.reason),
             ("pid", r.pid),
-        ):
-            if value is not None:
-                click.echo(f"{label:<9} {value}")
+        ]
+    width = max(len(label) for label, _ in rows)
+    for label, value in rows:
+        if value is not None:
+            click.echo(f"{label:<{width}}  {value}")
+
+
+def plural(count: int, noun: str) -> str:
+    """`1 run`, `2 runs`."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 @cli.command()
