@@ -216,6 +216,7 @@ class Scheduler:
         previous firing blocks it) instead of logging, for `schedule now`."""
         with locked_state(self.root) as self.state:
             state = self.state.setdefault(schedule.name, ScheduleState())
+            now = now.replace(microsecond=0)  # a firing's time is shown and recorded to the second
             firing = Firing(
                 schedule, now.astimezone(zone(schedule)), task_id(schedule, now, self.root)
             )

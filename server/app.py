@@ -108,6 +108,7 @@ def create_app(settings: Settings) -> Starlette:
     api = Api(settings, hub, runner)
     routes = [
         Route("/", api.index),
+        Route("/favicon.ico", api.favicon),
         Route("/api/health", api.health),
         Route("/api/projects", api.projects),
         Route("/api/tasks", api.all_tasks),
@@ -206,6 +207,10 @@ class Api:
 
     async def index(self, request: Request) -> Response:
         return FileResponse(STATIC / "index.html")
+
+    async def favicon(self, request: Request) -> Response:
+        """Browsers ask for /favicon.ico whatever the page says; answer it, not a 404."""
+        return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
     async def health(self, request: Request) -> Response:
         return JSONResponse({"status": "ok", "version": __version__, "root": str(self.root)})

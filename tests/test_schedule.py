@@ -276,8 +276,9 @@ def test_every_firing_gets_its_own_task_even_within_one_second(tmp_path: Path) -
     recorder = FolderRecorder(tmp_path)
     nightly = schedule(overlap=Overlap.ALLOW)
     scheduler = Scheduler({"nightly": nightly}, tmp_path, recorder, log=lambda _: None)
-    at = datetime(2026, 6, 1, 21, 55, 8, tzinfo=UTC)
+    at = datetime(2026, 6, 1, 21, 55, 8, 123456, tzinfo=UTC)
     ids = [scheduler.fire_now(nightly, at).task_id for _ in range(3)]
+    assert load_state(tmp_path)["nightly"].last_fired == at.replace(microsecond=0)
     assert ids == [
         "nightly-20260601-235508",
         "nightly-20260601-235508-2",

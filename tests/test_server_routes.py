@@ -183,6 +183,8 @@ def test_start_stop_and_resume_through_the_api(ws: Workspace) -> None:
 def test_the_page_and_its_assets_are_served(client: TestClient) -> None:
     page = client.get("/")
     assert page.status_code == 200 and "<title>run-agent</title>" in page.text
+    icon = client.get("/favicon.ico")  # asked for on every page load, whatever the page says
+    assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     assert "http" not in page.text.replace('"/static/', "")  # nothing fetched from outside
     assert (
         client.get("/static/app.js")
