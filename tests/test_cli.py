@@ -559,3 +559,13 @@ def test_doctor_without_a_config_says_what_is_missing(ws: Workspace) -> None:
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert ran.returncode == ExitCode.USAGE and "no agent" in ran.stderr
+
+
+def test_shell_completion_completes_commands_as_the_readme_says(ws: Workspace) -> None:
+    env = {**os.environ, "_RUN_AGENT_COMPLETE": "bash_complete", "COMP_WORDS": "run-agent st",
+           "COMP_CWORD": "1"}  # fmt: skip
+    done = subprocess.run(ws.cli_argv(), env=env, capture_output=True, text=True, timeout=60)
+    words = {line.split(",")[-1] for line in done.stdout.splitlines()}
+    assert {"status", "stop"} <= words, done.stdout + done.stderr
+    readme = (REPO / "README.md").read_text()
+    assert "_RUN_AGENT_COMPLETE=bash_source run-agent" in readme

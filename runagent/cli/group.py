@@ -39,7 +39,7 @@ class RunAgentGroup(click.Group):
         elif first in HELP:
             args = [*args, *common]
         else:
-            if not first.startswith("-"):
+            if not first.startswith("-") and not ctx.resilient_parsing:  # not while completing
                 self.refuse_typo(first)
             ctx.meta[IMPLICIT_RUN] = True
             args = ["run", *common, *args]
