@@ -569,3 +569,26 @@ def test_shell_completion_completes_commands_as_the_readme_says(ws: Workspace) -
     assert {"status", "stop"} <= words, done.stdout + done.stderr
     readme = (REPO / "README.md").read_text()
     assert "_RUN_AGENT_COMPLETE=bash_source run-agent" in readme
+
+
+def test_every_option_of_every_command_has_help() -> None:
+    import click
+
+    from runagent.cli import cli
+
+    def commands(group: click.Group, path: str) -> list[tuple[str, click.Command]]:
+        found = []
+        for name, command in group.commands.items():
+            found.append((f"{path} {name}", command))
+            if isinstance(command, click.Group):
+                found += commands(command, f"{path} {name}")
+        return found
+
+    missing = [
+        f"{where} {param.opts[0]}"
+        for where, command in commands(cli, "run-agent")
+        for param in command.params
+        if isinstance(param, click.Option) and not param.hidden and not param.help
+        and param.opts[0] not in ("--help",)
+    ]  # fmt: skip
+    assert not missing

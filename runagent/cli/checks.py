@@ -58,7 +58,13 @@ def backends_(as_json: bool, config_path: Path | None, root: Path | None) -> Non
 
 
 @cli.command(name="doctor")
-@click.option("--port", type=click.IntRange(0, 65535), default=14355, show_default=True)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=14355,
+    show_default=True,
+    help="The port `run-agent serve` would listen on, checked to be free.",
+)
 @common
 def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     """Check config, agent CLIs, versions, keys, the runs root and the server port."""

@@ -75,7 +75,11 @@ def run(
 @cli.command()
 @task_option(required=False)
 @click.argument("prompt", required=False)
-@click.option("--prompt-file", type=PathValue(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--prompt-file",
+    type=PathValue(exists=True, dir_okay=False, path_type=Path),
+    help="Read the prompt from a file ('-' as PROMPT reads standard input).",
+)
 @one_run_options
 @common
 def job(
