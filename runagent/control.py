@@ -37,6 +37,7 @@ def loop_argv(
     overrides: LoopOverrides,
     config_path: Path | None,
     schedule: str | None = None,
+    again: bool = False,
 ) -> list[str]:
     """The one command line of a detached loop: `run-agent COMMAND` for `task` under its root."""
     args = [command, "--project", task.project_id, "--task", task.task_id, "--root",
@@ -45,6 +46,8 @@ def loop_argv(
         args += ["--config", str(config_path.resolve())]
     if schedule is not None:
         args += ["--schedule", schedule]
+    if again:
+        args.append("--again")
     return [*args, *overrides.to_args(), "--quiet"]
 
 
@@ -57,6 +60,7 @@ def start_detached(
     cwd: Path,
     env: Mapping[str, str] | None = None,
     schedule: str | None = None,
+    again: bool = False,
     wait: float = START_WAIT,
 ) -> Started:
     """Start `run-agent COMMAND` for `task` in its own session; return once it holds the lock.
@@ -69,7 +73,7 @@ def start_detached(
         raise AlreadyRunningError(already_running(task.label, holder))
     runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
     log = runfolder.supervisor_log_path(task)
-    argv = loop_argv(command, task, overrides, config_path, schedule)
+    argv = loop_argv(command, task, overrides, config_path, schedule, again)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "runagent", *argv],

@@ -68,3 +68,7 @@ class OutsideRootError(NotFoundError):
 
 class PromptConflictError(UsageError):
     """A task already exists with another prompt in its TASK.md."""
+
+
+class AlreadyCompletedError(UsageError):
+    """A completed task asked to run without being asked to run again."""

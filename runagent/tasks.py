@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent import runfolder
-from runagent.errors import NotFoundError
+from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.lock import Holder, live_holder
 from runagent.process import is_alive
 from runagent.runfolder import RunInfo, RunStatus, TaskPaths
@@ -119,3 +119,13 @@ def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
 def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
     projects = [project_id] if project_id else runfolder.project_ids(root)
     return [view(TaskPaths(root, p, t)) for p in projects for t in runfolder.task_ids(root, p)]
+
+
+def refuse_completed(view: TaskView, again: bool) -> None:
+    """The one rule for running a completed task again (run, resume, the API, the page): only
+    when asked to in so many words; its DONE is then moved into the run it came from."""
+    if view.status is TaskStatus.COMPLETED and not again:
+        raise AlreadyCompletedError(
+            f"task {view.label} is already completed ({view.paths.done} exists); "
+            "run it again with --again"
+        )

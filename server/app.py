@@ -28,6 +28,7 @@ from runagent import __version__, control, runfolder, tasks
 from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import (
+    AlreadyCompletedError,
     ExitCode,
     NotFoundError,
     OutsideRootError,
@@ -326,7 +327,14 @@ class Api:
             raise HTTPError(400, "the body must be a JSON object")
         return body
 
-    async def _start(self, task: TaskPaths, command: str, overrides: LoopOverrides) -> Response:
+    async def _start(
+        self, task: TaskPaths, command: str, overrides: LoopOverrides, body: dict[str, Any]
+    ) -> Response:
+        again = body.get("again") is True
+        try:
+            await run_in_threadpool(lambda: tasks.refuse_completed(tasks.view(task), again))
+        except AlreadyCompletedError as exc:
+            raise HTTPError(409, f'{exc} (send "again": true)') from exc
         started = await run_in_threadpool(
             lambda: control.start_detached(
                 task,
@@ -335,6 +343,7 @@ class Api:
                 config_path=self.settings.config_path,
                 cwd=self.settings.workdir,
                 env=self.settings.env if self.settings.env is not None else dict(os.environ),
+                again=again,
             )
         )
         body = {
@@ -368,7 +377,7 @@ class Api:
         except PromptConflictError as exc:
             raise HTTPError(409, str(exc)) from exc
         try:
-            return await self._start(task, "run", overrides)
+            return await self._start(task, "run", overrides, body)
         except RunAgentError:
             if created:  # a refused start leaves no task behind
                 runfolder.discard_new_task(task)
@@ -380,7 +389,7 @@ class Api:
         overrides = self._overrides(body)
         if self.settings.check_start is not None:
             await run_in_threadpool(self.settings.check_start, overrides)
-        return await self._start(task, "resume", overrides)
+        return await self._start(task, "resume", overrides, body)
 
     async def schedules(self, request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(self.runner.describe))

@@ -214,6 +214,21 @@ def test_resume_runs_the_loop_again_from_task_md(ws: Workspace) -> None:
     assert done.returncode == ExitCode.USAGE and "already completed" in done.stderr
 
 
+def test_run_and_resume_share_one_rule_for_a_completed_task(ws: Workspace) -> None:
+    assert ws.invoke("-p", "p", "-t", "t", "the prompt").returncode == 0
+    for args in (["-p", "p", "-t", "t", "the prompt"], ["resume", "-p", "p", "-t", "t"]):
+        refused = ws.invoke(*args)
+        assert refused.returncode == ExitCode.USAGE
+        assert "already completed" in one_line(refused.stderr) and "--again" in refused.stderr
+    assert len(ws.runs()) == 1
+    again = ws.invoke("-p", "p", "-t", "t", "--again", "the prompt")
+    assert again.returncode == 0 and len(ws.runs()) == 2
+    first = ws.runs()[0]
+    assert (ws.task().run_folder(first.run_id) / "DONE").exists()  # archived, not lost
+    assert ws.invoke("resume", "-p", "p", "-t", "t", "--again").returncode == 0
+    assert len(ws.runs()) == 3
+
+
 def test_a_run_started_by_an_agent_records_its_parent(ws: Workspace) -> None:
     proc = ws.cli("--project", "p", "--task", "child", "x", env={"JRUN_ID": "20260101-000000000-1"})
     assert proc.returncode == 0, proc.stderr

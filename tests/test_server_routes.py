@@ -348,3 +348,25 @@ def test_bad_loop_settings_in_a_start_are_a_400_before_anything_is_written(
         )
         assert response.status_code == 400 and named in response.json()["error"]
     assert not (done_task.root / "p" / "n").exists()
+
+
+def test_a_completed_task_runs_again_through_the_api_only_when_asked(
+    done_task: Workspace,
+) -> None:
+    app = create_app(Settings(root=done_task.root, config_path=done_task.config,
+                              workdir=done_task.path))  # fmt: skip
+    with TestClient(app, base_url=LOCAL) as c:
+        refused = c.post("/api/projects/p/tasks/t/resume", json={})
+        assert refused.status_code == 409 and '"again": true' in refused.json()["error"]
+        same = c.post("/api/projects/p/tasks", json={"task_id": "t", "prompt": "the prompt"})
+        assert same.status_code == 409
+        assert len(done_task.runs()) == 2
+        again = c.post("/api/projects/p/tasks/t/resume", json={"again": True})
+        assert again.status_code == 202, again.text
+        wait_for(
+            lambda: (
+                len(done_task.runs()) == 3
+                and c.get("/api/projects/p/tasks/t").json()["status"] == "completed"
+            ),
+            what="the run again",
+        )

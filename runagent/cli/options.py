@@ -90,6 +90,7 @@ class LoopArgs:
     overrides: LoopOverrides
     quiet: bool = False
     schedule: str | None = None  # the schedule that fired this loop
+    again: bool = False  # a completed task runs again
 
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -113,7 +114,7 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
                 )
         raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS if name not in without}
         overrides = LoopOverrides.parse(raw)
-        loop = LoopArgs(overrides, kwargs.pop("quiet"), kwargs.pop("schedule"))
+        loop = LoopArgs(overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"))
         return f(*args, loop=loop, **kwargs)
 
     options = [
@@ -134,6 +135,8 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--until", type=click.Choice([u.value for u in Until]),
             help="exit: exit 0 completes the task; done-file: only a DONE file does.")),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
+        ("again", click.option(
+            "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
         ("schedule", click.option(
             "--schedule", hidden=True, help="The schedule that fired this loop.")),
     ]  # fmt: skip

@@ -102,14 +102,10 @@ def resume(
 ) -> None:
     """Run a task's loop again from its TASK.md."""
     s, task = existing_task(config_path, root, project_id, task_id)
-    view = tasks.view(task)
-    if view.status is tasks.TaskStatus.COMPLETED:
-        raise UsageError(
-            f"task {view.label} is already completed; remove {task.done} to run it again"
-        )
+    tasks.refuse_completed(tasks.view(task), loop.again)
     prompt = runfolder.read_task_prompt(task)
     if prompt is None:
-        raise NotFoundError(f"task {view.label} has no TASK.md to resume from ({task.task_md})")
+        raise NotFoundError(f"task {task.label} has no TASK.md to resume from ({task.task_md})")
     foreground_loop(s, task, validate_prompt(prompt, f"the task's prompt in {task.task_md}"), loop)
 
 
@@ -132,6 +128,7 @@ def start_loop(
             raise UsageError('no prompt: give it as an argument, "-" for stdin, or --prompt-file')
         text = validate_prompt(existing, f"the task's prompt in {task.task_md}")
     runfolder.check_task_prompt(task, text, "use `run-agent resume` or a new --task")
+    tasks.refuse_completed(tasks.view(task), loop.again)
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
     foreground_loop(s, task, text, loop)

@@ -59,8 +59,9 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
         agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout
     )
     return control.start_detached(
-        task, "run", overrides, config_path=s.config.source, cwd=Path.cwd(), schedule=config.name
-    ).pid
+        task, "run", overrides, config_path=s.config.source, cwd=Path.cwd(),
+        schedule=config.name, again=True,  # a firing of a task it fired before runs it again
+    ).pid  # fmt: skip
 
 
 def scheduler_for(s: Setup, log: Callable[[str], None]) -> sched.Scheduler:

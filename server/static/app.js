@@ -164,7 +164,11 @@ async function refreshTask() {
   status.textContent = detail.status;
   $("#task-prompt").textContent = detail.prompt || "";
   $("#stop-button").disabled = detail.status !== "running";
-  $("#resume-button").disabled = detail.status === "running" || detail.status === "completed";
+  const resume = $("#resume-button");
+  resume.disabled = detail.status === "running";
+  // A completed task runs again only when asked to, in so many words (the CLI's --again).
+  resume.textContent = detail.status === "completed" ? "Run again" : "Resume";
+  resume.dataset.again = detail.status === "completed" ? "1" : "";
   renderRuns(detail.runs_list);
   const latest = detail.runs_list.at(-1);
   if (latest && (state.run === null || (state.followLoop && state.run !== latest.run_id))) {
@@ -203,10 +207,10 @@ function onTaskChanged(before, row) {
   if (newRun || !before || before.status !== row.status) refreshTask();
 }
 
-async function action(name) {
+async function action(name, body = {}) {
   $("#action-error").textContent = "";
   const response = await fetch(`${taskUrl(state.task)}/${name}`, {
-    method: "POST", headers: { "Content-Type": "application/json" }, body: "{}",
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
   });
   if (!response.ok) $("#action-error").textContent = (await response.json()).error;
   await refreshTask();
@@ -413,7 +417,8 @@ log.el.addEventListener("scroll", () => {
   if (log.el.scrollHeight - log.el.scrollTop - log.el.clientHeight < 40) $("#follow-button").hidden = true;
 });
 $("#stop-button").addEventListener("click", () => action("stop"));
-$("#resume-button").addEventListener("click", () => action("resume"));
+$("#resume-button").addEventListener("click", (event) =>
+  action("resume", event.currentTarget.dataset.again ? { again: true } : {}));
 $("#new-task-button").addEventListener("click", () => {
   $("#new-task").hidden = false;
   $("#task-view").hidden = true;
