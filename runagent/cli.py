@@ -475,7 +475,7 @@ class Console:
         head = f"attempt {info.attempt}/{self.max_attempts} · running · {minutes:02d}:{seconds:02d}"
         last = ""
         if event.run_folder is not None:
-            lines = runfolder.tail(runfolder.stdout_path(event.run_folder), 8192).splitlines()
+            lines = runfolder.tail(runfolder.RunPaths(event.run_folder).stdout, 8192).splitlines()
             for line in reversed(lines):
                 last = (self.summarize(line) or "").strip() if line.strip() else ""
                 if last:

@@ -3,7 +3,7 @@
     <root>/<project>/<task>/
       TASK.md  DONE  .lock  supervisor.log
       runs/<run_id>/
-        run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md
+        run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
 old or the new version, never half of one. When even that fails (a full disk), an empty file
@@ -153,9 +153,44 @@ class TaskPaths:
     def run_folder(self, run_id: str) -> Path:
         return self.runs / run_id
 
+    def run(self, run_id: str) -> RunPaths:
+        return RunPaths(self.run_folder(run_id))
+
     def run_ids(self) -> list[str]:
         """The task's run ids, oldest first (ids sort in start order); none that lead out."""
         return _subfolders(self.root, self.runs, hidden=True)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run's files live, in its folder under the task's `runs/`."""
+
+    folder: Path
+
+    @property
+    def info(self) -> Path:
+        return self.folder / RUN_INFO
+
+    @property
+    def prompt(self) -> Path:
+        return self.folder / PROMPT
+
+    @property
+    def stdout(self) -> Path:
+        return self.folder / STDOUT
+
+    @property
+    def stderr(self) -> Path:
+        return self.folder / STDERR
+
+    @property
+    def output(self) -> Path:
+        return self.folder / OUTPUT
+
+    @property
+    def done(self) -> Path:
+        """Where the next loop moves a DONE this run left in the task folder (`archive_done`)."""
+        return self.folder / DONE
 
 
 def within(root: Path, path: Path) -> bool:
@@ -191,26 +226,6 @@ def supervisor_log_path(task: TaskPaths) -> Path:
     return task.folder / SUPERVISOR_LOG
 
 
-def prompt_path(run_folder: Path) -> Path:
-    return run_folder / PROMPT
-
-
-def stdout_path(run_folder: Path) -> Path:
-    return run_folder / STDOUT
-
-
-def stderr_path(run_folder: Path) -> Path:
-    return run_folder / STDERR
-
-
-def output_path(run_folder: Path) -> Path:
-    return run_folder / OUTPUT
-
-
-def run_info_path(run_folder: Path) -> Path:
-    return run_folder / RUN_INFO
-
-
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` so that readers see the old or the new content, never a mix.
 
@@ -236,7 +251,7 @@ def atomic_write(path: Path, text: str) -> None:
 
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
     text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
-    atomic_write(run_info_path(run_folder), text)
+    atomic_write(RunPaths(run_folder).info, text)
 
 
 def unrecorded_message(error: OSError) -> str:
@@ -287,7 +302,7 @@ def clear_unrecorded(run_folder: Path) -> None:
 def read_run_info(run_folder: Path) -> RunInfo | None:
     """The run's metadata, or None if the folder has none (yet) or it cannot be read."""
     try:
-        text = run_info_path(run_folder).read_text(encoding="utf-8")
+        text = RunPaths(run_folder).info.read_text(encoding="utf-8")
         data = yaml.load(text, Loader=_Loader)
         return RunInfo.from_dict(data) if isinstance(data, dict) else None
     except (OSError, yaml.YAMLError, TypeError, ValueError):
@@ -296,11 +311,11 @@ def read_run_info(run_folder: Path) -> RunInfo | None:
 
 def create_run_folder(task: TaskPaths, run_id: str) -> Path:
     """Create the run's folder with empty stdout and stderr files, so a tail can start at once."""
-    folder = task.run_folder(run_id)
-    folder.mkdir(parents=True)
-    for name in (STDOUT, STDERR):
-        (folder / name).touch()
-    return folder
+    paths = task.run(run_id)
+    paths.folder.mkdir(parents=True)
+    for path in (paths.stdout, paths.stderr):
+        path.touch()
+    return paths.folder
 
 
 def write_task_prompt(task: TaskPaths, prompt: str) -> None:
@@ -328,7 +343,7 @@ def archive_done(task: TaskPaths, into_run: str | None) -> Path | None:
     """
     if not task.done.exists():
         return None
-    target = task.run_folder(into_run) / DONE if into_run else None
+    target = task.run(into_run).done if into_run else None
     if target is None or target.exists() or not target.parent.is_dir():
         target = task.folder / f"{DONE}.{os.getpid()}.old"
     os.replace(task.done, target)

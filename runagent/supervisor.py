@@ -291,34 +291,23 @@ class Supervisor:
     ) -> tuple[RunInfo, float, Diagnosis | None]:
         req = self.request
         run_id, folder = self._new_run_folder()
+        paths = runfolder.RunPaths(folder)
         prompt = self._prompt(run_id, attempt, previous)
-        runfolder.atomic_write(runfolder.prompt_path(folder), prompt)
+        runfolder.atomic_write(paths.prompt, prompt)
         env = agent_environment(
             base=req.base_env,
             agent_env=self.backend.config.env,
-            runs_root=self.task.root,
-            task_folder=self.task.folder,
-            run_folder=folder,
-            project_id=self.task.project_id,
-            task_id=self.task.task_id,
+            task=self.task,
+            paths=paths,
             run_id=run_id,
             parent_run_id=req.parent_run_id,
             executable_dir=req.executable_dir,
         )
-        ctx = RunContext(
-            run_id=run_id,
-            project_id=self.task.project_id,
-            task_id=self.task.task_id,
-            prompt=prompt,
-            working_dir=req.working_dir,
-            stdout_path=runfolder.stdout_path(folder),
-            stderr_path=runfolder.stderr_path(folder),
-            environment=env,
-        )
+        ctx = RunContext(run_id, self.task, prompt, req.working_dir, paths, env)
         info = RunInfo(
-            run_id=run_id,
-            project_id=self.task.project_id,
-            task_id=self.task.task_id,
+            run_id=ctx.run_id,
+            project_id=ctx.project_id,
+            task_id=ctx.task_id,
             attempt=attempt,
             agent=req.agent_name,
             backend=self.backend.name,
@@ -386,7 +375,7 @@ class Supervisor:
         deadline = started + s.timeout if s.timeout else None
         last_output = started
         sizes = (0, 0)
-        paths = (runfolder.stdout_path(folder), runfolder.stderr_path(folder))
+        paths = (runfolder.RunPaths(folder).stdout, runfolder.RunPaths(folder).stderr)
         while True:
             now = time.monotonic()
             wait = tick if deadline is None else min(tick, deadline - now)
@@ -447,7 +436,7 @@ class Supervisor:
         try:
             write_output(ctx, self.backend)
         except OSError as exc:  # the error may name agent-stdout.txt, the file copied from
-            state = "is truncated" if runfolder.output_path(folder).exists() else "was not written"
+            state = "is truncated" if ctx.paths.output.exists() else "was not written"
             status, reason = RunStatus.FAILED, Reason.WRITE_ERROR
             message = (
                 f"{exc.strerror or exc} writing {runfolder.OUTPUT}; {runfolder.OUTPUT} {state} "
@@ -495,7 +484,7 @@ class Supervisor:
             f"`{self.task.task_id}`, run `{run_id}`, attempt {attempt} of at most "
             f"{s.max_restarts + 1}.",
             f"- Task folder: {self.task.folder} (TASK.md there holds the task)",
-            f"- Run folder: {runfolder.stdout_path(self.task.run_folder(run_id)).parent}",
+            f"- Run folder: {self.task.run_folder(run_id)}",
             f"- Working folder: {self.request.working_dir}",
             f"When the whole task is done, write a file named DONE in the task folder. {done_rule}",
             "If you cannot finish, exit with a non-zero code; you may be restarted with this note.",
@@ -506,7 +495,7 @@ class Supervisor:
         return "\n".join(lines) + "\n"
 
     def _previous_section(self, attempt: int, previous: RunInfo) -> list[str]:
-        folder = self.task.run_folder(previous.run_id)
+        folder = self.task.run(previous.run_id)
         heading = "## Previous attempt" if attempt > 1 else "## Previous run of this task"
         lines = [
             heading,
@@ -515,8 +504,8 @@ class Supervisor:
             f"{previous.status.value}: {previous.message or _describe(previous)}.",
         ]
         for title, path in (
-            ("output", runfolder.output_path(folder)),
-            ("stderr", runfolder.stderr_path(folder)),
+            ("output", folder.output),
+            ("stderr", folder.stderr),
         ):
             text = runfolder.tail(path, TAIL_BYTES).strip("\n")
             if text:
@@ -558,7 +547,7 @@ def _note(ctx: RunContext, text: str) -> None:
 
 def write_output(ctx: RunContext, backend: Backend) -> None:
     """output.md: the backend's parsed answer, else stdout (copied, or linked when large)."""
-    target = runfolder.output_path(ctx.run_folder)
+    target = ctx.paths.output
     try:
         text = backend.final_output(ctx)
     except Exception as exc:  # a parser bug must not lose the run
@@ -582,7 +571,7 @@ def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
     left word that it could not write the run's end. The last output time becomes the end."""
     mtimes = [
         p.stat().st_mtime
-        for p in (runfolder.stdout_path(folder), runfolder.stderr_path(folder))
+        for p in (runfolder.RunPaths(folder).stdout, runfolder.RunPaths(folder).stderr)
         if p.exists()
     ]
     end = (

@@ -62,7 +62,7 @@ def test_failures_restart_with_a_new_run_that_knows_the_previous_one(ws: Workspa
     assert runs[1].previous_run_id == runs[0].run_id
     assert runs[2].previous_run_id == runs[1].run_id
     assert len({r.run_id for r in runs}) == 3
-    prompt = runfolder.prompt_path(ws.task().run_folder(runs[2].run_id)).read_text()
+    prompt = ws.task().run(runs[2].run_id).prompt.read_text()
     assert "attempt 3 of at most 4" in prompt
     assert f"Run `{runs[1].run_id}` (attempt 2) ended failed: exited with code 1" in prompt
     assert "progress 1" in prompt  # the tail of its output
@@ -156,7 +156,7 @@ def test_total_timeout_stops_the_run_and_says_which_timeout(ws: Workspace) -> No
     assert {r.reason for r in runs} == {Reason.TIMEOUT}
     assert "timeout 0.5s" in (runs[0].message or "")
     # The partial output is kept.
-    stdout = runfolder.stdout_path(ws.task().run_folder(runs[0].run_id)).read_text()
+    stdout = ws.task().run(runs[0].run_id).stdout.read_text()
     assert stdout == "line 1\n"
     assert not [p for p in ws.agent_pids() if alive(p)]
 
@@ -244,9 +244,9 @@ def test_missing_binary_ends_the_loop_with_a_clear_reason(ws: Workspace) -> None
     assert result.outcome is Outcome.MISSING_DEPENDENCY
     (info,) = ws.runs()
     assert info.reason is Reason.MISSING_BINARY and info.exit_code == 127
-    stderr = runfolder.stderr_path(ws.task().run_folder(info.run_id)).read_text()
+    stderr = ws.task().run(info.run_id).stderr.read_text()
     assert "'no-such-agent-xyz' not found on PATH" in stderr
-    assert runfolder.output_path(ws.task().run_folder(info.run_id)).exists()
+    assert ws.task().run(info.run_id).output.exists()
 
 
 def test_the_agent_gets_the_environment_contract(ws: Workspace) -> None:
@@ -257,7 +257,7 @@ def test_the_agent_gets_the_environment_contract(ws: Workspace) -> None:
     (info,) = ws.runs()
     folder = ws.task().run_folder(info.run_id)
     lines = dict(
-        line.split("=", 1) for line in runfolder.stdout_path(folder).read_text().splitlines()
+        line.split("=", 1) for line in runfolder.RunPaths(folder).stdout.read_text().splitlines()
     )
     assert lines == {
         "TASK_FOLDER": str(ws.task().folder),
