@@ -18,6 +18,7 @@ import errno
 import os
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -252,6 +253,29 @@ def atomic_write(path: Path, text: str) -> None:
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
     text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
     atomic_write(RunPaths(run_folder).info, text)
+
+
+def timestamp(seconds: float | None = None) -> str:
+    """A time as run-info.yaml writes it (UTC, ISO 8601, milliseconds): now, or `seconds` since
+    the epoch."""
+    moment = datetime.now(UTC) if seconds is None else datetime.fromtimestamp(seconds, UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def mark_lost(run_folder: Path, info: RunInfo) -> RunInfo:
+    """Record that a run's supervisor is gone: lost (it died while the run ran), or failed if it
+    left word that it could not write the run's end. The last output time becomes the end."""
+    paths = RunPaths(run_folder)
+    mtimes = [p.stat().st_mtime for p in (paths.stdout, paths.stderr) if p.exists()]
+    ended = unrecorded(run_folder, info) or info.replace(
+        status=RunStatus.LOST,
+        reason=Reason.SUPERVISOR_LOST,
+        message=f"its supervisor (pid {info.supervisor_pid}) died while the run was running",
+    )
+    ended = ended.replace(end_time=timestamp(max(mtimes)) if mtimes else None)
+    write_run_info(run_folder, ended)
+    clear_unrecorded(run_folder)
+    return ended
 
 
 def unrecorded_message(error: OSError) -> str:

@@ -11,17 +11,16 @@ import shutil
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
-from runagent import runfolder
+from runagent import runfolder, tasks
 from runagent.backend import Backend
 from runagent.config import LoopSettings, Until
 from runagent.context import RunContext, agent_environment, new_run_id
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
-from runagent.process import AgentProcess, SpawnError, is_alive, process_start_time
+from runagent.process import AgentProcess, SpawnError, process_start_time
 from runagent.redaction import Redactor
 from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
 
@@ -88,10 +87,6 @@ class LoopRequest:
     base_env: Mapping[str, str] = field(default_factory=dict)
     parent_run_id: str | None = None
     executable_dir: Path | None = None
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
 def _fence(text: str) -> str:
@@ -269,10 +264,8 @@ class Supervisor:
             info = runfolder.read_run_info(folder)
             if info is None:
                 continue
-            if info.status is RunStatus.RUNNING and not is_alive(
-                info.supervisor_pid, info.supervisor_start
-            ):
-                info = mark_lost(folder, info)
+            if tasks.is_lost(info):
+                info = runfolder.mark_lost(folder, info)
                 why = (
                     ""
                     if info.status is RunStatus.LOST
@@ -311,7 +304,7 @@ class Supervisor:
             attempt=attempt,
             agent=req.agent_name,
             backend=self.backend.name,
-            start_time=_now(),
+            start_time=runfolder.timestamp(),
             cwd=str(req.working_dir),
             previous_run_id=previous.run_id if previous else None,
             parent_run_id=req.parent_run_id,
@@ -443,7 +436,11 @@ class Supervisor:
                 f"(the run ended: {message})"
             )
         info = info.replace(
-            end_time=_now(), exit_code=code, reason=reason, status=status, message=message
+            end_time=runfolder.timestamp(),
+            exit_code=code,
+            reason=reason,
+            status=status,
+            message=message,
         )
         try:
             info = self._record(folder, info)
@@ -564,27 +561,3 @@ def write_output(ctx: RunContext, backend: Backend) -> None:
         except OSError:
             pass
     shutil.copyfile(ctx.stdout_path, target)
-
-
-def mark_lost(folder: Path, info: RunInfo) -> RunInfo:
-    """Record that a run's supervisor is gone: lost (it died while the run ran), or failed if it
-    left word that it could not write the run's end. The last output time becomes the end."""
-    mtimes = [
-        p.stat().st_mtime
-        for p in (runfolder.RunPaths(folder).stdout, runfolder.RunPaths(folder).stderr)
-        if p.exists()
-    ]
-    end = (
-        datetime.fromtimestamp(max(mtimes), UTC).isoformat(timespec="milliseconds")
-        if mtimes
-        else None
-    )
-    ended = runfolder.unrecorded(folder, info) or info.replace(
-        status=RunStatus.LOST,
-        reason=Reason.SUPERVISOR_LOST,
-        message=f"its supervisor (pid {info.supervisor_pid}) died while the run was running",
-    )
-    ended = ended.replace(end_time=end)
-    runfolder.write_run_info(folder, ended)
-    runfolder.clear_unrecorded(folder)
-    return ended
