@@ -38,10 +38,11 @@ from runagent.errors import (
     RunAgentError,
     UsageError,
 )
+from runagent.events import Event, EventKind, Outcome
 from runagent.lock import live_holder
 from runagent.redaction import Redactor
 from runagent.runfolder import RunInfo, RunStatus, TaskPaths
-from runagent.supervisor import Event, EventKind, LoopRequest, Outcome, Supervisor
+from runagent.supervisor import LoopRequest, Supervisor
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import enum
 import os
 import re
 import select
@@ -18,6 +17,7 @@ from runagent.backend import Backend
 from runagent.config import LoopSettings, Until
 from runagent.context import RunContext, agent_environment, new_run_id
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
+from runagent.events import Event, EventKind, LoopResult, Outcome
 from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, SpawnError, process_start_time
@@ -26,44 +26,6 @@ from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
 
 TAIL_BYTES = 3000
 COPY_LIMIT = 1 << 20  # stdout up to this size is copied into output.md; beyond, hard-linked
-
-
-class EventKind(enum.StrEnum):
-    RUN_STARTED = "run_started"
-    TICK = "tick"
-    RUN_ENDED = "run_ended"
-    WAITING = "waiting"
-    MARKED_LOST = "marked_lost"
-    DONE_ARCHIVED = "done_archived"
-    LOOP_ENDED = "loop_ended"
-
-
-class Outcome(enum.StrEnum):
-    """How a whole loop ended; the command line maps it to its exit code."""
-
-    COMPLETED = "completed"
-    FAILED = "failed"
-    TIMED_OUT = "timed_out"
-    STOPPED = "stopped"
-    MISSING_DEPENDENCY = "missing_dependency"
-
-
-@dataclass(frozen=True)
-class Event:
-    kind: EventKind
-    run: RunInfo | None = None
-    run_folder: Path | None = None
-    elapsed: float = 0.0
-    delay: float = 0.0
-    message: str = ""
-    outcome: Outcome | None = None  # LOOP_ENDED only
-
-
-@dataclass(frozen=True)
-class LoopResult:
-    outcome: Outcome
-    message: str
-    runs: tuple[RunInfo, ...] = ()
 
 
 @dataclass

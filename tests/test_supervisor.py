@@ -10,9 +10,9 @@ import pytest
 from runagent import runfolder
 from runagent.config import Until
 from runagent.errors import AlreadyRunningError
+from runagent.events import EventKind, Outcome
 from runagent.lock import TaskLock
 from runagent.runfolder import Reason, RunInfo, RunStatus
-from runagent.supervisor import EventKind, Outcome
 from tests.conftest import Workspace, alive, wait_for
 
 
