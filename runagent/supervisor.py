@@ -12,9 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from runagent import runfolder, tasks
+from runagent import completion, runfolder, tasks
 from runagent.backend import Backend
-from runagent.config import LoopSettings, Until
+from runagent.completion import CompletionRule
+from runagent.config import LoopSettings
 from runagent.context import RunContext, agent_environment, new_run_id
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.events import Event, EventKind, LoopResult, Outcome
@@ -75,6 +76,7 @@ class Supervisor:
         self.redactor = redactor or backend.redactor(request.base_env)
         self.settings = request.settings
         self.task = request.task
+        self.completion: CompletionRule = completion.rule(request.settings.until)
         self.on_event = on_event or (lambda event: None)
         self.tick = tick
         self.stop_requested = False
@@ -132,11 +134,10 @@ class Supervisor:
                     f"run {info.run_id}: {info.message}; not restarting",
                     tuple(runs),
                 )
-            done = self.task.done.exists()
             if info.status is RunStatus.STOPPED:
                 return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
-            if done or (s.until is Until.EXIT and info.status is RunStatus.COMPLETED):
-                if not done:
+            if self.completion.is_done(self.task, info):
+                if not self.task.done.exists():
                     runfolder.atomic_write(self.task.done, f"completed by run {info.run_id}\n")
                 return LoopResult(
                     Outcome.COMPLETED,
@@ -365,13 +366,9 @@ class Supervisor:
                 Reason.IDLE_TIMEOUT,
                 f"no output for idle_timeout {s.idle_timeout:g}s",
             )
-        done = self.task.done.exists()
         if code == 0:
-            if done:
-                return RunStatus.COMPLETED, Reason.DONE_FILE, "exited 0 and wrote DONE"
-            if s.until is Until.DONE_FILE:
-                return RunStatus.FAILED, Reason.NO_DONE_FILE, "exited 0 without writing DONE"
-            return RunStatus.COMPLETED, Reason.EXITED, "exited 0"
+            verdict = self.completion.exit_zero(self.task)
+            return verdict.status, verdict.reason, verdict.message
         if code > 128:
             return RunStatus.FAILED, Reason.CRASH, f"killed by signal {code - 128}"
         return RunStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}"
@@ -431,11 +428,6 @@ class Supervisor:
 
     def _prompt(self, run_id: str, attempt: int, previous: RunInfo | None) -> str:
         s = self.settings
-        done_rule = (
-            "The task is complete only when you write that file."
-            if s.until is Until.DONE_FILE
-            else "Exiting with code 0 also marks the task complete."
-        )
         lines = [
             "# run-agent",
             "",
@@ -445,7 +437,7 @@ class Supervisor:
             f"- Task folder: {self.task.folder} (TASK.md there holds the task)",
             f"- Run folder: {self.task.run_folder(run_id)}",
             f"- Working folder: {self.request.working_dir}",
-            f"When the whole task is done, write a file named DONE in the task folder. {done_rule}",
+            self.completion.instruction,
             "If you cannot finish, exit with a non-zero code; you may be restarted with this note.",
         ]
         if previous is not None:
