@@ -30,7 +30,7 @@ from runagent.config import (
     parse_duration,
     runs_root,
 )
-from runagent.context import new_task_id, validate_id, validate_prompt
+from runagent.context import LoopRequest, new_task_id, validate_id, validate_prompt
 from runagent.errors import (
     ExitCode,
     MissingDependencyError,
@@ -42,7 +42,7 @@ from runagent.events import Event, EventKind, Outcome
 from runagent.lock import live_holder
 from runagent.redaction import Redactor
 from runagent.runfolder import RunInfo, RunStatus, TaskPaths
-from runagent.supervisor import LoopRequest, Supervisor
+from runagent.supervisor import Supervisor
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,

@@ -1,4 +1,5 @@
-"""RunContext, the rules for ids and prompts, and the environment an agent is given."""
+"""What a loop and each of its runs start from (LoopRequest, RunContext), the rules for ids and
+prompts, and the environment an agent is given."""
 
 from __future__ import annotations
 
@@ -6,11 +7,12 @@ import os
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 
+from runagent.config import LoopSettings
 from runagent.errors import UsageError
 from runagent.runfolder import RunPaths, TaskPaths
 
@@ -27,6 +29,20 @@ CONTRACT_VARIABLES = (
     "JRUN_PARENT_ID",
     "JRUN_RUNS_DIR",
 )
+
+
+@dataclass(frozen=True)
+class LoopRequest:
+    """Everything one loop needs besides its backend; each run's RunContext is made from it."""
+
+    task: TaskPaths
+    prompt: str
+    agent_name: str
+    working_dir: Path
+    settings: LoopSettings
+    base_env: Mapping[str, str] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    executable_dir: Path | None = None
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,10 @@ class RunInfo:
     def replace(self, **changes: Any) -> RunInfo:
         return dataclasses.replace(self, **changes)
 
+    def describe(self) -> str:
+        """How the run ended, in words: its message, else its status and exit code."""
+        return self.message or f"ended {self.status.value} with exit code {self.exit_code}"
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["status"] = self.status.value

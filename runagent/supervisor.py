@@ -4,28 +4,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import select
 import shutil
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from runagent import completion, runfolder, tasks
 from runagent.backend import Backend
 from runagent.completion import CompletionRule
-from runagent.config import LoopSettings
-from runagent.context import RunContext, agent_environment, new_run_id
+from runagent.context import LoopRequest, RunContext, agent_environment, new_run_id
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.events import Event, EventKind, LoopResult, Outcome
 from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, SpawnError, process_start_time
+from runagent.prompt import compose
 from runagent.redaction import Redactor
-from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
+from runagent.runfolder import Reason, RunInfo, RunStatus
 
-TAIL_BYTES = 3000
 COPY_LIMIT = 1 << 20  # stdout up to this size is copied into output.md; beyond, hard-linked
 
 
@@ -36,26 +34,6 @@ class _Tally:
     failures: int = 0  # failed runs, which spend the restart budget
     quick: int = 0  # failed runs in a row that ended within crash_loop_seconds
     rate_limited: int = 0  # rate-limited runs in a row, which do not
-
-
-@dataclass(frozen=True)
-class LoopRequest:
-    """Everything one loop needs besides its backend."""
-
-    task: TaskPaths
-    prompt: str
-    agent_name: str
-    working_dir: Path
-    settings: LoopSettings
-    base_env: Mapping[str, str] = field(default_factory=dict)
-    parent_run_id: str | None = None
-    executable_dir: Path | None = None
-
-
-def _fence(text: str) -> str:
-    """A Markdown fence longer than any run of backticks inside `text`."""
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    return "`" * max(3, longest + 1)
 
 
 class Supervisor:
@@ -150,7 +128,7 @@ class Supervisor:
                 if tally.rate_limited > s.max_rate_limit_waits:
                     return LoopResult(
                         Outcome.FAILED,
-                        f"run {info.run_id} {_describe(info)}; rate limited "
+                        f"run {info.run_id} {info.describe()}; rate limited "
                         f"{tally.rate_limited} times in a row (max_rate_limit_waits), giving up",
                         tuple(runs),
                     )
@@ -180,7 +158,7 @@ class Supervisor:
     def _give_up(self, info: RunInfo, tally: _Tally, duration: float) -> tuple[Outcome, str] | None:
         """Whether the loop ends after a failed run, and why; None to try again."""
         s = self.settings
-        why = f"run {info.run_id} {_describe(info)}"
+        why = f"run {info.run_id} {info.describe()}"
         if info.reason in (Reason.MISSING_BINARY, Reason.AUTH):
             return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting"
         if info.reason in (Reason.EXIT_CODE, Reason.SPAWN_ERROR) and (
@@ -248,7 +226,9 @@ class Supervisor:
         req = self.request
         run_id, folder = self._new_run_folder()
         paths = runfolder.RunPaths(folder)
-        prompt = self._prompt(run_id, attempt, previous)
+        prompt = compose(
+            req, self.completion, self.redactor, run_id=run_id, attempt=attempt, previous=previous
+        )
         runfolder.atomic_write(paths.prompt, prompt)
         env = agent_environment(
             base=req.base_env,
@@ -426,44 +406,6 @@ class Supervisor:
             commandline=self.redactor(info.commandline) if info.commandline else info.commandline,
         )
 
-    def _prompt(self, run_id: str, attempt: int, previous: RunInfo | None) -> str:
-        s = self.settings
-        lines = [
-            "# run-agent",
-            "",
-            f"You are running under run-agent: project `{self.task.project_id}`, task "
-            f"`{self.task.task_id}`, run `{run_id}`, attempt {attempt} of at most "
-            f"{s.max_restarts + 1}.",
-            f"- Task folder: {self.task.folder} (TASK.md there holds the task)",
-            f"- Run folder: {self.task.run_folder(run_id)}",
-            f"- Working folder: {self.request.working_dir}",
-            self.completion.instruction,
-            "If you cannot finish, exit with a non-zero code; you may be restarted with this note.",
-        ]
-        if previous is not None:
-            lines += ["", self.redactor("\n".join(self._previous_section(attempt, previous)))]
-        lines += ["", "## Task", "", self.request.prompt]
-        return "\n".join(lines) + "\n"
-
-    def _previous_section(self, attempt: int, previous: RunInfo) -> list[str]:
-        folder = self.task.run(previous.run_id)
-        heading = "## Previous attempt" if attempt > 1 else "## Previous run of this task"
-        lines = [
-            heading,
-            "",
-            f"Run `{previous.run_id}` (attempt {previous.attempt}) ended "
-            f"{previous.status.value}: {previous.message or _describe(previous)}.",
-        ]
-        for title, path in (
-            ("output", folder.output),
-            ("stderr", folder.stderr),
-        ):
-            text = runfolder.tail(path, TAIL_BYTES).strip("\n")
-            if text:
-                fence = _fence(text)
-                lines += ["", f"The end of its {title}:", "", fence, text, fence]
-        return lines
-
 
 def _spawn_failure(exc: RunAgentError) -> tuple[int, Reason]:
     """The exit code and reason recorded for a run that could not be started."""
@@ -472,12 +414,6 @@ def _spawn_failure(exc: RunAgentError) -> tuple[int, Reason]:
     if isinstance(exc, MissingDependencyError):  # a token file or variable that is not there
         return int(ExitCode.MISSING_DEPENDENCY), Reason.AUTH
     return 126, Reason.SPAWN_ERROR
-
-
-def _describe(info: RunInfo) -> str:
-    if info.message:
-        return info.message
-    return f"ended {info.status.value} with exit code {info.exit_code}"
 
 
 def _size(path: Path) -> int:

@@ -18,9 +18,10 @@ import yaml
 
 from backends.command import CommandBackend
 from runagent.config import AgentConfig, LoopSettings
+from runagent.context import LoopRequest
 from runagent.events import Event
 from runagent.runfolder import RunInfo, TaskPaths, read_run_info
-from runagent.supervisor import LoopRequest, Supervisor
+from runagent.supervisor import Supervisor
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 REPO = Path(__file__).resolve().parent.parent
