@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
 from runagent import runfolder
+from runagent.attempt import StopSignal
 from runagent.config import Until
 from runagent.errors import AlreadyRunningError
 from runagent.events import EventKind, Outcome
@@ -333,3 +335,15 @@ def test_the_start_of_an_agent_process_is_a_seam(ws: Workspace) -> None:
     assert "the host is busy" in ws.task().run(first.run_id).stderr.read_text()
     assert [stdout for _, stdout in started] == [ws.task().run(r.run_id).stdout for r in ws.runs()]
     assert started[1][0].argv[1] == str(FAKE_AGENT)
+
+
+def test_a_stop_signal_wakes_a_wait_at_once_and_is_harmless_once_closed() -> None:
+    signal = StopSignal()
+    assert signal.wait(0.01) is False  # nobody asked: the whole wait passes
+    threading.Timer(0.05, signal.request).start()
+    began = time.monotonic()
+    assert signal.wait(30) is True
+    assert time.monotonic() - began < 10
+    signal.close()
+    signal.request()  # after close: no write to a descriptor number another file may now hold
+    assert signal.requested
