@@ -50,7 +50,7 @@ class ChatBackend(Backend):
 
     def final_output(self, ctx: RunContext) -> str | None:
         try:
-            return runfolder.output_path(ctx.run_folder).read_text(encoding="utf-8")
+            return ctx.paths.output.read_text(encoding="utf-8")
         except OSError:
             return None
 
@@ -110,7 +110,7 @@ def main(token_variable: str, cite: bool) -> int:
     if len(sys.argv) != 2:
         print(f"usage: python -m backends.<name> RUN_FOLDER (got {sys.argv[1:]})", file=sys.stderr)
         return 2
-    folder = Path(sys.argv[1])
+    run = runfolder.RunPaths(Path(sys.argv[1]))
     key = os.environ.get(token_variable, "")
     try:
         if not key:
@@ -119,7 +119,7 @@ def main(token_variable: str, cite: bool) -> int:
             url=os.environ["RUN_AGENT_CHAT_URL"],
             model=os.environ["RUN_AGENT_CHAT_MODEL"],
             key=key,
-            prompt=runfolder.prompt_path(folder).read_text(encoding="utf-8"),
+            prompt=run.prompt.read_text(encoding="utf-8"),
             stream_timeout=float(os.environ.get("RUN_AGENT_STREAM_TIMEOUT", "120")),
             retries=int(os.environ.get("RUN_AGENT_CHAT_RETRIES", RETRIES)),
         )
@@ -133,7 +133,7 @@ def main(token_variable: str, cite: bool) -> int:
         sys.stdout.write("\n" + sources)
         answer += sources
     sys.stdout.flush()
-    runfolder.atomic_write(runfolder.output_path(folder), answer)
+    runfolder.atomic_write(run.output, answer)
     return 0
 
 

@@ -126,7 +126,7 @@ def main() -> None:
         folder = make_running_run(root)
         with serving(root, tmp) as base:
             url = f"{base}/api/projects/bench/tasks/latency/runs/{folder.name}/stream/stdout"
-            stdout = runfolder.stdout_path(folder)
+            stdout = runfolder.RunPaths(folder).stdout
             print(
                 f"append -> arrival latency, {args.lines} lines every {args.interval * 1000:g} ms"
             )

@@ -1,4 +1,5 @@
-"""RunContext, the rules for ids and prompts, and the environment an agent is given."""
+"""What a loop and each of its runs start from (LoopRequest, RunContext), the rules for ids and
+prompts, and the environment an agent is given."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import os
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
 
-from runagent import runfolder
+from runagent.config import LoopSettings
 from runagent.errors import UsageError
+from runagent.runfolder import RunPaths, TaskPaths
 
 MAX_ID_LENGTH = 128
 _ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
@@ -30,32 +32,64 @@ CONTRACT_VARIABLES = (
 
 
 @dataclass(frozen=True)
+class LoopRequest:
+    """Everything one loop needs besides its backend; each run's RunContext is made from it."""
+
+    task: TaskPaths
+    prompt: str
+    agent_name: str
+    working_dir: Path
+    settings: LoopSettings
+    base_env: Mapping[str, str] = field(default_factory=dict)
+    parent_run_id: str | None = None
+    executable_dir: Path | None = None
+
+
+@dataclass(frozen=True)
 class RunContext:
-    """Everything a backend needs to launch one run of an agent."""
+    """Everything a backend needs to launch one run of an agent.
+
+    The protocol's eight fields are all here: `project_id` and `task_id` are read from `task`,
+    `stdout_path` and `stderr_path` from `paths`, so each is stated once.
+    """
 
     run_id: str
-    project_id: str
-    task_id: str
+    task: TaskPaths
     prompt: str
     working_dir: Path
-    stdout_path: Path
-    stderr_path: Path
+    paths: RunPaths
     environment: Mapping[str, str]
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))
 
     @property
+    def project_id(self) -> str:
+        return self.task.project_id
+
+    @property
+    def task_id(self) -> str:
+        return self.task.task_id
+
+    @property
+    def stdout_path(self) -> Path:
+        return self.paths.stdout
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.paths.stderr
+
+    @property
     def run_folder(self) -> Path:
-        return self.stdout_path.parent
+        return self.paths.folder
 
     @property
     def task_folder(self) -> Path:
-        return Path(self.environment["TASK_FOLDER"])
+        return self.task.folder
 
     @property
     def prompt_file(self) -> Path:
-        return runfolder.prompt_path(self.run_folder)
+        return self.paths.prompt
 
 
 def validate_id(kind: str, value: str) -> str:
@@ -128,11 +162,8 @@ def agent_environment(
     *,
     base: Mapping[str, str],
     agent_env: Mapping[str, str],
-    runs_root: Path,
-    task_folder: Path,
-    run_folder: Path,
-    project_id: str,
-    task_id: str,
+    task: TaskPaths,
+    paths: RunPaths,
     run_id: str,
     parent_run_id: str | None,
     executable_dir: Path | None,
@@ -145,12 +176,12 @@ def agent_environment(
     env = {k: v for k, v in base.items() if k not in CONTRACT_VARIABLES}
     env.update(agent_env)
     env.update(
-        TASK_FOLDER=str(task_folder),
-        RUN_FOLDER=str(run_folder),
-        JRUN_PROJECT_ID=project_id,
-        JRUN_TASK_ID=task_id,
+        TASK_FOLDER=str(task.folder),
+        RUN_FOLDER=str(paths.folder),
+        JRUN_PROJECT_ID=task.project_id,
+        JRUN_TASK_ID=task.task_id,
         JRUN_ID=run_id,
-        JRUN_RUNS_DIR=str(runs_root),
+        JRUN_RUNS_DIR=str(task.root),
     )
     if parent_run_id:
         env["JRUN_PARENT_ID"] = parent_run_id

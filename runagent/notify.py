@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from runagent.config import Config, NotifyConfig, NotifyEvent
+from runagent.events import Event, EventKind, Outcome
 from runagent.redaction import Redactor
 from runagent.runfolder import RunStatus, TaskPaths
-from runagent.supervisor import Event, EventKind, Outcome
 
 SIGNATURE_HEADER = "X-Run-Agent-Signature"
 ATTEMPTS = 4

@@ -3,7 +3,7 @@
     <root>/<project>/<task>/
       TASK.md  DONE  .lock  supervisor.log
       runs/<run_id>/
-        run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md
+        run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
 old or the new version, never half of one. When even that fails (a full disk), an empty file
@@ -18,6 +18,7 @@ import errno
 import os
 import tempfile
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,10 @@ class RunInfo:
     def replace(self, **changes: Any) -> RunInfo:
         return dataclasses.replace(self, **changes)
 
+    def describe(self) -> str:
+        """How the run ended, in words: its message, else its status and exit code."""
+        return self.message or f"ended {self.status.value} with exit code {self.exit_code}"
+
     def to_dict(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["status"] = self.status.value
@@ -159,9 +164,44 @@ class TaskPaths:
     def run_folder(self, run_id: str) -> Path:
         return self.runs / run_id
 
+    def run(self, run_id: str) -> RunPaths:
+        return RunPaths(self.run_folder(run_id))
+
     def run_ids(self) -> list[str]:
         """The task's run ids, oldest first (ids sort in start order); none that lead out."""
         return _subfolders(self.root, self.runs, hidden=True)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run's files live, in its folder under the task's `runs/`."""
+
+    folder: Path
+
+    @property
+    def info(self) -> Path:
+        return self.folder / RUN_INFO
+
+    @property
+    def prompt(self) -> Path:
+        return self.folder / PROMPT
+
+    @property
+    def stdout(self) -> Path:
+        return self.folder / STDOUT
+
+    @property
+    def stderr(self) -> Path:
+        return self.folder / STDERR
+
+    @property
+    def output(self) -> Path:
+        return self.folder / OUTPUT
+
+    @property
+    def done(self) -> Path:
+        """Where the next loop moves a DONE this run left in the task folder (`archive_done`)."""
+        return self.folder / DONE
 
 
 def within(root: Path, path: Path) -> bool:
@@ -205,26 +245,6 @@ def supervisor_log_path(task: TaskPaths) -> Path:
     return task.folder / SUPERVISOR_LOG
 
 
-def prompt_path(run_folder: Path) -> Path:
-    return run_folder / PROMPT
-
-
-def stdout_path(run_folder: Path) -> Path:
-    return run_folder / STDOUT
-
-
-def stderr_path(run_folder: Path) -> Path:
-    return run_folder / STDERR
-
-
-def output_path(run_folder: Path) -> Path:
-    return run_folder / OUTPUT
-
-
-def run_info_path(run_folder: Path) -> Path:
-    return run_folder / RUN_INFO
-
-
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` so that readers see the old or the new content, never a mix.
 
@@ -250,7 +270,30 @@ def atomic_write(path: Path, text: str) -> None:
 
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
     text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
-    atomic_write(run_info_path(run_folder), text)
+    atomic_write(RunPaths(run_folder).info, text)
+
+
+def timestamp(seconds: float | None = None) -> str:
+    """A time as run-info.yaml writes it (UTC, ISO 8601, milliseconds): now, or `seconds` since
+    the epoch."""
+    moment = datetime.now(UTC) if seconds is None else datetime.fromtimestamp(seconds, UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def mark_lost(run_folder: Path, info: RunInfo) -> RunInfo:
+    """Record that a run's supervisor is gone: lost (it died while the run ran), or failed if it
+    left word that it could not write the run's end. The last output time becomes the end."""
+    paths = RunPaths(run_folder)
+    mtimes = [p.stat().st_mtime for p in (paths.stdout, paths.stderr) if p.exists()]
+    ended = unrecorded(run_folder, info) or info.replace(
+        status=RunStatus.LOST,
+        reason=Reason.SUPERVISOR_LOST,
+        message=f"its supervisor (pid {info.supervisor_pid}) died while the run was running",
+    )
+    ended = ended.replace(end_time=timestamp(max(mtimes)) if mtimes else None)
+    write_run_info(run_folder, ended)
+    clear_unrecorded(run_folder)
+    return ended
 
 
 def unrecorded_message(error: OSError) -> str:
@@ -301,7 +344,7 @@ def clear_unrecorded(run_folder: Path) -> None:
 def read_run_info(run_folder: Path) -> RunInfo | None:
     """The run's metadata, or None if the folder has none (yet) or it cannot be read."""
     try:
-        text = run_info_path(run_folder).read_text(encoding="utf-8")
+        text = RunPaths(run_folder).info.read_text(encoding="utf-8")
         data = yaml.load(text, Loader=_Loader)
         return RunInfo.from_dict(data) if isinstance(data, dict) else None
     except (OSError, yaml.YAMLError, TypeError, ValueError):
@@ -310,11 +353,11 @@ def read_run_info(run_folder: Path) -> RunInfo | None:
 
 def create_run_folder(task: TaskPaths, run_id: str) -> Path:
     """Create the run's folder with empty stdout and stderr files, so a tail can start at once."""
-    folder = task.run_folder(run_id)
-    folder.mkdir(parents=True)
-    for name in (STDOUT, STDERR):
-        (folder / name).touch()
-    return folder
+    paths = task.run(run_id)
+    paths.folder.mkdir(parents=True)
+    for path in (paths.stdout, paths.stderr):
+        path.touch()
+    return paths.folder
 
 
 def write_task_prompt(task: TaskPaths, prompt: str) -> None:
@@ -371,7 +414,7 @@ def archive_done(task: TaskPaths, into_run: str | None) -> Path | None:
     """
     if not task.done.exists():
         return None
-    target = task.run_folder(into_run) / DONE if into_run else None
+    target = task.run(into_run).done if into_run else None
     if target is None or target.exists() or not target.parent.is_dir():
         target = task.folder / f"{DONE}.{os.getpid()}.old"
     os.replace(task.done, target)

@@ -55,12 +55,18 @@ class TaskView:
         }
 
 
-def effective(info: RunInfo, run_folder: Path) -> RunInfo:
-    """The run as it really is: `running` with a dead supervisor reads as `lost`, or as `failed`
-    with the reason when the supervisor could not write the run's end."""
-    if info.status is RunStatus.RUNNING and not is_alive(
+def is_lost(info: RunInfo) -> bool:
+    """Whether the run is recorded as running but its supervisor is gone (dead, or its pid now
+    another process's): nobody will ever write its end."""
+    return info.status is RunStatus.RUNNING and not is_alive(
         info.supervisor_pid, info.supervisor_start
-    ):
+    )
+
+
+def effective(info: RunInfo, run_folder: Path) -> RunInfo:
+    """The run as it really is: a lost run reads as `lost`, or as `failed` with the reason when
+    its supervisor could not write the run's end."""
+    if is_lost(info):
         return runfolder.unrecorded(run_folder, info) or info.replace(status=RunStatus.LOST)
     return info
 

@@ -80,7 +80,7 @@ class RunWatch:
         """The run's info, re-read only when run-info.yaml changed (or on a recheck, which also
         notices a supervisor that died without a word)."""
         try:
-            st = os.stat(runfolder.run_info_path(self.folder))
+            st = os.stat(runfolder.RunPaths(self.folder).info)
             key = (st.st_mtime_ns, st.st_size)
         except OSError:
             key = None

@@ -17,9 +17,12 @@ import pytest
 import yaml
 
 from backends.command import CommandBackend
+from runagent.backend import Backend
 from runagent.config import AgentConfig, LoopSettings
+from runagent.context import LoopRequest
+from runagent.events import Event
 from runagent.runfolder import RunInfo, TaskPaths, read_run_info
-from runagent.supervisor import Event, LoopRequest, Supervisor
+from runagent.supervisor import Supervisor
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 REPO = Path(__file__).resolve().parent.parent
@@ -169,9 +172,11 @@ class Workspace:
 
     def supervisor(
         self, args: Sequence[str] = (), prompt: str = "do the thing", task: str = "t",
-        env: dict[str, str] | None = None, **settings: Any,
+        env: dict[str, str] | None = None, backend: Backend | None = None,
+        seams: dict[str, Any] | None = None, **settings: Any,
     ) -> Supervisor:  # fmt: skip
-        """An in-process supervisor of the fake agent, recording its events."""
+        """An in-process supervisor of the fake agent (or of `backend`), recording its events;
+        `seams` are Supervisor's `start` and `clock`."""
         base = {
             "max_restarts": 3,
             "restart_delay": 0.05,
@@ -191,7 +196,13 @@ class Workspace:
             settings=LoopSettings(**{**base, **settings}),
             base_env=dict(os.environ),
         )
-        return Supervisor(request, CommandBackend(agent), on_event=self.events.append, tick=0.05)
+        return Supervisor(
+            request,
+            backend or CommandBackend(agent),
+            on_event=self.events.append,
+            tick=0.05,
+            **(seams or {}),
+        )
 
 
 def _leftovers(marker: str) -> list[psutil.Process]:

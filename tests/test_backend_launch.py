@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import sys
@@ -14,6 +15,7 @@ from backends.chat_completions import endpoint
 from runagent.backend import Backend
 from runagent.config import AgentConfig, Permissions
 from runagent.context import RunContext
+from runagent.runfolder import RunPaths, TaskPaths
 
 CALLER_ENV = {
     "PATH": "/usr/bin:/bin",
@@ -30,11 +32,8 @@ CALLER_ENV = {
 
 
 def ctx(tmp_path: Path) -> RunContext:
-    run = tmp_path / "runs" / "p" / "t" / "runs" / "r1"
-    return RunContext(
-        "r1", "p", "t", "the prompt", tmp_path / "work", run / "agent-stdout.txt",
-        run / "agent-stderr.txt", CALLER_ENV,
-    )  # fmt: skip
+    task = TaskPaths(tmp_path / "runs", "p", "t")
+    return RunContext("r1", task, "the prompt", tmp_path / "work", task.run("r1"), CALLER_ENV)
 
 
 def make(name: str, **config: object) -> Backend:
@@ -68,9 +67,7 @@ def test_claude_as_root_allows_tools_by_name_unless_is_sandbox(
     assert "Bash" in argv and "Write" in argv
     sandboxed = make("claude", env={"IS_SANDBOX": "1"})
     c = ctx(tmp_path)
-    c = RunContext(*[getattr(c, f) for f in ("run_id", "project_id", "task_id", "prompt",
-                   "working_dir", "stdout_path", "stderr_path")],
-                   {**c.environment, "IS_SANDBOX": "1"})  # fmt: skip
+    c = dataclasses.replace(c, environment={**c.environment, "IS_SANDBOX": "1"})
     assert "--dangerously-skip-permissions" in sandboxed.launch(c).argv
 
 
@@ -99,7 +96,7 @@ def test_codex_exec_reads_the_prompt_file_on_stdin(tmp_path: Path) -> None:
 
 def test_codex_base_url_is_a_custom_provider(tmp_path: Path) -> None:
     spec = make("codex", base_url="http://127.0.0.1:9/v1", token_env="MY_KEY").launch(
-        RunContext("r", "p", "t", "x", tmp_path, tmp_path / "o", tmp_path / "e",
+        RunContext("r", TaskPaths(tmp_path, "p", "t"), "x", tmp_path, RunPaths(tmp_path),
                    {"MY_KEY": "sk-mine", "PATH": "/bin"})
     )  # fmt: skip
     argv = list(spec.argv)

@@ -12,18 +12,17 @@ from runagent.config import AgentConfig
 from runagent.context import RunContext
 from runagent.errors import ConfigError, RunAgentError
 from runagent.redaction import Redactor
+from runagent.runfolder import TaskPaths
 
 
 def context(tmp_path: Path) -> RunContext:
-    run = tmp_path / "p" / "t" / "runs" / "r1"
+    task = TaskPaths(tmp_path, "p", "t")
     return RunContext(
         run_id="r1",
-        project_id="p",
-        task_id="t",
+        task=task,
         prompt="the prompt",
         working_dir=tmp_path / "work",
-        stdout_path=run / "agent-stdout.txt",
-        stderr_path=run / "agent-stderr.txt",
+        paths=task.run("r1"),
         environment={"TASK_FOLDER": str(tmp_path / "p" / "t"), "PATH": "/bin"},
     )
 

@@ -11,7 +11,6 @@ import sys
 
 import pytest
 
-from runagent import runfolder
 from runagent.errors import ExitCode
 from runagent.runfolder import RunStatus
 from tests.conftest import REPO, Workspace, alive, wait_for
@@ -207,7 +206,7 @@ def test_resume_runs_the_loop_again_from_task_md(ws: Workspace) -> None:
     resumed = ws.cli("resume", "--project", "p", "--task", "t")
     assert resumed.returncode == 0, resumed.stderr
     last = ws.runs()[-1]
-    stdout = runfolder.stdout_path(ws.task().run_folder(last.run_id)).read_text()
+    stdout = ws.task().run(last.run_id).stdout.read_text()
     assert stdout.endswith("## Task\n\noriginal prompt\n")
     assert "## Previous run of this task" in stdout
     done = ws.cli("resume", "--project", "p", "--task", "t")
@@ -239,7 +238,7 @@ def test_a_run_started_by_an_agent_records_its_parent(ws: Workspace) -> None:
 def test_the_agent_finds_run_agent_on_its_path(ws: Workspace) -> None:
     ws.write_config(["--echo-env", "PATH"])
     assert ws.cli("--project", "p", "--task", "t", "x").returncode == 0
-    out = runfolder.stdout_path(ws.task().run_folder(ws.runs()[0].run_id)).read_text()
+    out = ws.task().run(ws.runs()[0].run_id).stdout.read_text()
     first = out.strip().split("=", 1)[1].split(os.pathsep)[0]
     assert first == os.path.dirname(sys.executable)
 
@@ -357,7 +356,7 @@ def test_a_runs_root_that_cannot_be_created_is_one_line(ws: Workspace) -> None:
 def test_the_agent_inherits_no_descriptor_but_its_stdio(ws: Workspace) -> None:
     ws.write_config(["--echo-fds"])
     assert ws.cli("--project", "p", "--task", "t", "x").returncode == 0
-    out = runfolder.stdout_path(ws.task().run_folder(ws.runs()[0].run_id)).read_text()
+    out = ws.task().run(ws.runs()[0].run_id).stdout.read_text()
     assert out.split() == ["0", "1", "2"]  # no lock, no pipe, no wake-up descriptor
 
 
@@ -378,8 +377,7 @@ def _start_a_run_with_output_bigger_than(ws: Workspace, size: int) -> subprocess
 
     def written() -> bool:
         runs = ws.runs()
-        folder = ws.task().run_folder(runs[0].run_id) if runs else None
-        return folder is not None and runfolder.stdout_path(folder).stat().st_size > size
+        return bool(runs) and ws.task().run(runs[0].run_id).stdout.stat().st_size > size
 
     wait_for(written, what="the agent's output")
     return loop

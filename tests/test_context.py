@@ -11,6 +11,7 @@ import pytest
 
 from runagent.context import RunContext, RunIdClock, agent_environment, new_task_id, validate_id
 from runagent.errors import UsageError
+from runagent.runfolder import RunPaths, TaskPaths
 
 RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
 
@@ -66,11 +67,25 @@ def test_generated_task_ids_are_valid_and_distinct() -> None:
         assert validate_id("task", task_id) == task_id
 
 
-def test_run_context_is_frozen_with_exactly_the_protocol_fields() -> None:
+def test_run_context_is_frozen_and_answers_every_protocol_field_once() -> None:
     names = [f.name for f in dataclasses.fields(RunContext)]
-    assert names == ["run_id", "project_id", "task_id", "prompt", "working_dir", "stdout_path",
-                     "stderr_path", "environment"]  # fmt: skip
-    ctx = RunContext("r", "p", "t", "x", Path("/w"), Path("/f/o"), Path("/f/e"), {"A": "1"})
+    assert names == ["run_id", "task", "prompt", "working_dir", "paths", "environment"]
+    task = TaskPaths(Path("/runs"), "p", "t")
+    ctx = RunContext("r", task, "x", Path("/w"), task.run("r"), {"A": "1"})
+    protocol = {
+        "run_id": "r",
+        "project_id": "p",
+        "task_id": "t",
+        "prompt": "x",
+        "working_dir": Path("/w"),
+        "stdout_path": Path("/runs/p/t/runs/r/agent-stdout.txt"),
+        "stderr_path": Path("/runs/p/t/runs/r/agent-stderr.txt"),
+        "environment": {"A": "1"},
+    }
+    assert {name: getattr(ctx, name) for name in protocol} == protocol
+    assert ctx.run_folder == Path("/runs/p/t/runs/r") and ctx.task_folder == Path("/runs/p/t")
+    assert ctx.prompt_file == Path("/runs/p/t/runs/r/prompt.md")
+    assert ctx.paths == RunPaths(Path("/runs/p/t/runs/r"))
     with pytest.raises(dataclasses.FrozenInstanceError):
         ctx.run_id = "other"  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -78,14 +93,12 @@ def test_run_context_is_frozen_with_exactly_the_protocol_fields() -> None:
 
 
 def test_agent_environment_contract_wins_over_inherited_values(tmp_path: Path) -> None:
+    task = TaskPaths(tmp_path, "p", "t")
     env = agent_environment(
         base={"PATH": "/usr/bin:/bin", "JRUN_ID": "stale", "JRUN_PARENT_ID": "stale", "HOME": "/h"},
         agent_env={"TOKEN_NAME": "x", "JRUN_TASK_ID": "agent-may-not-override"},
-        runs_root=tmp_path,
-        task_folder=tmp_path / "p" / "t",
-        run_folder=tmp_path / "p" / "t" / "runs" / "r1",
-        project_id="p",
-        task_id="t",
+        task=task,
+        paths=task.run("r1"),
         run_id="r1",
         parent_run_id=None,
         executable_dir=Path("/opt/run-agent/bin"),
@@ -95,3 +108,6 @@ def test_agent_environment_contract_wins_over_inherited_values(tmp_path: Path) -
     assert env["PATH"] == "/opt/run-agent/bin:/usr/bin:/bin"
     assert env["HOME"] == "/h" and env["TOKEN_NAME"] == "x"
     assert env["JRUN_RUNS_DIR"] == str(tmp_path)
+    assert env["TASK_FOLDER"] == str(tmp_path / "p" / "t")
+    assert env["RUN_FOLDER"] == str(tmp_path / "p" / "t" / "runs" / "r1")
+    assert env["JRUN_PROJECT_ID"] == "p"

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 import yaml
 
-from runagent import runfolder
 from tests.conftest import Workspace
 from tests.fake_models import FakeModelServer
 
@@ -41,7 +40,7 @@ def configure(ws: Workspace, backend: str, provider: FakeModelServer, **defaults
 
 def output(ws: Workspace, index: int = -1) -> str:
     run = ws.runs()[index]
-    return runfolder.output_path(ws.task().run_folder(run.run_id)).read_text()
+    return ws.task().run(run.run_id).output.read_text()
 
 
 @pytest.mark.parametrize("backend", ["perplexity", "xai"])
@@ -64,7 +63,7 @@ def test_a_text_answer_streams_to_stdout_and_lands_in_output_md(
         )
     else:
         assert text == "hello from fake model\n"
-    stdout = runfolder.stdout_path(ws.task().run_folder(ws.runs()[0].run_id)).read_text()
+    stdout = ws.task().run(ws.runs()[0].run_id).stdout.read_text()
     assert stdout.startswith("hello from fake model")
     for name in ("run-info.yaml", "prompt.md", "agent-stderr.txt", "agent-stdout.txt"):
         assert TOKEN not in (ws.task().run_folder(ws.runs()[0].run_id) / name).read_text()
@@ -106,7 +105,7 @@ def test_the_client_itself_retries_a_429_honouring_retry_after(
     ws.config.write_text(yaml.safe_dump(config))
     assert ws.cli("--project", "p", "--task", "t", "ask").returncode == 0
     (run,) = ws.runs()  # one run: the retry happened inside it
-    stderr = runfolder.stderr_path(ws.task().run_folder(run.run_id)).read_text()
+    stderr = ws.task().run(run.run_id).stderr.read_text()
     assert "retrying in 1s: HTTP 429" in stderr
     assert provider.model_requests == 2
 

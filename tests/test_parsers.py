@@ -12,9 +12,10 @@ import backends
 from runagent.backend import Backend
 from runagent.config import AgentConfig
 from runagent.context import RunContext
-from runagent.runfolder import Reason
+from runagent.runfolder import Reason, RunPaths, TaskPaths
 
 SAMPLES = Path(__file__).with_name("samples")
+TASK = TaskPaths(Path("/runs"), "p", "t")  # parsers read only the run's own files
 
 
 def context_for(tmp_path: Path, sample: str) -> RunContext:
@@ -27,10 +28,7 @@ def context_for(tmp_path: Path, sample: str) -> RunContext:
         shutil.copy(stderr, run / "agent-stderr.txt")
     else:
         (run / "agent-stderr.txt").touch()
-    return RunContext(
-        "r", "p", "t", "x", tmp_path, run / "agent-stdout.txt", run / "agent-stderr.txt",
-        {"TASK_FOLDER": str(tmp_path)},
-    )  # fmt: skip
+    return RunContext("r", TASK, "x", tmp_path, RunPaths(run), {})
 
 
 def backend(name: str) -> Backend:
@@ -69,8 +67,7 @@ def test_a_stream_with_nothing_to_parse_leaves_output_to_stdout(tmp_path: Path) 
     run = tmp_path / "run"
     run.mkdir()
     (run / "agent-stdout.txt").write_text("plain text, no events\n")
-    ctx = RunContext("r", "p", "t", "x", tmp_path, run / "agent-stdout.txt",
-                     run / "agent-stderr.txt", {})  # fmt: skip
+    ctx = RunContext("r", TASK, "x", tmp_path, RunPaths(run), {})
     for name in ("claude", "codex", "gemini"):
         assert backend(name).final_output(ctx) is None  # the supervisor copies stdout
 
@@ -80,8 +77,7 @@ def write_stream(tmp_path: Path, lines: list[str], stderr: str = "") -> RunConte
     run.mkdir(exist_ok=True)
     (run / "agent-stdout.txt").write_text("\n".join(lines) + "\n")
     (run / "agent-stderr.txt").write_text(stderr)
-    return RunContext("r", "p", "t", "x", tmp_path, run / "agent-stdout.txt",
-                      run / "agent-stderr.txt", {})  # fmt: skip
+    return RunContext("r", TASK, "x", tmp_path, RunPaths(run), {})
 
 
 def test_claude_rate_limit_event_gives_the_reset_time(tmp_path: Path) -> None:

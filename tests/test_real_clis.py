@@ -19,7 +19,6 @@ import psutil
 import pytest
 import yaml
 
-from runagent import runfolder
 from tests.conftest import REPO, Workspace, wait_for
 from tests.fake_models import FakeModelServer
 
@@ -102,7 +101,7 @@ def run(ws: Workspace, work: Path, cache: Path) -> Any:
 
 
 def output(ws: Workspace, index: int = -1) -> str:
-    return runfolder.output_path(ws.task().run_folder(ws.runs()[index].run_id)).read_text()
+    return ws.task().run(ws.runs()[index].run_id).output.read_text()
 
 
 @pytest.mark.parametrize("cli", CLIS)
@@ -115,10 +114,7 @@ def test_a_text_answer_lands_in_output_md(
     (info,) = ws.runs()
     assert output(ws) == "hello from fake model\n"
     assert VERSIONS[cli] in (info.agent_version or "")
-    assert (
-        "fake-key-for-tests"
-        not in runfolder.run_info_path(ws.task().run_folder(info.run_id)).read_text()
-    )
+    assert "fake-key-for-tests" not in ws.task().run(info.run_id).info.read_text()
     assert provider.model_requests >= 1
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runagent import runfolder
+from runagent import runfolder, tasks
+from runagent.process import process_start_time
 from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
 
 
@@ -73,3 +74,21 @@ def test_a_failed_atomic_write_names_the_file_not_its_temporary_copy(tmp_path: P
         runfolder.atomic_write(target, "done\n")
     assert info.value.filename == str(target)
     assert sorted(os.listdir(tmp_path)) == ["DONE"]  # the temporary copy is gone
+
+
+def test_a_running_run_whose_supervisor_is_gone_is_lost_and_marked_so(tmp_path: Path) -> None:
+    me = os.getpid()
+    running = RunInfo("r1", "p", "t", 1, "a", "command", "2026-01-01T00:00:00.000+00:00", "/w",
+                      supervisor_pid=me, supervisor_start=process_start_time(me))  # fmt: skip
+    assert not tasks.is_lost(running)  # its supervisor (this process) is alive
+    dead = running.replace(supervisor_pid=1, supervisor_start=0.0)  # pid 1, but not its start
+    assert tasks.is_lost(dead)
+    assert not tasks.is_lost(dead.replace(status=RunStatus.FAILED))  # an ended run is not lost
+    folder = runfolder.create_run_folder(TaskPaths(tmp_path, "p", "t"), "r1")
+    paths = runfolder.RunPaths(folder)
+    os.utime(paths.stdout, (1767225600.5, 1767225600.5))  # the last output: the run's end
+    os.utime(paths.stderr, (1767225000.0, 1767225000.0))
+    lost = runfolder.mark_lost(folder, dead)
+    assert lost.status is RunStatus.LOST and lost.reason is Reason.SUPERVISOR_LOST
+    assert lost.end_time == runfolder.timestamp(1767225600.5) == "2026-01-01T00:00:00.500+00:00"
+    assert runfolder.read_run_info(folder) == lost

@@ -12,7 +12,6 @@ import struct
 import threading
 from urllib.parse import urlsplit
 
-from runagent import runfolder
 from tests import sse
 from tests.conftest import Server, Workspace, wait_for
 from tests.test_server_streams import start_task
@@ -89,7 +88,7 @@ def test_hundreds_of_clients_dropping_never_freeze_a_steady_client(
     go.touch()  # the agent ends; every steady client must now get the rest and `end`
     for thread in steady_threads:
         thread.join(timeout=60)
-    expected = runfolder.stdout_path(ws.task().run_folder(run_id)).read_bytes()
+    expected = ws.task().run(run_id).stdout.read_bytes()
     assert expected.count(b"\n") == 300
     assert all(ended.values()) and len(ended) == 3, ended
     assert [len(received[n]) for n in range(3)] == [len(expected)] * 3

@@ -7,7 +7,6 @@ import threading
 
 import httpx
 
-from runagent import runfolder
 from tests import sse
 from tests.conftest import Server, Workspace, wait_for
 
@@ -48,7 +47,7 @@ def test_a_client_that_reconnects_with_last_event_id_gets_exactly_the_missing_by
             break
     assert received == b"before 1\nbefore 2\nbefore 3\n"
     go.touch()  # the agent now writes split characters while nobody is connected
-    wait_for(lambda: runfolder.stdout_path(ws.task().run_folder(run_id)).read_bytes().endswith(
+    wait_for(lambda: ws.task().run(run_id).stdout.read_bytes().endswith(
         b"last\n"), what="the agent to finish writing")  # fmt: skip
     statuses = []
     ended = False
@@ -63,7 +62,7 @@ def test_a_client_that_reconnects_with_last_event_id_gets_exactly_the_missing_by
             ended = True
             assert message.id == str(len(received))
     assert ended
-    assert received == runfolder.stdout_path(ws.task().run_folder(run_id)).read_bytes()
+    assert received == ws.task().run(run_id).stdout.read_bytes()
     assert received.endswith(EXPECTED)
     assert statuses[-1] == "completed"
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
+import time
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
 from runagent import runfolder
+from runagent.attempt import StopSignal
 from runagent.config import Until
 from runagent.errors import AlreadyRunningError
+from runagent.events import EventKind, Outcome
 from runagent.lock import TaskLock
+from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.runfolder import Reason, RunInfo, RunStatus
-from runagent.supervisor import EventKind, Outcome
-from tests.conftest import Workspace, alive, wait_for
+from tests.conftest import FAKE_AGENT, Workspace, alive, wait_for
 
 
 def test_exit_zero_completes_the_task_with_a_full_run_folder(ws: Workspace) -> None:
@@ -62,7 +67,7 @@ def test_failures_restart_with_a_new_run_that_knows_the_previous_one(ws: Workspa
     assert runs[1].previous_run_id == runs[0].run_id
     assert runs[2].previous_run_id == runs[1].run_id
     assert len({r.run_id for r in runs}) == 3
-    prompt = runfolder.prompt_path(ws.task().run_folder(runs[2].run_id)).read_text()
+    prompt = ws.task().run(runs[2].run_id).prompt.read_text()
     assert "attempt 3 of at most 4" in prompt
     assert f"Run `{runs[1].run_id}` (attempt 2) ended failed: exited with code 1" in prompt
     assert "progress 1" in prompt  # the tail of its output
@@ -156,7 +161,7 @@ def test_total_timeout_stops_the_run_and_says_which_timeout(ws: Workspace) -> No
     assert {r.reason for r in runs} == {Reason.TIMEOUT}
     assert "timeout 0.5s" in (runs[0].message or "")
     # The partial output is kept.
-    stdout = runfolder.stdout_path(ws.task().run_folder(runs[0].run_id)).read_text()
+    stdout = ws.task().run(runs[0].run_id).stdout.read_text()
     assert stdout == "line 1\n"
     assert not [p for p in ws.agent_pids() if alive(p)]
 
@@ -238,15 +243,14 @@ def test_missing_binary_ends_the_loop_with_a_clear_reason(ws: Workspace) -> None
     from backends.command import CommandBackend
     from runagent.config import AgentConfig
 
-    sup = ws.supervisor()
-    sup.backend = CommandBackend(AgentConfig("ghost", "command", command=("no-such-agent-xyz",)))
-    result = sup.run()
+    ghost = CommandBackend(AgentConfig("ghost", "command", command=("no-such-agent-xyz",)))
+    result = ws.supervisor(backend=ghost).run()
     assert result.outcome is Outcome.MISSING_DEPENDENCY
     (info,) = ws.runs()
     assert info.reason is Reason.MISSING_BINARY and info.exit_code == 127
-    stderr = runfolder.stderr_path(ws.task().run_folder(info.run_id)).read_text()
+    stderr = ws.task().run(info.run_id).stderr.read_text()
     assert "'no-such-agent-xyz' not found on PATH" in stderr
-    assert runfolder.output_path(ws.task().run_folder(info.run_id)).exists()
+    assert ws.task().run(info.run_id).output.exists()
 
 
 def test_the_agent_gets_the_environment_contract(ws: Workspace) -> None:
@@ -257,7 +261,7 @@ def test_the_agent_gets_the_environment_contract(ws: Workspace) -> None:
     (info,) = ws.runs()
     folder = ws.task().run_folder(info.run_id)
     lines = dict(
-        line.split("=", 1) for line in runfolder.stdout_path(folder).read_text().splitlines()
+        line.split("=", 1) for line in runfolder.RunPaths(folder).stdout.read_text().splitlines()
     )
     assert lines == {
         "TASK_FOLDER": str(ws.task().folder),
@@ -275,9 +279,8 @@ def test_a_missing_credential_ends_the_loop_as_a_missing_dependency(ws: Workspac
     from backends.xai import XaiBackend
     from runagent.config import AgentConfig
 
-    sup = ws.supervisor()
-    sup.backend = XaiBackend(AgentConfig("grok", "xai", token_file=ws.path / "no-key-file"))
-    result = sup.run()
+    grok = XaiBackend(AgentConfig("grok", "xai", token_file=ws.path / "no-key-file"))
+    result = ws.supervisor(backend=grok).run()
     assert result.outcome is Outcome.MISSING_DEPENDENCY
     (info,) = ws.runs()
     assert info.reason is Reason.AUTH and info.exit_code == 3
@@ -301,3 +304,46 @@ def test_an_argument_exec_cannot_take_fails_the_run_instead_of_leaving_it_runnin
     assert info.status is RunStatus.FAILED and info.reason is Reason.SPAWN_ERROR
     assert info.exit_code == 126 and "null byte" in (info.message or "")
     assert not ws.agent_pids()
+
+
+def test_the_clock_is_a_seam_that_durations_are_measured_by(ws: Workspace) -> None:
+    # Quick failures are a crash loop by the real clock; by one where each reading is a minute
+    # later, every run lasts minutes, so the loop spends its restarts instead.
+    readings = itertools.count(step=60.0)
+    settings = {"max_restarts": 4, "crash_loop_runs": 3, "crash_loop_seconds": 30}
+    quick = ws.supervisor(["--exit", "1"], task="quick", **settings).run()
+    assert "crash loop" in quick.message and len(ws.runs(task="quick")) == 3
+    slow = ws.supervisor(
+        ["--exit", "1"], task="slow", seams={"clock": lambda: next(readings)}, **settings
+    ).run()
+    assert "gave up after 5 failed attempts" in slow.message and len(ws.runs(task="slow")) == 5
+
+
+def test_the_start_of_an_agent_process_is_a_seam(ws: Workspace) -> None:
+    started: list[tuple[LaunchSpec, Path]] = []
+
+    def start(spec: LaunchSpec, stdout: Path, stderr: Path, *, grace: float) -> AgentProcess:
+        started.append((spec, stdout))
+        if len(started) == 1:  # the first start fails, as a transport can for a while
+            raise SpawnError("the host is busy", 75)
+        return AgentProcess.start(spec, stdout, stderr, grace=grace)
+
+    result = ws.supervisor(["--exit", "0"], seams={"start": start}).run()
+    assert result.outcome is Outcome.COMPLETED
+    first, _ = ws.runs()
+    assert first.reason is Reason.SPAWN_ERROR and first.exit_code == 75
+    assert "the host is busy" in ws.task().run(first.run_id).stderr.read_text()
+    assert [stdout for _, stdout in started] == [ws.task().run(r.run_id).stdout for r in ws.runs()]
+    assert started[1][0].argv[1] == str(FAKE_AGENT)
+
+
+def test_a_stop_signal_wakes_a_wait_at_once_and_is_harmless_once_closed() -> None:
+    signal = StopSignal()
+    assert signal.wait(0.01) is False  # nobody asked: the whole wait passes
+    threading.Timer(0.05, signal.request).start()
+    began = time.monotonic()
+    assert signal.wait(30) is True
+    assert time.monotonic() - began < 10
+    signal.close()
+    signal.request()  # after close: no write to a descriptor number another file may now hold
+    assert signal.requested

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from typing import TextIO
 
 from runagent import runfolder
+from runagent.events import Event, EventKind, Outcome
 from runagent.runfolder import RunInfo
-from runagent.supervisor import Event, EventKind, Outcome
 
 # An agent's own colours and cursor moves (CSI and OSC sequences), which would garble the line.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
@@ -68,7 +68,7 @@ class Console:
         head = f"attempt {info.attempt}/{self.max_attempts} · running · {minutes:02d}:{seconds:02d}"
         last = ""
         if event.run_folder is not None:
-            lines = runfolder.tail(runfolder.stdout_path(event.run_folder), 8192).splitlines()
+            lines = runfolder.tail(runfolder.RunPaths(event.run_folder).stdout, 8192).splitlines()
             for line in reversed(lines):
                 last = (self.summarize(line) or "").strip() if line.strip() else ""
                 if last:

@@ -25,10 +25,11 @@ from runagent.cli.options import (
     task_option,
     usable_backend,
 )
-from runagent.context import new_task_id, parent_run_id, validate_id, validate_prompt
+from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id, validate_prompt
 from runagent.errors import ExitCode, NotFoundError, UsageError
+from runagent.events import Event, Outcome
 from runagent.runfolder import TaskPaths
-from runagent.supervisor import Event, LoopRequest, Outcome, Supervisor
+from runagent.supervisor import Supervisor
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,
