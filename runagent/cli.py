@@ -18,18 +18,8 @@ import click
 import backends
 from runagent import __version__, notify, runfolder, tasks
 from runagent import schedule as sched
-from runagent.config import (
-    AgentConfig,
-    Config,
-    LoopSettings,
-    NotifyEvent,
-    ScheduleConfig,
-    Until,
-    find_config,
-    load_config,
-    parse_duration,
-    runs_root,
-)
+from runagent.config import AgentConfig, Config, LoopSettings, NotifyEvent, ScheduleConfig, Until
+from runagent.configfile import find_config, load_config, parse_duration, runs_root
 from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import (
     ExitCode,
@@ -322,25 +312,6 @@ def loop_settings(base: LoopSettings, options: dict[str, Any]) -> LoopSettings:
     return LoopSettings(**{**base.__dict__, **changes})
 
 
-def agent_config(config: Config, name: str | None) -> AgentConfig:
-    if name is not None and not name.strip():
-        raise UsageError(
-            f"--agent {name!r} is empty; name an agent, or leave it out for the default"
-        )
-    name = name or config.defaults.agent
-    if name is None:
-        raise UsageError(
-            "no agent: pass --agent NAME or set defaults.agent in config.yaml"
-            + (f" (configured: {', '.join(config.agents)})" if config.agents else "")
-        )
-    if name in config.agents:
-        return config.agents[name]
-    if name in backends.known():
-        return AgentConfig(name=name, type=name)
-    known = ", ".join([*config.agents, *backends.names()])
-    raise UsageError(f"unknown agent {name!r}; configured agents and backends: {known}")
-
-
 def executable_dir() -> Path:
     """The folder of the run-agent being run, so agents can start sub-runs by name."""
     script = Path(sys.argv[0])
@@ -350,7 +321,7 @@ def executable_dir() -> Path:
 
 
 def foreground_loop(s: Setup, task: TaskPaths, prompt: str, options: dict[str, Any]) -> None:
-    agent = agent_config(s.config, options.get("agent"))
+    agent = s.config.agent(options.get("agent"), backends.known())
     backend = backends.create(agent)
     working_dir = (options.get("working_dir") or Path.cwd()).resolve()
     if not working_dir.is_dir():
@@ -642,7 +613,7 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
     from runagent import control
 
     config = firing.schedule
-    agent = agent_config(s.config, config.agent)
+    agent = s.config.agent(config.agent, backends.known())
     for finding in backends.create(agent).check():
         if not finding.ok:
             hint = f"; {finding.fix}" if finding.fix else ""
