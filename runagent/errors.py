@@ -64,3 +64,15 @@ class NotFoundError(RunAgentError):
 
 class OutsideRootError(NotFoundError):
     """A path under the runs root leads out of it (a symbolic link): it is never read or written."""
+
+
+def error_for_exit(code: int, message: str) -> RunAgentError:
+    """The error a run-agent process that exited `code` after saying `message` stands for, as
+    the class of its exit code (so a caller can tell a refusal from a failure)."""
+    for kind in (UsageError, MissingDependencyError, AlreadyRunningError):
+        if code == kind.exit_code:
+            return kind(message)
+    try:
+        return RunAgentError(message, exit_code=ExitCode(code))
+    except ValueError:  # not one of ours (a signal, a crash): a plain failure
+        return RunAgentError(message)
