@@ -21,12 +21,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runagent import runfolder
-from runagent.backend import Backend, Finding
-from runagent.context import RunContext
-from runagent.failure import Diagnosis, http_retry_after
-from runagent.process import LaunchSpec
-from runagent.runfolder import Reason
+from runagent.backend import (
+    Backend,
+    Diagnosis,
+    Finding,
+    LaunchSpec,
+    Reason,
+    RunContext,
+    atomic_write,
+    http_retry_after,
+    output_path,
+    prompt_path,
+    tail,
+)
 
 ERROR_TAG = "run_agent_error"
 RETRIES = 5
@@ -50,12 +57,12 @@ class ChatBackend(Backend):
 
     def final_output(self, ctx: RunContext) -> str | None:
         try:
-            return runfolder.output_path(ctx.run_folder).read_text(encoding="utf-8")
+            return output_path(ctx.run_folder).read_text(encoding="utf-8")
         except OSError:
             return None
 
     def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
-        for line in reversed(runfolder.tail(ctx.stderr_path, 8000).splitlines()):
+        for line in reversed(tail(ctx.stderr_path, 8000).splitlines()):
             try:
                 report = json.loads(line).get(ERROR_TAG)
             except (ValueError, AttributeError):
@@ -119,7 +126,7 @@ def main(token_variable: str, cite: bool) -> int:
             url=os.environ["RUN_AGENT_CHAT_URL"],
             model=os.environ["RUN_AGENT_CHAT_MODEL"],
             key=key,
-            prompt=runfolder.prompt_path(folder).read_text(encoding="utf-8"),
+            prompt=prompt_path(folder).read_text(encoding="utf-8"),
             stream_timeout=float(os.environ.get("RUN_AGENT_STREAM_TIMEOUT", "120")),
             retries=int(os.environ.get("RUN_AGENT_CHAT_RETRIES", RETRIES)),
         )
@@ -133,7 +140,7 @@ def main(token_variable: str, cite: bool) -> int:
         sys.stdout.write("\n" + sources)
         answer += sources
     sys.stdout.flush()
-    runfolder.atomic_write(runfolder.output_path(folder), answer)
+    atomic_write(output_path(folder), answer)
     return 0
 
 

@@ -74,7 +74,7 @@ def test_the_redactor_knows_the_token_and_the_key_variables_the_agent_is_given(
         "a", "command", command=("agent", "--key", "sk-secret"), token="sk-secret",
         pass_env=("OPENAI_API_KEY",), env={"MY_TOKEN": "env-token-1"},
     )  # fmt: skip
-    backend = CommandBackend(config)
+    backend = backends.create(config)
     redact = backend.redactor(
         {"OPENAI_API_KEY": "o-key-123", "GEMINI_API_KEY": "not-given-1", "MAX_TOKENS": "900000"}
     )
@@ -100,7 +100,8 @@ def test_registry_names_and_creation() -> None:
 
 
 def test_a_broken_backend_module_breaks_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(backends.BUILTIN, "broken", "tests.no_such_module_here")
+    broken = backends.Registered("tests.no_such_module_here:BrokenBackend")
+    monkeypatch.setitem(backends.BUILTIN, "broken", broken)
     with pytest.raises(RunAgentError, match="backend 'broken' failed to load"):
         backends.create(AgentConfig("x", "broken"))
     assert backends.create(AgentConfig("x", "command", command=("true",))).name == "command"
