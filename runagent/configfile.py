@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import enum
 import math
 import os
@@ -331,6 +330,8 @@ def _seconds(value: object) -> float | None:
 
 
 def _did_you_mean(word: str, choices: Collection[str]) -> str:
+    import difflib  # only a config with a mistake pays for it
+
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else ""
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,6 +107,37 @@ def test_a_broken_backend_module_breaks_only_itself(monkeypatch: pytest.MonkeyPa
     with pytest.raises(RunAgentError, match="backend 'broken' failed to load"):
         backends.create(AgentConfig("x", "broken"))
     assert backends.create(AgentConfig("x", "command", command=("true",))).name == "command"
+
+
+def test_distributions_are_read_only_when_one_may_declare_a_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path)])
+    (tmp_path / "other-1.0.dist-info").mkdir()
+    (tmp_path / "other-1.0.dist-info" / "entry_points.txt").write_text("[console_scripts]\n")
+    assert not backends._declared()
+    (tmp_path / "plugin-1.0.dist-info").mkdir()
+    (tmp_path / "plugin-1.0.dist-info" / "entry_points.txt").write_text(
+        "[runagent.backends]\nmine = plugin:MineBackend\n"
+    )
+    assert backends._declared()
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "archive.zip")])
+    (tmp_path / "archive.zip").write_bytes(b"PK")
+    assert backends._declared()  # an archive cannot be glanced at: importlib.metadata reads it
+
+
+def test_a_run_of_a_built_in_backend_does_not_import_importlib_metadata(tmp_path: Path) -> None:
+    # It costs every run ~12 ms, and is needed only when a distribution declares a backend.
+    code = (
+        "import sys, backends\n"
+        "from runagent.config import AgentConfig\n"
+        "backends.create(AgentConfig('x', 'command', command=('true',)))\n"
+        "print('importlib.metadata' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert done.stdout == "False\n"
 
 
 def test_agent_versions_are_cached_per_executable(tmp_path: Path) -> None:
