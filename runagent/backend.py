@@ -1,7 +1,5 @@
-"""The backend interface: how run-agent asks an agent module what to start and what it said.
-
-It is also the one module a backend imports from: `__all__` names everything a backend needs.
-"""
+"""The backend interface (how run-agent asks an agent what to start and what it said), and the
+one module a backend imports from: `__all__` names everything a backend needs."""
 
 from __future__ import annotations
 
