@@ -213,3 +213,13 @@ def test_enum_keys_are_read_as_members(tmp_path: Path) -> None:
     assert config.agents["c"].permissions is Permissions.NONE
     assert config.notify.events == {NotifyEvent.GAVE_UP}
     assert config.schedules["s"].overlap is Overlap.QUEUE
+
+
+def test_the_loop_settings_the_full_config_leaves_out_are_read_too(tmp_path: Path) -> None:
+    text = (
+        "defaults:\n  crash_loop_runs: 7\n  crash_loop_seconds: 9s\n  rate_limit_wait: 1m\n"
+        "  rate_limit_max_wait: 2h\n  max_rate_limit_waits: 4\n  kill_grace: 0\n"
+    )
+    d = parse(text, tmp_path).defaults  # type: ignore[attr-defined]
+    assert (d.crash_loop_runs, d.crash_loop_seconds, d.rate_limit_wait) == (7, 9.0, 60.0)
+    assert (d.rate_limit_max_wait, d.max_rate_limit_waits, d.kill_grace) == (7200.0, 4, 0.0)
