@@ -1,12 +1,20 @@
 """The backend registry: one line per built-in backend, plus the `runagent.backends` entry points.
 
-Modules load only when used, so a broken backend breaks only itself.
+A line names where the backend's class is and the provider variable prefixes it owns. Each
+backend is handed the prefixes of every other registered one, so an agent never sees another
+provider's credentials, and a new provider needs no edit anywhere else. Modules load only when
+used, so a broken backend breaks only itself.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from importlib.machinery import PathFinder
+from pathlib import Path
 from typing import Any
 
 from runagent.backend import Backend
@@ -15,22 +23,59 @@ from runagent.errors import MissingDependencyError, RunAgentError
 
 ENTRY_POINT_GROUP = "runagent.backends"
 
-BUILTIN: dict[str, str] = {
-    "claude": "backends.claude",
-    "codex": "backends.codex",
-    "command": "backends.command",
-    "gemini": "backends.gemini",
-    "perplexity": "backends.perplexity",
-    "xai": "backends.xai",
+
+@dataclass(frozen=True)
+class Registered:
+    """A built-in backend: `module:Class` (or a module with `create(config)`), and the prefixes
+    of the provider variables (keys, endpoints) that belong to it and to no other agent."""
+
+    target: str
+    prefixes: tuple[str, ...] = ()
+
+
+BUILTIN: dict[str, Registered] = {
+    "claude": Registered("backends.claude:ClaudeBackend", ("ANTHROPIC_", "CLAUDE_")),
+    "codex": Registered("backends.codex:CodexBackend", ("OPENAI_", "CODEX_")),
+    "command": Registered("backends.command:CommandBackend"),
+    "gemini": Registered("backends.gemini:GeminiBackend", ("GEMINI_", "GOOGLE_")),
+    "perplexity": Registered("backends.perplexity:PerplexityBackend", ("PERPLEXITY_",)),
+    "xai": Registered("backends.xai:XaiBackend", ("XAI_",)),
 }
 
 
 def _entry_points(name: str | None = None) -> list[Any]:
-    # importlib.metadata scans every installed distribution: only pay for it when needed.
+    # Importing importlib.metadata and reading every distribution costs each run ~12 ms, and
+    # most installations declare no backend at all: look for one cheaply first.
+    if not _declared():
+        return []
     from importlib.metadata import entry_points
 
     found = entry_points(group=ENTRY_POINT_GROUP)
     return [ep for ep in found if name is None or ep.name == name]
+
+
+def _declared() -> bool:
+    """False only when no distribution on sys.path can declare a backend (each one's
+    entry_points.txt lacks the group); True when one may."""
+    if any(f is not PathFinder and hasattr(f, "find_distributions") for f in sys.meta_path):
+        return True  # distributions found some other way: only importlib.metadata can tell
+    section = f"[{ENTRY_POINT_GROUP}]"
+    for folder in sys.path:
+        try:
+            entries = list(os.scandir(folder or "."))
+        except NotADirectoryError:
+            return True  # a zip archive may hold distributions
+        except OSError:
+            continue  # a folder that is not there (or a path hook's name) holds none
+        for entry in entries:
+            if entry.name.endswith((".dist-info", ".egg-info")):
+                try:
+                    text = Path(entry.path, "entry_points.txt").read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue  # importlib.metadata finds no entry points there either
+                if section in text:
+                    return True
+    return False
 
 
 def names() -> list[str]:
@@ -55,17 +100,39 @@ def known() -> Collection[str]:
     return _Known()
 
 
+def owned_prefixes() -> dict[str, tuple[str, ...]]:
+    """The provider variable prefixes of every registered backend, by name.
+
+    A backend from another package states its own as `env_prefixes` on the class its entry
+    point names; one that fails to load cannot run, and is left out.
+    """
+    owned = {name: line.prefixes for name, line in BUILTIN.items()}
+    for ep in _entry_points():
+        if ep.name in owned:
+            continue  # a built-in name is never replaced
+        try:
+            prefixes = getattr(ep.load(), "env_prefixes", ())
+        except Exception:  # it says why when it is asked to run
+            continue
+        owned[ep.name] = (prefixes,) if isinstance(prefixes, str) else tuple(prefixes)
+    return owned
+
+
+def _load(target: str) -> Any:
+    module, _, attribute = target.partition(":")
+    loaded = importlib.import_module(module)
+    return getattr(loaded, attribute) if attribute else loaded
+
+
 def _factory(name: str) -> Callable[[AgentConfig], Backend]:
     try:
         if name in BUILTIN:
-            module = importlib.import_module(BUILTIN[name])
-            factory = module.create
+            loaded = _load(BUILTIN[name].target)
         else:
             found = _entry_points(name)
             if not found:
                 raise RunAgentError(f"unknown backend {name!r}; known: {', '.join(names())}")
             loaded = found[0].load()
-            factory = getattr(loaded, "create", loaded)
     except RunAgentError:
         raise
     except Exception as exc:  # a broken module must not take run-agent down with it
@@ -73,9 +140,17 @@ def _factory(name: str) -> Callable[[AgentConfig], Backend]:
             f"backend {name!r} failed to load ({type(exc).__name__}: {exc}); "
             "reinstall the package that provides it"
         ) from exc
-    return factory  # type: ignore[no-any-return]
+    # A Backend class, a create(config) function, or a module that has one.
+    return getattr(loaded, "create", loaded)  # type: ignore[no-any-return]
 
 
 def create(config: AgentConfig) -> Backend:
-    """The backend object for one configured agent."""
-    return _factory(config.type)(config)
+    """The backend object for one configured agent, told which provider variables are whose."""
+    backend = _factory(config.type)(config)
+    owned = owned_prefixes()
+    if config.type in BUILTIN:
+        backend.env_prefixes = owned[config.type]
+    backend.foreign_prefixes = tuple(
+        sorted({p for name, prefixes in owned.items() if name != config.type for p in prefixes})
+    )
+    return backend

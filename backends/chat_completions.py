@@ -21,12 +21,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from runagent import runfolder
-from runagent.backend import Backend, Finding
-from runagent.context import RunContext
-from runagent.failure import Diagnosis, http_retry_after
-from runagent.process import LaunchSpec
-from runagent.runfolder import Reason
+from runagent.backend import (
+    Backend,
+    Diagnosis,
+    Finding,
+    LaunchSpec,
+    Reason,
+    RunContext,
+    RunPaths,
+    atomic_write,
+    http_retry_after,
+    tail,
+)
 
 ERROR_TAG = "run_agent_error"
 RETRIES = 5
@@ -55,7 +61,7 @@ class ChatBackend(Backend):
             return None
 
     def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
-        for line in reversed(runfolder.tail(ctx.stderr_path, 8000).splitlines()):
+        for line in reversed(tail(ctx.stderr_path, 8000).splitlines()):
             try:
                 report = json.loads(line).get(ERROR_TAG)
             except (ValueError, AttributeError):
@@ -110,7 +116,7 @@ def main(token_variable: str, cite: bool) -> int:
     if len(sys.argv) != 2:
         print(f"usage: python -m backends.<name> RUN_FOLDER (got {sys.argv[1:]})", file=sys.stderr)
         return 2
-    run = runfolder.RunPaths(Path(sys.argv[1]))
+    run = RunPaths(Path(sys.argv[1]))
     key = os.environ.get(token_variable, "")
     try:
         if not key:
@@ -133,7 +139,7 @@ def main(token_variable: str, cite: bool) -> int:
         sys.stdout.write("\n" + sources)
         answer += sources
     sys.stdout.flush()
-    runfolder.atomic_write(run.output, answer)
+    atomic_write(run.output, answer)
     return 0
 
 

@@ -16,13 +16,18 @@ import os
 import time
 from typing import Any
 
-from runagent import runfolder
-from runagent.backend import Backend
-from runagent.config import AgentConfig, Permissions
-from runagent.context import RunContext
-from runagent.failure import Diagnosis, from_status, from_text, json_lines
-from runagent.process import LaunchSpec
-from runagent.runfolder import Reason
+from runagent.backend import (
+    Backend,
+    Diagnosis,
+    LaunchSpec,
+    Permissions,
+    Reason,
+    RunContext,
+    from_status,
+    from_text,
+    json_lines,
+    tail,
+)
 
 ROOT_TOOLS = ("Bash", "Edit", "Write", "MultiEdit", "NotebookEdit", "WebFetch", "WebSearch")
 QUIET = {
@@ -35,7 +40,6 @@ QUIET = {
 class ClaudeBackend(Backend):
     name = "claude"
     default_command = ("claude",)
-    env_prefixes = ("ANTHROPIC_", "CLAUDE_")
     token_variable = "ANTHROPIC_API_KEY"
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
@@ -89,7 +93,7 @@ class ClaudeBackend(Backend):
             if isinstance(status, int):
                 return from_status(status, text)
             return from_text(text) or Diagnosis(Reason.API_ERROR, f"claude reported: {text}")
-        stderr = runfolder.tail(ctx.stderr_path, 4000)
+        stderr = tail(ctx.stderr_path, 4000)
         return from_text(stderr) if stderr.strip() else None
 
     def summarize(self, line: str) -> str | None:
@@ -114,7 +118,3 @@ class ClaudeBackend(Backend):
 
     def login_hint(self) -> str:
         return "`claude` login in HOME, or ANTHROPIC_API_KEY / agents.<name>.token_env"
-
-
-def create(config: AgentConfig) -> Backend:
-    return ClaudeBackend(config)

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import json
 
-from runagent import runfolder
-from runagent.backend import Backend
-from runagent.config import AgentConfig, Permissions
-from runagent.context import RunContext
-from runagent.failure import Diagnosis, from_text, json_lines, retry_after
-from runagent.process import LaunchSpec
-from runagent.runfolder import Reason
+from runagent.backend import (
+    Backend,
+    Diagnosis,
+    LaunchSpec,
+    Permissions,
+    Reason,
+    RunContext,
+    from_text,
+    json_lines,
+    retry_after,
+    tail,
+)
 
 PROVIDER = "runagent"
 
@@ -25,7 +30,6 @@ PROVIDER = "runagent"
 class CodexBackend(Backend):
     name = "codex"
     default_command = ("codex",)
-    env_prefixes = ("OPENAI_", "CODEX_")
     token_variable = "CODEX_API_KEY"
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
@@ -65,7 +69,7 @@ class CodexBackend(Backend):
                 errors.append(str((event.get("error") or {}).get("message", "")))
             elif event.get("type") == "error":
                 errors.append(str(event.get("message", "")))
-        text = "\n".join(e for e in errors if e) or runfolder.tail(ctx.stderr_path, 4000)
+        text = "\n".join(e for e in errors if e) or tail(ctx.stderr_path, 4000)
         if not text.strip():
             return None
         found = from_text(text)
@@ -94,7 +98,3 @@ class CodexBackend(Backend):
 
     def login_hint(self) -> str:
         return "`codex login` in HOME, or CODEX_API_KEY / agents.<name>.token_env"
-
-
-def create(config: AgentConfig) -> Backend:
-    return CodexBackend(config)

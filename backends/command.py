@@ -9,11 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from runagent.backend import Backend
-from runagent.config import AgentConfig
-from runagent.context import RunContext
-from runagent.errors import ConfigError
-from runagent.process import LaunchSpec
+from runagent.backend import AgentConfig, Backend, ConfigError, LaunchSpec, RunContext
 
 PROMPT_PLACEHOLDERS = ("{prompt_file}", "{prompt}")
 
@@ -54,7 +50,3 @@ class CommandBackend(Backend):
             cwd=ctx.working_dir,
             stdin=None if takes_prompt else ctx.prompt_file,
         )
-
-
-def create(config: AgentConfig) -> Backend:
-    return CommandBackend(config)

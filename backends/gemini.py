@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
-from runagent import runfolder
-from runagent.backend import Backend
-from runagent.config import AgentConfig, Permissions
-from runagent.context import RunContext
-from runagent.failure import Diagnosis, from_text, json_lines, retry_after
-from runagent.process import LaunchSpec
-from runagent.runfolder import Reason
+from runagent.backend import (
+    Backend,
+    Diagnosis,
+    LaunchSpec,
+    Permissions,
+    Reason,
+    RunContext,
+    cache_dir,
+    from_text,
+    json_lines,
+    retry_after,
+    tail,
+)
 
 GATEWAY_SETTINGS = {
     "security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -37,7 +42,6 @@ EXIT_AUTH = {41, 401 & 0xFF, 403 & 0xFF}
 class GeminiBackend(Backend):
     name = "gemini"
     default_command = ("gemini",)
-    env_prefixes = ("GEMINI_", "GOOGLE_")
     token_variable = "GEMINI_API_KEY"
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
@@ -72,7 +76,7 @@ class GeminiBackend(Backend):
         for event in json_lines(ctx.stdout_path):
             if event.get("type") == "result" and event.get("status") == "error":
                 message = str((event.get("error") or {}).get("message", ""))
-        text = message or runfolder.tail(ctx.stderr_path, 4000)
+        text = message or tail(ctx.stderr_path, 4000)
         if exit_code == EXIT_RATE_LIMIT:
             return Diagnosis(Reason.RATE_LIMIT, f"rate limited: {_short(text)}", retry_after(text))
         if exit_code in EXIT_AUTH:
@@ -107,14 +111,9 @@ def settings_file() -> tuple[Path, str]:
     """Where the gateway settings live (named by their content) and what they say."""
     content = json.dumps(GATEWAY_SETTINGS, indent=2) + "\n"
     digest = hashlib.sha256(content.encode()).hexdigest()[:12]
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "run-agent" / f"gemini-settings-{digest}.json", content
+    return cache_dir() / f"gemini-settings-{digest}.json", content
 
 
 def _short(text: str) -> str:
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "error")
     return line[:300]
-
-
-def create(config: AgentConfig) -> Backend:
-    return GeminiBackend(config)

@@ -1,4 +1,5 @@
-"""The backend interface: how run-agent asks an agent module what to start and what it said."""
+"""The backend interface (how run-agent asks an agent what to start and what it said), and the
+one module a backend imports from: `__all__` names everything a backend needs."""
 
 from __future__ import annotations
 
@@ -12,27 +13,45 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from runagent.config import AgentConfig
+from runagent.config import AgentConfig, Permissions
 from runagent.context import RunContext
-from runagent.errors import MissingDependencyError
-from runagent.failure import Diagnosis
+from runagent.errors import ConfigError, MissingDependencyError
+from runagent.failure import (
+    Diagnosis,
+    from_status,
+    from_text,
+    http_retry_after,
+    json_lines,
+    retry_after,
+)
 from runagent.process import LaunchSpec, resolve_executable
 from runagent.redaction import Redactor
+from runagent.runfolder import Reason, RunPaths, TaskPaths, atomic_write, tail
+
+__all__ = [
+    "AgentConfig",
+    "Backend",
+    "ConfigError",
+    "Diagnosis",
+    "Finding",
+    "LaunchSpec",
+    "MissingDependencyError",
+    "Permissions",
+    "Reason",
+    "RunContext",
+    "RunPaths",
+    "TaskPaths",
+    "atomic_write",
+    "cache_dir",
+    "from_status",
+    "from_text",
+    "http_retry_after",
+    "json_lines",
+    "retry_after",
+    "tail",
+]
 
 VERSION_TIMEOUT = 20.0
-
-# Environment variables that carry model-provider credentials or endpoints. An agent sees only
-# its own provider's (and those its config names): a codex run never gets an Anthropic key.
-PROVIDER_PREFIXES = (
-    "ANTHROPIC_",
-    "CLAUDE_",
-    "OPENAI_",
-    "CODEX_",
-    "GEMINI_",
-    "GOOGLE_",
-    "PERPLEXITY_",
-    "XAI_",
-)
 
 
 @dataclass(frozen=True)
@@ -53,8 +72,11 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     # The executable when `command` is not configured (CLI backends).
     default_command: ClassVar[tuple[str, ...]] = ()
-    # The provider variables this agent may see from run-agent's environment.
-    env_prefixes: ClassVar[tuple[str, ...]] = ()
+    # Prefixes of the provider variables (keys, endpoints) that are this agent's, and of those
+    # that are other agents'. The registry sets both from its lines; a backend from another
+    # package states its own here, on the class its entry point names.
+    env_prefixes: tuple[str, ...] = ()
+    foreign_prefixes: tuple[str, ...] = ()
     # Where the agent reads its key from; a configured token is put there.
     token_variable: ClassVar[str | None] = None
 
@@ -117,7 +139,7 @@ class Backend(abc.ABC):
             k: v
             for k, v in env.items()
             if k in keep
-            or not k.startswith(PROVIDER_PREFIXES)
+            or not k.startswith(self.foreign_prefixes)
             or k.startswith(self.env_prefixes or ("\0",))
         }
 
@@ -241,5 +263,10 @@ def cached_version(exe: Path, cache: Path | None = None) -> str | None:
 
 
 def version_cache_path() -> Path:
+    return cache_dir() / "versions.json"
+
+
+def cache_dir() -> Path:
+    """run-agent's folder in the user's cache, for files it can always make again."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "run-agent" / "versions.json"
+    return Path(base) / "run-agent"

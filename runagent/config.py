@@ -1,28 +1,14 @@
-"""config.yaml turned into typed, frozen settings; every error names the key path and the value."""
+"""The typed, frozen settings every part of run-agent reads (configfile.py reads them from YAML)."""
 
 from __future__ import annotations
 
 import difflib
 import enum
-import math
-import os
-import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from pathlib import Path
-from types import MappingProxyType
-from typing import Any
 
-import yaml
-
-from runagent.errors import ConfigError
-
-CONFIG_NAME = "config.yaml"
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-# Longer than anything a loop waits for, and short enough for every clock and select() call.
-MAX_DURATION = 365 * 86400.0
+from runagent.errors import UsageError
 
 
 class Permissions(enum.StrEnum):
@@ -87,6 +73,8 @@ class Overlap(enum.StrEnum):
 
 
 class NotifyEvent(enum.StrEnum):
+    """What a notification can be sent for (`notify.on`)."""
+
     COMPLETED = "completed"  # the task completed
     FAILED = "failed"  # a run failed (the loop may go on)
     GAVE_UP = "gave_up"  # the loop ended without completing the task
@@ -150,6 +138,8 @@ class ServerSettings:
 
 @dataclass(frozen=True)
 class Config:
+    """Everything config.yaml says; `source` is the file it came from (None: the defaults)."""
+
     agents: Mapping[str, AgentConfig]
     defaults: LoopSettings
     runs_dir: Path
@@ -158,401 +148,26 @@ class Config:
     schedules: Mapping[str, ScheduleConfig] = field(default_factory=dict)
     notify: NotifyConfig | None = None
 
-
-def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Path | None:
-    """`--config`, then $RUN_AGENT_CONFIG, then ./config.yaml, then the user's config folder."""
-    if explicit is not None:
-        if not explicit.is_file():
-            raise ConfigError(
-                f"config file {str(explicit)!r} {_not_a_file(explicit)}; check --config"
+    def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
+        """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare
+        backend of that name with its built-in settings."""
+        if name is not None and not name.strip():
+            raise UsageError(
+                f"--agent {name!r} is empty; name an agent, or leave it out for the default"
             )
-        return explicit
-    if env.get("RUN_AGENT_CONFIG"):
-        path = Path(env["RUN_AGENT_CONFIG"])
-        if not path.is_file():
-            raise ConfigError(
-                f"config file {str(path)!r} (from RUN_AGENT_CONFIG) {_not_a_file(path)}; "
-                "fix or unset it"
+        name = name or self.defaults.agent
+        if name is None:
+            raise UsageError(
+                "no agent: pass --agent NAME or set defaults.agent in config.yaml"
+                + (f" (configured: {', '.join(self.agents)})" if self.agents else "")
             )
-        return path
-    for candidate in (
-        cwd / CONFIG_NAME,
-        Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "run-agent" / CONFIG_NAME,
-    ):
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def _not_a_file(path: Path) -> str:
-    return "is a folder, not a file" if path.is_dir() else "does not exist"
-
-
-def load_config(path: Path | None, backend_names: Collection[str], cwd: Path) -> Config:
-    """Read and check `path`; with no file, the built-in defaults with runs under ./runs."""
-    if path is None:
-        return parse_config({}, base_dir=cwd, backend_names=backend_names)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(
-            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
-        ) from exc
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        line = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None)
-        detail = f" ({problem})" if problem else ""
-        raise ConfigError(f"{path}: not valid YAML{line}{detail}; fix the syntax") from exc
-    try:
-        return parse_config(
-            data or {}, base_dir=path.resolve().parent, backend_names=backend_names, source=path
+        if name in self.agents:
+            return self.agents[name]
+        if name in backend_names:
+            return AgentConfig(name=name, type=name)
+        names = [*self.agents, *backend_names]
+        close = difflib.get_close_matches(name, names, 1, 0.6)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise UsageError(
+            f"unknown agent {name!r}; {hint}configured agents and backends: {', '.join(names)}"
         )
-    except ConfigError as exc:
-        raise ConfigError(f"{path}: {exc}") from exc
-
-
-def parse_config(
-    data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
-) -> Config:
-    top = _Section(data, "")
-    top.only("agents", "defaults", "storage", "server", "schedules", "notify")
-    agents = {
-        name: _agent(name, section, backend_names, base_dir)
-        for name, section in top.section("agents").items_as_sections()
-    }
-    defaults = _defaults(top.section("defaults"), agents, backend_names)
-    storage = top.section("storage")
-    storage.only("runs_dir")
-    runs_dir = Path(storage.string("runs_dir") or "runs").expanduser()
-    return Config(
-        agents=MappingProxyType(agents),
-        defaults=defaults,
-        runs_dir=runs_dir if runs_dir.is_absolute() else base_dir / runs_dir,
-        source=source,
-        server=_server(top.section("server")),
-        schedules=MappingProxyType(
-            {
-                name: _schedule(name, section, agents, backend_names, base_dir)
-                for name, section in top.section("schedules").items_as_sections()
-            }
-        ),
-        notify=_notify(top.section("notify")) if top.has("notify") else None,
-    )
-
-
-def _schedule(
-    name: str,
-    s: _Section,
-    agents: Mapping[str, AgentConfig],
-    backend_names: Collection[str],
-    base_dir: Path,
-) -> ScheduleConfig:
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    from cronsim import CronSim, CronSimError
-
-    s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
-           "max_restarts", "timeout", "enabled", "catch_up", "notify")  # fmt: skip
-    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
-        raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
-    cron = s.string("cron")
-    if not cron:
-        raise ConfigError(f"{s.key('cron')}: missing; give five fields, e.g. '0 2 * * *'")
-    expression = CRON_ALIASES.get(cron.strip(), cron.strip())
-    timezone = s.string("timezone") or "UTC"
-    try:
-        zone = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ConfigError(
-            f"{s.key('timezone')}: {timezone!r} is not a time zone; use a name like Europe/Berlin"
-        ) from exc
-    try:
-        next(iter(CronSim(expression, datetime.now(zone))))
-    except (CronSimError, StopIteration) as exc:
-        raise ConfigError(f"{s.key('cron')}: {cron!r} is not a cron expression: {exc}") from exc
-    project = s.string("project")
-    if not project:
-        raise ConfigError(f"{s.key('project')}: missing; say which project the runs belong to")
-    prompt, prompt_file = s.string("prompt"), s.string("prompt_file")
-    if bool(prompt) == bool(prompt_file):
-        raise ConfigError(f"{s.path}: give exactly one of prompt and prompt_file")
-    agent = s.string("agent")
-    if agent is not None and agent not in agents and agent not in backend_names:
-        raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}")
-    overlap = s.string("overlap") or Overlap.SKIP.value
-    if overlap not in Overlap._value2member_map_:
-        raise ConfigError(f"{s.key('overlap')}: {overlap!r} is not one of: skip, queue, allow")
-    path = Path(prompt_file).expanduser() if prompt_file else None
-    return ScheduleConfig(
-        name=name,
-        cron=expression,
-        timezone=timezone,
-        project=project,
-        task=s.string("task") or "{name}-{datetime}",
-        prompt=prompt,
-        prompt_file=(path if path.is_absolute() else base_dir / path) if path else None,
-        agent=agent,
-        overlap=Overlap(overlap),
-        max_restarts=s.count("max_restarts", -1) if s.has("max_restarts") else None,
-        timeout=s.duration("timeout", None),
-        enabled=s.flag("enabled", True),
-        catch_up=s.flag("catch_up", False),
-        notify=_notify(s.section("notify")) if s.has("notify") else None,
-    )
-
-
-def _notify(s: _Section) -> NotifyConfig:
-    s.only("command", "webhook", "secret_env", "on")
-    webhook = s.string("webhook")
-    if webhook is not None and not re.match(r"https?://", webhook):
-        raise ConfigError(f"{s.key('webhook')}: {webhook!r} is not an http(s) URL")
-    on = s.argv("on") or tuple(e.value for e in NotifyEvent)
-    for event in on:
-        if event not in NotifyEvent._value2member_map_:
-            raise ConfigError(f"{s.key('on')}: {event!r} is not one of: completed, failed, gave_up")
-    return NotifyConfig(
-        command=s.argv("command"),
-        webhook=webhook,
-        secret_env=s.string("secret_env"),
-        events=frozenset(NotifyEvent(e) for e in on),
-    )
-
-
-HOST_NAME = re.compile(r"\*|\[?[A-Za-z0-9][A-Za-z0-9.:-]{0,252}\]?")
-
-
-def _server(s: _Section) -> ServerSettings:
-    base = ServerSettings()
-    s.only("host", "port", "api_key_env", "allowed_hosts")
-    port = s.count("port", base.port)
-    if not 0 < port < 65536:
-        raise ConfigError(f"{s.key('port')}: {port} is not a TCP port (1-65535)")
-    hosts = s.data.get("allowed_hosts") or []
-    if isinstance(hosts, str):
-        hosts = [hosts]
-    for host in hosts if isinstance(hosts, list) else [hosts]:
-        if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
-            raise ConfigError(
-                f"{s.key('allowed_hosts')}: {host!r} is not a host name; write names such as "
-                "'runs.example.org' or '192.0.2.7', without a scheme or port"
-            )
-    return ServerSettings(
-        host=s.string("host") or base.host,
-        port=port,
-        api_key_env=s.string("api_key_env") or base.api_key_env,
-        allowed_hosts=tuple(hosts),
-    )
-
-
-def _agent(name: str, s: _Section, backend_names: Collection[str], base_dir: Path) -> AgentConfig:
-    s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
-           "token_env", "permissions", "pass_env")  # fmt: skip
-    kind = s.string("type") or name
-    if kind not in backend_names:
-        key = "type" if s.has("type") else ""
-        hint = _did_you_mean(kind, backend_names) or f"one of: {', '.join(sorted(backend_names))}"
-        raise ConfigError(
-            f"{s.key(key) if key else s.path}: unknown backend {kind!r}; {hint}"
-            + ("" if key else " (set `type:` to say which backend runs this agent)")
-        )
-    token_file = s.string("token_file")
-    permissions = s.string("permissions") or Permissions.BYPASS.value
-    if permissions not in Permissions._value2member_map_:
-        raise ConfigError(f"{s.key('permissions')}: {permissions!r} is not one of: bypass, none")
-    return AgentConfig(
-        name=name,
-        type=kind,
-        command=s.argv("command"),
-        args=s.argv("args"),
-        env=MappingProxyType(s.string_map("env")),
-        model=s.string("model"),
-        base_url=s.string("base_url"),
-        token=s.string("token"),
-        token_file=Path(token_file).expanduser() if token_file else None,
-        token_env=s.string("token_env"),
-        permissions=Permissions(permissions),
-        pass_env=s.argv("pass_env"),
-        config_dir=base_dir,
-    )
-
-
-def _defaults(
-    s: _Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
-) -> LoopSettings:
-    base = LoopSettings()
-    s.only("agent", "max_restarts", "restart_delay", "restart_delay_max", "timeout",
-           "idle_timeout", "kill_grace", "non_retryable_exit_codes", "crash_loop_runs",
-           "crash_loop_seconds", "until", "rate_limit_wait", "rate_limit_max_wait",
-           "max_rate_limit_waits")  # fmt: skip
-    agent = s.string("agent")
-    if agent is not None and agent not in agents and agent not in backend_names:
-        choices = [*agents, *backend_names]
-        hint = _did_you_mean(agent, choices) or "name an agent under `agents:` or a backend"
-        raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}; {hint}")
-    codes = s.get("non_retryable_exit_codes", None)
-    if codes is None:
-        exit_codes = base.non_retryable_exit_codes
-    elif isinstance(codes, list) and all(_is_exit_code(c) for c in codes):
-        exit_codes = frozenset(codes)
-    else:
-        raise ConfigError(
-            f"{s.key('non_retryable_exit_codes')}: {codes!r} is not a list of exit codes "
-            "(whole numbers 1-255, e.g. [2, 3, 126, 127])"
-        )
-    until = s.string("until") or base.until.value
-    if until not in Until._value2member_map_:
-        raise ConfigError(f"{s.key('until')}: {until!r} is not one of: exit, done-file")
-    return LoopSettings(
-        agent=agent,
-        max_restarts=s.count("max_restarts", base.max_restarts),
-        restart_delay=s.duration("restart_delay", base.restart_delay) or 0.0,
-        restart_delay_max=s.duration("restart_delay_max", base.restart_delay_max) or 0.0,
-        timeout=s.duration("timeout", base.timeout),
-        idle_timeout=s.duration("idle_timeout", base.idle_timeout),
-        kill_grace=s.duration("kill_grace", base.kill_grace) or 0.0,
-        non_retryable_exit_codes=exit_codes,
-        crash_loop_runs=s.count("crash_loop_runs", base.crash_loop_runs),
-        crash_loop_seconds=s.duration("crash_loop_seconds", base.crash_loop_seconds) or 0.0,
-        until=Until(until),
-        rate_limit_wait=s.duration("rate_limit_wait", base.rate_limit_wait) or 0.0,
-        rate_limit_max_wait=s.duration("rate_limit_max_wait", base.rate_limit_max_wait) or 0.0,
-        max_rate_limit_waits=s.count("max_rate_limit_waits", base.max_rate_limit_waits),
-    )
-
-
-def _is_exit_code(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 255
-
-
-def parse_duration(value: object, where: str) -> float | None:
-    """Seconds from `90`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`; 0, null or "off": None."""
-    if value is None or value == 0 or value in ("off", "none", "0"):
-        return None
-    seconds = _seconds(value)
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(
-            f"{where}: {value!r} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
-        )
-    if seconds > MAX_DURATION:
-        raise ConfigError(
-            f"{where}: {value!r} is longer than 365 days; give a shorter duration (0: none)"
-        )
-    return seconds or None
-
-
-def _seconds(value: object) -> float | None:
-    """The number of seconds `value` spells, or None if it spells none."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        parts = _DURATION.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            return sum(float(n) * _UNITS[u] for n, u in parts)
-        try:
-            return float(text)
-        except ValueError:
-            return None
-    return None
-
-
-def _did_you_mean(word: str, choices: Collection[str]) -> str:
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else ""
-
-
-class _Section:
-    """A mapping from the YAML file that knows its own key path, for error messages."""
-
-    def __init__(self, data: Any, path: str) -> None:
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path or 'the file'}: expected a mapping of keys, got {data!r}")
-        self.data: dict[Any, Any] = data
-        self.path = path
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def get(self, name: str, default: Any) -> Any:
-        value = self.data.get(name, default)
-        return default if value is None else value
-
-    def only(self, *allowed: str) -> None:
-        for name in self.data:
-            if name not in allowed:
-                hint = _did_you_mean(str(name), allowed) or f"known keys: {', '.join(allowed)}"
-                raise ConfigError(f"{self.key(str(name))}: unknown key; {hint}")
-
-    def section(self, name: str) -> _Section:
-        return _Section(self.data.get(name), self.key(name))
-
-    def items_as_sections(self) -> list[tuple[str, _Section]]:
-        return [(str(k), _Section(v, self.key(str(k)))) for k, v in self.data.items()]
-
-    def string(self, name: str) -> str | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a string")
-        return str(value)
-
-    def argv(self, name: str) -> tuple[str, ...]:
-        value = self.data.get(name)
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            raise ConfigError(
-                f"{self.key(name)}: {value!r} is a string; write the command as a list, "
-                f"e.g. [{', '.join(repr(w) for w in value.split()[:3])}]"
-            )
-        if not isinstance(value, list) or not all(
-            isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
-        ):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a list of strings")
-        return tuple(str(v) for v in value)
-
-    def string_map(self, name: str) -> dict[str, str]:
-        value = self.data.get(name) or {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a mapping of NAME: value")
-        out: dict[str, str] = {}
-        for k, v in value.items():
-            if not isinstance(k, str) or isinstance(v, dict | list) or v is None:
-                raise ConfigError(f"{self.key(name)}.{k}: {v!r} is not a plain value")
-            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
-        return out
-
-    def count(self, name: str, default: int) -> int:
-        value = self.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a whole number >= 0")
-        return value
-
-    def flag(self, name: str, default: bool) -> bool:
-        value = self.get(name, default)
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not true or false")
-        return value
-
-    def duration(self, name: str, default: float | None) -> float | None:
-        if name not in self.data:
-            return default
-        return parse_duration(self.data[name], self.key(name))
-
-
-def runs_root(cli_root: Path | None, env: Mapping[str, str], config: Config) -> Path:
-    """--root, then $RUN_AGENT_ROOT, then storage.runs_dir; always absolute."""
-    if cli_root is not None:
-        return cli_root.expanduser().resolve()
-    if env.get("RUN_AGENT_ROOT"):
-        return Path(env["RUN_AGENT_ROOT"]).expanduser().resolve()
-    return Path(os.path.abspath(config.runs_dir))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runagent import runfolder
-from runagent.errors import AlreadyRunningError, ExitCode, RunAgentError
+from runagent.errors import AlreadyRunningError, RunAgentError, error_for_exit
 from runagent.lock import Holder, already_running, live_holder
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
@@ -65,8 +65,9 @@ def start_detached(
 ) -> Started:
     """Start `run-agent COMMAND` for `task` in its own session; return once it holds the lock.
 
-    Raises AlreadyRunningError if another supervisor holds the task, and RunAgentError with the
-    tail of supervisor.log if the new one exits before taking the lock.
+    Raises AlreadyRunningError if another supervisor holds the task, and the error its exit code
+    stands for (errors.error_for_exit), with the tail of supervisor.log, if the new one exits
+    before taking the lock.
     """
     holder = live_holder(task.lock)
     if holder is not None:
@@ -93,8 +94,7 @@ def start_detached(
         if code is not None:
             tail = runfolder.tail(log, 600).strip().splitlines()
             why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {code}"
-            known = code in ExitCode._value2member_map_
-            raise RunAgentError(why, exit_code=ExitCode(code) if known else ExitCode.FAILED)
+            raise error_for_exit(code, why)
         time.sleep(0.02)
     return Started(proc.pid, None)
 

@@ -72,3 +72,15 @@ class PromptConflictError(UsageError):
 
 class AlreadyCompletedError(UsageError):
     """A completed task asked to run without being asked to run again."""
+
+
+def error_for_exit(code: int, message: str) -> RunAgentError:
+    """The error a run-agent process that exited `code` after saying `message` stands for, as
+    the class of its exit code (so a caller can tell a refusal from a failure)."""
+    for kind in (UsageError, MissingDependencyError, AlreadyRunningError):
+        if code == kind.exit_code:
+            return kind(message)
+    try:
+        return RunAgentError(message, exit_code=ExitCode(code))
+    except ValueError:  # not one of ours (a signal, a crash): a plain failure
+        return RunAgentError(message)

@@ -7,15 +7,11 @@ body, signed with HMAC-SHA256 in X-Run-Agent-Signature when a secret is configur
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +28,9 @@ TIMEOUT = 15.0
 
 
 def signature(secret: str, body: bytes) -> str:
+    import hashlib  # with hmac, only paid for when a webhook is signed
+    import hmac
+
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
@@ -113,6 +112,11 @@ class Notifier:
                 self.send(NotifyEvent.GAVE_UP, {**base, **outcome})
 
     def _post(self, data: bytes) -> None:
+        # urllib.request brings http, ssl and email (~20 ms): a run that sends no webhook
+        # (most) does not pay for them.
+        import urllib.error
+        import urllib.request
+
         assert self.config.webhook is not None
         headers = {"Content-Type": "application/json", "User-Agent": "run-agent"}
         secret = self.env.get(self.config.secret_env or "") if self.config.secret_env else None

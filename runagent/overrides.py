@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runagent.config import LoopSettings, Until, parse_duration
+from runagent.config import LoopSettings, Until
+from runagent.configfile import parse_duration
 from runagent.errors import UsageError
 
 DURATIONS = ("restart_delay", "timeout", "idle_timeout")

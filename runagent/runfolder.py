@@ -124,9 +124,15 @@ class RunInfo:
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
         values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
-        reason = values.get("reason")
-        values["reason"] = Reason(str(reason)) if reason in Reason._value2member_map_ else None
+        values["reason"] = _reason(values.get("reason"))
         return cls(**values)
+
+
+def _reason(value: Any) -> Reason | None:
+    try:
+        return Reason(value)
+    except ValueError:  # none, or one a newer run-agent wrote
+        return None
 
 
 @dataclass(frozen=True)

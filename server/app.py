@@ -18,6 +18,7 @@ from typing import Any
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
@@ -29,7 +30,9 @@ from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import (
     AlreadyCompletedError,
-    ExitCode,
+    AlreadyRunningError,
+    ConfigError,
+    MissingDependencyError,
     NotFoundError,
     OutsideRootError,
     PromptConflictError,
@@ -55,6 +58,18 @@ STREAM_FILES = ("stdout", "stderr", "output")
 HEARTBEAT = 15
 STOP_WAIT = 30.0
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
+# What each kind of run-agent error is to an HTTP client; any other is the server's own failure.
+# The first class that matches counts: a subclass comes before its base.
+ERROR_STATUS: dict[type[RunAgentError], int] = {
+    PromptConflictError: 409,
+    AlreadyCompletedError: 409,
+    NotFoundError: 404,
+    OutsideRootError: 404,
+    UsageError: 400,
+    ConfigError: 400,
+    AlreadyRunningError: 409,
+    MissingDependencyError: 424,
+}
 
 
 @dataclass(frozen=True)
@@ -75,18 +90,12 @@ class Settings:
     allowed_hosts: frozenset[str] = field(default_factory=lambda: allowed_hosts("127.0.0.1"))
 
 
-class HTTPError(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-
-
 def byte_count(name: str, raw: str) -> int:
     """A byte offset or length from a request: ASCII digits, at most MAX_BYTES; else a 400."""
     if not (raw.isascii() and raw.isdigit()):
-        raise HTTPError(400, f"{name} {raw[:40]!r} is not a whole number of bytes")
+        raise HTTPException(400, f"{name} {raw[:40]!r} is not a whole number of bytes")
     if len(raw) > len(str(MAX_BYTES)) or int(raw) > MAX_BYTES:
-        raise HTTPError(400, f"{name} {raw[:40]} is beyond any file (at most {MAX_BYTES})")
+        raise HTTPException(400, f"{name} {raw[:40]} is beyond any file (at most {MAX_BYTES})")
     return int(raw)
 
 
@@ -135,26 +144,20 @@ def create_app(settings: Settings) -> Starlette:
             Middleware(HostMiddleware, allowed=settings.allowed_hosts),
             Middleware(KeyMiddleware, key=settings.api_key),
         ],
-        exception_handlers={HTTPError: _http_error, RunAgentError: _run_agent_error},
+        exception_handlers={HTTPException: _http_error, RunAgentError: _run_agent_error},
     )
     app.state.hub = hub
     return app
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, HTTPError)
-    return JSONResponse({"error": str(exc)}, status_code=exc.status)
+    assert isinstance(exc, HTTPException)
+    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _run_agent_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RunAgentError)
-    status = {
-        ExitCode.USAGE: 400,
-        ExitCode.MISSING_DEPENDENCY: 424,
-        ExitCode.ALREADY_RUNNING: 409,
-    }.get(exc.exit_code, 500)
-    if isinstance(exc, NotFoundError):
-        status = 404
+    status = next((s for kind, s in ERROR_STATUS.items() if isinstance(exc, kind)), 500)
     return JSONResponse({"error": str(exc)}, status_code=status)
 
 
@@ -176,14 +179,14 @@ class Api:
             project = validate_id("project", request.path_params["project"])
             task_id = validate_id("task", task_id or request.path_params["task"])
         except UsageError as exc:
-            raise HTTPError(404, str(exc)) from exc
+            raise HTTPException(404, str(exc)) from exc
         task = TaskPaths(self.root, project, task_id)
         try:
             runfolder.confine(task)
         except OutsideRootError as exc:
-            raise HTTPError(404, f"task {project}/{task_id} not found") from exc
+            raise HTTPException(404, f"task {project}/{task_id} not found") from exc
         if must_exist and not task.folder.is_dir():
-            raise HTTPError(404, f"task {project}/{task_id} not found")
+            raise HTTPException(404, f"task {project}/{task_id} not found")
         return task
 
     def run_folder(self, request: Request) -> tuple[TaskPaths, Path]:
@@ -191,17 +194,17 @@ class Api:
         run_id = request.path_params["run"]
         folder = task.run_folder(run_id)
         if not RUN_ID.fullmatch(run_id) or not folder.is_dir() or not within(self.root, folder):
-            raise HTTPError(404, f"run {run_id!r} not found")
+            raise HTTPException(404, f"run {run_id!r} not found")
         return task, folder
 
     def run_file(self, request: Request, names: Sequence[str]) -> tuple[Path, Path]:
         _, folder = self.run_folder(request)
         name = request.path_params["name"]
         if name not in names:
-            raise HTTPError(404, f"no file {name!r}; one of: {', '.join(names)}")
+            raise HTTPException(404, f"no file {name!r}; one of: {', '.join(names)}")
         path = folder / runfolder.RUN_FILES[name]
         if path.exists() and not within(self.root, path):
-            raise HTTPError(404, f"no file {name!r}")
+            raise HTTPException(404, f"no file {name!r}")
         return folder, path
 
     # Reading -------------------------------------------------------------------------------------
@@ -233,9 +236,9 @@ class Api:
         try:
             project = validate_id("project", request.path_params["project"])
         except UsageError as exc:
-            raise HTTPError(404, str(exc)) from exc
+            raise HTTPException(404, str(exc)) from exc
         if not (self.root / project).is_dir():
-            raise HTTPError(404, f"project {project!r} not found")
+            raise HTTPException(404, f"project {project!r} not found")
         views = await run_in_threadpool(tasks.all_tasks, self.root, project)
         return JSONResponse([v.to_dict() for v in views])
 
@@ -259,7 +262,7 @@ class Api:
         _, folder = self.run_folder(request)
         info = runfolder.read_run_info(folder)
         if info is None:
-            raise HTTPError(404, "run has no run-info.yaml yet")
+            raise HTTPException(404, "run has no run-info.yaml yet")
         return JSONResponse(tasks.effective(info, folder).to_dict())
 
     async def file(self, request: Request) -> Response:
@@ -295,16 +298,16 @@ class Api:
         task = self.task_paths(request)
         name = request.query_params.get("file", "stdout")
         if name not in STREAM_FILES:
-            raise HTTPError(404, f"no file {name!r}; one of: {', '.join(STREAM_FILES)}")
+            raise HTTPException(404, f"no file {name!r}; one of: {', '.join(STREAM_FILES)}")
         cursor = request.headers.get("last-event-id") or request.query_params.get("from")
         run_id, offset = None, 0
         if cursor and ":" in cursor:
             run_id, _, raw = cursor.rpartition(":")
             if not RUN_ID.fullmatch(run_id):
-                raise HTTPError(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
+                raise HTTPException(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
             offset = byte_count("the cursor's offset", raw)
         elif cursor:
-            raise HTTPError(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
+            raise HTTPException(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
         events = streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
         return EventSourceResponse(events, ping=self.settings.heartbeat, send_timeout=60)
 
@@ -318,13 +321,13 @@ class Api:
     async def _body(self, request: Request) -> dict[str, Any]:
         refusal = cross_site_write(request)
         if refusal is not None:
-            raise HTTPError(403, refusal)
+            raise HTTPException(403, refusal)
         try:
             body = await request.json()
         except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
-            raise HTTPError(400, "the body is not valid JSON (or nests too deeply)") from exc
+            raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
         if not isinstance(body, dict):
-            raise HTTPError(400, "the body must be a JSON object")
+            raise HTTPException(400, "the body must be a JSON object")
         return body
 
     async def _start(
@@ -334,7 +337,7 @@ class Api:
         try:
             await run_in_threadpool(lambda: tasks.refuse_completed(tasks.view(task), again))
         except AlreadyCompletedError as exc:
-            raise HTTPError(409, f'{exc} (send "again": true)') from exc
+            raise AlreadyCompletedError(f'{exc} (send "again": true)') from exc
         started = await run_in_threadpool(
             lambda: control.start_detached(
                 task,
@@ -366,16 +369,13 @@ class Api:
         )
         prompt = body.get("prompt")
         if not isinstance(prompt, str):
-            raise HTTPError(400, "prompt is required: say what the agent should do")
+            raise HTTPException(400, "prompt is required: say what the agent should do")
         validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
         overrides = self._overrides(body)
         if self.settings.check_start is not None:
             await run_in_threadpool(self.settings.check_start, overrides)
         created = not task.folder.exists()
-        try:
-            runfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
-        except PromptConflictError as exc:
-            raise HTTPError(409, str(exc)) from exc
+        runfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
         try:
             return await self._start(task, "run", overrides, body)
         except RunAgentError:
@@ -398,7 +398,7 @@ class Api:
         await self._body(request)
         name = request.path_params["name"]
         if name not in self.settings.schedules:
-            raise HTTPError(404, f"no schedule {name!r}")
+            raise HTTPException(404, f"no schedule {name!r}")
         firing = await run_in_threadpool(self.runner.fire_now, name)
         body = {"schedule": name, "project_id": firing.schedule.project, "task_id": firing.task_id}
         return JSONResponse(body, status_code=202)

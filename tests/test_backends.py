@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -73,7 +75,7 @@ def test_the_redactor_knows_the_token_and_the_key_variables_the_agent_is_given(
         "a", "command", command=("agent", "--key", "sk-secret"), token="sk-secret",
         pass_env=("OPENAI_API_KEY",), env={"MY_TOKEN": "env-token-1"},
     )  # fmt: skip
-    backend = CommandBackend(config)
+    backend = backends.create(config)
     redact = backend.redactor(
         {"OPENAI_API_KEY": "o-key-123", "GEMINI_API_KEY": "not-given-1", "MAX_TOKENS": "900000"}
     )
@@ -99,10 +101,42 @@ def test_registry_names_and_creation() -> None:
 
 
 def test_a_broken_backend_module_breaks_only_itself(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(backends.BUILTIN, "broken", "tests.no_such_module_here")
+    broken = backends.Registered("tests.no_such_module_here:BrokenBackend")
+    monkeypatch.setitem(backends.BUILTIN, "broken", broken)
     with pytest.raises(RunAgentError, match="backend 'broken' failed to load"):
         backends.create(AgentConfig("x", "broken"))
     assert backends.create(AgentConfig("x", "command", command=("true",))).name == "command"
+
+
+def test_distributions_are_read_only_when_one_may_declare_a_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "missing"), str(tmp_path)])
+    (tmp_path / "other-1.0.dist-info").mkdir()
+    (tmp_path / "other-1.0.dist-info" / "entry_points.txt").write_text("[console_scripts]\n")
+    assert not backends._declared()
+    (tmp_path / "plugin-1.0.dist-info").mkdir()
+    (tmp_path / "plugin-1.0.dist-info" / "entry_points.txt").write_text(
+        "[runagent.backends]\nmine = plugin:MineBackend\n"
+    )
+    assert backends._declared()
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "archive.zip")])
+    (tmp_path / "archive.zip").write_bytes(b"PK")
+    assert backends._declared()  # an archive cannot be glanced at: importlib.metadata reads it
+
+
+def test_a_run_of_a_built_in_backend_does_not_import_importlib_metadata(tmp_path: Path) -> None:
+    # It costs every run ~12 ms, and is needed only when a distribution declares a backend.
+    code = (
+        "import sys, backends\n"
+        "from runagent.config import AgentConfig\n"
+        "backends.create(AgentConfig('x', 'command', command=('true',)))\n"
+        "print('importlib.metadata' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
+    )
+    assert done.stdout == "False\n"
 
 
 def test_agent_versions_are_cached_per_executable(tmp_path: Path) -> None:

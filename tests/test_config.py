@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from runagent.config import Until, find_config, load_config, parse_config, parse_duration
-from runagent.errors import ConfigError
+from runagent.config import AgentConfig, Config, NotifyEvent, Overlap, Permissions, Until
+from runagent.configfile import find_config, load_config, parse_config, parse_duration
+from runagent.errors import ConfigError, UsageError
 
 BACKENDS = ["command", "claude"]
 
@@ -168,3 +169,57 @@ def test_config_search_order(tmp_path: Path) -> None:
 
 def test_parse_config_accepts_an_empty_document(tmp_path: Path) -> None:
     assert parse_config({}, base_dir=tmp_path, backend_names=BACKENDS).agents == {}
+
+
+def test_an_agent_name_is_a_configured_agent_else_a_bare_backend(tmp_path: Path) -> None:
+    config = parse("agents:\n  mine: {type: command, command: [x]}\n", tmp_path)
+    assert isinstance(config, Config)
+    assert config.agent("mine", BACKENDS).command == ("x",)
+    assert config.agent("claude", BACKENDS) == AgentConfig(name="claude", type="claude")
+    with pytest.raises(UsageError, match=r"no agent: pass --agent NAME .* \(configured: mine\)"):
+        config.agent(None, BACKENDS)
+    with pytest.raises(UsageError, match="--agent ' ' is empty"):
+        config.agent(" ", BACKENDS)
+    with pytest.raises(UsageError) as unknown:
+        config.agent("nope", BACKENDS)
+    assert str(unknown.value) == (
+        "unknown agent 'nope'; configured agents and backends: mine, command, claude"
+    )
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("agents:\n  c: {type: claude, permissions: ask}\n", "agents.c.permissions: 'ask' is not "
+         "one of: bypass, none"),
+        ("notify:\n  'on': [completed, done]\n", "notify.on: 'done' is not one of: completed, "
+         "failed, gave_up"),
+        ("schedules:\n  s: {cron: '@daily', project: p, prompt: x, overlap: wait}\n",
+         "schedules.s.overlap: 'wait' is not one of: skip, queue, allow"),
+    ],
+)  # fmt: skip
+def test_every_enum_key_names_its_choices(tmp_path: Path, text: str, expected: str) -> None:
+    assert error(text, tmp_path).endswith(expected)
+
+
+def test_enum_keys_are_read_as_members(tmp_path: Path) -> None:
+    config = parse(
+        "agents:\n  c: {type: claude, permissions: none}\n"
+        "notify:\n  'on': [gave_up]\n"
+        "schedules:\n  s: {cron: '@daily', project: p, prompt: x, overlap: queue}\n",
+        tmp_path,
+    )
+    assert isinstance(config, Config) and config.notify is not None
+    assert config.agents["c"].permissions is Permissions.NONE
+    assert config.notify.events == {NotifyEvent.GAVE_UP}
+    assert config.schedules["s"].overlap is Overlap.QUEUE
+
+
+def test_the_loop_settings_the_full_config_leaves_out_are_read_too(tmp_path: Path) -> None:
+    text = (
+        "defaults:\n  crash_loop_runs: 7\n  crash_loop_seconds: 9s\n  rate_limit_wait: 1m\n"
+        "  rate_limit_max_wait: 2h\n  max_rate_limit_waits: 4\n  kill_grace: 0\n"
+    )
+    d = parse(text, tmp_path).defaults  # type: ignore[attr-defined]
+    assert (d.crash_loop_runs, d.crash_loop_seconds, d.rate_limit_wait) == (7, 9.0, 60.0)
+    assert (d.rate_limit_max_wait, d.max_rate_limit_waits, d.kill_grace) == (7200.0, 4, 0.0)

@@ -97,6 +97,62 @@ def test_agents_do_not_see_other_providers_keys(ws: Workspace) -> None:
     assert out == "ANTHROPIC_API_KEY=\nOPENAI_API_KEY=\nMY_VAR=kept\n"
 
 
+AIDER_PLUGIN = """
+import sys
+
+from runagent.backend import Backend
+from runagent.process import LaunchSpec
+
+
+class AiderBackend(Backend):
+    name = "aider"
+    env_prefixes = ("AIDER_",)
+
+    def launch(self, ctx):
+        argv = (sys.executable, FAKE_AGENT, "--echo-env", "AIDER_API_KEY", "OPENAI_API_KEY")
+        return LaunchSpec(argv, self.environment(ctx), ctx.working_dir)
+"""
+
+
+def test_a_new_providers_key_reaches_only_its_own_backend(ws: Workspace) -> None:
+    # A backend from another package, for a provider the core has never heard of.
+    plugins = ws.path / "plugins"
+    plugins.mkdir()
+    (plugins / "aider_backend.py").write_text(f"FAKE_AGENT = {str(FAKE_AGENT)!r}\n{AIDER_PLUGIN}")
+    info = plugins / "aider_plugin-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: aider-plugin\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(
+        "[runagent.backends]\naider = aider_backend:AiderBackend\n"
+    )
+    echo = ["--echo-env", "AIDER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "MY_VAR"]
+    config = yaml.safe_load(ws.write_config(echo).read_text())
+    config["agents"]["claudish"] = {
+        "type": "claude",
+        "command": ws.agent_argv(["--ignore-unknown", *echo]),
+    }
+    ws.config.write_text(yaml.safe_dump(config))
+    env = {
+        "PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")]),
+        "XDG_CACHE_HOME": str(ws.path / "cache"),
+        "AIDER_API_KEY": "aider-key", "OPENAI_API_KEY": "o-key", "ANTHROPIC_API_KEY": "a-key",
+        "MY_VAR": "kept",
+    }  # fmt: skip
+    seen = {}
+    for agent in ("fake", "claudish", "aider"):
+        proc = ws.cli("--project", "p", "--task", agent, "--agent", agent, "x", env=env)
+        assert proc.returncode == 0, proc.stderr
+        (run,) = ws.runs(task=agent)
+        stdout = ws.task(task=agent).run_folder(run.run_id) / "agent-stdout.txt"
+        seen[agent] = stdout.read_text()
+    assert seen["fake"] == "AIDER_API_KEY=\nOPENAI_API_KEY=\nANTHROPIC_API_KEY=\nMY_VAR=kept\n"
+    assert (
+        seen["claudish"]
+        == "AIDER_API_KEY=\nOPENAI_API_KEY=\nANTHROPIC_API_KEY=a-key\nMY_VAR=kept\n"
+    )
+    assert seen["aider"] == "AIDER_API_KEY=aider-key\nOPENAI_API_KEY=\n"
+
+
 def test_pass_env_hands_a_named_key_to_a_command_agent(ws: Workspace) -> None:
     config = yaml.safe_load(ws.write_config(["--echo-env", "ANTHROPIC_API_KEY"]).read_text())
     config["agents"]["fake"]["pass_env"] = ["ANTHROPIC_API_KEY"]

@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from runagent.config import Overlap, ScheduleConfig, load_config
+from runagent.config import Overlap, ScheduleConfig
+from runagent.configfile import load_config
 from runagent.errors import AlreadyRunningError, ConfigError, RunAgentError
 from runagent.lock import TaskLock
 from runagent.runfolder import TaskPaths

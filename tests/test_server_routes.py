@@ -4,10 +4,24 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from runagent.errors import (
+    AlreadyRunningError,
+    ConfigError,
+    MissingDependencyError,
+    NotFoundError,
+    OutsideRootError,
+    RunAgentError,
+    UsageError,
+    error_for_exit,
+)
 from server.app import Settings, create_app
 from tests.conftest import LOCAL, Workspace, wait_for
 
@@ -370,3 +384,31 @@ def test_a_completed_task_runs_again_through_the_api_only_when_asked(
             ),
             what="the run again",
         )
+
+
+@pytest.mark.parametrize(
+    "error, status",
+    [(NotFoundError("no task"), 404), (OutsideRootError("out"), 404), (UsageError("bad"), 400),
+     (ConfigError("bad key"), 400), (AlreadyRunningError("busy"), 409),
+     (MissingDependencyError("no codex"), 424), (RunAgentError("broke"), 500),
+     (error_for_exit(2, "unknown agent 'x'"), 400), (error_for_exit(75, "busy"), 409)],
+)  # fmt: skip
+def test_each_kind_of_error_is_its_http_status_with_a_json_message(
+    tmp_path: Path, error: RunAgentError, status: int
+) -> None:
+    async def fail(request: Request) -> Response:
+        raise error
+
+    app = create_app(Settings(root=tmp_path))
+    app.router.routes.append(Route("/api/fail", fail))
+    with TestClient(app, base_url=LOCAL, raise_server_exceptions=False) as c:
+        response = c.get("/api/fail")
+    assert (response.status_code, response.json()) == (status, {"error": str(error)})
+
+
+def test_starlettes_own_refusals_are_json_too(client: TestClient) -> None:
+    missing = client.get("/api/no-such-route")
+    assert (missing.status_code, missing.json()) == (404, {"error": "Not Found"})
+    wrong = client.delete("/api/tasks")
+    assert (wrong.status_code, wrong.json()) == (405, {"error": "Method Not Allowed"})
+    assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD"}  # a set: any order

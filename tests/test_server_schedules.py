@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import yaml
 from starlette.testclient import TestClient
 
-from runagent.config import load_config
+from runagent.configfile import load_config
 from runagent.schedule import Firing, seconds_to_next_minute
 from server.app import Settings, create_app
 from tests.conftest import LOCAL, Workspace, wait_for

@@ -3,7 +3,6 @@ root), a task named on the command line, and a loop's overrides."""
 
 from __future__ import annotations
 
-import difflib
 import functools
 import os
 from collections.abc import Callable
@@ -16,7 +15,8 @@ import click
 import backends
 from runagent import tasks
 from runagent.backend import Backend
-from runagent.config import AgentConfig, Config, Until, find_config, load_config, runs_root
+from runagent.config import AgentConfig, Config, Until
+from runagent.configfile import find_config, load_config, runs_root
 from runagent.context import validate_id
 from runagent.errors import MissingDependencyError, UsageError
 from runagent.overrides import LoopOverrides
@@ -151,33 +151,10 @@ OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "ti
                     "idle_timeout", "until")  # fmt: skip
 
 
-def agent_config(config: Config, name: str | None) -> AgentConfig:
-    if name is not None and not name.strip():
-        raise UsageError(
-            f"--agent {name!r} is empty; name an agent, or leave it out for the default"
-        )
-    name = name or config.defaults.agent
-    if name is None:
-        raise UsageError(
-            "no agent: pass --agent NAME or set defaults.agent in config.yaml"
-            + (f" (configured: {', '.join(config.agents)})" if config.agents else "")
-        )
-    if name in config.agents:
-        return config.agents[name]
-    if name in backends.known():
-        return AgentConfig(name=name, type=name)
-    names = [*config.agents, *backends.names()]
-    close = difflib.get_close_matches(name, names, 1, 0.6)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    raise UsageError(
-        f"unknown agent {name!r}; {hint}configured agents and backends: {', '.join(names)}"
-    )
-
-
 def usable_backend(config: Config, name: str | None, who: str = "") -> tuple[AgentConfig, Backend]:
     """The agent named (or the default) and its backend, once its executable and credentials
     are checked: a missing one is refused here, before anything is created or started."""
-    agent = agent_config(config, name)
+    agent = config.agent(name, backends.known())
     backend = backends.create(agent)
     for finding in backend.check():
         if not finding.ok:
