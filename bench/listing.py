@@ -23,7 +23,8 @@ sys.path.insert(0, str(REPO))
 
 from bench.serving import serving  # noqa: E402
 from runagent import runfolder  # noqa: E402
-from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths  # noqa: E402
+from runagent.runfolder import TaskPaths  # noqa: E402
+from runagent.runinfo import Reason, RunInfo, RunStatus  # noqa: E402
 
 
 def build(root: Path, tasks: int, runs: int) -> None:

@@ -28,7 +28,8 @@ sys.path.insert(0, str(REPO))
 from bench.serving import serving  # noqa: E402
 from runagent import runfolder  # noqa: E402
 from runagent.process import process_start_time  # noqa: E402
-from runagent.runfolder import RunInfo, TaskPaths  # noqa: E402
+from runagent.runfolder import TaskPaths  # noqa: E402
+from runagent.runinfo import RunInfo  # noqa: E402
 
 POLL_INTERVAL = 0.5
 

@@ -29,7 +29,8 @@ from runagent.failure import Diagnosis
 from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.prompt import compose
 from runagent.redaction import Redactor
-from runagent.runfolder import Reason, RunInfo, RunPaths, RunStatus, TaskPaths
+from runagent.runfolder import RunPaths, TaskPaths
+from runagent.runinfo import Reason, RunInfo, RunStatus
 
 COPY_LIMIT = 1 << 20  # stdout up to this size is copied into output.md; beyond, hard-linked
 # Failures a backend may explain from the agent's output (a rate limit, an API error, ...).

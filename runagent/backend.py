@@ -26,7 +26,8 @@ from runagent.failure import (
 )
 from runagent.process import LaunchSpec, resolve_executable
 from runagent.redaction import Redactor
-from runagent.runfolder import Reason, RunPaths, TaskPaths, atomic_write, tail
+from runagent.runfolder import RunPaths, TaskPaths, atomic_write, tail
+from runagent.runinfo import Reason
 
 __all__ = [
     "AgentConfig",

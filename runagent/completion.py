@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 from runagent.config import Until
-from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import Reason, RunInfo, RunStatus
 
 # Every rule asks for DONE in the task folder: it is how an agent says "finished" in any mode.
 _WRITE_DONE = "When the whole task is done, write a file named DONE in the task folder."

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import math
 import os
 import re
 from collections.abc import Collection, Mapping
@@ -27,13 +26,10 @@ from runagent.config import (
     ScheduleConfig,
     ServerSettings,
 )
+from runagent.duration import parse_duration
 from runagent.errors import ConfigError
 
 CONFIG_NAME = "config.yaml"
-_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-# Longer than anything a loop waits for, and short enough for every clock and select() call.
-MAX_DURATION = 365 * 86400.0
 # The keys of `defaults:` are LoopSettings' fields, so a new setting needs no second list.
 LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
 
@@ -295,38 +291,6 @@ def _exit_codes(s: _Section, base: LoopSettings) -> frozenset[int]:
 
 def _is_exit_code(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 255
-
-
-def parse_duration(value: object, where: str) -> float | None:
-    """Seconds from `90`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`; 0, null or "off": None."""
-    if value is None or value == 0 or value in ("off", "none", "0"):
-        return None
-    seconds = _seconds(value)
-    if seconds is None or not math.isfinite(seconds) or seconds < 0:
-        raise ConfigError(
-            f"{where}: {value!r} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
-        )
-    if seconds > MAX_DURATION:
-        raise ConfigError(
-            f"{where}: {value!r} is longer than 365 days; give a shorter duration (0: none)"
-        )
-    return seconds or None
-
-
-def _seconds(value: object) -> float | None:
-    """The number of seconds `value` spells, or None if it spells none."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        parts = _DURATION.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            return sum(float(n) * _UNITS[u] for n, u in parts)
-        try:
-            return float(text)
-        except ValueError:
-            return None
-    return None
 
 
 def _did_you_mean(word: str, choices: Collection[str]) -> str:

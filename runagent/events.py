@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
-from runagent.runfolder import RunInfo
+from runagent.runinfo import RunInfo
 
 
 class EventKind(enum.StrEnum):

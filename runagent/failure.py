@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runagent.runfolder import Reason
+from runagent.runinfo import Reason
 
 
 class _Pattern:

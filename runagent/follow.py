@@ -12,7 +12,8 @@ from pathlib import Path
 
 from runagent import runfolder, tasks
 from runagent.lock import live_holder
-from runagent.runfolder import RunStatus, TaskPaths
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import RunStatus
 
 CHUNK = 1 << 16
 RECHECK_MS = 1000  # a change can go unseen (a supervisor killed by SIGKILL writes nothing)

@@ -19,7 +19,8 @@ from typing import Any
 from runagent.config import Config, NotifyConfig, NotifyEvent
 from runagent.events import Event, EventKind, Outcome
 from runagent.redaction import Redactor
-from runagent.runfolder import RunStatus, TaskPaths
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import RunStatus
 
 SIGNATURE_HEADER = "X-Run-Agent-Signature"
 ATTEMPTS = 4

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent.config import LoopSettings, Until
-from runagent.configfile import parse_duration
+from runagent.duration import parse_duration
 from runagent.errors import UsageError
 
 DURATIONS = ("restart_delay", "timeout", "idle_timeout")

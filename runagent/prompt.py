@@ -14,7 +14,7 @@ from runagent import runfolder
 from runagent.completion import CompletionRule
 from runagent.context import LoopRequest
 from runagent.redaction import Redactor
-from runagent.runfolder import RunInfo
+from runagent.runinfo import RunInfo
 
 TAIL_BYTES = 3000  # of the previous run's output and of its stderr
 

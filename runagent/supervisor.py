@@ -23,7 +23,7 @@ from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, process_start_time
 from runagent.redaction import Redactor
-from runagent.runfolder import Reason, RunInfo, RunStatus
+from runagent.runinfo import Reason, RunInfo, RunStatus
 
 _Ending = tuple[Outcome, str]  # how the loop ends, and the message that says why
 

@@ -17,7 +17,8 @@ from runagent import runfolder
 from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.lock import Holder, live_holder
 from runagent.process import is_alive
-from runagent.runfolder import RunInfo, RunStatus, TaskPaths
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import RunInfo, RunStatus
 
 
 class TaskStatus(enum.StrEnum):

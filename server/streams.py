@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from runagent import follow, runfolder, tasks
-from runagent.runfolder import RunInfo, RunStatus, TaskPaths
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import RunInfo, RunStatus
 from server.hub import Hub
 
 CHUNK = 64 * 1024

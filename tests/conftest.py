@@ -21,7 +21,8 @@ from runagent.backend import Backend
 from runagent.config import AgentConfig, LoopSettings
 from runagent.context import LoopRequest
 from runagent.events import Event
-from runagent.runfolder import RunInfo, TaskPaths, read_run_info
+from runagent.runfolder import TaskPaths, read_run_info
+from runagent.runinfo import RunInfo
 from runagent.supervisor import Supervisor
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")

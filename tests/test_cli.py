@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from runagent.errors import ExitCode
-from runagent.runfolder import RunStatus
+from runagent.runinfo import RunStatus
 from tests.conftest import REPO, Workspace, alive, wait_for
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from runagent import completion
 from runagent.config import Until
-from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import Reason, RunInfo, RunStatus
 
 
 def run(status: RunStatus) -> RunInfo:

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from runagent.config import AgentConfig, Config, NotifyEvent, Overlap, Permissions, Until
-from runagent.configfile import find_config, load_config, parse_config, parse_duration
+from runagent.configfile import find_config, load_config, parse_config
+from runagent.duration import parse_duration
 from runagent.errors import ConfigError, UsageError
 
 BACKENDS = ["command", "claude"]

@@ -12,7 +12,8 @@ import backends
 from runagent.backend import Backend
 from runagent.config import AgentConfig
 from runagent.context import RunContext
-from runagent.runfolder import Reason, RunPaths, TaskPaths
+from runagent.runfolder import RunPaths, TaskPaths
+from runagent.runinfo import Reason
 
 SAMPLES = Path(__file__).with_name("samples")
 TASK = TaskPaths(Path("/runs"), "p", "t")  # parsers read only the run's own files

@@ -8,7 +8,8 @@ from runagent import completion, prompt
 from runagent.config import LoopSettings, Until
 from runagent.context import LoopRequest
 from runagent.redaction import Redactor
-from runagent.runfolder import RunInfo, RunStatus, TaskPaths, create_run_folder
+from runagent.runfolder import TaskPaths, create_run_folder
+from runagent.runinfo import RunInfo, RunStatus
 
 
 def request(tmp_path: Path, until: Until = Until.EXIT) -> LoopRequest:

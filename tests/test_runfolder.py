@@ -9,7 +9,8 @@ import pytest
 
 from runagent import runfolder, tasks
 from runagent.process import process_start_time
-from runagent.runfolder import Reason, RunInfo, RunStatus, TaskPaths
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import Reason, RunInfo, RunStatus
 
 
 def test_run_info_round_trips_and_leaves_no_temp_files(tmp_path: Path) -> None:

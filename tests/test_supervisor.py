@@ -17,7 +17,7 @@ from runagent.errors import AlreadyRunningError
 from runagent.events import EventKind, Outcome
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, LaunchSpec, SpawnError
-from runagent.runfolder import Reason, RunInfo, RunStatus
+from runagent.runinfo import Reason, RunInfo, RunStatus
 from tests.conftest import FAKE_AGENT, Workspace, alive, wait_for
 
 

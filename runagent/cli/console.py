@@ -9,7 +9,7 @@ from typing import TextIO
 
 from runagent import runfolder
 from runagent.events import Event, EventKind, Outcome
-from runagent.runfolder import RunInfo
+from runagent.runinfo import RunInfo
 
 # An agent's own colours and cursor moves (CSI and OSC sequences), which would garble the line.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")

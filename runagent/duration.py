@@ -1,0 +1,46 @@
+"""Durations as people write them (`90`, `500ms`, `30s`, `5m`, `1h30m`, `off`), read into seconds
+for config.yaml, the command line and the API alike."""
+
+from __future__ import annotations
+
+import math
+import re
+
+from runagent.errors import ConfigError
+
+_DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Longer than anything a loop waits for, and short enough for every clock and select() call.
+MAX_DURATION = 365 * 86400.0
+
+
+def parse_duration(value: object, where: str) -> float | None:
+    """Seconds from `90`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`; 0, null or "off": None."""
+    if value is None or value == 0 or value in ("off", "none", "0"):
+        return None
+    seconds = _seconds(value)
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        raise ConfigError(
+            f"{where}: {value!r} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
+        )
+    if seconds > MAX_DURATION:
+        raise ConfigError(
+            f"{where}: {value!r} is longer than 365 days; give a shorter duration (0: none)"
+        )
+    return seconds or None
+
+
+def _seconds(value: object) -> float | None:
+    """The number of seconds `value` spells, or None if it spells none."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        text = value.strip().replace(" ", "")
+        parts = _DURATION.findall(text)
+        if parts and "".join(n + u for n, u in parts) == text:
+            return sum(float(n) * _UNITS[u] for n, u in parts)
+        try:
+            return float(text)
+        except ValueError:
+            return None
+    return None

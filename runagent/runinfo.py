@@ -1,0 +1,97 @@
+"""What run-info.yaml records about one run: the closed sets of run status and reason, and the
+RunInfo record itself (`runfolder` reads and writes it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+RUN_INFO_VERSION = 1
+
+
+class RunStatus(enum.StrEnum):
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    LOST = "lost"  # its supervisor died while it was running
+
+
+class Reason(enum.StrEnum):
+    """Why a run ended the way it did (`reason` in run-info.yaml)."""
+
+    EXITED = "exited"  # exit code 0
+    DONE_FILE = "done_file"  # the agent wrote DONE
+    EXIT_CODE = "exit_code"  # a non-zero exit code
+    NO_DONE_FILE = "no_done_file"  # exit 0 under --until done-file, but no DONE
+    CRASH = "crash"  # killed by a signal run-agent did not send
+    RATE_LIMIT = "rate_limit"  # the model provider's rate or usage limit
+    AUTH = "auth"  # credentials missing or refused
+    API_ERROR = "api_error"  # the model provider answered with an error
+    TIMEOUT = "timeout"
+    IDLE_TIMEOUT = "idle_timeout"
+    STOPPED = "stopped"
+    MISSING_BINARY = "missing_binary"
+    SPAWN_ERROR = "spawn_error"
+    SUPERVISOR_LOST = "supervisor_lost"
+    WRITE_ERROR = "write_error"  # run-agent could not write a file of the run (a full disk)
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """The metadata of one run, as stored in run-info.yaml."""
+
+    run_id: str
+    project_id: str
+    task_id: str
+    attempt: int
+    agent: str
+    backend: str
+    start_time: str
+    cwd: str
+    status: RunStatus = RunStatus.RUNNING
+    previous_run_id: str | None = None
+    parent_run_id: str | None = None
+    agent_version: str | None = None
+    pid: int | None = None
+    pgid: int | None = None
+    supervisor_pid: int | None = None
+    supervisor_start: float | None = None
+    end_time: str | None = None
+    exit_code: int | None = None
+    reason: Reason | None = None
+    message: str | None = None
+    commandline: str | None = None
+    version: int = RUN_INFO_VERSION
+
+    def replace(self, **changes: Any) -> RunInfo:
+        return dataclasses.replace(self, **changes)
+
+    def describe(self) -> str:
+        """How the run ended, in words: its message, else its status and exit code."""
+        return self.message or f"ended {self.status.value} with exit code {self.exit_code}"
+
+    def to_dict(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["status"] = self.status.value
+        data["reason"] = self.reason.value if self.reason else None
+        order = ["version", "run_id", "project_id", "task_id", "attempt", "status"]
+        return {k: data[k] for k in order} | {k: v for k, v in data.items() if k not in order}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunInfo:
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
+        values["reason"] = _reason(values.get("reason"))
+        return cls(**values)
+
+
+def _reason(value: Any) -> Reason | None:
+    try:
+        return Reason(value)
+    except ValueError:  # none, or one a newer run-agent wrote
+        return None
