@@ -30,6 +30,25 @@ from runagent.duration import parse_duration
 from runagent.errors import ConfigError
 
 CONFIG_NAME = "config.yaml"
+
+
+WORDS_FOR_BOOL = {"yes": True, "no": False, "on": True, "off": False}
+
+
+class ConfigLoader(yaml.SafeLoader):
+    """YAML as config.yaml is written: only true and false are booleans (as in YAML 1.2), so a
+    key such as `on:` (notify's events) stays the word it reads as, not True."""
+
+
+ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+ConfigLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:bool",
+    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+    list("tTfF"),
+)
 # The keys of `defaults:` are LoopSettings' fields, so a new setting needs no second list.
 LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
 
@@ -70,7 +89,7 @@ def load_config(path: Path | None, backend_names: Collection[str], cwd: Path) ->
     if path is None:
         return parse_config({}, base_dir=cwd, backend_names=backend_names)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
@@ -384,6 +403,8 @@ class _Section:
 
     def flag(self, name: str, default: bool) -> bool:
         value = self.get(name, default)
+        if isinstance(value, str) and value.lower() in WORDS_FOR_BOOL:
+            return WORDS_FOR_BOOL[value.lower()]  # yes/no and on/off still mean what they say
         if not isinstance(value, bool):
             raise ConfigError(f"{self.key(name)}: {value!r} is not true or false")
         return value
