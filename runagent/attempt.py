@@ -132,13 +132,17 @@ class Attempt:
         return self.ctx.run_folder
 
     @classmethod
-    def prepare(cls, lent: Supervision, number: int, previous: RunInfo | None) -> Attempt:
-        """Attempt `number` of the loop, after `previous` (the task's run before it, if any)."""
+    def prepare(
+        cls, lent: Supervision, number: int, previous: RunInfo | None, first: int = 1
+    ) -> Attempt:
+        """Attempt `number` of the task, after `previous` (the task's run before it, if any), in
+        a loop whose first attempt was number `first`."""
         req = lent.request
         run_id, paths = _new_run_folder(req.task)
         prompt = compose(
-            req, lent.rule, lent.redactor, run_id=run_id, attempt=number, previous=previous
-        )
+            req, lent.rule, lent.redactor, run_id=run_id, attempt=number, previous=previous,
+            first_attempt=first,
+        )  # fmt: skip
         runfolder.atomic_write(paths.prompt, prompt)
         env = agent_environment(
             base=req.base_env,

@@ -27,15 +27,17 @@ def compose(
     run_id: str,
     attempt: int,
     previous: RunInfo | None,
+    first_attempt: int = 1,
 ) -> str:
-    """The prompt of run `run_id`, attempt number `attempt` of the loop `request` describes."""
+    """The prompt of run `run_id`, attempt number `attempt` of the loop `request` describes,
+    whose first attempt was number `first_attempt` (numbers go on across a task's loops)."""
     task = request.task
     lines = [
         "# run-agent",
         "",
         f"You are running under run-agent: project `{task.project_id}`, task "
         f"`{task.task_id}`, run `{run_id}`, attempt {attempt} of at most "
-        f"{request.settings.max_restarts + 1}.",
+        f"{first_attempt + request.settings.max_restarts}.",
         f"- Task folder: {task.folder} (TASK.md there holds the task)",
         f"- Run folder: {task.run_folder(run_id)}",
         f"- Working folder: {request.working_dir}",
@@ -43,14 +45,15 @@ def compose(
         "If you cannot finish, exit with a non-zero code; you may be restarted with this note.",
     ]
     if previous is not None:
-        lines += ["", redactor("\n".join(_previous_section(request, attempt, previous)))]
+        later = attempt > first_attempt
+        lines += ["", redactor("\n".join(_previous_section(request, later, previous)))]
     lines += ["", "## Task", "", request.prompt]
     return "\n".join(lines) + "\n"
 
 
-def _previous_section(request: LoopRequest, attempt: int, previous: RunInfo) -> list[str]:
-    # Attempt 1 of a loop can follow a run of an earlier loop of the same task.
-    heading = "## Previous attempt" if attempt > 1 else "## Previous run of this task"
+def _previous_section(request: LoopRequest, later: bool, previous: RunInfo) -> list[str]:
+    # The first attempt of a loop can follow a run of an earlier loop of the same task.
+    heading = "## Previous attempt" if later else "## Previous run of this task"
     lines = [
         heading,
         "",

@@ -99,12 +99,15 @@ class Supervisor:
 
     def _loop(self) -> LoopResult:
         previous = self._prepare()
+        # Attempt numbers go on across the task's loops (a resume does not start again at 1).
+        numbered = previous.attempt if previous is not None else 0
         runs: list[RunInfo] = []
         tally = _Tally(delay=self.settings.restart_delay)
         while not self.stop_signal.requested:  # a stop before an attempt began: do not begin it
-            ended = Attempt.prepare(self._lent, len(runs) + 1, previous).run()
+            number = numbered + len(runs) + 1
+            ended = Attempt.prepare(self._lent, number, previous, first=numbered + 1).run()
             runs.append(ended.info)
-            ending = self._end(ended.info, attempt=len(runs)) or self._count(ended, tally)
+            ending = self._end(ended.info, attempt=ended.info.attempt) or self._count(ended, tally)
             if ending is not None:
                 return LoopResult(*ending, tuple(runs))
             wait, note = self._next_wait(ended, tally)
@@ -176,7 +179,8 @@ class Supervisor:
             outcome = Outcome.TIMED_OUT if info.status is RunStatus.TIMED_OUT else Outcome.FAILED
             return (
                 outcome,
-                f"{why}; gave up after {tally.failures} failed attempts "
+                f"{why}; gave up after {tally.failures} failed "
+                f"{'attempt' if tally.failures == 1 else 'attempts'} "
                 f"(max_restarts {s.max_restarts})",
             )
         return None

@@ -605,3 +605,15 @@ def test_every_option_of_every_command_has_help() -> None:
         and param.opts[0] not in ("--help",)
     ]  # fmt: skip
     assert not missing
+
+
+def test_attempt_numbers_go_on_across_a_resume(ws: Workspace) -> None:
+    ws.write_config(["--exit", "1"], max_restarts=1)
+    first = ws.invoke("-p", "p", "-t", "t", "the prompt")
+    assert first.returncode == ExitCode.FAILED
+    assert "gave up after 2 failed attempts" in first.stderr
+    ws.write_config(["--exit", "0"], max_restarts=1)
+    resumed = ws.invoke("resume", "-p", "p", "-t", "t")
+    assert resumed.returncode == 0, resumed.stderr
+    assert [r.attempt for r in ws.runs()] == [1, 2, 3]  # never "#1 #1"
+    assert "attempt 3/4: run" in resumed.stderr and "(attempt 3)" in resumed.stderr

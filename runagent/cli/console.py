@@ -31,6 +31,7 @@ class Console:
         self.quiet = quiet
         self.live = stream.isatty() and not quiet
         self._status_shown = False
+        self._last_attempt: int | None = None  # the highest attempt number this loop may reach
 
     def say(self, text: str) -> None:
         if self.quiet:
@@ -46,8 +47,10 @@ class Console:
     def show(self, event: Event) -> None:
         info = event.run
         if event.kind is EventKind.RUN_STARTED and info is not None:
+            if self._last_attempt is None:  # numbers go on across loops: N of at most M
+                self._last_attempt = info.attempt - 1 + self.max_attempts
             self.say(
-                f"attempt {info.attempt}/{self.max_attempts}: run {info.run_id} started "
+                f"attempt {info.attempt}/{self._last_attempt}: run {info.run_id} started "
                 f"({info.agent}) in {event.run_folder}"
             )
         elif event.kind is EventKind.RUN_ENDED and info is not None:
@@ -65,7 +68,8 @@ class Console:
     def _status(self, info: RunInfo, event: Event) -> None:
         width = shutil.get_terminal_size((100, 20)).columns
         minutes, seconds = divmod(int(event.elapsed), 60)
-        head = f"attempt {info.attempt}/{self.max_attempts} · running · {minutes:02d}:{seconds:02d}"
+        of = self._last_attempt or self.max_attempts
+        head = f"attempt {info.attempt}/{of} · running · {minutes:02d}:{seconds:02d}"
         last = ""
         if event.run_folder is not None:
             lines = runfolder.tail(runfolder.RunPaths(event.run_folder).stdout, 8192).splitlines()
