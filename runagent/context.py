@@ -43,6 +43,9 @@ class LoopRequest:
     base_env: Mapping[str, str] = field(default_factory=dict)
     parent_run_id: str | None = None
     executable_dir: Path | None = None
+    # How the task was started (agent, working folder, overrides), written beside TASK.md once
+    # the loop holds the lock, so that a resume runs it the same way.
+    started_with: Mapping[str, object] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

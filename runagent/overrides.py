@@ -9,9 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runagent import runfolder
 from runagent.config import LoopSettings, Until
 from runagent.duration import parse_duration
-from runagent.errors import UsageError
+from runagent.errors import RunAgentError, UsageError
+from runagent.runfolder import TaskPaths
 
 DURATIONS = ("restart_delay", "timeout", "idle_timeout")
 
@@ -76,6 +78,28 @@ class LoopOverrides:
         if self.until is not None:
             changes["until"] = self.until
         return dataclasses.replace(settings, **changes)
+
+    def merged(self, given: LoopOverrides) -> LoopOverrides:
+        """These overrides with every one `given` sets put in their place."""
+        changes = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_record(self) -> dict[str, object]:
+        """The overrides that are set, as plain values (for the task's task.yaml)."""
+        record: dict[str, object] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                record[field.name] = str(value) if isinstance(value, Path | Until) else value
+        return record
+
+    @classmethod
+    def remembered(cls, task: TaskPaths) -> LoopOverrides:
+        """How the task was last started; nothing when it never was, or the record is bad."""
+        try:
+            return cls.parse(runfolder.read_task_settings(task))
+        except RunAgentError:  # an edited or damaged record is not a reason to refuse a resume
+            return cls()
 
     def to_args(self) -> list[str]:
         """The same overrides as `run-agent run` options, for a detached supervisor."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +31,7 @@ STDOUT = "agent-stdout.txt"
 STDERR = "agent-stderr.txt"
 OUTPUT = "output.md"
 TASK = "TASK.md"
+TASK_SETTINGS = "task.yaml"  # how the task was last started: agent, working folder, overrides
 DONE = "DONE"
 LOCK = ".lock"
 SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
@@ -285,6 +287,21 @@ def write_task_prompt(task: TaskPaths, prompt: str) -> None:
             f.write(prompt)
     except FileExistsError:
         pass
+
+
+def write_task_settings(task: TaskPaths, settings: Mapping[str, object]) -> None:
+    """Remember how the task was started (replacing what an earlier start remembered)."""
+    text = yaml.safe_dump(dict(settings), sort_keys=False, allow_unicode=True)
+    atomic_write(task.folder / TASK_SETTINGS, text)
+
+
+def read_task_settings(task: TaskPaths) -> dict[str, object]:
+    """How the task was last started; {} when it never was (or the file is unreadable)."""
+    try:
+        data = yaml.safe_load((confine(task).folder / TASK_SETTINGS).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def check_task_prompt(task: TaskPaths, prompt: str, hint: str) -> None:

@@ -119,12 +119,15 @@ class Supervisor:
 
     def _prepare(self) -> RunInfo | None:
         """Before the first attempt: write down runs whose supervisor died, move a DONE left by
-        an earlier loop out of the way, and write TASK.md. Returns the task's latest run."""
+        an earlier loop out of the way, and write TASK.md and how the loop was started. Returns
+        the task's latest run."""
         previous = self._mark_lost_runs()
         archived = runfolder.archive_done(self.task, previous.run_id if previous else None)
         if archived is not None:
             self.on_event(Event(EventKind.DONE_ARCHIVED, message=f"stale DONE moved to {archived}"))
         runfolder.write_task_prompt(self.task, self.request.prompt)
+        if self.request.started_with:
+            runfolder.write_task_settings(self.task, self.request.started_with)
         return previous
 
     def _end(self, info: RunInfo, attempt: int) -> _Ending | None:

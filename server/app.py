@@ -86,7 +86,7 @@ class Settings:
     heartbeat: float = HEARTBEAT  # seconds between SSE comments on a quiet stream
     # Checks a start before anything is created (the agent exists and can run); raises a
     # RunAgentError saying why not. The CLI hands it in, so the server imports no backend.
-    check_start: Callable[[LoopOverrides], None] | None = None
+    check_start: Callable[[TaskPaths, LoopOverrides], None] | None = None
     allowed_hosts: frozenset[str] = field(default_factory=lambda: allowed_hosts("127.0.0.1"))
 
 
@@ -373,7 +373,7 @@ class Api:
         validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
         overrides = self._overrides(body)
         if self.settings.check_start is not None:
-            await run_in_threadpool(self.settings.check_start, overrides)
+            await run_in_threadpool(self.settings.check_start, task, overrides)
         created = not task.folder.exists()
         runfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
         try:
@@ -388,7 +388,7 @@ class Api:
         task = self.task_paths(request)
         overrides = self._overrides(body)
         if self.settings.check_start is not None:
-            await run_in_threadpool(self.settings.check_start, overrides)
+            await run_in_threadpool(self.settings.check_start, task, overrides)
         return await self._start(task, "resume", overrides, body)
 
     async def schedules(self, request: Request) -> Response:

@@ -617,3 +617,26 @@ def test_attempt_numbers_go_on_across_a_resume(ws: Workspace) -> None:
     assert resumed.returncode == 0, resumed.stderr
     assert [r.attempt for r in ws.runs()] == [1, 2, 3]  # never "#1 #1"
     assert "attempt 3/4: run" in resumed.stderr and "(attempt 3)" in resumed.stderr
+
+
+def test_resume_runs_the_task_as_it_was_started_and_remembers_what_it_changes(
+    ws: Workspace,
+) -> None:
+    elsewhere = ws.path / "work"
+    elsewhere.mkdir()
+    ws.write_config(["--exit", "1"], agents={"ticker": ["--echo-env", "PWD", "--exit", "1"]},
+                    max_restarts=0)  # fmt: skip
+    started = ws.invoke("-p", "p", "-t", "t", "--agent", "ticker", "--cwd", str(elsewhere),
+                        "--timeout", "5m", "the prompt")  # fmt: skip
+    assert started.returncode == ExitCode.FAILED
+    resumed = ws.invoke("resume", "-p", "p", "-t", "t")  # from the workspace, no options
+    assert resumed.returncode == ExitCode.FAILED
+    second = ws.runs()[1]
+    assert second.agent == "ticker" and second.cwd == str(elsewhere)
+    status = ws.invoke("status", "-p", "p", "-t", "t").stdout
+    assert f"started with  agent ticker, working_dir {elsewhere}, timeout 300" in status
+    # An option given to resume wins, and is remembered for the next one.
+    assert ws.invoke("resume", "-p", "p", "-t", "t", "--agent", "fake").returncode == 1
+    assert ws.invoke("resume", "-p", "p", "-t", "t").returncode == 1
+    assert [r.agent for r in ws.runs()] == ["ticker", "ticker", "fake", "fake"]
+    assert {r.cwd for r in ws.runs()} == {str(elsewhere)}

@@ -191,3 +191,19 @@ def test_a_refused_start_leaves_no_task_behind(ws: Workspace, server: Server) ->
     retry = httpx.post(url, json={"task_id": "a", "prompt": "another prompt"}, timeout=30)
     assert retry.status_code == 202  # the id is not blocked by the refused start
     wait_for(lambda: ws.cli("status", "-p", "p", "-t", "a").stdout.count("completed"))
+
+
+def test_resume_from_the_page_runs_the_agent_the_task_was_started_with(
+    ws: Workspace, server: Server
+) -> None:
+    ws.write_config(agents={"slowfail": ["--exit", "1"]}, max_restarts=0)  # default `fake` exits 0
+    url = f"{server.url}/api/projects/p/tasks"
+    started = httpx.post(url, json={"task_id": "t", "prompt": "x", "agent": "slowfail"}, timeout=30)
+    assert started.status_code == 202, started.text
+    wait_for(lambda: [r.status.value for r in ws.runs()] == ["failed"], what="the first run")
+    wait_for(lambda: "running" not in ws.cli("status", "-p", "p", "-t", "t").stdout)
+    resumed = httpx.post(f"{url}/t/resume", json={}, timeout=30)
+    assert resumed.status_code == 202, resumed.text
+    wait_for(lambda: len(ws.runs()) == 2 and ws.runs()[1].status.value == "failed",
+             what="the resumed run")  # fmt: skip
+    assert [r.agent for r in ws.runs()] == ["slowfail", "slowfail"]  # never the default agent

@@ -91,6 +91,7 @@ class LoopArgs:
     quiet: bool = False
     schedule: str | None = None  # the schedule that fired this loop
     again: bool = False  # a completed task runs again
+    one_run: bool = False  # `job`: its max_restarts 0 is not how the task is remembered
 
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:

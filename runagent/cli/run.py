@@ -28,6 +28,7 @@ from runagent.cli.options import (
 from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id, validate_prompt
 from runagent.errors import ExitCode, NotFoundError, UsageError
 from runagent.events import Event, Outcome
+from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 from runagent.supervisor import Supervisor
 
@@ -88,7 +89,7 @@ def job(
     loop: LoopArgs, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Run the agent once: one run, no restarts."""
-    once = replace(loop, overrides=replace(loop.overrides, max_restarts=0))
+    once = replace(loop, overrides=replace(loop.overrides, max_restarts=0), one_run=True)
     start_loop(
         setup(config_path, root), project_id, task_id, read_prompt(prompt, prompt_file), once
     )
@@ -170,19 +171,26 @@ def executable_dir() -> Path:
 
 
 def foreground_loop(s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs) -> None:
-    agent, backend = usable_backend(s.config, loop.overrides.agent)
-    working_dir = (loop.overrides.working_dir or Path.cwd()).resolve()
+    # What the task was started with before, with what this command says put in its place.
+    remembered = LoopOverrides.remembered(task)
+    overrides = remembered.merged(loop.overrides)
+    agent, backend = usable_backend(s.config, overrides.agent)
+    working_dir = (overrides.working_dir or Path.cwd()).resolve()
     if not working_dir.is_dir():
         raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
+    started_with = replace(overrides, agent=agent.name, working_dir=working_dir)
+    if loop.one_run:  # a job's single run is not how the task's loop is to be resumed
+        started_with = replace(started_with, max_restarts=remembered.max_restarts)
     request = LoopRequest(
         task=task,
         prompt=prompt,
         agent_name=agent.name,
         working_dir=working_dir,
-        settings=loop.overrides.apply(s.config.defaults),
+        settings=overrides.apply(s.config.defaults),
         base_env=dict(os.environ),
         parent_run_id=parent_run_id(os.environ),
         executable_dir=executable_dir(),
+        started_with=started_with.to_record(),
     )
     console = Console(sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize)
     redactor = backend.redactor(request.base_env)

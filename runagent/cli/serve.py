@@ -13,6 +13,7 @@ from runagent.cli.options import Setup, common, setup, usable_backend
 from runagent.cli.schedule import launch_firing
 from runagent.errors import UsageError
 from runagent.overrides import LoopOverrides
+from runagent.runfolder import TaskPaths
 
 
 @cli.command()
@@ -52,7 +53,10 @@ def serve(
             launch=lambda firing: launch_firing(s, firing),
             run_schedules=not no_schedules,
             allowed_hosts=allowed_hosts(host, s.config.server.allowed_hosts),
-            check_start=lambda overrides: check_agent(s, overrides),
+            # Read afresh, as the detached supervisor it checks for will read it.
+            check_start=lambda task, overrides: check_agent(
+                setup(config_path, root), task, overrides
+            ),
         )
     )
     enabled = [c.name for c in s.config.schedules.values() if c.enabled]
@@ -71,6 +75,7 @@ def serve(
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
 
 
-def check_agent(s: Setup, overrides: LoopOverrides) -> None:
-    """What the server asks before it creates a task: the agent exists and can run here."""
-    usable_backend(s.config, overrides.agent)
+def check_agent(s: Setup, task: TaskPaths, overrides: LoopOverrides) -> None:
+    """What the server asks before it starts a task: the agent it will run (as given, else as
+    the task was started before) exists and can run here."""
+    usable_backend(s.config, LoopOverrides.remembered(task).merged(overrides).agent)

@@ -103,6 +103,9 @@ def status(
         ("task", f"{view.label}: {view.status.value} ({runs})"),
         ("folder", task.folder),
     ]
+    started = runfolder.read_task_settings(task)
+    if started:
+        rows.append(("started with", ", ".join(f"{k} {v}" for k, v in started.items())))
     if view.supervisor:
         rows.append(("supervisor", f"pid {view.supervisor.pid} since {view.supervisor.since}"))
     if view.latest:
