@@ -144,6 +144,7 @@ class Config:
     defaults: LoopSettings
     runs_dir: Path
     source: Path | None = None
+    runs_dir_from: str = "the built-in default"  # where runs_dir came from, said when it matters
     server: ServerSettings = field(default_factory=ServerSettings)
     schedules: Mapping[str, ScheduleConfig] = field(default_factory=dict)
     notify: NotifyConfig | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import os
 import re
@@ -84,10 +85,21 @@ def _not_a_file(path: Path) -> str:
     return "is a folder, not a file" if path.is_dir() else "does not exist"
 
 
-def load_config(path: Path | None, backend_names: Collection[str], cwd: Path) -> Config:
-    """Read and check `path`; with no file, the built-in defaults with runs under ./runs."""
+def load_config(
+    path: Path | None,
+    backend_names: Collection[str],
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read and check `path`. With no file, the built-in defaults, and runs kept in the user's
+    data folder, so that where runs go does not depend on the folder a command is typed in."""
     if path is None:
-        return parse_config({}, base_dir=cwd, backend_names=backend_names)
+        config = parse_config({}, base_dir=cwd, backend_names=backend_names)
+        return dataclasses.replace(
+            config,
+            runs_dir=default_runs_dir(os.environ if env is None else env),
+            runs_dir_from="the default, as no config.yaml was found",
+        )
     try:
         data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)
     except OSError as exc:
@@ -122,12 +134,15 @@ def parse_config(
     defaults = _defaults(top.section("defaults"), agents, backend_names)
     storage = top.section("storage")
     storage.only("runs_dir")
-    runs_dir = Path(storage.string("runs_dir") or "runs").expanduser()
+    given = storage.string("runs_dir")
+    runs_dir = Path(given or "runs").expanduser()
+    where = f"storage.runs_dir in {source}" if given else f"runs/ beside {source}"
     return Config(
         agents=MappingProxyType(agents),
         defaults=defaults,
         runs_dir=runs_dir if runs_dir.is_absolute() else base_dir / runs_dir,
         source=source,
+        runs_dir_from=where,
         server=_server(top.section("server")),
         schedules=MappingProxyType(
             {
@@ -423,10 +438,17 @@ def _member(kind: type[E], value: str, where: str) -> E:
     raise ConfigError(f"{where}: {value!r} is not one of: {choices}")
 
 
-def runs_root(cli_root: Path | None, env: Mapping[str, str], config: Config) -> Path:
-    """--root, then $RUN_AGENT_ROOT, then storage.runs_dir; always absolute."""
+def default_runs_dir(env: Mapping[str, str]) -> Path:
+    """Where runs go with no config file: $XDG_DATA_HOME/run-agent/runs (~/.local/share/...)."""
+    data = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/share")
+    return Path(data) / "run-agent" / "runs"
+
+
+def runs_root(cli_root: Path | None, env: Mapping[str, str], config: Config) -> tuple[Path, str]:
+    """--root, then $RUN_AGENT_ROOT, then the config's runs_dir; always absolute, with where it
+    came from in words (said whenever it matters: nothing found there, a task not found)."""
     if cli_root is not None:
-        return cli_root.expanduser().resolve()
+        return cli_root.expanduser().resolve(), "--root"
     if env.get("RUN_AGENT_ROOT"):
-        return Path(env["RUN_AGENT_ROOT"]).expanduser().resolve()
-    return Path(os.path.abspath(config.runs_dir))
+        return Path(env["RUN_AGENT_ROOT"]).expanduser().resolve(), "$RUN_AGENT_ROOT"
+    return Path(os.path.abspath(config.runs_dir)), config.runs_dir_from

@@ -640,3 +640,32 @@ def test_resume_runs_the_task_as_it_was_started_and_remembers_what_it_changes(
     assert ws.invoke("resume", "-p", "p", "-t", "t").returncode == 1
     assert [r.agent for r in ws.runs()] == ["ticker", "ticker", "fake", "fake"]
     assert {r.cwd for r in ws.runs()} == {str(elsewhere)}
+
+
+def test_without_a_config_runs_go_to_one_place_and_every_empty_answer_says_which(
+    ws: Workspace,
+) -> None:
+    home, one, two = ws.path / "home", ws.path / "one", ws.path / "two"
+    for folder in (home, one, two):
+        folder.mkdir()
+    env = {**os.environ, "HOME": str(home), "RUN_AGENT_CONFIG": "", "XDG_CONFIG_HOME": "",
+           "XDG_DATA_HOME": "", "RUN_AGENT_ROOT": ""}  # fmt: skip
+
+    def cli(folder: object, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(ws.cli_argv(*args), cwd=folder, env=env, capture_output=True,
+                              text=True, timeout=60)  # fmt: skip
+
+    default_root = home / ".local/share/run-agent/runs"
+    said = f"no tasks under {default_root} (the runs root from the default, as no config.yaml"
+    assert said in cli(one, "list").stderr
+    assert said in cli(two, "list").stderr  # the same place, whatever the current folder
+    missing = cli(two, "status", "-p", "p", "-t", "nope")
+    assert missing.returncode == ExitCode.USAGE
+    assert (
+        str(default_root) in missing.stderr and "the runs root from the default" in missing.stderr
+    )
+    rooted = cli(two, "--root", str(ws.root), "list")
+    assert f"no tasks under {ws.root} (the runs root from --root)" in rooted.stderr
+    configured = subprocess.run(ws.cli_argv("list", "-p", "nope"), cwd=ws.path, env=env,
+                                capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert f"storage.runs_dir in {ws.config}" in configured.stderr

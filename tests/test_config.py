@@ -29,8 +29,10 @@ def error(text: str, tmp_path: Path) -> str:
 
 
 def test_defaults_without_a_file(tmp_path: Path) -> None:
-    config = load_config(None, BACKENDS, tmp_path)
-    assert config.runs_dir == tmp_path / "runs"
+    config = load_config(None, BACKENDS, tmp_path, {"HOME": str(tmp_path / "home")})
+    assert config.runs_dir == tmp_path / "home/.local/share/run-agent/runs"  # not the cwd's
+    data = load_config(None, BACKENDS, tmp_path, {"XDG_DATA_HOME": str(tmp_path / "data")})
+    assert data.runs_dir == tmp_path / "data/run-agent/runs"
     d = config.defaults
     assert d.max_restarts == 5 and d.non_retryable_exit_codes == {2, 3, 126, 127}
     assert d.until is Until.EXIT and d.agent is None

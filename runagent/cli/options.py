@@ -18,7 +18,7 @@ from runagent.backend import Backend
 from runagent.config import AgentConfig, Config, Until
 from runagent.configfile import find_config, load_config, runs_root
 from runagent.context import validate_id
-from runagent.errors import MissingDependencyError, UsageError
+from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootError, UsageError
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 
@@ -36,6 +36,11 @@ class PathValue(click.Path):
 class Setup:
     config: Config
     root: Path
+    root_from: str = "--root"  # where the runs root came from, in words
+
+    def where(self) -> str:
+        """`under ROOT (SOURCE)`, for messages that find nothing there."""
+        return f"under {self.root} (the runs root from {self.root_from})"
 
 
 def common(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -55,7 +60,7 @@ def common(f: Callable[..., Any]) -> Callable[..., Any]:
 def setup(config_path: Path | None, root: Path | None) -> Setup:
     cwd = Path.cwd()
     config = load_config(find_config(config_path, cwd, os.environ), backends.known(), cwd)
-    return Setup(config, runs_root(root, os.environ, config))
+    return Setup(config, *runs_root(root, os.environ, config))
 
 
 def existing_task(
@@ -64,7 +69,12 @@ def existing_task(
     """The setup and an existing task's paths; a bad or unknown id is a one-line error."""
     s = setup(config_path, root)
     project = validate_id("project", project_id)
-    return s, tasks.find_task(s.root, project, validate_id("task", task_id))
+    try:
+        return s, tasks.find_task(s.root, project, validate_id("task", task_id))
+    except OutsideRootError:
+        raise
+    except NotFoundError as exc:  # say where the root came from: it may not be the one meant
+        raise NotFoundError(f"{exc} (the runs root from {s.root_from})") from exc
 
 
 def task_option(required: bool) -> Callable[..., Any]:

@@ -60,13 +60,13 @@ def list_(
     if project_id is not None:
         validate_id("project", project_id)
         if not (s.root / project_id).is_dir():
-            raise NotFoundError(f"project {project_id!r} not found under {s.root}")
+            raise NotFoundError(f"project {project_id!r} not found {s.where()}")
     views = tasks.all_tasks(s.root, project_id)
     if as_json:
         click.echo(json.dumps([v.to_dict() for v in views], indent=2))
         return
     if not views:
-        click.echo(f"no tasks under {s.root}", err=True)
+        click.echo(f"no tasks {s.where()}", err=True)
         return
     rows = [
         [
