@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import anyio
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -57,6 +58,7 @@ RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
 STREAM_FILES = ("stdout", "stderr", "output")
 HEARTBEAT = 15
 STOP_WAIT = 30.0
+SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
 # What each kind of run-agent error is to an HTTP client; any other is the server's own failure.
 # The first class that matches counts: a subclass comes before its base.
@@ -288,11 +290,22 @@ class Api:
             return byte_count("Last-Event-ID", request.headers["last-event-id"] or "0")
         return byte_count("from", request.query_params.get("from") or "0")
 
+    def _sse(self, events: AsyncIterator[streams.Event]) -> Response:
+        """An SSE response of `events` that ends cleanly when the server shuts down (a client
+        still connected on Ctrl-C gets the end of its response, and nothing is logged)."""
+        stop = anyio.Event()
+        return EventSourceResponse(
+            streams.until(stop, events),
+            ping=self.settings.heartbeat,
+            send_timeout=60,
+            shutdown_event=stop,
+            shutdown_grace_period=SHUTDOWN_GRACE,
+        )
+
     async def run_stream(self, request: Request) -> Response:
         folder, path = self.run_file(request, STREAM_FILES)
         offset = self._offset(request)
-        events = streams.run_file_events(self.hub, folder, path.name, offset)
-        return EventSourceResponse(events, ping=self.settings.heartbeat, send_timeout=60)
+        return self._sse(streams.run_file_events(self.hub, folder, path.name, offset))
 
     async def task_stream(self, request: Request) -> Response:
         task = self.task_paths(request)
@@ -308,13 +321,12 @@ class Api:
             offset = byte_count("the cursor's offset", raw)
         elif cursor:
             raise HTTPException(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
-        events = streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
-        return EventSourceResponse(events, ping=self.settings.heartbeat, send_timeout=60)
+        return self._sse(
+            streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
+        )
 
     async def events(self, request: Request) -> Response:
-        return EventSourceResponse(
-            streams.root_events(self.hub, self.root), ping=self.settings.heartbeat
-        )
+        return self._sse(streams.root_events(self.hub, self.root))
 
     # Actions -------------------------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ character boundaries. Each client reads at most CHUNK bytes at a time from its o
 
 from __future__ import annotations
 
+import asyncio
 import codecs
+import contextlib
 import json
 import os
 import stat
@@ -17,6 +19,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import anyio
 
 from runagent import follow, runfolder, tasks
 from runagent.runfolder import TaskPaths
@@ -186,3 +190,25 @@ async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
             project, _, task = key.partition("/")
             yield event("removed", {"project_id": project, "task_id": task})
         rows = fresh
+
+
+async def until(stop: anyio.Event, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+    """`events` until `stop` is set (the server is shutting down): the stream then ends as a
+    stream ends, with its response completed, instead of being cut off mid-response."""
+    source = aiter(events)
+    stopping = asyncio.ensure_future(stop.wait())
+    try:
+        while True:
+            step = asyncio.ensure_future(anext(source))
+            await asyncio.wait({step, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not step.done():
+                step.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await step
+                return
+            try:
+                yield step.result()
+            except StopAsyncIteration:
+                return
+    finally:
+        stopping.cancel()

@@ -207,3 +207,29 @@ def test_resume_from_the_page_runs_the_agent_the_task_was_started_with(
     wait_for(lambda: len(ws.runs()) == 2 and ws.runs()[1].status.value == "failed",
              what="the resumed run")  # fmt: skip
     assert [r.agent for r in ws.runs()] == ["slowfail", "slowfail"]  # never the default agent
+
+
+def test_ctrl_c_with_a_browser_connected_ends_its_streams_cleanly(
+    ws: Workspace, server: Server
+) -> None:
+    import signal
+
+    seen: list[str] = []
+    outcome: dict[str, object] = {}
+
+    def listen() -> None:
+        try:
+            for message in sse.stream(f"{server.url}/api/events"):
+                seen.append(message.event)
+        except httpx.HTTPError as exc:  # a response cut off mid-stream
+            outcome["error"] = exc
+
+    client = threading.Thread(target=listen, daemon=True)
+    client.start()
+    wait_for(lambda: "snapshot" in seen, what="the client to be streaming")
+    server.process.send_signal(signal.SIGINT)
+    out, _ = server.process.communicate(timeout=30)
+    client.join(timeout=30)
+    assert server.process.returncode is not None
+    assert "ASGI" not in out and "ERROR" not in out and "Traceback" not in out, out
+    assert "error" not in outcome, outcome
