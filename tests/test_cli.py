@@ -669,3 +669,15 @@ def test_without_a_config_runs_go_to_one_place_and_every_empty_answer_says_which
     configured = subprocess.run(ws.cli_argv("list", "-p", "nope"), cwd=ws.path, env=env,
                                 capture_output=True, text=True, timeout=60)  # fmt: skip
     assert f"storage.runs_dir in {ws.config}" in configured.stderr
+
+
+def test_a_reader_that_stops_reading_is_not_an_error(ws: Workspace) -> None:
+    """`run-agent backends | head -1`: the pipe closes early; no 'Broken pipe', exit 0."""
+    proc = subprocess.Popen(ws.cli_argv("backends"), cwd=ws.path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.readline()
+    proc.stdout.close()  # as `head -1` does once it has its line
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0
+    assert "Broken pipe" not in err and "Traceback" not in err, err

@@ -84,14 +84,14 @@ class RunAgentGroup(click.Group):
             fail(f"{exc.format_message()} (see `{where} --help`)", ExitCode.USAGE)
         except RunAgentError as exc:
             fail(str(exc), exc.exit_code)
+        except BrokenPipeError:  # `run-agent list | head -1`: the reader stopped reading
+            _quiet_stdout()
+            sys.exit(ExitCode.COMPLETED)
         except OSError as exc:  # a folder or file the system refused: say which, not a traceback
             where = f": {exc.filename}" if exc.filename else ""
             fail(f"{exc.strerror or exc}{where}", ExitCode.FAILED)
         except KeyboardInterrupt:
             sys.exit(ExitCode.STOPPED)
-        except BrokenPipeError:  # `run-agent list | head -1`: the reader stopped reading
-            _quiet_stdout()
-            sys.exit(ExitCode.COMPLETED)
 
 
 IMPLICIT_RUN = "run-agent.implicit-run"  # ctx.meta: the command line had no command name
