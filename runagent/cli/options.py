@@ -89,6 +89,16 @@ def task_option(required: bool) -> Callable[..., Any]:
     return decorate
 
 
+def prompt_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The prompt: an argument (`-` reads standard input), or --prompt-file."""
+    f = click.option(
+        "--prompt-file",
+        type=PathValue(exists=True, dir_okay=False, path_type=Path),
+        help="Read the prompt from a file ('-' as PROMPT reads standard input).",
+    )(f)
+    return click.argument("prompt", required=False)(f)
+
+
 def json_option(f: Callable[..., Any]) -> Callable[..., Any]:
     return click.option("--json", "as_json", is_flag=True, help="Print JSON.")(f)
 

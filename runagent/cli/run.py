@@ -15,12 +15,12 @@ from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.options import (
     LoopArgs,
-    PathValue,
     Setup,
     common,
     existing_task,
     loop_options,
     one_run_options,
+    prompt_options,
     setup,
     task_option,
     usable_backend,
@@ -51,12 +51,7 @@ MAX_PROMPT_BYTES = 10 << 20  # a prompt is text a person wrote; more is a wrong 
 
 @cli.command()
 @task_option(required=False)
-@click.argument("prompt", required=False)
-@click.option(
-    "--prompt-file",
-    type=PathValue(exists=True, dir_okay=False, path_type=Path),
-    help="Read the prompt from a file ('-' as PROMPT reads standard input).",
-)
+@prompt_options
 @loop_options
 @common
 def run(
@@ -76,12 +71,7 @@ def run(
 
 @cli.command()
 @task_option(required=False)
-@click.argument("prompt", required=False)
-@click.option(
-    "--prompt-file",
-    type=PathValue(exists=True, dir_okay=False, path_type=Path),
-    help="Read the prompt from a file ('-' as PROMPT reads standard input).",
-)
+@prompt_options
 @one_run_options
 @common
 def job(
