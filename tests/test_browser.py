@@ -193,3 +193,19 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     expect(follow).to_be_hidden()
     assert log.evaluate(at_bottom)
     expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+
+
+def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1"], max_restarts=0)
+    page.goto(server.url)
+    start_from_form(page, "done", "finish at once")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    button = page.locator("#resume-button")
+    expect(button).to_have_text("Run again")  # not a Resume that silently refuses or reruns
+    expect(button).to_be_enabled()
+    button.click()
+    wait_for(lambda: len(ws.runs("p", "done")) == 2, what="the second run")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    assert [r.attempt for r in ws.runs("p", "done")] == [1, 2]
