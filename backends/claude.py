@@ -23,6 +23,8 @@ from runagent.backend import (
     Permissions,
     Reason,
     RunContext,
+    Usage,
+    count,
     from_status,
     from_text,
     json_lines,
@@ -61,6 +63,21 @@ class ClaudeBackend(Backend):
         if os.geteuid() == 0 and env.get("IS_SANDBOX") != "1":
             return ["--permission-mode", "acceptEdits", "--allowedTools", *ROOT_TOOLS]
         return ["--dangerously-skip-permissions"]
+
+    def usage(self, ctx: RunContext) -> Usage | None:
+        """The `result` event's usage (input counts cached reads and writes) and cost."""
+        found = None
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "result":
+                used = event.get("usage")
+                cost = event.get("total_cost_usd")
+                found = Usage(
+                    count(used, "input_tokens", "cache_read_input_tokens",
+                          "cache_creation_input_tokens"),
+                    count(used, "output_tokens"),
+                    float(cost) if isinstance(cost, int | float) and cost >= 0 else None,
+                )  # fmt: skip
+        return found
 
     def final_output(self, ctx: RunContext) -> str | None:
         result = None

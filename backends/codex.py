@@ -18,6 +18,8 @@ from runagent.backend import (
     Permissions,
     Reason,
     RunContext,
+    Usage,
+    count,
     from_text,
     json_lines,
     retry_after,
@@ -53,6 +55,16 @@ class CodexBackend(Backend):
             f"model_providers.{PROVIDER}.wire_api": "responses",
         }
         return [arg for key, value in settings.items() for arg in ("-c", f"{key}={value}")]
+
+    def usage(self, ctx: RunContext) -> Usage | None:
+        """Every `turn.completed` event's usage, summed (codex gives no cost)."""
+        total = None
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "turn.completed":
+                used = event.get("usage")
+                turn = Usage(count(used, "input_tokens"), count(used, "output_tokens"))
+                total = turn if total is None else total + turn
+        return total
 
     def final_output(self, ctx: RunContext) -> str | None:
         answer = None

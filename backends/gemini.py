@@ -21,7 +21,9 @@ from runagent.backend import (
     Permissions,
     Reason,
     RunContext,
+    Usage,
     cache_dir,
+    count,
     from_text,
     json_lines,
     retry_after,
@@ -61,6 +63,15 @@ class GeminiBackend(Backend):
                 env["GEMINI_CLI_SYSTEM_SETTINGS_PATH"] = str(path)
                 files[path] = content
         return LaunchSpec(tuple(argv), env, ctx.working_dir, ctx.prompt_file, files)
+
+    def usage(self, ctx: RunContext) -> Usage | None:
+        """The `result` event's stats (gemini gives no cost)."""
+        found = None
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "result" and isinstance(event.get("stats"), dict):
+                stats = event["stats"]
+                found = Usage(count(stats, "input_tokens"), count(stats, "output_tokens"))
+        return found
 
     def final_output(self, ctx: RunContext) -> str | None:
         parts: list[str] = []

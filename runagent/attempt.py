@@ -30,7 +30,7 @@ from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.prompt import compose
 from runagent.redaction import Redactor
 from runagent.runfolder import RunPaths, TaskPaths
-from runagent.runinfo import Reason, RunInfo, RunStatus
+from runagent.runinfo import Reason, RunInfo, RunStatus, Usage
 
 COPY_LIMIT = 1 << 20  # stdout up to this size is copied into output.md; beyond, hard-linked
 # Failures a backend may explain from the agent's output (a rate limit, an API error, ...).
@@ -272,6 +272,13 @@ class Attempt:
             _note(self.ctx.paths, f"could not diagnose the failure ({type(exc).__name__}: {exc})")
             return None
 
+    def _usage(self) -> Usage | None:
+        try:
+            return self.lent.backend.usage(self.ctx)
+        except Exception as exc:  # a parser bug must not lose the run
+            _note(self.ctx.paths, f"could not read the usage ({type(exc).__name__}: {exc})")
+            return None
+
     def _finish(self, code: int, verdict: Verdict) -> None:
         """Write output.md and the run's end. A write that fails (a full disk) fails the run,
         saying which file and why; if run-info.yaml itself cannot be written, word is left."""
@@ -285,12 +292,16 @@ class Attempt:
                 f"{exc.strerror or exc} writing {runfolder.OUTPUT}; {runfolder.OUTPUT} {state} "
                 f"(the run ended: {verdict.message})",
             )
+        used = self._usage()
         self.info = self.info.replace(
             end_time=runfolder.timestamp(),
             exit_code=code,
             reason=verdict.reason,
             status=verdict.status,
             message=verdict.message,
+            tokens_in=used.tokens_in if used else None,
+            tokens_out=used.tokens_out if used else None,
+            cost_usd=used.cost_usd if used else None,
         )
         try:
             self._record()

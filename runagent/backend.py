@@ -27,7 +27,7 @@ from runagent.failure import (
 from runagent.process import LaunchSpec, resolve_executable
 from runagent.redaction import Redactor
 from runagent.runfolder import RunPaths, TaskPaths, atomic_write, tail
-from runagent.runinfo import Reason
+from runagent.runinfo import Reason, Usage
 
 __all__ = [
     "AgentConfig",
@@ -42,8 +42,10 @@ __all__ = [
     "RunContext",
     "RunPaths",
     "TaskPaths",
+    "Usage",
     "atomic_write",
     "cache_dir",
+    "count",
     "from_status",
     "from_text",
     "http_retry_after",
@@ -87,6 +89,10 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def launch(self, ctx: RunContext) -> LaunchSpec:
         """The process that runs this agent for `ctx`."""
+
+    def usage(self, ctx: RunContext) -> Usage | None:
+        """Tokens (and cost) the run used, read from its stream; None if the agent does not say."""
+        return None
 
     def final_output(self, ctx: RunContext) -> str | None:
         """The agent's final answer parsed from its output, or None to copy stdout."""
@@ -215,6 +221,15 @@ class Backend(abc.ABC):
 
     def login_hint(self) -> str:
         return f"or set {self.token_variable} / agents.{self.config.name}.token_env"
+
+
+def count(data: object, *keys: str) -> int:
+    """The sum of the whole, non-negative numbers at `keys` of a stream event's dict (what a
+    model sends is untrusted: anything else counts as 0)."""
+    if not isinstance(data, dict):
+        return 0
+    values = (data.get(key) for key in keys)
+    return sum(v for v in values if isinstance(v, int) and not isinstance(v, bool) and v >= 0)
 
 
 def _not_found(name: str) -> str:

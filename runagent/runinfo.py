@@ -41,6 +41,27 @@ class Reason(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Tokens an agent's run read and wrote, and what it cost where the agent says."""
+
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
+        return Usage(
+            self.tokens_in + other.tokens_in,
+            self.tokens_out + other.tokens_out,
+            sum(costs) if costs else None,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tokens_in": self.tokens_in, "tokens_out": self.tokens_out,
+                "cost_usd": self.cost_usd}  # fmt: skip
+
+
+@dataclass(frozen=True)
 class RunInfo:
     """The metadata of one run, as stored in run-info.yaml."""
 
@@ -65,10 +86,21 @@ class RunInfo:
     reason: Reason | None = None
     message: str | None = None
     commandline: str | None = None
+    # What the run used, where the agent's stream says (None: it does not).
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    cost_usd: float | None = None
     version: int = RUN_INFO_VERSION
 
     def replace(self, **changes: Any) -> RunInfo:
         return dataclasses.replace(self, **changes)
+
+    @property
+    def usage(self) -> Usage | None:
+        """What the run used, if its agent said."""
+        if self.tokens_in is None and self.tokens_out is None and self.cost_usd is None:
+            return None
+        return Usage(self.tokens_in or 0, self.tokens_out or 0, self.cost_usd)
 
     def describe(self) -> str:
         """How the run ended, in words: its message, else its status and exit code."""

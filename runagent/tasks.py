@@ -18,7 +18,7 @@ from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.lock import Holder, live_holder
 from runagent.process import is_alive
 from runagent.runfolder import TaskPaths
-from runagent.runinfo import RunInfo, RunStatus
+from runagent.runinfo import RunInfo, RunStatus, Usage
 
 
 class TaskStatus(enum.StrEnum):
@@ -136,3 +136,12 @@ def refuse_completed(view: TaskView, again: bool) -> None:
             f"task {view.label} is already completed ({view.paths.done} exists); "
             "run it again with --again"
         )
+
+
+def usage(task: TaskPaths) -> Usage | None:
+    """What the task's runs used, summed over those whose agent said; None if none did."""
+    total = None
+    for info in runs(task):
+        if info.usage is not None:
+            total = info.usage if total is None else total + info.usage
+    return total

@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from runagent.errors import ExitCode
 from runagent.runinfo import RunStatus
@@ -681,3 +682,23 @@ def test_a_reader_that_stops_reading_is_not_an_error(ws: Workspace) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0
     assert "Broken pipe" not in err and "Traceback" not in err, err
+
+
+def test_status_sums_what_a_tasks_runs_used(ws: Workspace) -> None:
+    """A claude-type agent (the fake agent replaying claude's real stream) run twice."""
+    sample = (REPO / "tests/samples/claude-text.stdout.jsonl").read_bytes().hex()
+    replay = ws.agent_argv(["--ignore-unknown", "--chunks", sample])
+    ws.config.write_text(yaml.safe_dump({
+        "agents": {"claudeish": {"type": "claude", "permissions": "none", "command": replay}},
+        "defaults": {"agent": "claudeish", "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }))  # fmt: skip
+    assert ws.invoke("-p", "p", "-t", "t", "x").returncode == 0, ws.runs()
+    assert ws.invoke("-p", "p", "-t", "t", "--again", "x").returncode == 0
+    assert [(r.tokens_in, r.tokens_out) for r in ws.runs()] == [(10, 5), (10, 5)]
+    status = ws.invoke("status", "-p", "p", "-t", "t")
+    assert "usage         20 tokens in, 10 out, $0.0003" in status.stdout
+    data = json.loads(ws.invoke("status", "-p", "p", "-t", "t", "--json").stdout)
+    assert data["usage"]["tokens_in"] == 20 and data["usage"]["cost_usd"] == pytest.approx(0.00028)
+    runs = json.loads(ws.invoke("list", "-p", "p", "-t", "t", "--json").stdout)
+    assert runs[0]["tokens_out"] == 5

@@ -171,3 +171,35 @@ def test_summaries_are_readable(tmp_path: Path) -> None:
     summaries = [s for s in map(backend("claude").summarize, lines) if s]
     assert any(s.startswith("[Bash]") for s in summaries)
     assert "hello from fake model" in summaries
+
+
+@pytest.mark.parametrize(
+    ("sample", "tokens_in", "tokens_out", "cost"),
+    [("claude-text", 10, 5, 0.00014), ("claude-tool", 20, 10, 0.00028),
+     ("codex-text", 10, 5, None), ("codex-tool", 20, 10, None),
+     ("gemini-text", 20, 10, None), ("gemini-tool", 30, 15, None)],
+)  # fmt: skip
+def test_usage_and_cost_are_read_from_the_stream(
+    tmp_path: Path, sample: str, tokens_in: int, tokens_out: int, cost: float | None
+) -> None:
+    used = backend(sample.split("-")[0]).usage(context_for(tmp_path, sample))
+    assert used is not None
+    assert (used.tokens_in, used.tokens_out) == (tokens_in, tokens_out)
+    assert used.cost_usd == pytest.approx(cost) if cost is not None else used.cost_usd is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    ['{"type":"result","usage":"lots","total_cost_usd":"free"}',
+     '{"type":"result","usage":{"input_tokens":-5,"output_tokens":true},"total_cost_usd":-1}',
+     '{"type":"turn.completed","usage":null}', '{"type":"result","stats":[1,2]}'],
+)  # fmt: skip
+def test_a_stream_that_lies_about_usage_counts_nothing(tmp_path: Path, line: str) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "agent-stdout.txt").write_text(line + "\n")
+    (run / "agent-stderr.txt").touch()
+    ctx = RunContext("r", TASK, "x", tmp_path, RunPaths(run), {})
+    for name in ("claude", "codex", "gemini"):
+        used = backend(name).usage(ctx)
+        assert used is None or (used.tokens_in, used.tokens_out, used.cost_usd) in ((0, 0, None),)

@@ -116,6 +116,9 @@ def test_a_text_answer_lands_in_output_md(
     assert VERSIONS[cli] in (info.agent_version or "")
     assert "fake-key-for-tests" not in ws.task().run(info.run_id).info.read_text()
     assert provider.model_requests >= 1
+    # The CLI's own usage report lands in run-info (claude also gives its cost).
+    assert info.tokens_in and info.tokens_out
+    assert (info.cost_usd is not None) == (cli == "claude")
 
 
 @pytest.mark.parametrize("cli", CLIS)

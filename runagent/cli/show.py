@@ -95,14 +95,19 @@ def status(
     """Show a task's status and its latest run."""
     _, task = existing_task(config_path, root, project_id, task_id)
     view = tasks.view(task)
+    used = tasks.usage(task)
     if as_json:
-        click.echo(json.dumps(view.to_dict(), indent=2))
+        click.echo(json.dumps({**view.to_dict(), "usage": used.to_dict() if used else None},
+                              indent=2))  # fmt: skip
         return
     runs = plural(view.run_count, "run")
     rows: list[tuple[str, object]] = [
         ("task", f"{view.label}: {view.status.value} ({runs})"),
         ("folder", task.folder),
     ]
+    if used is not None:
+        cost = f", ${used.cost_usd:.4f}" if used.cost_usd is not None else ""
+        rows.append(("usage", f"{used.tokens_in} tokens in, {used.tokens_out} out{cost}"))
     started = runfolder.read_task_settings(task)
     if started:
         rows.append(("started with", ", ".join(f"{k} {v}" for k, v in started.items())))
