@@ -1,0 +1,80 @@
+"""gc and delete: removing old runs of finished tasks, and whole tasks, from the runs root."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import click
+
+from runagent import cleanup, schedule
+from runagent.cli.group import cli
+from runagent.cli.options import common, existing_task, setup
+from runagent.context import validate_id
+from runagent.duration import parse_duration
+from runagent.errors import UsageError
+
+
+def human(size: int) -> str:
+    """`2.5 MiB`, `512 B`."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+@cli.command()
+@click.option("--project", "-p", "project_id", help="Only this project's tasks.")
+@click.option("--older-than", help="Remove runs that ended longer ago than this, e.g. 30d.")
+@click.option("--keep-last", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Keep each task's last N runs whatever their age.")  # fmt: skip
+@click.option("--keep-failed", is_flag=True, help="Keep runs that failed, timed out or were lost.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed, and remove nothing.")
+@common
+def gc(
+    project_id: str | None, older_than: str | None, keep_last: int, keep_failed: bool,
+    dry_run: bool, config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Remove old runs of tasks that are not running (never a running task's)."""
+    s = setup(config_path, root)
+    if older_than is None and not keep_last:
+        raise UsageError(
+            "say what to keep: --older-than DURATION and/or --keep-last N (gc never removes "
+            "every run by default)"
+        )
+    age = parse_duration(older_than, "--older-than") if older_than is not None else None
+    keep = cleanup.Retention(timedelta(seconds=age) if age else None, keep_last, keep_failed)
+    project = validate_id("project", project_id) if project_id else None
+    plan = cleanup.gc_plan(s.root, keep, schedule.utc_now(), project)
+    total = sum(d.size for d in plan)
+    for doomed in plan:
+        click.echo(f"{'would remove' if dry_run else 'removing'} {doomed.label} "
+                   f"({human(doomed.size)})")  # fmt: skip
+    if dry_run:
+        click.echo(f"run-agent: {len(plan)} runs, {human(total)}, would be removed", err=True)
+        return
+    freed = cleanup.carry_out(plan, s.root)
+    click.echo(f"run-agent: removed {len(plan)} runs, {human(freed)} freed", err=True)
+
+
+@cli.command()
+@click.option("--project", "-p", "project_id", required=True, help="Project id.")
+@click.option("--task", "-t", "task_id", required=True, help="Task id.")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask; needed when not in a terminal.")
+@common
+def delete(
+    project_id: str, task_id: str, yes: bool, config_path: Path | None, root: Path | None
+) -> None:
+    """Delete a task that is not running: its TASK.md, its runs, everything in its folder."""
+    s, task = existing_task(config_path, root, project_id, task_id)
+    doomed = cleanup.delete_plan(task)
+    what = f"task {doomed.label} ({human(doomed.size)}, {len(task.run_ids())} runs)"
+    if not yes:
+        if not sys.stdin.isatty():
+            raise UsageError(f"deleting {what} needs --yes when not asked in a terminal")
+        click.confirm(f"Delete {what}?", abort=True)
+    cleanup.carry_out([doomed], s.root)
+    click.echo(f"run-agent: deleted {what}", err=True)

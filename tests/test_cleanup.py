@@ -1,0 +1,85 @@
+"""gc and delete over real run folders: the dry run lists exactly what a real run removes, and a
+running task is never touched."""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from runagent import runfolder
+from runagent.errors import ExitCode
+from tests.conftest import Workspace, wait_for
+
+
+def age(folder: Path, days: float) -> None:
+    """Make a run look as if it ended `days` ago (its run-info end_time, and its mtime)."""
+    info = runfolder.read_run_info(folder)
+    assert info is not None
+    ended = time.time() - days * 86400
+    runfolder.write_run_info(folder, info.replace(end_time=runfolder.timestamp(ended)))
+    os.utime(folder, (ended, ended))
+
+
+def listed(output: str) -> list[str]:
+    """The labels a gc output names, as `would remove X (size)` or `removing X (size)`."""
+    return sorted(re.findall(r"^(?:would remove|removing) (\S+) ", output, re.M))
+
+
+def test_the_dry_run_lists_exactly_what_gc_then_removes(ws: Workspace) -> None:
+    ws.write_config(["--fail-first", "2"], max_restarts=3)  # failed, failed, completed
+    assert ws.invoke("-p", "p", "-t", "old", "x").returncode == 0
+    assert ws.invoke("-p", "p", "-t", "new", "x").returncode == 0
+    old = ws.task("p", "old")
+    for run_id in old.run_ids():
+        age(old.run_folder(run_id), 40)
+    args = ("gc", "--older-than", "30d", "--keep-last", "1")
+    dry = ws.invoke(*args, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    would = listed(dry.stdout)
+    assert would == sorted(f"p/old/{r}" for r in old.run_ids()[:-1])  # the last one is kept
+    assert all(old.run_folder(r).exists() for r in old.run_ids())  # nothing removed yet
+    real = ws.invoke(*args)
+    assert listed(real.stdout) == would
+    assert len(old.run_ids()) == 1 and len(ws.task("p", "new").run_ids()) == 3
+    assert ws.invoke(*args, "--dry-run").stdout == ""  # nothing left to remove
+
+
+def test_keep_failed_keeps_what_did_not_complete(ws: Workspace) -> None:
+    ws.write_config(["--fail-first", "1"], max_restarts=1)
+    assert ws.invoke("-p", "p", "-t", "t", "x").returncode == 0
+    for run_id in ws.task().run_ids():
+        age(ws.task().run_folder(run_id), 10)
+    assert ws.invoke("gc", "--older-than", "1d", "--keep-failed").returncode == 0
+    assert [r.status.value for r in ws.runs()] == ["failed"]
+
+
+def test_a_running_task_is_never_touched(ws: Workspace) -> None:
+    go = ws.path / "go"
+    ws.write_config(["--wait-for", str(go)], max_restarts=0)
+    loop = ws.start_cli("-p", "p", "-t", "live", "x")
+    try:
+        wait_for(lambda: ws.runs("p", "live"), what="the run")
+        for run_id in ws.task("p", "live").run_ids():
+            age(ws.task("p", "live").run_folder(run_id), 100)
+        gc = ws.invoke("gc", "--older-than", "1s")
+        assert gc.returncode == 0 and "p/live" not in gc.stdout
+        refused = ws.invoke("delete", "-p", "p", "-t", "live", "--yes")
+        assert refused.returncode == ExitCode.ALREADY_RUNNING
+        assert "is already running" in refused.stderr and "stop it first" in refused.stderr
+        assert ws.task("p", "live").folder.exists()
+    finally:
+        go.touch()
+        loop.communicate(timeout=30)
+
+
+def test_delete_removes_a_finished_task_and_asks_first(ws: Workspace) -> None:
+    assert ws.invoke("-p", "p", "-t", "t", "x").returncode == 0
+    unasked = ws.invoke("delete", "-p", "p", "-t", "t")  # no terminal to ask in: refused
+    assert unasked.returncode == ExitCode.USAGE and "needs --yes" in unasked.stderr
+    assert ws.task().folder.exists()
+    done = ws.invoke("delete", "-p", "p", "-t", "t", "--yes")
+    assert done.returncode == 0 and "deleted task p/t" in done.stderr
+    assert not ws.task().folder.exists()
+    assert ws.invoke("gc").returncode == ExitCode.USAGE  # gc says what to keep, never all
