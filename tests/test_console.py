@@ -62,3 +62,37 @@ def test_the_status_line_drops_the_agents_colour_codes(ws: Workspace) -> None:
     assert "warn-ish 2" in text
     assert "[33m" not in text and "[0m" not in text
     assert code == 0
+
+
+def test_watch_redraws_tasks_in_place_and_leaves_cleanly_on_ctrl_c(ws: Workspace) -> None:
+    import signal
+
+    assert ws.invoke("-p", "p", "-t", "first", "x").returncode == 0
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(ws.cli_argv("watch"), cwd=ws.path, stdin=slave, stdout=slave,
+                            stderr=slave, start_new_session=True)  # fmt: skip
+    os.close(slave)
+    seen = b""
+
+    def read_until(needle: bytes) -> bool:
+        nonlocal seen
+        deadline = time.monotonic() + 20
+        while needle not in seen and time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                seen += os.read(master, 65536)
+        return needle in seen
+
+    try:
+        assert read_until(b"p/first") and b"completed" in seen
+        assert ws.invoke("-p", "p", "-t", "second", "x").returncode == 0
+        assert read_until(b"p/second")  # a new task appears without restarting watch
+        assert b"\x1b[H\x1b[2J" in seen  # redrawn in place, not scrolled
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(20) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert b"Traceback" not in seen

@@ -5,12 +5,20 @@
 
 from __future__ import annotations
 
-from runagent.cli import checks, cleanup, run, schedule, serve, show
+from runagent.cli import checks, cleanup, run, schedule, serve, show, watch
 from runagent.cli.group import cli
 
 __all__ = ["cli", "main"]
 
-_COMMANDS = (checks, cleanup, run, schedule, serve, show)  # imported for the commands they register
+_COMMANDS = (
+    checks,
+    cleanup,
+    run,
+    schedule,
+    serve,
+    show,
+    watch,
+)  # imported for the commands they register
 
 
 def main() -> None:

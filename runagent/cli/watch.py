@@ -1,0 +1,59 @@
+"""watch: the tasks and their latest runs, redrawn in place as they change (what people run
+`supervisorctl status` in a loop for), until Ctrl-C."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import click
+
+from runagent import follow, tasks
+from runagent.cli.group import cli
+from runagent.cli.options import Setup, common, setup
+from runagent.context import validate_id
+from runagent.errors import ExitCode
+
+HOME_AND_CLEAR = "\x1b[H\x1b[2J"
+
+
+def screen(s: Setup, project: str | None) -> list[str]:
+    """The lines of one frame: a row per task with its latest run and why it ended."""
+    views = tasks.all_tasks(s.root, project)
+    if not views:
+        return [f"no tasks {s.where()}"]
+    rows = [["TASK", "STATUS", "RUNS", "LATEST RUN", "ENDED", "WHY"]]
+    for v in views:
+        latest = v.latest
+        rows.append([
+            v.label, v.status.value, str(v.run_count), latest.run_id if latest else "",
+            (latest.end_time or "")[:19].replace("T", " ") if latest else "",
+            (latest.message or "") if latest else "",
+        ])  # fmt: skip
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+
+
+@cli.command()
+@click.option("--project", "-p", "project_id", help="Only this project's tasks.")
+@common
+def watch(project_id: str | None, config_path: Path | None, root: Path | None) -> None:
+    """Show the tasks and their latest runs, updating in place until Ctrl-C."""
+    s = setup(config_path, root)
+    project = validate_id("project", project_id) if project_id else None
+    s.root.mkdir(parents=True, exist_ok=True)
+    live = sys.stdout.isatty()
+    previous: list[str] = []
+    try:
+        wakes = follow.changes(s.root)  # also wakes every second: a run can be lost silently
+        while True:
+            lines = screen(s, project)
+            if lines != previous:
+                width = shutil.get_terminal_size((120, 40)).columns
+                frame = "\n".join(line[:width] for line in lines)
+                click.echo((HOME_AND_CLEAR if live else "") + frame + ("" if live else "\n"))
+                previous = lines
+            next(wakes)
+    except KeyboardInterrupt:  # the way to leave it: not an error
+        sys.exit(ExitCode.COMPLETED)
