@@ -20,6 +20,12 @@ MAX_DEPTH = 8
 # A word nobody knows until the command runs: it equals no rule word and is never a flag.
 _COMPUTED = "\0"
 _WRITES = frozenset({"createFile", "editFile", "deleteFile"})
+# Commands whose operands are files they change: every operand, or the last (a destination).
+# Redirections are judged apart; these are the common ways to write without one.
+_WRITES_EVERY_OPERAND = frozenset(
+    {"tee", "touch", "mkdir", "rm", "rmdir", "unlink", "truncate", "shred", "mv"}
+)
+_WRITES_LAST_OPERAND = frozenset({"cp", "ln", "install", "rsync"})
 _READS = frozenset({"readFile"})
 
 
@@ -202,21 +208,21 @@ class _Judgement:
     def redirect(self, step: Redirect) -> None:
         if not step.writes:
             return
-        target = step.target
-        if target is None:
+        if step.target is None:
             self.approve("shell.computedRedirect", "a redirection writes to a computed file name")
             return
+        self.write(step.target, f"'{step.operator}'")
+
+    def write(self, target: str, origin: str) -> None:
+        """Judge a file the command line writes, named as the shell sees it."""
         if _matching(self.rules.writable_outside, target) is not None:
             return
         inside = _inside(self.cwd, target) if self.cwd is not None else None
         if inside is None:
             where = "outside the workspace" if self.cwd is not None else "after a cd elsewhere"
-            self.approve(
-                "shell.writeOutsideWorkspace",
-                f"a redirection writes {target!r}, {where}",
-            )
+            self.approve("shell.writeOutsideWorkspace", f"{origin} writes {target!r}, {where}")
             return
-        decision = _file_decision(self.rules, inside, write=True, origin=f"'{step.operator}'")
+        decision = _file_decision(self.rules, inside, write=True, origin=origin)
         if decision.verdict is not Verdict.ALLOW:
             self.decisions.append(decision)
 
@@ -327,6 +333,13 @@ class _Judgement:
                 "shell.computedArguments",
                 f"rules apply to `{argv.command}` and some of its words are only known at run time",
             )
+        if argv.command in _WRITES_EVERY_OPERAND or argv.command in _WRITES_LAST_OPERAND:
+            # cp -t DIR puts the destination first: then every operand counts.
+            every = argv.command in _WRITES_EVERY_OPERAND or "-t" in argv.flags
+            targets = argv.operands if every else argv.operands[-1:]
+            for target in targets:
+                if target != _COMPUTED and (every or len(argv.operands) > 1):
+                    self.write(target, f"`{argv.command}`")
         allow = self.rules.allow
         if allow is not None and not any(rule.permits(argv) for rule in allow):
             self.approve("shell.notAllowed", f"`{argv.command}` is not on the allowlist")

@@ -50,6 +50,7 @@ WRAPPERS: dict[str, Wrapper] = {
     "time": _w("-o --output -f --format", "-p -v --verbose -a --append -q --quiet --portability"),
     "command": _w("", "-p", inspect_options=frozenset({"-v", "-V"})),
     "builtin": _w(),
+    "coproc": _w(),
     "noglob": _w(),
     "exec": _w("-a", "-c -l"),
     "stdbuf": _w("-i --input -o --output -e --error"),
