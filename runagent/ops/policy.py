@@ -281,12 +281,19 @@ class _Judgement:
         text is known (a heredoc into bash), and needs approval if it comes down a pipe."""
         if base not in INTERPRETERS:
             return
-        code_flags = ("-c", "-e", "-E", "-r")
+        # Program text given inline (python -c, perl -e, php -r); a shell's -c was unwrapped
+        # before, and its -e means "stop on error".
+        code_flags = () if base in SHELLS else ("-c", "-e", "-E", "-r", "-p")
         operands = [w for w in words[1:] if w is None or not w.startswith("-") or w == "-"]
         if any(f in code_flags and w is None for f, w in itertools.pairwise(words[1:])):
             self.approve("shell.computedScript", f"`{base}` runs code only known at run time")
             return
-        if any(w in code_flags for w in words[1:]) or (operands and operands != ["-"]):
+        # sh -s reads the program from stdin even when operands follow (they become $1...).
+        from_stdin = base in SHELLS and any(
+            w is not None and w[:1] == "-" and w[1:2] != "-" and "s" in w[1:] for w in words[1:]
+        )
+        inline = any(w in code_flags for w in words[1:])
+        if not from_stdin and (inline or (operands and operands != ["-"])):
             return
         if step.stdin is Stdin.TEXT and base in SHELLS and step.stdin_text is not None:
             self.script(step.stdin_text, depth + 1)

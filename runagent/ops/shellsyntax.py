@@ -86,6 +86,9 @@ def parse(command: str) -> Script:
     tree = _parser().parse(command.encode("utf-8", "surrogateescape"))
     reader = _Reader()
     reader.visit(tree.root_node, _Feed())
+    if tree.root_node.has_error and not reader.problems:
+        # A missing token (`ls |`, `echo $(ls`) is an unnamed node the walk does not meet.
+        reader.problems.append(f"bash finds {command[:60]!r} incomplete")
     return Script(tuple(reader.steps), tuple(reader.problems))
 
 
