@@ -23,9 +23,36 @@ _WRITES = frozenset({"createFile", "editFile", "deleteFile"})
 # Commands whose operands are files they change: every operand, or the last (a destination).
 # Redirections are judged apart; these are the common ways to write without one.
 _WRITES_EVERY_OPERAND = frozenset(
-    {"tee", "touch", "mkdir", "rm", "rmdir", "unlink", "truncate", "shred", "mv"}
+    {"tee", "touch", "mkdir", "rm", "rmdir", "unlink", "truncate", "shred", "mv", "chmod", "chown"}
 )
 _WRITES_LAST_OPERAND = frozenset({"cp", "ln", "install", "rsync"})
+_WRITES_IN_PLACE = frozenset({"sed", "perl"})  # with -i: every operand
+# Wrappers whose own words need no allowlist entry: they run the command as it is.
+_TRANSPARENT = frozenset(
+    [
+        "timeout",
+        "nice",
+        "nohup",
+        "time",
+        "env",
+        "stdbuf",
+        "command",
+        "builtin",
+        "noglob",
+        "exec",
+        "setsid",
+        "ionice",
+        "xargs",
+        "watch",
+        "flock",
+        "unbuffer",
+        "coproc",
+        "chrt",
+        "taskset",
+        "find",
+    ]
+)
+_STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 _READS = frozenset({"readFile"})
 
 
@@ -207,6 +234,8 @@ class _Judgement:
 
     def redirect(self, step: Redirect) -> None:
         if not step.writes:
+            if step.target is not None:
+                self.read(step.target, f"'{step.operator}'")
             return
         if step.target is None:
             self.approve("shell.computedRedirect", "a redirection writes to a computed file name")
@@ -243,6 +272,8 @@ class _Judgement:
             return
         if base in ("cd", "pushd", "popd"):
             self.change_directory(words)
+        if base in (".", "source"):
+            self.source(words, step)
         unwrapped = unwrap(base, words)
         if unwrapped is None:
             self.match(words)
@@ -250,7 +281,15 @@ class _Judgement:
             return
         if unwrapped.problem is not None:
             self.approve("shell.wrapper", f"{unwrapped.problem}, so what it runs is not known")
-        self.match(unwrapped.own)
+        if unwrapped.moves:
+            self.cwd = None
+        # An allowlist names what runs: `timeout 5 ls` and `bash -c 'ls'` run ls. The wrappers
+        # that change who runs it (sudo, su, chroot) are not transparent.
+        self.match(
+            unwrapped.own,
+            transparent=(base in _TRANSPARENT and bool(unwrapped.commands))
+            or bool(unwrapped.scripts),
+        )
         for assignment in unwrapped.assignments:
             self.assignment(assignment)
         for script in unwrapped.scripts:
@@ -266,6 +305,39 @@ class _Judgement:
             self.command(argv, step, depth + 1)
         if base in SHELLS and not unwrapped.scripts:
             self.interpreter(base, words, step, depth)
+
+    def source(self, words: tuple[Word, ...], step: SimpleCommand) -> None:
+        """`. file` runs a file in this shell: like `bash file`, unless the file is a stream."""
+        target = words[1] if len(words) > 1 else ""
+        if target is None:
+            self.approve("shell.computedScript", "`source` runs a file only known at run time")
+        elif target in _STDIN_FILES and step.stdin in (Stdin.PIPE, Stdin.COMPUTED):
+            self.approve(
+                "shell.pipeToShell", "`source` runs its input as a program nobody has read"
+            )
+
+    def operands(self, argv: Argv) -> None:
+        """The files a command's operands name: the ones it writes, the private ones it reads."""
+        origin = f"`{argv.command}`"
+        every = argv.command in _WRITES_EVERY_OPERAND or (
+            argv.command in _WRITES_IN_PLACE and "-i" in argv.flags
+        )
+        if every or argv.command in _WRITES_LAST_OPERAND:
+            # cp -t DIR puts the destination first: then every operand counts.
+            every = every or "-t" in argv.flags
+            targets = argv.operands if every else argv.operands[-1:]
+            for target in targets:
+                if target != _COMPUTED and (every or len(argv.operands) > 1):
+                    self.write(target, origin)
+        for operand in argv.operands:
+            self.read(operand, origin)
+
+    def read(self, target: str, origin: str) -> None:
+        inside = _inside(self.cwd, target) if self.cwd is not None else None
+        if inside is not None and self.rules.private_paths:
+            decision = _file_decision(self.rules, inside, write=False, origin=origin)
+            if decision.verdict is not Verdict.ALLOW:
+                self.decisions.append(decision)
 
     def change_directory(self, words: tuple[Word, ...]) -> None:
         target = words[1] if len(words) > 1 and words[0] != "popd" else None
@@ -285,9 +357,11 @@ class _Judgement:
         # before, and its -e means "stop on error".
         code_flags = () if base in SHELLS else ("-c", "-e", "-E", "-r", "-p")
         operands = [w for w in words[1:] if w is None or not w.startswith("-") or w == "-"]
-        if any(f in code_flags and w is None for f, w in itertools.pairwise(words[1:])):
+        computed = operands[:1] == [None]  # python3 <(curl x)
+        if computed or any(f in code_flags and w is None for f, w in itertools.pairwise(words[1:])):
             self.approve("shell.computedScript", f"`{base}` runs code only known at run time")
             return
+        operands = ["-" if w in _STDIN_FILES else w for w in operands]
         # sh -s reads the program from stdin even when operands follow (they become $1...).
         from_stdin = base in SHELLS and any(
             w is not None and w[:1] == "-" and w[1:2] != "-" and "s" in w[1:] for w in words[1:]
@@ -305,7 +379,7 @@ class _Judgement:
                 f"`{base}` runs {what} as a program nobody has read",
             )
 
-    def match(self, words: tuple[Word, ...]) -> None:
+    def match(self, words: tuple[Word, ...], *, transparent: bool = False) -> None:
         literal = [_COMPUTED if w is None else w for w in words]
         if literal[0] == _COMPUTED:
             return
@@ -340,15 +414,9 @@ class _Judgement:
                 "shell.computedArguments",
                 f"rules apply to `{argv.command}` and some of its words are only known at run time",
             )
-        if argv.command in _WRITES_EVERY_OPERAND or argv.command in _WRITES_LAST_OPERAND:
-            # cp -t DIR puts the destination first: then every operand counts.
-            every = argv.command in _WRITES_EVERY_OPERAND or "-t" in argv.flags
-            targets = argv.operands if every else argv.operands[-1:]
-            for target in targets:
-                if target != _COMPUTED and (every or len(argv.operands) > 1):
-                    self.write(target, f"`{argv.command}`")
+        self.operands(argv)
         allow = self.rules.allow
-        if allow is not None and not any(rule.permits(argv) for rule in allow):
+        if allow is not None and not transparent and not any(r.permits(argv) for r in allow):
             self.approve("shell.notAllowed", f"`{argv.command}` is not on the allowlist")
 
 

@@ -108,7 +108,13 @@ class Rules:
     private_paths: tuple[str, ...] = ()  # globs: reads there need approval
     read_only: bool = False  # every write needs approval
     # Globs outside the workspace that a redirection may write without asking.
-    writable_outside: tuple[str, ...] = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty")
+    writable_outside: tuple[str, ...] = (
+        "/dev/null",
+        "/dev/stdout",
+        "/dev/stderr",
+        "/dev/tty",
+        "/dev/fd/*",
+    )
     # Setting these changes what later commands are or do (`PATH=/tmp/bad:$PATH cat`).
     sensitive_variables: frozenset[str] = field(
         default_factory=lambda: _names(
@@ -245,9 +251,10 @@ _DESTRUCTIVE = (
 )
 _READ_ONLY_TOOLS = sorted(
     _names(
+        # No awk, less or yq: they can run commands or write files (system(), !cmd, -i).
         "ls cat head tail wc grep egrep fgrep rg find pwd echo printf true false test [ stat file "
         "du df tree sort uniq cut tr diff cmp basename dirname realpath readlink which type date "
-        "whoami id uname nl column jq yq less more awk od xxd hexdump md5sum sha1sum sha256sum"
+        "whoami id uname nl column jq od md5sum sha1sum sha256sum"
     )
 )
 _RESTRICTIVE_APPROVE = (
@@ -262,10 +269,14 @@ _RESTRICTIVE_APPROVE = (
     "git --output",
     "git --ext-diff",
     "git --textconv",
-    "awk -i",
+    "sort -o",
+    "sort --output",
+    "tree -o",
 )
-_PROTECTED = (".git/**", ".env", ".env.*", "**/.git/**")
-_PRIVATE = (".env", ".env.*", "*.pem", "*.key", "id_rsa*", "id_ed25519*", ".netrc", ".npmrc")
+# .env.example and its kin are meant to be shared: only the files that hold values are guarded.
+_ENV_FILES = (".env", ".env.local", ".env.*.local")
+_PROTECTED = (".git/**", "**/.git/**", *_ENV_FILES)
+_PRIVATE = (*_ENV_FILES, "*.pem", "*.key", "id_rsa*", "id_ed25519*", ".netrc", ".npmrc")
 
 
 def _standard() -> Rules:

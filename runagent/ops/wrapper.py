@@ -25,6 +25,8 @@ class Wrapper:
     script_options: frozenset[str] = frozenset()  # the value is a shell script: su -c, flock -c
     split_options: frozenset[str] = frozenset()  # env -S 'cmd args': one word split into an argv
     inspect_options: frozenset[str] = frozenset()  # command -v: looks the name up, runs nothing
+    chdir_options: frozenset[str] = frozenset()  # env -C dir: the command runs elsewhere
+    moves: bool = False  # chroot: the command always runs elsewhere
 
 
 def _w(values: str = "", flags: str = "", **kwargs: object) -> Wrapper:
@@ -40,6 +42,7 @@ WRAPPERS: dict[str, Wrapper] = {
         "-i --ignore-environment -0 --null -v --debug -",
         assignments=True,
         split_options=frozenset({"-S", "--split-string"}),
+        chdir_options=frozenset({"-C", "--chdir"}),
     ),
     "timeout": _w(
         "-s --signal -k --kill-after", "--foreground --preserve-status -v --verbose", operands=1
@@ -69,6 +72,7 @@ WRAPPERS: dict[str, Wrapper] = {
         "-A --askpass -b --background -E --preserve-env -H --set-home -k --reset-timestamp -n "
         "--non-interactive -P --preserve-groups -S --stdin -B --bell -N --no-update",
         inspect_options=frozenset({"-l", "--list", "-v", "--validate", "-K", "-V"}),
+        chdir_options=frozenset({"-D", "--chdir"}),
     ),
     "doas": _w("-u -C", "-n -s"),
     "su": _w(
@@ -88,7 +92,7 @@ WRAPPERS: dict[str, Wrapper] = {
         "-0 --null -o --open-tty -p --interactive -r --no-run-if-empty -t --verbose -x --exit",
         appends=True,
     ),
-    "chroot": _w("--userspec --groups", "--skip-chdir", operands=1),
+    "chroot": _w("--userspec --groups", "--skip-chdir", operands=1, moves=True),
     "flock": _w(
         "-w --wait --timeout -E --conflict-exit-code",
         "-s --shared -x -e --exclusive -u --unlock -n --nb --nonblock -o --close -F --no-fork "
@@ -119,6 +123,7 @@ class Unwrapped:
     scripts: tuple[Word, ...] = ()  # shell scripts it runs, to be parsed in turn
     appends: bool = False
     problem: str | None = None
+    moves: bool = False  # the command runs in another folder: relative paths are unknown
 
 
 def unwrap(name: str, words: tuple[Word, ...]) -> Unwrapped | None:
@@ -145,6 +150,7 @@ def _options(name: str, wrapper: Wrapper, words: tuple[Word, ...]) -> Unwrapped:
     scripts: list[Word] = []
     inner_from_split: tuple[Word, ...] = ()
     operands = wrapper.operands
+    moves = wrapper.moves
     while index < len(words):
         word = words[index]
         if word is None:
@@ -166,6 +172,7 @@ def _options(name: str, wrapper: Wrapper, words: tuple[Word, ...]) -> Unwrapped:
                 else:
                     index += 1
                     value = words[index] if index < len(words) else None
+            moves = moves or takes[2] in wrapper.chdir_options
             if takes[0] and takes[2] in wrapper.script_options:
                 scripts.append(value)
             elif takes[0] and takes[2] in wrapper.split_options:
@@ -190,6 +197,7 @@ def _options(name: str, wrapper: Wrapper, words: tuple[Word, ...]) -> Unwrapped:
         tuple(assignments),
         tuple(scripts),
         wrapper.appends,
+        moves=moves,
     )
 
 
