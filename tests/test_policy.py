@@ -3,6 +3,8 @@ over-prompting their users complained of, and the file operations that pass the 
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from runagent.errors import ConfigError, UsageError
@@ -101,6 +103,9 @@ COMMAND_CASES: list[tuple[str, str, Verdict]] = [
     ("diff <(sudo cat /etc/shadow) x", S, D),
     ("echo ${x:-$(sudo id)}", S, D),
     ("[[ -f $(sudo id) ]]", S, D),
+    ("a[$(sudo id)]=1 ls", S, D),
+    ("for x in $(sudo id); do :; done", S, D),
+    ("cat <<'EOF'\n$(sudo id) is only text here\nEOF", S, A),
     ("f() { sudo ls; }; f", S, D),
     ("if true; then rm -rf x; fi", S, Q),
     ("$CMD x", S, Q),
@@ -362,3 +367,18 @@ def test_a_command_rule_ignores_flag_order_and_inserted_words(
 ) -> None:
     parsed = CommandRule.parse(command)
     assert CommandRule.parse(rule).restricts(parsed.argv) is restricts
+
+
+def test_no_soup_of_shell_tokens_makes_the_gate_raise() -> None:
+    soup = (
+        "ls rm -rf sudo bash -c ' \" $( ` ) ( | && ; \n << EOF <<< > >> 2>&1 <( >( env FOO=1 x $X "
+        "${X:- } { eval find -exec {} \\; xargs timeout 5 cd /etc .. ~ * # ! [[ ]] if then fi for "
+        "in do done case esac & |& \\ $' cat sh -s curl tee cp source . python3 -e = $(( )) 'EOF'"
+    )
+    tokens = soup.split(" ")
+    chooser = random.Random(7)
+    policies = [Policy.preset(name) for name in (R, S, P)]
+    for _ in range(1000):
+        command = " ".join(chooser.choice(tokens) for _ in range(chooser.randint(1, 14)))
+        for policy in policies:
+            assert isinstance(policy.check_command(command).verdict, Verdict)

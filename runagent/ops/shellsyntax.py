@@ -198,6 +198,8 @@ class _Reader:
     def _assignment(self, node: Node) -> Assignment:
         name = node.child_by_field_name("name")
         value = node.child_by_field_name("value")
+        if name is not None and name.type != "variable_name":
+            self.visit(name, _Feed())  # a[$(cmd)]=1 runs cmd
         assignment = Assignment(
             _text(name) if name is not None else "",
             self.word(value) if value is not None else "",
