@@ -4,12 +4,15 @@ over-prompting their users complained of, and the file operations that pass the 
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
+import yaml
 
 from runagent.errors import ConfigError, UsageError
 from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.rules import CommandRule, Rules
+from tests.conftest import REPO
 
 A, Q, D = Verdict.ALLOW, Verdict.APPROVE, Verdict.DENY
 R, S, P = "restrictive", "standard", "permissive"
@@ -382,3 +385,14 @@ def test_no_soup_of_shell_tokens_makes_the_gate_raise() -> None:
         command = " ".join(chooser.choice(tokens) for _ in range(chooser.randint(1, 14)))
         for policy in policies:
             assert isinstance(policy.check_command(command).verdict, Verdict)
+
+
+def test_the_config_example_in_the_docs_builds_the_policy_it_describes() -> None:
+    doc = (REPO / "docs" / "ops-policy.md").read_text(encoding="utf-8")
+    (block,) = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+    policy = Policy.from_config(yaml.safe_load(block)["ops"])
+    assert policy.check_command("terraform destroy").verdict is Verdict.DENY
+    assert policy.check_command("make test").verdict is Verdict.ALLOW
+    assert policy.check_command("make deploy").verdict is Verdict.APPROVE
+    assert policy.check_command("ls > /tmp/x").verdict is Verdict.ALLOW
+    assert policy.check_path("readFile", "db.sqlite").verdict is Verdict.APPROVE
