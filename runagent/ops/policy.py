@@ -49,6 +49,7 @@ _TRANSPARENT = frozenset(
         "coproc",
         "chrt",
         "taskset",
+        "busybox",
         "find",
     ]
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import shlex
 from dataclasses import dataclass
+from typing import Any
 
 from runagent.ops.shellsyntax import Assignment, Word
 
@@ -29,8 +30,8 @@ class Wrapper:
     moves: bool = False  # chroot: the command always runs elsewhere
 
 
-def _w(values: str = "", flags: str = "", **kwargs: object) -> Wrapper:
-    return Wrapper(frozenset(values.split()), frozenset(flags.split()), **kwargs)  # type: ignore[arg-type]
+def _w(values: str = "", flags: str = "", **kwargs: Any) -> Wrapper:
+    return Wrapper(frozenset(values.split()), frozenset(flags.split()), **kwargs)
 
 
 # Every wrapper that the public bypass reports named, and the common ones beside them. An option
@@ -53,6 +54,7 @@ WRAPPERS: dict[str, Wrapper] = {
     "time": _w("-o --output -f --format", "-p -v --verbose -a --append -q --quiet --portability"),
     "command": _w("", "-p", inspect_options=frozenset({"-v", "-V"})),
     "builtin": _w(),
+    "busybox": _w(),  # busybox rm -rf x: the applet is the command
     "coproc": _w(),
     "noglob": _w(),
     "exec": _w("-a", "-c -l"),
@@ -79,7 +81,7 @@ WRAPPERS: dict[str, Wrapper] = {
         "-g --group -G --supp-group -s --shell -c --command -w --whitelist-environment",
         "- -l --login -m -p --preserve-environment -f --fast -P --pty",
         script_options=frozenset({"-c", "--command"}),
-        operands=0,
+        operands=1,  # su [user] -c script: the user may come first
     ),
     "runuser": _w(
         "-u --user -g --group -G --supp-group -s --shell -c --command -w",
@@ -107,7 +109,7 @@ WRAPPERS: dict[str, Wrapper] = {
     ),
 }
 
-SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash", "busybox"})
+SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
 INTERPRETERS = SHELLS | frozenset(
     {"python", "python3", "perl", "ruby", "node", "php", "lua", "fish", "tclsh", "osascript"}
 )
