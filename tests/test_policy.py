@@ -327,6 +327,9 @@ def test_an_allow_list_in_config_makes_other_commands_ask() -> None:
     assert policy.check_command("ls -la && git status -s").verdict is Verdict.ALLOW
     assert policy.check_command("git -C x push status").verdict is Verdict.APPROVE
     assert policy.check_command("make").rule == "shell.notAllowed"
+    # A wrapper that only runs the command needs no entry; one that runs it as another does.
+    assert policy.check_command("timeout 5 ls").verdict is Verdict.ALLOW
+    assert policy.check_command("chroot /srv ls").rule == "shell.notAllowed"
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ from runagent.errors import ConfigError
 from runagent.ops import rules as rulebook
 from runagent.ops.rules import Argv, CommandRule, Rules
 from runagent.ops.shellsyntax import Assignment, Redirect, SimpleCommand, Stdin, Word, parse
-from runagent.ops.wrapper import INTERPRETERS, SHELLS, unwrap
+from runagent.ops.wrapper import INTERPRETERS, PRIVILEGED, SHELLS, unwrap
 
 # `bash -c "bash -c '...'"` nests; past this depth the command is not worth reading.
 MAX_DEPTH = 8
@@ -27,32 +27,6 @@ _WRITES_EVERY_OPERAND = frozenset(
 )
 _WRITES_LAST_OPERAND = frozenset({"cp", "ln", "install", "rsync"})
 _WRITES_IN_PLACE = frozenset({"sed", "perl"})  # with -i: every operand
-# Wrappers whose own words need no allowlist entry: they run the command as it is.
-_TRANSPARENT = frozenset(
-    [
-        "timeout",
-        "nice",
-        "nohup",
-        "time",
-        "env",
-        "stdbuf",
-        "command",
-        "builtin",
-        "noglob",
-        "exec",
-        "setsid",
-        "ionice",
-        "xargs",
-        "watch",
-        "flock",
-        "unbuffer",
-        "coproc",
-        "chrt",
-        "taskset",
-        "busybox",
-        "find",
-    ]
-)
 _STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 _READS = frozenset({"readFile"})
 
@@ -286,11 +260,8 @@ class _Judgement:
             self.cwd = None
         # An allowlist names what runs: `timeout 5 ls` and `bash -c 'ls'` run ls. The wrappers
         # that change who runs it (sudo, su, chroot) are not transparent.
-        self.match(
-            unwrapped.own,
-            transparent=(base in _TRANSPARENT and bool(unwrapped.commands))
-            or bool(unwrapped.scripts),
-        )
+        runs = bool(unwrapped.commands or unwrapped.scripts)
+        self.match(unwrapped.own, transparent=runs and base not in PRIVILEGED)
         for assignment in unwrapped.assignments:
             self.assignment(assignment)
         for script in unwrapped.scripts:

@@ -52,8 +52,8 @@ class Argv:
                 name = word.partition("=")[0]
                 flags.add(aliases.get(name, name))
             else:
-                # -rf is -r -f; what follows a letter may be a glued value (-n5), kept as letters
-                # too: a rule that needs -r matches, and spare flags never unmatch a rule.
+                # -rf is -r -f. A glued value (-n5, -mfix) splits into letters too: that can make
+                # a deny or approval rule match when it need not, never miss when it should.
                 flags.update(aliases.get("-" + c, "-" + c) for c in word[1:])
         return cls(command, tuple(operands), frozenset(flags))
 

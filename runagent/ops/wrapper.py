@@ -109,6 +109,8 @@ WRAPPERS: dict[str, Wrapper] = {
     ),
 }
 
+# Wrappers that run the command as someone else, or somewhere else: never transparent.
+PRIVILEGED = frozenset({"sudo", "doas", "su", "runuser", "chroot"})
 SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "mksh", "ash"})
 INTERPRETERS = SHELLS | frozenset(
     {"python", "python3", "perl", "ruby", "node", "php", "lua", "fish", "tclsh", "osascript"}
