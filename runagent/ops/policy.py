@@ -19,7 +19,6 @@ from runagent.ops.wrapper import INTERPRETERS, PRIVILEGED, SHELLS, unwrap
 MAX_DEPTH = 8
 # A word nobody knows until the command runs: it equals no rule word and is never a flag.
 _COMPUTED = "\0"
-_WRITES = frozenset({"createFile", "editFile", "deleteFile"})
 # Commands whose operands are files they change: every operand, or the last (a destination).
 # Redirections are judged apart; these are the common ways to write without one.
 _WRITES_EVERY_OPERAND = frozenset(
@@ -28,7 +27,6 @@ _WRITES_EVERY_OPERAND = frozenset(
 _WRITES_LAST_OPERAND = frozenset({"cp", "ln", "install", "rsync"})
 _WRITES_IN_PLACE = frozenset({"sed", "perl"})  # with -i: every operand
 _STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
-_READS = frozenset({"readFile"})
 
 
 class Verdict(enum.StrEnum):
@@ -40,6 +38,15 @@ class Verdict(enum.StrEnum):
 
 
 _RANK = {Verdict.ALLOW: 0, Verdict.APPROVE: 1, Verdict.DENY: 2}
+
+
+class FileOperation(enum.StrEnum):
+    """The protocol's file operations; all but readFile change the workspace."""
+
+    CREATE = "createFile"
+    READ = "readFile"
+    EDIT = "editFile"
+    DELETE = "deleteFile"
 
 
 @dataclass(frozen=True)
@@ -107,12 +114,14 @@ class Policy:
     def check_path(self, operation: str, path: str) -> Decision:
         """The decision on a file operation (createFile, readFile, editFile, deleteFile) on
         `path`, relative to the workspace."""
-        if operation not in _WRITES | _READS:
+        try:
+            kind = FileOperation(operation)
+        except ValueError:
             return Decision(
                 Verdict.DENY,
                 "file.unknownOperation",
                 f"{operation!r} is not a file operation",
-                "Use createFile, readFile, editFile or deleteFile.",
+                f"Use one of {', '.join(FileOperation)}.",
             )
         inside = _inside(".", path) if "\0" not in path else None
         if inside is None or inside == ".":
@@ -122,7 +131,8 @@ class Policy:
                 f"{path!r} is not a file inside the workspace",
                 "Use a path relative to the workspace, without '..' or a leading '/'.",
             )
-        return _file_decision(self.rules, inside, write=operation in _WRITES, origin=operation)
+        write = kind is not FileOperation.READ
+        return _file_decision(self.rules, inside, write=write, origin=kind)
 
 
 def _inside(cwd: str, path: str) -> str | None:
