@@ -72,6 +72,11 @@ COMMAND_CASES: list[tuple[str, str, Verdict]] = [
     ("git -C . push", S, Q),
     ("git push --force origin main", S, Q),
     ("git --no-pager push", S, Q),
+    ("git -c alias.p=push p", S, Q),
+    ("git config alias.p '!rm -rf x'", S, Q),
+    ("git -c core.sshCommand=evil fetch", S, Q),
+    ("git -c user.name=bot commit -m x", S, A),
+    ("/sbin/mkfs.ext4 /dev/sda1", S, D),
     # Wrappers (claude-code#92542: anything outside an 8-item list got through).
     ("timeout 5 rm -rf x", S, Q),
     ("timeout -s KILL 5 sudo ls", S, D),

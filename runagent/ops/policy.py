@@ -367,12 +367,14 @@ class _Judgement:
             return
         argv = Argv.of(literal)
         shown = " ".join("$?" if w is None else w for w in words)
+        # Patterns see the command by its name, so /sbin/mkfs is mkfs.
+        joined = " ".join([argv.command, *("$?" if w is None else w for w in words[1:])])
         fired = len(self.decisions)
         for rule in self.rules.deny:
             if rule.restricts(argv):
                 self.decisions.append(_denial(rule, shown))
         for text in self.rules.deny_patterns:
-            if rulebook.pattern(text).search(shown):
+            if rulebook.pattern(text).search(joined):
                 self.decisions.append(
                     Decision(
                         Verdict.DENY,
@@ -388,7 +390,7 @@ class _Judgement:
                     f"{shown!r} matches {rule.text!r}, which needs approval",
                 )
         for text in self.rules.approve_patterns:
-            if rulebook.pattern(text).search(shown):
+            if rulebook.pattern(text).search(joined):
                 self.approve(f"shell.approvalPattern: {text}", f"{shown!r} matches {text!r}")
         ruled = any(r.argv.command == argv.command for r in self.rules.deny + self.rules.approve)
         if None in words and ruled and len(self.decisions) == fired:

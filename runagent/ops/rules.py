@@ -279,10 +279,19 @@ _PROTECTED = (".git/**", "**/.git/**", *_ENV_FILES)
 _PRIVATE = (*_ENV_FILES, "*.pem", "*.key", "id_rsa*", "id_ed25519*", ".netrc", ".npmrc")
 
 
+# A git alias renames or runs anything (`git -c alias.p=push p`, `alias.x=!sh`), and core.*
+# keys name programs git starts (pager, sshCommand, hooksPath, fsmonitor).
+_GIT_INDIRECTION = (
+    r"(?i)^git (\S+ )*(-c|--config-env)[ =]?(alias|core)\.",
+    r"(?i)^git (\S+ )*config (\S+ )*(alias|core)\.",
+)
+
+
 def _standard() -> Rules:
     return Rules(
         deny=_rules("sudo", "su", "doas", "pkexec", *(f"rm -r {root}" for root in _ROOTS)),
         approve=_rules(*_DESTRUCTIVE),
+        approve_patterns=_GIT_INDIRECTION,
         deny_patterns=_DESTROY_PATTERNS,
         protected_paths=_PROTECTED,
         private_paths=_PRIVATE,
