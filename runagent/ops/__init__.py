@@ -1,0 +1,1 @@
+"""The operations runtime: validation, the workspace sandbox, the policy and the executor."""

@@ -1,0 +1,418 @@
+"""The policy gate: whether a shell command or a file operation may run, needs approval, or is
+denied, and which rule said so."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from runagent.errors import ConfigError
+from runagent.ops import rules as rulebook
+from runagent.ops.rules import Argv, CommandRule, Rules
+from runagent.ops.shellsyntax import Assignment, Redirect, SimpleCommand, Stdin, Word, parse
+from runagent.ops.wrapper import INTERPRETERS, PRIVILEGED, SHELLS, unwrap
+
+# `bash -c "bash -c '...'"` nests; past this depth the command is not worth reading.
+MAX_DEPTH = 8
+# A word nobody knows until the command runs: it equals no rule word and is never a flag.
+_COMPUTED = "\0"
+# Commands whose operands are files they change: every operand, or the last (a destination).
+# Redirections are judged apart; these are the common ways to write without one.
+_WRITES_EVERY_OPERAND = frozenset(
+    {"tee", "touch", "mkdir", "rm", "rmdir", "unlink", "truncate", "shred", "mv", "chmod", "chown"}
+)
+_WRITES_LAST_OPERAND = frozenset({"cp", "ln", "install", "rsync"})
+_WRITES_IN_PLACE = frozenset({"sed", "perl"})  # with -i: every operand
+_STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
+
+
+class Verdict(enum.StrEnum):
+    """What the gate says; the order of strictness is deny, then approve, then allow."""
+
+    ALLOW = "allow"
+    APPROVE = "approve"
+    DENY = "deny"
+
+
+_RANK = {Verdict.ALLOW: 0, Verdict.APPROVE: 1, Verdict.DENY: 2}
+
+
+class FileOperation(enum.StrEnum):
+    """The protocol's file operations; all but readFile change the workspace."""
+
+    CREATE = "createFile"
+    READ = "readFile"
+    EDIT = "editFile"
+    DELETE = "deleteFile"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """A verdict, the rule that fired (e.g. `shell.approvalRequired: git push`), why, and for a
+    denial what to do instead."""
+
+    verdict: Verdict
+    rule: str
+    reason: str
+    suggestion: str | None = None
+
+
+@dataclass(frozen=True)
+class Policy:
+    """A named set of rules; `check_command` and `check_path` are the one gate every operation
+    passes. Paths are judged by their text: symbolic links are the workspace sandbox's to refuse."""
+
+    name: str = rulebook.DEFAULT_PRESET
+    rules: Rules = field(default_factory=lambda: rulebook.preset(rulebook.DEFAULT_PRESET))
+
+    @classmethod
+    def preset(cls, name: str) -> Policy:
+        """`restrictive` (read-only, an allowlist of reading tools), `standard` (the default) or
+        `permissive`; a UsageError naming the value for any other."""
+        return cls(name, rulebook.preset(name))
+
+    @classmethod
+    def from_config(cls, data: Mapping[str, object]) -> Policy:
+        """A policy from the `ops` section of a config:
+
+            ops:
+              policy: standard          # the preset to start from (the default: standard)
+              rules:                    # optional, added to the preset's; see Rules.from_mapping
+                deny: ["terraform destroy"]
+                approve: ["npm publish"]
+                allow: ["ls", "git status"]   # an allowlist: anything else needs approval
+                deny_patterns: ["^curl .*--upload-file"]
+                protected_paths: ["secrets/**"]
+                private_paths: ["*.sqlite"]
+                writable_outside: ["/tmp/**"]
+                read_only: false
+
+        Other keys of the section belong to the rest of the runtime and are ignored here.
+        """
+        name = data.get("policy", rulebook.DEFAULT_PRESET)
+        if not isinstance(name, str):
+            raise ConfigError(f"ops.policy is {name!r}; use one of {', '.join(rulebook.PRESETS)}.")
+        if name not in rulebook.PRESETS:
+            raise ConfigError(
+                f"ops.policy {name!r} is not a preset; use one of {', '.join(rulebook.PRESETS)}."
+            )
+        extra = data.get("rules") or {}
+        if not isinstance(extra, Mapping):
+            raise ConfigError(f"ops.rules is {extra!r}; use a mapping such as {{deny: [sudo]}}.")
+        return cls(name, Rules.from_mapping(extra, rulebook.preset(name)))
+
+    def check_command(self, command: str) -> Decision:
+        """The decision on a shell command: every simple command in it is judged, and the
+        strictest verdict wins. What cannot be read needs approval; it is never allowed."""
+        judgement = _Judgement(self.rules)
+        judgement.script(command, 0)
+        return judgement.decision(command)
+
+    def check_path(self, operation: str, path: str) -> Decision:
+        """The decision on a file operation (createFile, readFile, editFile, deleteFile) on
+        `path`, relative to the workspace."""
+        try:
+            kind = FileOperation(operation)
+        except ValueError:
+            return Decision(
+                Verdict.DENY,
+                "file.unknownOperation",
+                f"{operation!r} is not a file operation",
+                f"Use one of {', '.join(FileOperation)}.",
+            )
+        inside = _inside(".", path) if "\0" not in path else None
+        if inside is None or inside == ".":
+            return Decision(
+                Verdict.DENY,
+                "file.outsideWorkspace",
+                f"{path!r} is not a file inside the workspace",
+                "Use a path relative to the workspace, without '..' or a leading '/'.",
+            )
+        write = kind is not FileOperation.READ
+        return _file_decision(self.rules, inside, write=write, origin=kind)
+
+
+def _inside(cwd: str, path: str) -> str | None:
+    """`path` relative to the workspace root, or None when it leads out of it (lexically)."""
+    if path.startswith(("/", "~")) or not path:
+        return None
+    joined = posixpath.normpath(posixpath.join(cwd, path))
+    return None if joined == ".." or joined.startswith("../") else joined
+
+
+def _matching(globs: tuple[str, ...], path: str) -> str | None:
+    return next((g for g in globs if rulebook.glob(g).fullmatch(path)), None)
+
+
+def _file_decision(rules: Rules, path: str, *, write: bool, origin: str) -> Decision:
+    if write:
+        protected = _matching(rules.protected_paths, path)
+        if protected is not None:
+            return Decision(
+                Verdict.DENY,
+                f"file.protected: {protected}",
+                f"{origin} would change {path!r}, which the policy protects ({protected})",
+                f"Leave {path} as it is; if it must change, ask the user to change it.",
+            )
+        if rules.read_only:
+            return Decision(
+                Verdict.APPROVE,
+                "file.readOnly",
+                f"{origin} would change {path!r} and the policy is read-only",
+            )
+    else:
+        private = _matching(rules.private_paths, path)
+        if private is not None:
+            return Decision(
+                Verdict.APPROVE,
+                f"file.private: {private}",
+                f"{path!r} may hold secrets ({private})",
+            )
+    return Decision(Verdict.ALLOW, "file.allowed", f"{origin} on {path!r} is within the workspace")
+
+
+class _Judgement:
+    """The decisions on each part of one command line, in the order the shell meets them."""
+
+    def __init__(self, rules: Rules) -> None:
+        self.rules = rules
+        self.decisions: list[Decision] = []
+        self.commands = 0
+        # The shell's folder relative to the workspace; None once a `cd` makes it unknown.
+        self.cwd: str | None = "."
+
+    def decision(self, command: str) -> Decision:
+        if not self.decisions:
+            if self.commands == 0 and not command.strip():
+                return Decision(Verdict.DENY, "shell.empty", "the command is empty", "Send one.")
+            scope = "on the allowlist" if self.rules.allow is not None else "stopped by no rule"
+            return Decision(Verdict.ALLOW, "shell.allowed", f"every command in it is {scope}")
+        return max(self.decisions, key=lambda d: _RANK[d.verdict])
+
+    def approve(self, rule: str, reason: str) -> None:
+        self.decisions.append(Decision(Verdict.APPROVE, rule, reason))
+
+    def script(self, text: str, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            self.approve("shell.nested", f"shells nest more than {MAX_DEPTH} deep")
+            return
+        parsed = parse(text)
+        for problem in parsed.problems:
+            self.approve("shell.unparsed", f"{problem}, so what it runs is not known")
+        for step in parsed.steps:
+            if isinstance(step, Redirect):
+                self.redirect(step)
+            elif isinstance(step, Assignment):
+                self.assignment(step)
+            else:
+                self.command(step.words, step, depth)
+
+    def assignment(self, step: Assignment) -> None:
+        if step.name in self.rules.sensitive_variables:
+            self.approve(
+                f"shell.sensitiveVariable: {step.name}",
+                f"setting {step.name} changes what later commands run or load",
+            )
+
+    def redirect(self, step: Redirect) -> None:
+        if not step.writes:
+            if step.target is not None:
+                self.read(step.target, f"'{step.operator}'")
+            return
+        if step.target is None:
+            self.approve("shell.computedRedirect", "a redirection writes to a computed file name")
+            return
+        self.write(step.target, f"'{step.operator}'")
+
+    def write(self, target: str, origin: str) -> None:
+        """Judge a file the command line writes, named as the shell sees it."""
+        if _matching(self.rules.writable_outside, target) is not None:
+            return
+        inside = _inside(self.cwd, target) if self.cwd is not None else None
+        if inside is None:
+            where = "outside the workspace" if self.cwd is not None else "after a cd elsewhere"
+            self.approve("shell.writeOutsideWorkspace", f"{origin} writes {target!r}, {where}")
+            return
+        decision = _file_decision(self.rules, inside, write=True, origin=origin)
+        if decision.verdict is not Verdict.ALLOW:
+            self.decisions.append(decision)
+
+    def command(self, words: tuple[Word, ...], step: SimpleCommand, depth: int) -> None:
+        if not words:
+            return
+        self.commands += 1
+        name = words[0]
+        if name is None:
+            self.approve("shell.computedCommand", "the command's name is only known at run time")
+            return
+        base = name.rsplit("/", 1)[-1]
+        if base == "eval":
+            if None in words[1:]:
+                self.approve("shell.eval", "eval runs text that is only known at run time")
+            else:
+                self.script(" ".join(w for w in words[1:] if w is not None), depth + 1)
+            return
+        if base in ("cd", "pushd", "popd"):
+            self.change_directory(words)
+        if base in (".", "source"):
+            self.source(words, step)
+        unwrapped = unwrap(base, words)
+        if unwrapped is None:
+            self.match(words)
+            self.interpreter(base, words, step, depth)
+            return
+        if unwrapped.problem is not None:
+            self.approve("shell.wrapper", f"{unwrapped.problem}, so what it runs is not known")
+        if unwrapped.moves:
+            self.cwd = None
+        # An allowlist names what runs: `timeout 5 ls` and `bash -c 'ls'` run ls. The wrappers
+        # that change who runs it (sudo, su, chroot) are not transparent.
+        runs = bool(unwrapped.commands or unwrapped.scripts)
+        self.match(unwrapped.own, transparent=runs and base not in PRIVILEGED)
+        for assignment in unwrapped.assignments:
+            self.assignment(assignment)
+        for script in unwrapped.scripts:
+            if script is None:
+                self.approve(
+                    "shell.computedScript", f"`{base}` runs a script only known at run time"
+                )
+            else:
+                self.script(script, depth + 1)
+        for inner in unwrapped.commands:
+            # xargs adds words it reads from its input: nobody knows them yet.
+            argv = inner + ((None,) if unwrapped.appends else ())
+            self.command(argv, step, depth + 1)
+        if base in SHELLS and not unwrapped.scripts:
+            self.interpreter(base, words, step, depth)
+
+    def source(self, words: tuple[Word, ...], step: SimpleCommand) -> None:
+        """`. file` runs a file in this shell: like `bash file`, unless the file is a stream."""
+        target = words[1] if len(words) > 1 else ""
+        if target is None:
+            self.approve("shell.computedScript", "`source` runs a file only known at run time")
+        elif target in _STDIN_FILES and step.stdin in (Stdin.PIPE, Stdin.COMPUTED):
+            self.approve(
+                "shell.pipeToShell", "`source` runs its input as a program nobody has read"
+            )
+
+    def operands(self, argv: Argv) -> None:
+        """The files a command's operands name: the ones it writes, the private ones it reads."""
+        origin = f"`{argv.command}`"
+        every = argv.command in _WRITES_EVERY_OPERAND or (
+            argv.command in _WRITES_IN_PLACE and "-i" in argv.flags
+        )
+        if every or argv.command in _WRITES_LAST_OPERAND:
+            # cp -t DIR puts the destination first: then every operand counts.
+            every = every or "-t" in argv.flags
+            targets = argv.operands if every else argv.operands[-1:]
+            for target in targets:
+                if target != _COMPUTED and (every or len(argv.operands) > 1):
+                    self.write(target, origin)
+        for operand in argv.operands:
+            self.read(operand, origin)
+
+    def read(self, target: str, origin: str) -> None:
+        inside = _inside(self.cwd, target) if self.cwd is not None else None
+        if inside is not None and self.rules.private_paths:
+            decision = _file_decision(self.rules, inside, write=False, origin=origin)
+            if decision.verdict is not Verdict.ALLOW:
+                self.decisions.append(decision)
+
+    def change_directory(self, words: tuple[Word, ...]) -> None:
+        target = words[1] if len(words) > 1 and words[0] != "popd" else None
+        if target is not None and not target.startswith("-") and self.cwd is not None:
+            self.cwd = _inside(self.cwd, target)
+        else:
+            self.cwd = None
+
+    def interpreter(
+        self, base: str, words: tuple[Word, ...], step: SimpleCommand, depth: int
+    ) -> None:
+        """A shell or interpreter reading its program from stdin: the program is judged if its
+        text is known (a heredoc into bash), and needs approval if it comes down a pipe."""
+        if base not in INTERPRETERS:
+            return
+        # Program text given inline (python -c, perl -e, php -r); a shell's -c was unwrapped
+        # before, and its -e means "stop on error".
+        code_flags = () if base in SHELLS else ("-c", "-e", "-E", "-r", "-p")
+        operands = [w for w in words[1:] if w is None or not w.startswith("-") or w == "-"]
+        computed = operands[:1] == [None]  # python3 <(curl x)
+        if computed or any(f in code_flags and w is None for f, w in itertools.pairwise(words[1:])):
+            self.approve("shell.computedScript", f"`{base}` runs code only known at run time")
+            return
+        operands = ["-" if w in _STDIN_FILES else w for w in operands]
+        # sh -s reads the program from stdin even when operands follow (they become $1...).
+        from_stdin = base in SHELLS and any(
+            w is not None and w[:1] == "-" and w[1:2] != "-" and "s" in w[1:] for w in words[1:]
+        )
+        inline = any(w in code_flags for w in words[1:])
+        if not from_stdin and (inline or (operands and operands != ["-"])):
+            return
+        if step.stdin is Stdin.TEXT and base in SHELLS and step.stdin_text is not None:
+            self.script(step.stdin_text, depth + 1)
+        elif step.stdin in (Stdin.PIPE, Stdin.COMPUTED):
+            source = next((w for w in step.upstream if w in ("curl", "wget", "fetch")), None)
+            what = f"a download ({source})" if source else "its input"
+            self.approve(
+                "shell.pipeToShell",
+                f"`{base}` runs {what} as a program nobody has read",
+            )
+
+    def match(self, words: tuple[Word, ...], *, transparent: bool = False) -> None:
+        literal = [_COMPUTED if w is None else w for w in words]
+        if literal[0] == _COMPUTED:
+            return
+        argv = Argv.of(literal)
+        shown = " ".join("$?" if w is None else w for w in words)
+        # Patterns see the command by its name, so /sbin/mkfs is mkfs.
+        joined = " ".join([argv.command, *("$?" if w is None else w for w in words[1:])])
+        fired = len(self.decisions)
+        for rule in self.rules.deny:
+            if rule.restricts(argv):
+                self.decisions.append(_denial(rule, shown))
+        for text in self.rules.deny_patterns:
+            if rulebook.pattern(text).search(joined):
+                self.decisions.append(
+                    Decision(
+                        Verdict.DENY,
+                        f"shell.blockedPattern: {text}",
+                        f"{shown!r} matches the blocked pattern {text!r}",
+                        "Leave this command out; if the task needs it, ask the user to run it.",
+                    )
+                )
+        for rule in self.rules.approve:
+            if rule.restricts(argv):
+                self.approve(
+                    f"shell.approvalRequired: {rule.text}",
+                    f"{shown!r} matches {rule.text!r}, which needs approval",
+                )
+        for text in self.rules.approve_patterns:
+            if rulebook.pattern(text).search(joined):
+                self.approve(f"shell.approvalPattern: {text}", f"{shown!r} matches {text!r}")
+        ruled = any(r.argv.command == argv.command for r in self.rules.deny + self.rules.approve)
+        if None in words and ruled and len(self.decisions) == fired:
+            self.approve(
+                "shell.computedArguments",
+                f"rules apply to `{argv.command}` and some of its words are only known at run time",
+            )
+        self.operands(argv)
+        allow = self.rules.allow
+        if allow is not None and not transparent and not any(r.permits(argv) for r in allow):
+            self.approve("shell.notAllowed", f"`{argv.command}` is not on the allowlist")
+
+
+def _denial(rule: CommandRule, shown: str) -> Decision:
+    command = rule.argv.command
+    if command in ("sudo", "su", "doas", "pkexec") and not rule.argv.operands:
+        suggestion = f"Remove {command} from the command; the workspace needs no other user."
+    else:
+        suggestion = f"Leave out {rule.text!r}; if the task needs it, ask the user to run it."
+    return Decision(
+        Verdict.DENY,
+        f"shell.blocked: {rule.text}",
+        f"{shown!r} matches the blocked command {rule.text!r}",
+        suggestion,
+    )
