@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from runagent.errors import RunAgentError, UsageError
+from runagent.ops.operation import path_problem
 from runagent.ops.protocol import MAX_FILE_BYTES
 
 MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
@@ -89,12 +90,12 @@ class Workspace:
                 raise
             finally:
                 os.close(folder)
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                os.close(fd)
+                kind = "a folder" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+                raise WorkspaceError(f"{path} is {kind}")
             with os.fdopen(fd, "rb") as f:
-                info = os.fstat(fd)
-                if stat.S_ISDIR(info.st_mode):
-                    raise WorkspaceError(f"{path} is a folder")
-                if not stat.S_ISREG(info.st_mode):
-                    raise WorkspaceError(f"{path} is not a regular file")
                 data = f.read(MAX_FILE_BYTES + 1)
             if len(data) > MAX_FILE_BYTES:
                 raise WorkspaceError(f"{path} is larger than {MAX_FILE_BYTES} bytes")
@@ -152,6 +153,10 @@ class Workspace:
     def _walk(
         self, path: str, *, make_folders: bool, last_is_file: bool, follow_last: bool
     ) -> tuple[int, str | None]:
+        problem = path_problem(path)  # the protocol's rule, held here too for every caller
+        if problem:
+            outside = path.startswith("/") or ".." in path
+            raise (OutsideWorkspaceError if outside else WorkspaceError)(f"{path!r} {problem}")
         pending: deque[str] = deque(path.split("/"))
         stack = [os.open(self.root, _DIR)]
         links = 0
