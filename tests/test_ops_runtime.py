@@ -250,3 +250,12 @@ def test_every_message_and_answer_is_journaled(tmp_path: Path, root: Path) -> No
     ]  # fmt: skip
     assert [a["status"] for a in answered] == ["awaiting_approval", "completed", "error"]
     assert answered[2]["events"][0]["category"] == "validation"
+
+
+def test_a_workspace_that_holds_the_run_folder_is_refused(tmp_path: Path, root: Path) -> None:
+    from runagent.errors import UsageError
+
+    with pytest.raises(UsageError, match="inside the workspace"):
+        Runtime.create(root / "runs" / "r1", root, "permissive")
+    with pytest.raises(UsageError, match="inside the workspace"):
+        Runtime.create(tmp_path / "run", tmp_path, "permissive")

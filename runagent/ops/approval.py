@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent import runfolder
+from runagent.errors import UsageError
 from runagent.ops.event import Event
 
 APPROVED = frozenset({"approved", "approve", "yes"})
@@ -84,7 +85,10 @@ def take(path: Path) -> Pending | None:
 
 
 def _load(path: Path) -> Pending:
-    return Pending.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    try:
+        return Pending.from_dict(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{path} cannot be read ({exc}); delete it to drop the pause") from exc
 
 
 @dataclass(frozen=True)

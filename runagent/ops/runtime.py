@@ -65,6 +65,7 @@ class Runtime:
         self.paths = paths
         self.settings = settings
         self.workspace = workspace or Workspace(settings.workspace)
+        _refuse_inside(self.workspace.root, paths.folder)
         self.policy = policy or Policy.preset(settings.policy)
         self.environment = shell_environment() if environment is None else dict(environment)
         self._clock = clock
@@ -74,6 +75,7 @@ class Runtime:
         """A new run in `folder`, acting in `workspace` under the policy `preset`."""
         Policy.preset(preset)  # a bad name is refused before anything is written
         settings = Settings(Workspace(workspace).root, preset)
+        _refuse_inside(settings.workspace, folder)
         folder.mkdir(parents=True, exist_ok=True)
         paths = RunPaths(folder)
         runfolder.atomic_write(paths.ops_settings, json.dumps(settings.to_dict()))
@@ -310,6 +312,16 @@ class Runtime:
 
     def _now(self) -> str:
         return iso(self._clock())
+
+
+def _refuse_inside(workspace: Path, folder: Path) -> None:
+    """Refuse a run folder inside its workspace: the operations write anywhere in it, so they
+    could rewrite ops.json (their own workspace and policy) or forge a pending approval."""
+    if runfolder.within(workspace, folder):
+        raise UsageError(
+            f"the run folder {folder} is inside the workspace {workspace}, where the operations "
+            "could rewrite it; keep the runs root out of the workspace"
+        )
 
 
 def _meant_for(answer: Answer, waiting: Pending) -> bool:
