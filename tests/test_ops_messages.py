@@ -163,6 +163,7 @@ PROSE: list[tuple[str, Any]] = [
     ("an env name with '='", ops(shell(env={"A=B": "1"}))),
     ("an env value with NUL", ops(shell(env={"A": "1\0"}))),
     ("a lone surrogate in content", ops(create(content="\ud800"))),
+    ("NUL in a command", ops(shell(command="echo a\0b"))),
 ]
 
 

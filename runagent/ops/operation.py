@@ -188,6 +188,8 @@ def _read(op: Mapping[str, Any], where: str, op_id: str | None) -> Operation:
 
 def _shell(op: Mapping[str, Any], where: str, op_id: str | None) -> Shell:
     command = _string(op, where, "command", MAX_COMMAND_LENGTH)
+    if "\0" in command:  # exec cannot pass it (the schema allows it)
+        raise _Broken(f"{where}.command", "contains a NUL byte, which no command can carry")
     cwd = _path(op, where, "cwd", required=False)
     timeout = op.get("timeout", DEFAULT_TIMEOUT_MS)
     # JSON has one number type: 5000.0 is the integer 5000 (as the schema's "integer" reads it).
