@@ -306,6 +306,26 @@ def test_example_3_pauses_then_resumes_as_the_spec_shows(tmp_path: Path) -> None
     assert not (tmp_path / "ws" / "temp" / "junk").exists()
 
 
+def test_partial_failure_goes_on_as_the_spec_shows(tmp_path: Path) -> None:
+    reply = runtime(tmp_path).receive(ops(
+        {"type": "createFile", "path": "a.ts", "content": "..."},
+        {"type": "readFile", "path": "nonexistent.txt"},
+        {"type": "shell", "command": "echo hello"},
+    ))  # fmt: skip
+    shown = [  # the spec's events, which leave some fields out
+        {"type": "createFile", "path": "a.ts", "success": True},
+        {
+            "type": "readFile",
+            "path": "nonexistent.txt",
+            "success": False,
+            "error": "File not found",
+        },
+        {"type": "shell", "command": "echo hello", "success": True, "stdout": "hello\n"},
+    ]
+    for want, got in zip(shown, reply.events, strict=True):
+        assert got == {**got, **want}
+
+
 def test_the_reference_events_come_back_as_shown(tmp_path: Path) -> None:
     (tmp_path / "ws").mkdir()
     (tmp_path / "ws" / "config.json").write_text('{"key": "value"}')
