@@ -259,3 +259,24 @@ def test_a_workspace_that_holds_the_run_folder_is_refused(tmp_path: Path, root: 
         Runtime.create(root / "runs" / "r1", root, "permissive")
     with pytest.raises(UsageError, match="inside the workspace"):
         Runtime.create(tmp_path / "run", tmp_path, "permissive")
+
+
+def test_an_approval_is_used_once_and_the_next_operation_asks_again(
+    tmp_path: Path, root: Path
+) -> None:
+    rt = new(tmp_path, policy=Gate())
+    rt.receive(ops(sh("rm -f a", id="one"), sh("rm -f b", id="two"), sh("echo done")))
+    resumed = rt.receive({"approval": {"operationId": "one", "decision": "approved"}})
+    assert resumed.status.value == "awaiting_approval"
+    assert [(e["type"], e["operationId"]) for e in resumed.events] == [
+        ("shell", "one"), ("approvalRequired", "two"),
+    ]  # fmt: skip
+    last = rt.receive({"approval": {"operationId": "two", "decision": "approved"}})
+    assert [e["type"] for e in last.events] == ["shell", "shell"]
+    assert last.status.value == "completed"
+
+
+def test_a_command_that_floods_its_output_is_stopped(tmp_path: Path, root: Path) -> None:
+    event = new(tmp_path).receive(ops(sh("yes"))).events[0]
+    assert event["success"] is False and "was stopped" in event["error"]
+    assert event["durationMs"] < 20000 and "[output cut:" in event["stdout"]
