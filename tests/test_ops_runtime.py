@@ -233,8 +233,11 @@ def test_only_one_taker_gets_a_pause(tmp_path: Path, root: Path) -> None:
 
 
 def test_an_operation_without_an_id_gets_one_for_its_pause(tmp_path: Path, root: Path) -> None:
-    reply = new(tmp_path, policy=Gate()).receive(ops(sh("true"), sh("rm x")))
+    rt = new(tmp_path, policy=Gate())
+    reply = rt.receive(ops(sh("true"), sh("rm -f x")))
     assert reply.events[1]["operationId"] == "operation-2"
+    resumed = rt.receive({"approval": {"operationId": "operation-2", "decision": "approved"}})
+    assert resumed.events[0]["operationId"] == "operation-2"
 
 
 def test_every_message_and_answer_is_journaled(tmp_path: Path, root: Path) -> None:

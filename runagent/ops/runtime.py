@@ -10,6 +10,7 @@ message to `events.jsonl`. Nothing a model sends makes the runtime raise.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -170,13 +171,15 @@ class Runtime:
                 Status.ERROR, [error(ErrorCategory.SYSTEM, why, self._now(), taken.operation_id)]
             )
         entries = [read_operation(op, i) for i, op in enumerate(raw)]
+        paused = entries[at]
+        assert not isinstance(paused, Invalid)  # it was valid when it paused, and is unchanged
+        # An operation sent without an id was given one for its pause: its result carries it.
+        entries[at] = dataclasses.replace(paused, id=taken.operation_id)
         if answer.approved:
             return self._run(raw, entries, at, [], approved=at)
-        op = entries[at]
-        assert not isinstance(op, Invalid)
         reason = f"denied by the user{': ' + answer.reason if answer.reason else ''}"
         suggestion = taken.suggestion or "do it another way, or ask the user first"
-        denied = policy_denied(op.type, taken.operation_id, self._now(), reason, suggestion)
+        denied = policy_denied(paused.type, taken.operation_id, self._now(), reason, suggestion)
         return self._run(raw, entries, at + 1, [denied])
 
     def _run(
