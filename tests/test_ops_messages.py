@@ -180,6 +180,13 @@ def test_the_schema_is_the_specs() -> None:
     assert json.loads(block) == SCHEMA
 
 
+def test_the_schema_is_a_draft_7_schema_of_the_six_operations() -> None:
+    jsonschema.Draft7Validator.check_schema(SCHEMA)
+    kinds = {d["properties"]["type"]["const"] for d in SCHEMA["definitions"].values() if
+             "properties" in d}  # fmt: skip
+    assert kinds == {"message", "createFile", "readFile", "editFile", "deleteFile", "shell"}
+
+
 def test_the_corpus_is_large_and_mixed() -> None:
     assert len(VALID) + len(INVALID) + len(PROSE) >= 60
     assert len(VALID) >= 20 and len(INVALID) >= 20 and len(PROSE) >= 10
