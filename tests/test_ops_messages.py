@@ -368,15 +368,19 @@ anything = (
 )
 
 
+# No example database: a test leaves no folder behind (.hypothesis/ in the checkout).
+FUZZ = settings(
+    database=None, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+
+
 @pytest.fixture
 def scratch() -> Iterator[Path]:
     with tempfile.TemporaryDirectory() as folder:
         yield Path(folder)
 
 
-@settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(FUZZ, max_examples=150)
 @given(value=anything)
 def test_any_json_value_gets_an_events_message(scratch: Path, value: Any) -> None:
     rt = runtime(scratch, policy=NoShell())
@@ -403,9 +407,7 @@ identified = st.builds(lambda op, i: {**op, "id": f"op-{i}"} if isinstance(op, d
                        valid_operation | loose_operation, st.integers(0, 9))  # fmt: skip
 
 
-@settings(
-    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
-)
+@settings(FUZZ, max_examples=60)
 @given(operations=st.lists(identified, max_size=6))
 def test_every_operation_yields_exactly_one_event_in_order(
     scratch: Path, operations: list[Any]
