@@ -4,6 +4,7 @@
       TASK.md  DONE  .lock  supervisor.log
       runs/<run_id>/
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
+        operations.jsonl  events.jsonl  ops.json  approval-pending.json  (an operations run)
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
 old or the new version, never half of one. When even that fails (a full disk), an empty file
@@ -39,6 +40,10 @@ SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last 
 SCHEDULE_LOCK = ".schedules.lock"  # held while the schedule state is read, changed and written
 SCHEDULE_LOG = "schedule.log"  # in the runs root: what the crontab lines' firings print
 RUNS = "runs"
+OPERATIONS = "operations.jsonl"  # every message an operations run received, one per line
+EVENTS = "events.jsonl"  # every events message it answered with, one per line
+OPS_SETTINGS = "ops.json"  # the workspace and policy an operations run acts with
+APPROVAL_PENDING = "approval-pending.json"  # the paused batch, while an approval is awaited
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 
 # The files of a run a reader may ask for by a short name.
@@ -118,6 +123,22 @@ class RunPaths:
         return self.folder / OUTPUT
 
     @property
+    def operations(self) -> Path:
+        return self.folder / OPERATIONS
+
+    @property
+    def events(self) -> Path:
+        return self.folder / EVENTS
+
+    @property
+    def ops_settings(self) -> Path:
+        return self.folder / OPS_SETTINGS
+
+    @property
+    def approval_pending(self) -> Path:
+        return self.folder / APPROVAL_PENDING
+
+    @property
     def done(self) -> Path:
         """Where the next loop moves a DONE this run left in the task folder (`archive_done`)."""
         return self.folder / DONE
@@ -185,6 +206,18 @@ def atomic_write(path: Path, text: str) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to a journal (operations.jsonl, events.jsonl) in a single write, so lines
+    of two writers never interleave."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    try:
+        data = memoryview((line.rstrip("\n") + "\n").encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
 
 
 def write_run_info(run_folder: Path, info: RunInfo) -> None:

@@ -1,0 +1,132 @@
+"""ops: apply JSON operations to a workspace, and answer an operation held for approval."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import TextIO
+
+import click
+
+from runagent.cli.group import cli
+from runagent.cli.options import PathValue, common, setup
+from runagent.context import new_run_id, validate_id
+from runagent.errors import ExitCode, UsageError
+from runagent.ops import EventsMessage, Runtime, Status
+from runagent.ops.runtime import find_run
+from runagent.runfolder import TaskPaths, confine
+
+POLICIES = ("restrictive", "standard", "permissive")
+
+
+@cli.group()
+def ops() -> None:
+    """Run JSON operations from a model in a workspace (files, shell) under a policy.
+
+    The messages and events are those of spec/operations-protocol.md; every message and every
+    answer is kept in the run's folder (operations.jsonl, events.jsonl).
+    """
+
+
+@ops.command()
+@click.argument("file", type=click.File("r", encoding="utf-8", errors="surrogateescape"))
+@click.option(
+    "--workspace",
+    "-w",
+    type=PathValue(file_okay=False, path_type=Path),
+    help="The folder the operations act in (required for a new run).",
+)
+@click.option(
+    "--policy",
+    type=click.Choice(POLICIES),
+    default=None,
+    help="What runs freely, what asks first (default: standard).",
+)
+@click.option("--run", "run_id", help="Continue this operations run (its workspace and policy).")
+@click.option(
+    "--project",
+    "-p",
+    "project_id",
+    default="ops",
+    show_default=True,
+    help="Project the run is kept under.",
+)
+@click.option(
+    "--task", "-t", "task_id", default="ops", show_default=True, help="Task the run is kept under."
+)
+@common
+def apply(
+    file: TextIO, workspace: Path | None, policy: str | None, run_id: str | None,
+    project_id: str, task_id: str, config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Apply the operations message in FILE ('-' reads standard input) and print the events.
+
+    The events message is printed as JSON; its status is completed, awaiting_approval (answer
+    with `run-agent ops approve|deny RUN OPERATION_ID`) or error (exit 1).
+    """
+    s = setup(config_path, root)
+    if run_id is not None:
+        if workspace is not None or policy is not None:
+            raise UsageError(
+                "--run continues a run with its own workspace and policy; "
+                "leave out --workspace and --policy"
+            )
+        runtime = Runtime.open(find_run(s.root, validate_id("run", run_id)))
+    else:
+        if workspace is None:
+            raise UsageError("--workspace is required: the folder the operations act in")
+        task = confine(
+            TaskPaths(s.root, validate_id("project", project_id), validate_id("task", task_id))
+        )
+        runtime = Runtime.create(task.run_folder(new_run_id()), workspace, policy or "standard")
+    _print(runtime.receive_text(file.read()))
+
+
+@ops.command()
+@click.argument("run_id", metavar="RUN")
+@click.argument("operation_id")
+@click.option("--reason", help="Why (kept with the answer).")
+@common
+def approve(
+    run_id: str, operation_id: str, reason: str | None, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
+    """Approve the operation RUN is paused on: it runs once, then the batch goes on."""
+    _answer(run_id, operation_id, "approved", reason, config_path, root)
+
+
+@ops.command()
+@click.argument("run_id", metavar="RUN")
+@click.argument("operation_id")
+@click.option("--reason", help="Why (told to the model).")
+@common
+def deny(
+    run_id: str, operation_id: str, reason: str | None, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
+    """Deny the operation RUN is paused on: it is reported as denied, and the batch goes on."""
+    _answer(run_id, operation_id, "denied", reason, config_path, root)
+
+
+def _answer(
+    run_id: str, operation_id: str, decision: str, reason: str | None,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    s = setup(config_path, root)
+    runtime = Runtime.open(find_run(s.root, validate_id("run", run_id)))
+    waiting = runtime.pending
+    if waiting is None:
+        raise UsageError(f"run {run_id} awaits no approval")
+    if waiting.operation_id != operation_id:
+        raise UsageError(
+            f"run {run_id} awaits approval of {waiting.operation_id!r}, not {operation_id!r}"
+        )
+    answer = {"operationId": operation_id, "decision": decision, "reason": reason}
+    _print(runtime.receive({"approval": {k: v for k, v in answer.items() if v is not None}}))
+
+
+def _print(reply: EventsMessage) -> None:
+    click.echo(json.dumps(reply.to_dict(), indent=2))
+    if reply.status is Status.ERROR:
+        sys.exit(int(ExitCode.FAILED))

@@ -1,0 +1,352 @@
+"""The operations runtime of one run: a batch in, its events out, paused for approvals, recorded.
+
+Operations run in order, each answered by exactly one event. A malformed operation is answered by
+an `error` event (category `validation`) and skipped; a denied one by `policyDenied`; one the
+policy holds for approval stops the batch (`awaiting_approval`), its state saved in the run folder
+for whichever process answers. Every message received goes to `operations.jsonl` and every events
+message to `events.jsonl`. Nothing a model sends makes the runtime raise.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runagent import runfolder
+from runagent.errors import NotFoundError, UsageError
+from runagent.ops import approval
+from runagent.ops.approval import Answer, Pending
+from runagent.ops.event import Event, EventsMessage, approval_required, error, event, policy_denied
+from runagent.ops.operation import (
+    BadMessage,
+    CreateFile,
+    DeleteFile,
+    EditFile,
+    Invalid,
+    Message,
+    Operation,
+    ReadFile,
+    Shell,
+    read_message,
+    read_operation,
+)
+from runagent.ops.policy import Decision, Policy, Verdict
+from runagent.ops.protocol import Clock, Encoding, ErrorCategory, EventType, Status, iso, utc_now
+from runagent.ops.shell import run_shell, shell_environment
+from runagent.ops.workspace import Workspace, WorkspaceError
+from runagent.runfolder import RunPaths
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What an operations run acts with, kept in its folder so any process can resume it."""
+
+    workspace: Path
+    policy: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"workspace": str(self.workspace), "policy": self.policy}
+
+
+class Runtime:
+    """The runtime of one run folder. `create` starts a run, `open` continues one."""
+
+    def __init__(
+        self, paths: RunPaths, settings: Settings, *, clock: Clock = utc_now,
+        workspace: Workspace | None = None, policy: Policy | None = None,
+        environment: Mapping[str, str] | None = None,
+    ) -> None:  # fmt: skip
+        """`workspace`, `policy` and `environment` (what shell commands start from, default a
+        few variables of this process) are seams; by default they follow `settings`."""
+        self.paths = paths
+        self.settings = settings
+        self.workspace = workspace or Workspace(settings.workspace)
+        _refuse_inside(self.workspace.root, paths.folder)
+        self.policy = policy or Policy.preset(settings.policy)
+        self.environment = shell_environment() if environment is None else dict(environment)
+        self._clock = clock
+
+    @classmethod
+    def create(cls, folder: Path, workspace: Path, preset: str, **kw: Any) -> Runtime:
+        """A new run in `folder`, acting in `workspace` under the policy `preset`."""
+        Policy.preset(preset)  # a bad name is refused before anything is written
+        settings = Settings(Workspace(workspace).root, preset)
+        _refuse_inside(settings.workspace, folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = RunPaths(folder)
+        runfolder.atomic_write(paths.ops_settings, json.dumps(settings.to_dict()))
+        return cls(paths, settings, **kw)
+
+    @classmethod
+    def open(cls, folder: Path, **kw: Any) -> Runtime:
+        paths = RunPaths(folder)
+        try:
+            data = json.loads(paths.ops_settings.read_text(encoding="utf-8"))
+            settings = Settings(Path(data["workspace"]), str(data["policy"]))
+        except FileNotFoundError:
+            raise NotFoundError(
+                f"{folder} is not an operations run (no {paths.ops_settings.name})"
+            ) from None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise UsageError(f"{paths.ops_settings} cannot be read: {exc}") from exc
+        return cls(paths, settings, **kw)
+
+    @property
+    def run_id(self) -> str:
+        return self.paths.folder.name
+
+    @property
+    def pending(self) -> Pending | None:
+        return approval.peek(self.paths.approval_pending)
+
+    def receive_text(self, text: str) -> EventsMessage:
+        """Answer one message as sent: JSON text (what is not JSON gets an error event)."""
+        try:
+            value = json.loads(text)
+        except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep to read
+            self._record(text)
+            why = f"the message is not JSON ({type(exc).__name__}: {str(exc)[:200]})"
+            return self._answered(self._reply(Status.ERROR, [self._invalid(why)]))
+        return self.receive(value)
+
+    def receive(self, value: object) -> EventsMessage:
+        """Answer one decoded message: operations, or an answer to a pause."""
+        self._record(value)
+        return self._answered(
+            self._answer(value) if approval.is_answer(value) else self._apply(value)
+        )
+
+    def _answered(self, reply: EventsMessage) -> EventsMessage:
+        runfolder.append_line(self.paths.events, json.dumps(reply.to_dict()))
+        return reply
+
+    def _invalid(self, why: str) -> Event:
+        return error(ErrorCategory.VALIDATION, why, self._now())
+
+    def _apply(self, value: object) -> EventsMessage:
+        waiting = self.pending
+        if waiting is not None:
+            why = (
+                f"run {self.run_id} awaits approval of operation {waiting.operation_id!r}; "
+                "approve or deny it before sending more operations"
+            )
+            return self._reply(Status.AWAITING_APPROVAL, [self._invalid(why)])
+        batch = read_message(value)
+        if isinstance(batch, BadMessage):
+            return self._reply(
+                Status.ERROR, [error(ErrorCategory.VALIDATION, batch.reason, self._now())]
+            )
+        return self._run(batch.raw, list(batch.entries), 0, [])
+
+    def _answer(self, value: object) -> EventsMessage:
+        answer = approval.read_answer(value)
+        waiting = self.pending
+        if waiting is None:
+            why = f"nothing in run {self.run_id} awaits approval"
+            return self._reply(Status.ERROR, [self._invalid(why)])
+        if isinstance(answer, str) or not _meant_for(answer, waiting):
+            why = (
+                answer
+                if isinstance(answer, str)
+                else (
+                    f"operation {answer.operation_id!r} does not await approval; "
+                    f"{waiting.operation_id!r} does"
+                )
+            )
+            return self._reply(Status.AWAITING_APPROVAL, [self._invalid(why)])
+        taken = approval.take(self.paths.approval_pending)
+        if taken is None:
+            why = f"operation {waiting.operation_id!r} was answered meanwhile by another process"
+            return self._reply(Status.ERROR, [self._invalid(why)])
+        at = taken.position
+        raw = taken.operations
+        if approval.digest(raw[at]) != taken.digest:
+            why = f"operation {taken.operation_id!r} changed since approval was asked; not run"
+            return self._reply(
+                Status.ERROR, [error(ErrorCategory.SYSTEM, why, self._now(), taken.operation_id)]
+            )
+        entries = [read_operation(op, i) for i, op in enumerate(raw)]
+        paused = entries[at]
+        assert not isinstance(paused, Invalid)  # it was valid when it paused, and is unchanged
+        # An operation sent without an id was given one for its pause: its result carries it.
+        entries[at] = dataclasses.replace(paused, id=taken.operation_id)
+        if answer.approved:
+            return self._run(raw, entries, at, [], approved=at)
+        reason = f"denied by the user{': ' + answer.reason if answer.reason else ''}"
+        suggestion = taken.suggestion or "do it another way, or ask the user first"
+        denied = policy_denied(paused.type, taken.operation_id, self._now(), reason, suggestion)
+        return self._run(raw, entries, at + 1, [denied])
+
+    def _run(
+        self, raw: tuple[Any, ...], entries: list[Operation | Invalid], start: int,
+        events: list[Event], approved: int | None = None,
+    ) -> EventsMessage:  # fmt: skip
+        for i in range(start, len(entries)):
+            op = entries[i]
+            if isinstance(op, Invalid):
+                details = {"index": op.index, "field": op.field}
+                events.append(
+                    error(ErrorCategory.VALIDATION, op.message, self._now(), op.id, details)
+                )
+                continue
+            decision = None if i == approved else self._decide(op)
+            if decision is not None and decision.verdict is Verdict.DENY:
+                events.append(
+                    policy_denied(op.type, op.id, self._now(), decision.reason, decision.suggestion)
+                )
+                continue
+            if decision is not None and decision.verdict is Verdict.APPROVE:
+                op_id = op.id or f"operation-{i + 1}"  # ids are optional; a pause needs one
+                asked = {**_subject(op), "policy": decision.rule}
+                events.append(
+                    approval_required(op.type, op_id, self._now(), decision.reason, asked)
+                )
+                pending = Pending(
+                    op_id, i, raw, tuple(events), approval.digest(raw[i]), decision.suggestion
+                )
+                approval.save(self.paths.approval_pending, pending)
+                return self._reply(Status.AWAITING_APPROVAL, events)
+            events.append(self._execute(op))
+        return self._reply(Status.COMPLETED, events)
+
+    def _decide(self, op: Operation) -> Decision | None:
+        if isinstance(op, Message):
+            return None
+        if isinstance(op, Shell):
+            return self.policy.check_command(op.command)
+        return self.policy.check_path(op.type.value, op.path)
+
+    def _execute(self, op: Operation) -> Event:
+        """The operation's event; a failure is data (success false), never an exception."""
+        try:
+            return self._perform(op)
+        except (WorkspaceError, OSError, UnicodeError) as exc:  # Unicode: a lone surrogate
+            fields = (
+                {"command": op.command}
+                if isinstance(op, Shell)
+                else {"path": getattr(op, "path", None)}
+            )
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            kind = EventType(op.type.value)
+            return event(kind, op.id, self._now(), **fields, success=False, error=why)
+        except Exception as exc:  # a fault of the runtime itself: reported, and the batch goes on
+            return error(ErrorCategory.SYSTEM, f"{type(exc).__name__}: {exc}", self._now(), op.id)
+
+    def _perform(self, op: Operation) -> Event:
+        kind = EventType(op.type.value)
+        if isinstance(op, Message):
+            return event(kind, op.id, self._now(), success=True)
+        if isinstance(op, CreateFile):
+            written = self.workspace.write(op.path, op.data, overwrite=op.overwrite)
+            return event(kind, op.id, self._now(), path=op.path, success=True, bytesWritten=written)
+        if isinstance(op, ReadFile):
+            data = self.workspace.read(op.path)
+            if op.encoding is Encoding.BASE64:
+                content = base64.b64encode(data).decode("ascii")
+            else:
+                try:
+                    content = data.decode("utf-8")
+                except UnicodeDecodeError:
+                    raise WorkspaceError(
+                        f"{op.path} is not UTF-8 text; read it with encoding base64"
+                    ) from None
+            return event(
+                kind,
+                op.id,
+                self._now(),
+                path=op.path,
+                success=True,
+                content=content,
+                encoding=op.encoding.value,
+                size=len(data),
+            )
+        if isinstance(op, EditFile):
+            applied = self._edit(op)
+            return event(kind, op.id, self._now(), path=op.path, success=True, editsApplied=applied)
+        if isinstance(op, DeleteFile):
+            self.workspace.delete(op.path)
+            return event(kind, op.id, self._now(), path=op.path, success=True)
+        cwd = self.workspace.folder(op.cwd or "")
+        result = run_shell(op.command, cwd, op.timeout_ms, {**self.environment, **dict(op.env)})
+        return event(
+            kind, op.id, self._now(), command=op.command,
+            success=result.exit_code == 0 and not result.timed_out and result.error is None,
+            exitCode=result.exit_code, stdout=result.stdout, stderr=result.stderr,
+            durationMs=result.duration_ms, error=result.error, timedOut=result.timed_out or None,
+        )  # fmt: skip
+
+    def _edit(self, op: EditFile) -> int:
+        """Apply every edit in order, each to its first occurrence, or none of them."""
+        try:
+            text = self.workspace.read(op.path).decode("utf-8")
+        except UnicodeDecodeError:
+            raise WorkspaceError(f"{op.path} is not UTF-8 text; it cannot be edited") from None
+        for n, edit in enumerate(op.edits, 1):
+            where = f"edit {n} of {len(op.edits)}"
+            if not edit.old:
+                raise WorkspaceError(f"{where}: oldContent is empty; say what to replace")
+            at = text.find(edit.old)
+            if at < 0:
+                raise WorkspaceError(f"{where}: oldContent not found; no edit was applied")
+            text = text[:at] + edit.new + text[at + len(edit.old) :]
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate (\ud800) in a newContent
+            raise WorkspaceError("newContent is not valid Unicode; no edit was applied") from None
+        self.workspace.write(op.path, data, overwrite=True)
+        return len(op.edits)
+
+    def _record(self, value: object) -> None:
+        try:
+            line = json.dumps({"timestamp": self._now(), "message": value})
+        except (TypeError, ValueError, RecursionError) as exc:
+            line = json.dumps(
+                {"timestamp": self._now(), "unrecorded": f"{type(exc).__name__}: {exc}"}
+            )
+        runfolder.append_line(self.paths.operations, line)
+
+    def _reply(self, status: Status, events: list[Event]) -> EventsMessage:
+        return EventsMessage(self.run_id, status, tuple(events))
+
+    def _now(self) -> str:
+        return iso(self._clock())
+
+
+def _refuse_inside(workspace: Path, folder: Path) -> None:
+    """Refuse a run folder inside its workspace: the operations write anywhere in it, so they
+    could rewrite ops.json (their own workspace and policy) or forge a pending approval."""
+    if runfolder.within(workspace, folder):
+        raise UsageError(
+            f"the run folder {folder} is inside the workspace {workspace}, where the operations "
+            "could rewrite it; keep the runs root out of the workspace"
+        )
+
+
+def _meant_for(answer: Answer, waiting: Pending) -> bool:
+    if answer.operation_id is not None and answer.operation_id != waiting.operation_id:
+        return False
+    return answer.digest is None or answer.digest == waiting.digest
+
+
+def _subject(op: Operation) -> dict[str, str]:
+    """What an approvalRequired event's details name: the command, or the path."""
+    if isinstance(op, Shell):
+        return {"command": op.command}
+    if isinstance(op, Message):
+        return {}
+    return {"path": op.path}
+
+
+def find_run(root: Path, run_id: str) -> Path:
+    """The folder of the operations run `run_id` under the runs root, in whichever task it is."""
+    for project in runfolder.project_ids(root):
+        for task in runfolder.task_ids(root, project):
+            folder = runfolder.TaskPaths(root, project, task).run_folder(run_id)
+            if RunPaths(folder).ops_settings.is_file() and runfolder.within(root, folder):
+                return folder
+    raise NotFoundError(f"no operations run {run_id!r} under {root}")
