@@ -23,6 +23,7 @@ class Until(enum.StrEnum):
 
     EXIT = "exit"  # the agent exits 0 (or writes DONE)
     DONE_FILE = "done-file"  # only when the agent has written DONE
+    READY_MARKER = "ready-marker"  # only a commit since the loop's base carrying the marker
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class ScheduleConfig:
     overlap: Overlap = Overlap.SKIP
     max_restarts: int | None = None
     timeout: float | None = None
+    until: Until | None = None  # None: as defaults.until says
     enabled: bool = True
     catch_up: bool = False
     notify: NotifyConfig | None = None

@@ -26,6 +26,7 @@ from runagent.config import (
     Permissions,
     ScheduleConfig,
     ServerSettings,
+    Until,
 )
 from runagent.duration import parse_duration
 from runagent.errors import ConfigError
@@ -166,7 +167,7 @@ def _schedule(
     from cronsim import CronSim, CronSimError
 
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
-           "max_restarts", "timeout", "enabled", "catch_up", "notify")  # fmt: skip
+           "max_restarts", "timeout", "until", "enabled", "catch_up", "notify")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -207,6 +208,7 @@ def _schedule(
         overlap=overlap,
         max_restarts=s.count("max_restarts", -1) if s.has("max_restarts") else None,
         timeout=s.duration("timeout", None),
+        until=s.choice("until", Until, Until.EXIT) if s.has("until") else None,
         enabled=s.flag("enabled", True),
         catch_up=s.flag("catch_up", False),
         notify=_notify(s.section("notify")) if s.has("notify") else None,

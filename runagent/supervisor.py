@@ -59,7 +59,9 @@ class Supervisor:
         self.request = request
         self.settings = request.settings
         self.task = request.task
-        self.completion = completion.rule(request.settings.until)
+        self.completion = completion.rule(request.settings.until).for_loop(
+            request.working_dir, request.base_env, request.checkout
+        )
         self.on_event = on_event or (lambda event: None)
         self.stop_signal = StopSignal()
         pid = os.getpid()

@@ -681,3 +681,18 @@ def test_a_reader_that_stops_reading_is_not_an_error(ws: Workspace) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0
     assert "Broken pipe" not in err and "Traceback" not in err, err
+
+
+def test_until_ready_marker_on_the_command_line(ws: Workspace) -> None:
+    from tests.gitrepo import GIT_ENV, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    ws.write_config(["--ready-from", "1"], env=GIT_ENV)
+    proc = ws.cli("-p", "p", "-t", "t", "--until", "ready-marker", "--cwd", str(repo), "go")
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    (info,) = ws.runs()
+    assert info.reason is not None and info.reason.value == "ready_marker"
+    refused = ws.cli("-p", "p", "-t", "u", "--until", "ready-marker", "--cwd", str(ws.root), "go")
+    assert refused.returncode == ExitCode.USAGE
+    assert "is not in a git repository" in one_line(refused.stderr)
+    assert not ws.task("p", "u").folder.exists()

@@ -154,7 +154,8 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--idle-timeout", help="Stop a run after this long without output (0: never).")),
         ("until", click.option(
             "--until", type=click.Choice([u.value for u in Until]),
-            help="exit: exit 0 completes the task; done-file: only a DONE file does.")),
+            help="exit: exit 0 completes the task; done-file: only a DONE file does; "
+            "ready-marker: only a commit since the start carrying the ready marker.")),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
         ("again", click.option(
             "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
