@@ -172,7 +172,9 @@ class Attempt:
         checkout = lent.rule.checkout or req.checkout
         if checkout is not None:
             info = info.replace(
-                repo=str(checkout.folder), branch=checkout.branch, base_commit=checkout.base
+                repo=str(checkout.repo or checkout.folder),
+                branch=checkout.branch,
+                base_commit=checkout.base,
             )
         return cls(lent, ctx, info)
 

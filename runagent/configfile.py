@@ -19,6 +19,7 @@ from runagent.config import (
     CRON_ALIASES,
     AgentConfig,
     Config,
+    IssueSettings,
     LoopSettings,
     NotifyConfig,
     NotifyEvent,
@@ -127,7 +128,7 @@ def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
     top = _Section(data, "")
-    top.only("agents", "defaults", "storage", "server", "schedules", "notify")
+    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues")
     agents = {
         name: _agent(name, section, backend_names, base_dir)
         for name, section in top.section("agents").items_as_sections()
@@ -152,7 +153,13 @@ def parse_config(
             }
         ),
         notify=_notify(top.section("notify")) if top.has("notify") else None,
+        issues=_issues(top.section("issues")),
     )
+
+
+def _issues(s: _Section) -> IssueSettings:
+    s.only("setup")
+    return IssueSettings(setup=s.argv("setup"))
 
 
 def _schedule(

@@ -14,6 +14,7 @@ from types import MappingProxyType
 
 from runagent.config import LoopSettings
 from runagent.errors import UsageError
+from runagent.issue import Issue
 from runagent.repository import Checkout
 from runagent.runfolder import RunPaths, TaskPaths
 
@@ -50,8 +51,11 @@ class LoopRequest:
     # The git checkout the loop works in and the base it started from (an issue run); None
     # lets a rule that reads commits record the working folder's HEAD as the base.
     checkout: Checkout | None = None
-    # Variables the loop adds for its agent beside the contract (an issue run's COCODE_*).
+    # Variables the loop adds for its agent beside the contract.
     loop_env: Mapping[str, str] = field(default_factory=dict)
+    # An issue run: the loop works in the task's worktree (`working_dir` is its path), made or
+    # reused and locked once the loop holds the task, and its agent gets the COCODE_* variables.
+    issue: Issue | None = None
 
 
 @dataclass(frozen=True)

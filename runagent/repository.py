@@ -36,6 +36,7 @@ class Checkout:
     folder: Path
     base: str
     branch: str | None = None
+    repo: Path | None = None  # the repository's main working tree, when `folder` is a worktree
 
     @classmethod
     def at(cls, folder: Path, base: str | None = None) -> Checkout:
@@ -51,7 +52,7 @@ class Checkout:
         start = base or head(top)
         if start is None:
             raise UsageError(f"the repository at {top} has no commit yet; commit something first")
-        return cls(top, start, branch(top))
+        return cls(top, start, branch(top), main_working_tree(top))
 
     def head(self) -> str | None:
         return head(self.folder)
@@ -85,16 +86,16 @@ def git(folder: Path, *args: str, env: Mapping[str, str] | None = None, check: b
     return done.stdout.removesuffix("\n")
 
 
-def ok(folder: Path, *args: str) -> bool:
-    """Whether `git -C folder ARGS` succeeds."""
-    return (
-        subprocess.run(
-            ["git", "-C", str(folder), *args],
-            capture_output=True,
-            stdin=subprocess.DEVNULL,
-        ).returncode
-        == 0
-    )
+def main_working_tree(folder: Path, env: Mapping[str, str] | None = None) -> Path:
+    """The main working tree of the repository `folder` is in (its git folder when bare); a
+    folder outside any repository is a UsageError naming it."""
+    try:
+        common = git(folder, "rev-parse", "--path-format=absolute", "--git-common-dir", env=env)
+    except GitError:
+        raise UsageError(f"{str(folder)!r} is not in a git repository; name one") from None
+    if git(folder, "rev-parse", "--is-bare-repository", env=env) == "true":
+        return Path(common)
+    return Path(common).parent
 
 
 def head(folder: Path) -> str | None:
