@@ -5,12 +5,12 @@
 
 from __future__ import annotations
 
-from runagent.cli import checks, run, schedule, serve, show
+from runagent.cli import checks, issues, run, schedule, serve, show
 from runagent.cli.group import cli
 
 __all__ = ["cli", "main"]
 
-_COMMANDS = (checks, run, schedule, serve, show)  # imported for the commands they register
+_COMMANDS = (checks, issues, run, schedule, serve, show)  # imported for the commands they register
 
 
 def main() -> None:
