@@ -22,8 +22,17 @@ from pathlib import Path
 from runagent import runfolder, tasks
 from runagent.errors import RunAgentError, UsageError
 from runagent.issue import Issue
-from runagent.repository import Checkout, dirty, git, main_working_tree
+from runagent.repository import (
+    DEFAULT_READY_MARKER,
+    READY_MARKER_VARIABLE,
+    Checkout,
+    Commit,
+    dirty,
+    git,
+    main_working_tree,
+)
 from runagent.runfolder import TaskPaths
+from runagent.runinfo import RunInfo
 
 BRANCH_PREFIX = "run-agent/"
 LOCK_REASON = "run-agent: task {label} is running (supervisor pid {pid})"
@@ -379,3 +388,41 @@ def _delete_if_merged(w: IssueWorktree, env: Mapping[str, str]) -> bool:
     if merged:
         git(w.repo, "branch", "-D", w.branch, env=env)
     return merged
+
+
+def progress(
+    task: TaskPaths, latest: RunInfo | None, env: Mapping[str, str]
+) -> dict[str, object] | None:
+    """Where a task's git work stands, for `status --json`: the issue (for an issue run), the
+    branch, the commits since the base of its latest run, and whether one carries the ready
+    marker (`COCODE_READY_MARKER` here, else the default). None for a task with no git work."""
+    record = runfolder.read_issue_record(task)
+    base = latest.base_commit if latest is not None else None
+    if not base and record.get("fork"):
+        base = str(record["fork"])
+    if record:
+        folder = task.worktree
+    elif latest is not None and base:
+        folder = Path(latest.cwd)
+    else:
+        return None
+    marker = env.get(READY_MARKER_VARIABLE) or DEFAULT_READY_MARKER
+    commits: list[Commit] = []
+    if base and folder.is_dir():
+        try:
+            commits = Checkout(folder, base).commits()
+        except RunAgentError:  # the folder or the base is gone: nothing to show
+            commits = []
+    seen = next((c for c in commits if marker in c.message), None)
+    issue = {"number": record.get("issue"), "url": record.get("url") or None} if record else None
+    return {
+        "issue": issue,
+        "repo": record.get("repo") or (latest.repo if latest else None),
+        "worktree": str(folder),
+        "branch": record.get("branch") or (latest.branch if latest else None),
+        "base_commit": base,
+        "commits": [{"sha": c.sha, "subject": c.subject} for c in commits],
+        "ready_marker": marker,
+        "marker_seen": seen is not None,
+        "marker_commit": seen.sha if seen else None,
+    }

@@ -218,3 +218,28 @@ def test_resume_goes_on_in_the_issue_worktree(ws: Workspace) -> None:
     assert second.base_commit == first.head_commit  # each loop's base is its own start
     task = ws.task("p", "issue-8")
     assert "COCODE_ISSUE_NUMBER=8" in task.run(second.run_id).stdout.read_text()
+
+
+def test_status_json_carries_the_issue_branch_commits_and_marker(ws: Workspace) -> None:
+    import json
+
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--commit", "progress {attempt}", "--ready-from", "2"])
+    proc = issue_run(ws, repo, "--issue-url", "https://example.invalid/i/9", "x", number="9")
+    assert proc.returncode == 0, proc.stderr
+    shown = ws.cli("status", "-p", "p", "-t", "issue-9", "--json", env=GIT_ENV)
+    assert shown.returncode == 0, shown.stderr
+    work = json.loads(shown.stdout)["git"]
+    assert work["issue"] == {"number": 9, "url": "https://example.invalid/i/9"}
+    assert work["branch"] == "run-agent/p/issue-9" and work["repo"] == str(repo)
+    # The latest loop's base: this loop's commits, newest first.
+    assert [c["subject"] for c in work["commits"]] == [
+        "finish attempt 2", "progress 2", "progress 1",
+    ]  # fmt: skip
+    assert work["marker_seen"] is True
+    assert work["marker_commit"] == work["commits"][0]["sha"]
+    setup_config(ws, [])
+    failed = issue_run(ws, repo, "--max-restarts", "0", "x", number="10")
+    assert failed.returncode == 1
+    other = json.loads(ws.cli("status", "-p", "p", "-t", "issue-10", "--json").stdout)["git"]
+    assert (other["commits"], other["marker_seen"]) == ([], False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -96,7 +97,11 @@ def status(
     _, task = existing_task(config_path, root, project_id, task_id)
     view = tasks.view(task)
     if as_json:
-        click.echo(json.dumps(view.to_dict(), indent=2))
+        from runagent import worktree  # git is read only for a task that has git work
+
+        git_work = worktree.progress(task, view.latest, os.environ)
+        extra = {"git": git_work} if git_work is not None else {}
+        click.echo(json.dumps({**view.to_dict(), **extra}, indent=2))
         return
     runs = plural(view.run_count, "run")
     rows: list[tuple[str, object]] = [
