@@ -243,3 +243,22 @@ def test_status_json_carries_the_issue_branch_commits_and_marker(ws: Workspace) 
     assert failed.returncode == 1
     other = json.loads(ws.cli("status", "-p", "p", "-t", "issue-10", "--json").stdout)["git"]
     assert (other["commits"], other["marker_seen"]) == ([], False)
+
+
+def test_the_api_task_detail_carries_the_git_work_for_the_page(ws: Workspace) -> None:
+    from starlette.testclient import TestClient
+
+    from server.app import Settings, create_app
+    from tests.conftest import LOCAL
+
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--ready-from", "1"])
+    assert issue_run(ws, repo, "x", number="11").returncode == 0
+    setup_config(ws, [])
+    assert ws.cli("-p", "p", "-t", "plain", "x").returncode == 0
+    app = create_app(Settings(root=ws.root, config_path=ws.config))
+    with TestClient(app, base_url=LOCAL) as client:
+        work = client.get("/api/projects/p/tasks/issue-11").json()["git"]
+        assert work["issue"]["number"] == 11 and work["marker_seen"] is True
+        assert [c["subject"] for c in work["commits"]] == ["finish attempt 1"]
+        assert client.get("/api/projects/p/tasks/plain").json()["git"] is None
