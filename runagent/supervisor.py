@@ -18,6 +18,7 @@ from runagent import completion, runfolder, tasks, worktree
 from runagent.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.backend import Backend
 from runagent.context import LoopRequest
+from runagent.errors import ExitCode
 from runagent.events import Event, EventKind, LoopResult, Outcome
 from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
@@ -26,6 +27,7 @@ from runagent.redaction import Redactor
 from runagent.repository import Checkout
 from runagent.runinfo import Reason, RunInfo, RunStatus
 
+_DOCTOR = "`run-agent doctor` checks what is missing"
 _Ending = tuple[Outcome, str]  # how the loop ends, and the message that says why
 
 
@@ -189,11 +191,13 @@ class Supervisor:
         s = self.settings
         why = f"run {info.run_id} {info.describe()}"
         if info.reason in (Reason.MISSING_BINARY, Reason.AUTH):
-            return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting"
+            return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting ({_DOCTOR})"
         if info.reason in (Reason.EXIT_CODE, Reason.SPAWN_ERROR) and (
             info.exit_code in s.non_retryable_exit_codes
         ):
-            return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting"
+            # The agent protocols' 3 is a missing dependency: say where to look.
+            hint = f" ({_DOCTOR})" if info.exit_code == ExitCode.MISSING_DEPENDENCY else ""
+            return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting{hint}"
         if s.crash_loop_runs and tally.quick >= s.crash_loop_runs:
             return Outcome.FAILED, (
                 f"{why}; {tally.quick} runs in a row ended within "

@@ -106,6 +106,7 @@ def test_exit_codes_a_retry_cannot_fix_end_the_loop_at_once(ws: Workspace, code:
     result = ws.supervisor(["--exit", str(code)]).run()
     assert result.outcome is Outcome.FAILED
     assert "a retry cannot fix" in result.message
+    assert ("`run-agent doctor`" in result.message) is (code == 3)
     assert len(ws.runs()) == 1
 
 
