@@ -173,6 +173,16 @@ def confine(task: TaskPaths) -> TaskPaths:
     return task
 
 
+def in_worktree(root: Path, path: Path) -> bool:
+    """Whether `path` lies inside an issue run's worktree (or one kept aside) under `root`:
+    a checkout's files, which are none of a run folder's."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return False
+    return len(parts) > 3 and parts[2].startswith(WORKTREE)
+
+
 def schedule_state_path(root: Path) -> Path:
     return root / SCHEDULE_STATE
 
