@@ -243,6 +243,9 @@ def test_status_json_carries_the_issue_branch_commits_and_marker(ws: Workspace) 
     assert failed.returncode == 1
     other = json.loads(ws.cli("status", "-p", "p", "-t", "issue-10", "--json").stdout)["git"]
     assert (other["commits"], other["marker_seen"]) == ([], False)
+    text = ws.cli("status", "-p", "p", "-t", "issue-9").stdout
+    assert "issue         #9 https://example.invalid/i/9" in text
+    assert "3 commits since" in text and "ready marker  seen" in text
 
 
 def test_the_api_task_detail_carries_the_git_work_for_the_page(ws: Workspace) -> None:
