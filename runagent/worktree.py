@@ -20,8 +20,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runagent import runfolder, tasks
-from runagent.errors import RunAgentError, UsageError
+from runagent.errors import AlreadyRunningError, RunAgentError, UsageError
 from runagent.issue import Issue
+from runagent.lock import TaskLock
 from runagent.repository import (
     DEFAULT_READY_MARKER,
     READY_MARKER_VARIABLE,
@@ -172,7 +173,12 @@ def close_worktree(task: TaskPaths, issue: Issue, env: Mapping[str, str]) -> Non
 def _create(task: TaskPaths, issue: Issue, repo: Path, env: Mapping[str, str]) -> None:
     start = default_branch(repo, env)
     fork = git(repo, "rev-parse", "--verify", f"{start}^{{commit}}", env=env)
-    branch = fresh_branch(repo, branch_name(task), env)
+    name = branch_name(task)
+    if git(repo, "check-ref-format", "--branch", name, env=env, check=False) != name:
+        raise UsageError(
+            f"task id {task.task_id!r} cannot name a git branch ({name}); give another --task"
+        )
+    branch = fresh_branch(repo, name, env)
     git(repo, "worktree", "add", "--quiet", "-b", branch, str(task.worktree), fork, env=env)
     runfolder.write_issue_record(
         task,
@@ -333,6 +339,19 @@ def prune(worktree: IssueWorktree, env: Mapping[str, str], *, every: bool, force
     w = worktree
     if w.task.status is tasks.TaskStatus.RUNNING:
         return Pruned(w, PruneAction.KEPT_RUNNING)
+    # Held while pruning, so that no loop of the task starts in a worktree being removed.
+    lock = TaskLock(w.task.paths.lock, w.task.label)
+    try:
+        lock.acquire()
+    except AlreadyRunningError:
+        return Pruned(w, PruneAction.KEPT_RUNNING)
+    try:
+        return _prune(w, env, every=every, force=force)
+    finally:
+        lock.release()
+
+
+def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool) -> Pruned:
     if not w.finished and not every:
         return Pruned(w, PruneAction.KEPT_UNFINISHED)
     if w.locked is not None and not w.locked.startswith("run-agent"):

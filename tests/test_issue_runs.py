@@ -203,6 +203,8 @@ def test_issue_run_refusals(ws: Workspace) -> None:
         assert proc.returncode == ExitCode.USAGE, (args, proc.stderr)
         assert fragment in proc.stderr, (args, proc.stderr)
     assert not ws.task("p", "issue-1").folder.exists()
+    bad = ws.cli("-p", "p", "-t", "x.lock", "--issue", "1", "--repo", str(repo), "p", env=GIT_ENV)
+    assert bad.returncode == ExitCode.USAGE and "cannot name a git branch" in bad.stderr
 
 
 def test_resume_goes_on_in_the_issue_worktree(ws: Workspace) -> None:
