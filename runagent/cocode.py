@@ -18,6 +18,7 @@ from runagent.repository import (
     Checkout,
     dirty,
     git,
+    head,
 )
 
 # The protocol's exit codes, by how the loop ended (2 and 3 come from errors before it starts).
@@ -45,9 +46,10 @@ class CocodeRequest:
     def from_env(cls, env: Mapping[str, str]) -> CocodeRequest:
         """Read and check the variables; a missing or wrong one is a UsageError naming it."""
         repo = Path(_required(env, "COCODE_REPO_PATH"))
-        if not repo.is_dir():
+        if not repo.is_dir() or head(repo) is None:
             raise UsageError(
-                f"COCODE_REPO_PATH {str(repo)!r} is not a folder; set it to the repository"
+                f"COCODE_REPO_PATH {str(repo)!r} is not a git repository with a commit; set "
+                "it to the worktree the agent is to work in"
             )
         number = issue_number(_required(env, "COCODE_ISSUE_NUMBER"), "COCODE_ISSUE_NUMBER")
         body_file = Path(_required(env, "COCODE_ISSUE_BODY_FILE"))

@@ -120,9 +120,16 @@ def test_a_missing_variable_exits_2_naming_it(
     assert name in proc.stderr and name in log(proc)[-1]["message"]
 
 
-def test_a_wrong_variable_exits_2_naming_it(ws: Workspace, recipe: dict[str, str]) -> None:
-    proc = cocode(ws, {**recipe, "COCODE_ISSUE_NUMBER": "one"})
-    assert proc.returncode == 2 and "COCODE_ISSUE_NUMBER" in proc.stderr
+@pytest.mark.parametrize(
+    "name, value", [("COCODE_ISSUE_NUMBER", "one"), ("COCODE_REPO_PATH", "{not_a_repo}"),
+                    ("COCODE_ISSUE_BODY_FILE", "{missing}")],
+)  # fmt: skip
+def test_a_wrong_variable_exits_2_naming_it(
+    ws: Workspace, recipe: dict[str, str], name: str, value: str
+) -> None:
+    value = value.format(not_a_repo=ws.root.parent, missing=ws.path / "no-such-issue.txt")
+    proc = cocode(ws, {**recipe, name: value})
+    assert proc.returncode == 2 and name in proc.stderr, proc.stderr
 
 
 def test_a_missing_agent_binary_exits_3(ws: Workspace, recipe: dict[str, str]) -> None:
