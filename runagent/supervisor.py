@@ -110,7 +110,8 @@ class Supervisor:
         issue, env = self.request.issue, self.request.base_env
         try:
             if issue is not None:
-                self._bind(worktree.open_worktree(self.task, issue, env))
+                timeout = self.settings.timeout  # bounds the setup command too
+                self._bind(worktree.open_worktree(self.task, issue, env, timeout))
             result = self._loop()
         finally:
             if issue is not None:

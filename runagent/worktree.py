@@ -9,9 +9,11 @@ first into the task folder.
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Mapping
@@ -20,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from runagent import runfolder, tasks
-from runagent.errors import AlreadyRunningError, RunAgentError, UsageError
+from runagent.errors import AlreadyRunningError, ExitCode, RunAgentError, UsageError
 from runagent.issue import Issue
 from runagent.lock import TaskLock
 from runagent.repository import (
@@ -137,7 +139,9 @@ def branch_name(task: TaskPaths) -> str:
     return f"{BRANCH_PREFIX}{task.project_id}/{task.task_id}"
 
 
-def open_worktree(task: TaskPaths, issue: Issue, env: Mapping[str, str]) -> Checkout:
+def open_worktree(
+    task: TaskPaths, issue: Issue, env: Mapping[str, str], setup_timeout: float | None = None
+) -> Checkout:
     """The task's worktree, ready for a loop that holds the task's lock: its own worktree from
     an earlier loop is reused (the work goes on), else one is made on a fresh branch from the
     default branch. Submodules are initialised, the setup command run once, and the worktree
@@ -155,7 +159,7 @@ def open_worktree(task: TaskPaths, issue: Issue, env: Mapping[str, str]) -> Chec
         git(repo, "worktree", "unlock", str(path), env=env, check=False)
     if (path / ".gitmodules").exists():
         git(path, "submodule", "update", "--init", "--recursive", env=env)
-    _setup(task, issue, env)
+    _setup(task, issue, env, setup_timeout)
     reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
     git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
     return Checkout.at(path)
@@ -196,23 +200,35 @@ def _create(task: TaskPaths, issue: Issue, repo: Path, env: Mapping[str, str]) -
     )
 
 
-def _setup(task: TaskPaths, issue: Issue, env: Mapping[str, str]) -> None:
-    """Run the setup command in the worktree, once (until it has succeeded); its output goes to
-    setup.log in the task folder."""
+def _setup(task: TaskPaths, issue: Issue, env: Mapping[str, str], timeout: float | None) -> None:
+    """Run the setup command in the worktree, once (until it has succeeded), for at most
+    `timeout` seconds (then its whole group is killed); its output goes to setup.log in the
+    task folder."""
     record = runfolder.read_issue_record(task)
     if not issue.setup or record.get("setup_done"):
         return
     with open(task.setup_log, "ab") as log:
         try:
-            code = subprocess.run(
+            process = subprocess.Popen(
                 issue.setup, cwd=task.worktree, env=dict(env), stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT,
-            ).returncode  # fmt: skip
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )  # fmt: skip
         except OSError as exc:
             raise RunAgentError(
                 f"setup command {issue.setup[0]!r} could not start: {exc.strerror}; fix "
                 "issues.setup in config.yaml"
             ) from exc
+        try:
+            code = process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            raise RunAgentError(
+                f"setup command {' '.join(issue.setup)!r} ran longer than {timeout:g}s in "
+                f"{task.worktree} and was stopped; see {task.setup_log}",
+                exit_code=ExitCode.TIMED_OUT,
+            ) from None
     if code != 0:
         raise RunAgentError(
             f"setup command {' '.join(issue.setup)!r} exited with code {code} in "

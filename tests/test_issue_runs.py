@@ -267,3 +267,14 @@ def test_the_api_task_detail_carries_the_git_work_for_the_page(ws: Workspace) ->
         assert work["issue"]["number"] == 11 and work["marker_seen"] is True
         assert [c["subject"] for c in work["commits"]] == ["finish attempt 1"]
         assert client.get("/api/projects/p/tasks/plain").json()["git"] is None
+
+
+def test_a_setup_command_that_hangs_is_stopped_by_the_timeout(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--ready-from", "1"], issues={"setup": ws.agent_argv(["--sleep", "60"])})
+    proc = issue_run(ws, repo, "--timeout", "1s", "x", number="13")
+    assert proc.returncode == ExitCode.TIMED_OUT, proc.stderr
+    assert "ran longer than 1s" in proc.stderr
+    pids = ws.agent_pids()
+    assert pids and not any(alive(p) for p in pids)  # its whole group was killed
+    assert ws.runs("p", "issue-13") == []  # no agent started
