@@ -147,6 +147,7 @@ class Attempt:
         env = agent_environment(
             base=req.base_env,
             agent_env=lent.backend.config.env,
+            loop_env={**req.loop_env, **lent.rule.environment()},
             task=req.task,
             paths=paths,
             run_id=run_id,
@@ -168,6 +169,13 @@ class Attempt:
             supervisor_pid=lent.supervisor_pid,
             supervisor_start=lent.supervisor_start,
         )
+        checkout = lent.rule.checkout or req.checkout
+        if checkout is not None:
+            info = info.replace(
+                repo=str(checkout.repo or checkout.folder),
+                branch=checkout.branch,
+                base_commit=checkout.base,
+            )
         return cls(lent, ctx, info)
 
     def run(self) -> Ended:
@@ -293,7 +301,9 @@ class Attempt:
                 f"(the run ended: {verdict.message})",
             )
         used = self._usage()
+        checkout = self.lent.rule.checkout or self.lent.request.checkout
         self.info = self.info.replace(
+            head_commit=checkout.head() if checkout is not None else None,
             end_time=runfolder.timestamp(),
             exit_code=code,
             reason=verdict.reason,

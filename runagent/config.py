@@ -23,6 +23,7 @@ class Until(enum.StrEnum):
 
     EXIT = "exit"  # the agent exits 0 (or writes DONE)
     DONE_FILE = "done-file"  # only when the agent has written DONE
+    READY_MARKER = "ready-marker"  # only a commit since the loop's base carrying the marker
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,7 @@ class ScheduleConfig:
     overlap: Overlap = Overlap.SKIP
     max_restarts: int | None = None
     timeout: float | None = None
+    until: Until | None = None  # None: as defaults.until says
     enabled: bool = True
     catch_up: bool = False
     notify: NotifyConfig | None = None
@@ -137,6 +139,15 @@ class ServerSettings:
 
 
 @dataclass(frozen=True)
+class IssueSettings:
+    """The `issues:` section: how an issue run's new worktree is made ready."""
+
+    # Run in a new worktree before its first agent (ignored files such as .env or
+    # node_modules are not in a fresh checkout).
+    setup: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class Config:
     """Everything config.yaml says; `source` is the file it came from (None: the defaults)."""
 
@@ -148,6 +159,7 @@ class Config:
     server: ServerSettings = field(default_factory=ServerSettings)
     schedules: Mapping[str, ScheduleConfig] = field(default_factory=dict)
     notify: NotifyConfig | None = None
+    issues: IssueSettings = field(default_factory=IssueSettings)
 
     def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
         """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare

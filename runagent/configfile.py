@@ -19,6 +19,7 @@ from runagent.config import (
     CRON_ALIASES,
     AgentConfig,
     Config,
+    IssueSettings,
     LoopSettings,
     NotifyConfig,
     NotifyEvent,
@@ -26,6 +27,7 @@ from runagent.config import (
     Permissions,
     ScheduleConfig,
     ServerSettings,
+    Until,
 )
 from runagent.duration import parse_duration
 from runagent.errors import ConfigError
@@ -126,7 +128,7 @@ def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
     top = _Section(data, "")
-    top.only("agents", "defaults", "storage", "server", "schedules", "notify")
+    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues")
     agents = {
         name: _agent(name, section, backend_names, base_dir)
         for name, section in top.section("agents").items_as_sections()
@@ -151,7 +153,13 @@ def parse_config(
             }
         ),
         notify=_notify(top.section("notify")) if top.has("notify") else None,
+        issues=_issues(top.section("issues")),
     )
+
+
+def _issues(s: _Section) -> IssueSettings:
+    s.only("setup")
+    return IssueSettings(setup=s.argv("setup"))
 
 
 def _schedule(
@@ -166,7 +174,7 @@ def _schedule(
     from cronsim import CronSim, CronSimError
 
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
-           "max_restarts", "timeout", "enabled", "catch_up", "notify")  # fmt: skip
+           "max_restarts", "timeout", "until", "enabled", "catch_up", "notify")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -207,6 +215,7 @@ def _schedule(
         overlap=overlap,
         max_restarts=s.count("max_restarts", -1) if s.has("max_restarts") else None,
         timeout=s.duration("timeout", None),
+        until=s.choice("until", Until, Until.EXIT) if s.has("until") else None,
         enabled=s.flag("enabled", True),
         catch_up=s.flag("catch_up", False),
         notify=_notify(s.section("notify")) if s.has("notify") else None,

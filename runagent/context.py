@@ -14,6 +14,8 @@ from types import MappingProxyType
 
 from runagent.config import LoopSettings
 from runagent.errors import UsageError
+from runagent.issue import Issue
+from runagent.repository import Checkout
 from runagent.runfolder import RunPaths, TaskPaths
 
 MAX_ID_LENGTH = 128
@@ -46,6 +48,14 @@ class LoopRequest:
     # How the task was started (agent, working folder, overrides), written beside TASK.md once
     # the loop holds the lock, so that a resume runs it the same way.
     started_with: Mapping[str, object] = field(default_factory=dict)
+    # The git checkout the loop works in and the base it started from (an issue run); None
+    # lets a rule that reads commits record the working folder's HEAD as the base.
+    checkout: Checkout | None = None
+    # Variables the loop adds for its agent beside the contract.
+    loop_env: Mapping[str, str] = field(default_factory=dict)
+    # An issue run: the loop works in the task's worktree (`working_dir` is its path), made or
+    # reused and locked once the loop holds the task, and its agent gets the COCODE_* variables.
+    issue: Issue | None = None
 
 
 @dataclass(frozen=True)
@@ -165,19 +175,22 @@ def agent_environment(
     *,
     base: Mapping[str, str],
     agent_env: Mapping[str, str],
+    loop_env: Mapping[str, str] = MappingProxyType({}),
     task: TaskPaths,
     paths: RunPaths,
     run_id: str,
     parent_run_id: str | None,
     executable_dir: Path | None,
 ) -> dict[str, str]:
-    """The environment of one run: the caller's, the agent's configured one, then the contract.
+    """The environment of one run: the caller's, the agent's configured one, the loop's own
+    (`loop_env`: an issue's COCODE_* variables, the ready marker), then the contract.
 
     The contract variables always win, so an agent never sees a stale id inherited from a parent
     run-agent; the run-agent executable's folder leads PATH, so an agent can start sub-runs.
     """
     env = {k: v for k, v in base.items() if k not in CONTRACT_VARIABLES}
     env.update(agent_env)
+    env.update(loop_env)
     env.update(
         TASK_FOLDER=str(task.folder),
         RUN_FOLDER=str(paths.folder),

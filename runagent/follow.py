@@ -7,6 +7,7 @@ the loop, and it stops once the loop has ended and the last run's file is read t
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
@@ -37,12 +38,15 @@ def run_over(task: TaskPaths, run_id: str) -> bool:
     return info is not None and tasks.effective(info, folder).status is not RunStatus.RUNNING
 
 
-def changes(folder: Path) -> Iterator[object]:
-    """Wakes on every change under `folder`, and at least every RECHECK_MS."""
+def changes(folder: Path, stop: threading.Event | None = None) -> Iterator[object]:
+    """Wakes on every change under `folder`, and at least every RECHECK_MS; ends once `stop`
+    is set."""
     import watchfiles  # only a follower needs it
 
     return iter(
-        watchfiles.watch(folder, yield_on_timeout=True, rust_timeout=RECHECK_MS, debounce=50)
+        watchfiles.watch(
+            folder, yield_on_timeout=True, rust_timeout=RECHECK_MS, debounce=50, stop_event=stop
+        )
     )
 
 

@@ -2,6 +2,7 @@
 
     <root>/<project>/<task>/
       TASK.md  DONE  .lock  supervisor.log
+      issue.yaml  ISSUE.md  worktree/  worktree-*.diff      (an issue run)
       runs/<run_id>/
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
         operations.jsonl  events.jsonl  ops.json  approval-pending.json  (an operations run)
@@ -44,6 +45,11 @@ OPERATIONS = "operations.jsonl"  # every message an operations run received, one
 EVENTS = "events.jsonl"  # every events message it answered with, one per line
 OPS_SETTINGS = "ops.json"  # the workspace and policy an operations run acts with
 APPROVAL_PENDING = "approval-pending.json"  # the paused batch, while an approval is awaited
+ISSUE_RECORD = "issue.yaml"  # an issue run: the issue, repository, worktree, branch, fork point
+ISSUE_BODY = "ISSUE.md"  # the issue body as the agent reads it (COCODE_ISSUE_BODY_FILE)
+WORKTREE = "worktree"  # an issue run's git worktree
+SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed by force
+SETUP_LOG = "setup.log"  # what an issue run's setup command printed
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 
 # The files of a run a reader may ask for by a short name.
@@ -90,6 +96,25 @@ class TaskPaths:
 
     def run(self, run_id: str) -> RunPaths:
         return RunPaths(self.run_folder(run_id))
+
+    @property
+    def worktree(self) -> Path:
+        return self.folder / WORKTREE
+
+    @property
+    def issue_record(self) -> Path:
+        return self.folder / ISSUE_RECORD
+
+    @property
+    def issue_body(self) -> Path:
+        return self.folder / ISSUE_BODY
+
+    @property
+    def setup_log(self) -> Path:
+        return self.folder / SETUP_LOG
+
+    def saved_diff(self, stamp: str) -> Path:
+        return self.folder / SAVED_DIFF.format(stamp=stamp)
 
     def run_ids(self) -> list[str]:
         """The task's run ids, oldest first (ids sort in start order); none that lead out."""
@@ -167,6 +192,16 @@ def confine(task: TaskPaths) -> TaskPaths:
                 "never reads or writes through it: remove the link or use another id"
             )
     return task
+
+
+def in_worktree(root: Path, path: Path) -> bool:
+    """Whether `path` lies inside an issue run's worktree (or one kept aside) under `root`:
+    a checkout's files, which are none of a run folder's."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return False
+    return len(parts) > 3 and parts[2].startswith(WORKTREE)
 
 
 def schedule_state_path(root: Path) -> Path:
@@ -332,6 +367,21 @@ def read_task_settings(task: TaskPaths) -> dict[str, object]:
     """How the task was last started; {} when it never was (or the file is unreadable)."""
     try:
         data = yaml.safe_load((confine(task).folder / TASK_SETTINGS).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        return {}
+    return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def write_issue_record(task: TaskPaths, record: Mapping[str, object]) -> None:
+    """Write down an issue run's issue, repository, worktree and branch (issue.yaml)."""
+    text = yaml.safe_dump(dict(record), sort_keys=False, allow_unicode=True)
+    atomic_write(confine(task).issue_record, text)
+
+
+def read_issue_record(task: TaskPaths) -> dict[str, object]:
+    """An issue run's record; {} for a task that is not one (or an unreadable record)."""
+    try:
+        data = yaml.safe_load(confine(task).issue_record.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}

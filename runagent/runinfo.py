@@ -27,6 +27,8 @@ class Reason(enum.StrEnum):
     DONE_FILE = "done_file"  # the agent wrote DONE
     EXIT_CODE = "exit_code"  # a non-zero exit code
     NO_DONE_FILE = "no_done_file"  # exit 0 under --until done-file, but no DONE
+    READY_MARKER = "ready_marker"  # a commit since the base carries the ready marker
+    NO_READY_MARKER = "no_ready_marker"  # exit 0 under --until ready-marker, but no such commit
     CRASH = "crash"  # killed by a signal run-agent did not send
     RATE_LIMIT = "rate_limit"  # the model provider's rate or usage limit
     AUTH = "auth"  # credentials missing or refused
@@ -90,6 +92,11 @@ class RunInfo:
     tokens_in: int | None = None
     tokens_out: int | None = None
     cost_usd: float | None = None
+    # Of a run in a git checkout (an issue run, or one completed by a ready marker).
+    repo: str | None = None
+    branch: str | None = None
+    base_commit: str | None = None
+    head_commit: str | None = None
     version: int = RUN_INFO_VERSION
 
     def replace(self, **changes: Any) -> RunInfo:
@@ -111,7 +118,8 @@ class RunInfo:
         data["status"] = self.status.value
         data["reason"] = self.reason.value if self.reason else None
         order = ["version", "run_id", "project_id", "task_id", "attempt", "status"]
-        return {k: data[k] for k in order} | {k: v for k, v in data.items() if k not in order}
+        data = {k: data[k] for k in order} | {k: v for k, v in data.items() if k not in order}
+        return {k: v for k, v in data.items() if v is not None or k not in _GIT_FIELDS}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunInfo:
@@ -120,6 +128,9 @@ class RunInfo:
         values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
         values["reason"] = _reason(values.get("reason"))
         return cls(**values)
+
+
+_GIT_FIELDS = ("repo", "branch", "base_commit", "head_commit")  # written only when known
 
 
 def _reason(value: Any) -> Reason | None:

@@ -12,19 +12,22 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from runagent import completion, runfolder, tasks
+from runagent import completion, runfolder, tasks, worktree
 from runagent.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.backend import Backend
 from runagent.context import LoopRequest
+from runagent.errors import ExitCode
 from runagent.events import Event, EventKind, LoopResult, Outcome
 from runagent.failure import Diagnosis
 from runagent.lock import TaskLock
 from runagent.process import AgentProcess, process_start_time
 from runagent.redaction import Redactor
+from runagent.repository import Checkout
 from runagent.runinfo import Reason, RunInfo, RunStatus
 
+_DOCTOR = "`run-agent doctor` checks what is missing"
 _Ending = tuple[Outcome, str]  # how the loop ends, and the message that says why
 
 
@@ -59,14 +62,13 @@ class Supervisor:
         self.request = request
         self.settings = request.settings
         self.task = request.task
-        self.completion = completion.rule(request.settings.until)
         self.on_event = on_event or (lambda event: None)
         self.stop_signal = StopSignal()
         pid = os.getpid()
         self._lent = Supervision(
             request=request,
             backend=backend,
-            rule=self.completion,
+            rule=completion.rule(request.settings.until),
             redactor=redactor or backend.redactor(request.base_env),
             stop=self.stop_signal,
             on_event=self.on_event,
@@ -76,6 +78,22 @@ class Supervisor:
             supervisor_pid=pid,
             supervisor_start=process_start_time(pid),
         )
+        if request.issue is None:  # a rule that cannot apply is refused before anything starts
+            self._bind(request.checkout)
+
+    @property
+    def completion(self) -> completion.CompletionRule:
+        return self._lent.rule
+
+    def _bind(self, checkout: Checkout | None) -> None:
+        """Fix the loop's checkout: the rule reads it, and its runs record it."""
+        r = self.request
+        rule = completion.rule(r.settings.until).for_loop(r.working_dir, r.base_env, checkout)
+        request = r
+        if r.issue is not None and checkout is not None:
+            loop_env = {**r.loop_env, **r.issue.environment(checkout.folder, r.base_env)}
+            request = replace(r, checkout=checkout, loop_env=loop_env)
+        self._lent = replace(self._lent, rule=rule, request=request)
 
     @property
     def label(self) -> str:
@@ -89,9 +107,15 @@ class Supervisor:
         """Hold the task lock and run attempts until the task completes or the loop gives up."""
         lock = TaskLock(runfolder.confine(self.task).lock, self.label)
         lock.acquire()
+        issue, env = self.request.issue, self.request.base_env
         try:
+            if issue is not None:
+                timeout = self.settings.timeout  # bounds the setup command too
+                self._bind(worktree.open_worktree(self.task, issue, env, timeout))
             result = self._loop()
         finally:
+            if issue is not None:
+                worktree.close_worktree(self.task, issue, env)
             lock.release()
             self.stop_signal.close()
         self.on_event(Event(EventKind.LOOP_ENDED, message=result.message, outcome=result.outcome))
@@ -168,11 +192,13 @@ class Supervisor:
         s = self.settings
         why = f"run {info.run_id} {info.describe()}"
         if info.reason in (Reason.MISSING_BINARY, Reason.AUTH):
-            return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting"
+            return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting ({_DOCTOR})"
         if info.reason in (Reason.EXIT_CODE, Reason.SPAWN_ERROR) and (
             info.exit_code in s.non_retryable_exit_codes
         ):
-            return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting"
+            # The agent protocols' 3 is a missing dependency: say where to look.
+            hint = f" ({_DOCTOR})" if info.exit_code == ExitCode.MISSING_DEPENDENCY else ""
+            return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting{hint}"
         if s.crash_loop_runs and tally.quick >= s.crash_loop_runs:
             return Outcome.FAILED, (
                 f"{why}; {tally.quick} runs in a row ended within "

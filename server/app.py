@@ -26,7 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runagent import __version__, control, runfolder, tasks
+from runagent import __version__, control, runfolder, tasks, worktree
 from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import (
@@ -248,9 +248,12 @@ class Api:
         task = self.task_paths(request)
 
         def detail() -> dict[str, Any]:
-            row = tasks.view(task).to_dict()
+            view = tasks.view(task)
+            row = view.to_dict()
             row["prompt"] = runfolder.read_task_prompt(task)
             row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
+            # An issue run's (or a ready-marker loop's) git work, as `status --json` shows it.
+            row["git"] = worktree.progress(task, view.latest, os.environ)
             return row
 
         return JSONResponse(await run_in_threadpool(detail))

@@ -67,12 +67,19 @@ class Hub:
 
     async def _watch(self, ready: asyncio.Event) -> None:
         assert self._stop is not None
+        roots = {self.root, self.root.resolve()}  # as watchfiles may report either
+
+        def wanted(_: watchfiles.Change, path: str) -> bool:
+            return not any(runfolder.in_worktree(root, Path(path)) for root in roots)
+
         watcher = watchfiles.awatch(
             self.root,
             stop_event=self._stop,
             step=STEP_MS,
             debounce=DEBOUNCE_MS,
             recursive=True,
+            # An issue run's worktree is a checkout: its edits change no listing or stream.
+            watch_filter=wanted,
             ignore_permission_denied=True,
             yield_on_timeout=True,
             rust_timeout=200,

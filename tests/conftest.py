@@ -174,7 +174,7 @@ class Workspace:
     def supervisor(
         self, args: Sequence[str] = (), prompt: str = "do the thing", task: str = "t",
         env: dict[str, str] | None = None, backend: Backend | None = None,
-        seams: dict[str, Any] | None = None, **settings: Any,
+        seams: dict[str, Any] | None = None, cwd: Path | None = None, **settings: Any,
     ) -> Supervisor:  # fmt: skip
         """An in-process supervisor of the fake agent (or of `backend`), recording its events;
         `seams` are Supervisor's `start` and `clock`."""
@@ -193,7 +193,7 @@ class Workspace:
             task=TaskPaths(self.root, "p", task),
             prompt=prompt,
             agent_name="fake",
-            working_dir=self.path,
+            working_dir=cwd or self.path,
             settings=LoopSettings(**{**base, **settings}),
             base_env=dict(os.environ),
         )

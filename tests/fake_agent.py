@@ -54,6 +54,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--orphan", action="store_true", help="setsid child via a parent that exits")
     p.add_argument("--wait-pids", type=int, default=0, help="wait until --pid-file has N pids")
     p.add_argument("--write-done", action="store_true", help="write DONE in $TASK_FOLDER")
+    p.add_argument(
+        "--commit", action="append", default=[], help="change a file and git commit it, with this"
+        " message ({marker}: $COCODE_READY_MARKER; {attempt}: the attempt number)",
+    )  # fmt: skip
+    p.add_argument("--ready-from", type=int, default=0, help="from this attempt on, commit last"
+                   " with $COCODE_READY_MARKER in the message")  # fmt: skip
+    p.add_argument("--edit", default=None, help="write this file (relative to the cwd)")
     p.add_argument("--pid-file", default=None, help="append our pids here")
     p.add_argument("--marker", default="", help="an inert word to find our processes by")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -96,6 +103,14 @@ def child(args: argparse.Namespace) -> None:
     time.sleep(3600)
 
 
+def commit(message: str) -> None:
+    """Change a file and commit everything in the working folder with `message`."""
+    with open("fake-agent-work.txt", "a") as f:
+        f.write(f"{message}\n")
+    subprocess.run(["git", "add", "-A"], check=True)
+    subprocess.run(["git", "commit", "-q", "-m", message], check=True)
+
+
 def main(argv: list[str]) -> int:
     args = parse(argv)
     if args.child:
@@ -105,7 +120,7 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     record_pid(args)
     attempt = 1
-    if args.counter or args.fail_first:
+    if args.counter or args.fail_first or args.ready_from:
         counter = Path(args.counter or Path(os.environ["TASK_FOLDER"]) / "fake-attempts")
         attempt = int(counter.read_text()) + 1 if counter.exists() else 1
         counter.write_text(str(attempt))
@@ -142,6 +157,12 @@ def main(argv: list[str]) -> int:
             time.sleep(0.02)
     if args.sleep:
         time.sleep(args.sleep)
+    if args.edit:
+        Path(args.edit).write_text(f"edited by attempt {attempt}\n")
+    for message in args.commit:
+        commit(message.format(marker=os.environ.get("COCODE_READY_MARKER", ""), attempt=attempt))
+    if args.ready_from and attempt >= args.ready_from:
+        commit(f"finish attempt {attempt}\n\n{os.environ['COCODE_READY_MARKER']}")
     if args.write_done:
         Path(os.environ["TASK_FOLDER"], "DONE").write_text(f"done by {os.environ['JRUN_ID']}\n")
     if attempt <= args.fail_first:

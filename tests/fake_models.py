@@ -37,6 +37,7 @@ class FakeModelServer:
     requests: list[Recorded] = field(default_factory=list)
     model_requests: int = 0
     citations: list[str] = field(default_factory=list)
+    tool_command: str = TOOL_COMMAND  # what the "tool" scenario asks the CLI's shell to run
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -122,9 +123,11 @@ class _Handler(BaseHTTPRequestHandler):
             self._start_stream()
             self.fake._stopping.wait()
             return
-        tool = behaviour == "tool" and not has_tool_result(fmt, body)
+        # The shell command the model calls for, or "" for a plain answer.
+        wants = behaviour == "tool" and not has_tool_result(fmt, body)
+        tool = self.fake.tool_command if wants else ""
         if fmt == "gemini" and ":generateContent" in path:
-            self._json(200, gemini_chunk(TEXT, tool=False))
+            self._json(200, gemini_chunk(TEXT, tool=""))
             return
         self._start_stream()
         for chunk in STREAMS[fmt](body, tool, self.fake.citations):
@@ -188,7 +191,7 @@ def sse(data: Any, event: str | None = None) -> str:
     return f"{head}data: {json.dumps(data)}\n\n"
 
 
-def anthropic_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[str]:
+def anthropic_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str]:
     model = (body or {}).get("model", "fake")
     usage = {"input_tokens": 10, "output_tokens": 1}
     message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
@@ -197,7 +200,7 @@ def anthropic_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[st
     yield sse({"type": "message_start", "message": message}, "message_start")
     if tool:
         block = {"type": "tool_use", "id": "toolu_fake1", "name": "Bash", "input": {}}
-        arguments = json.dumps({"command": TOOL_COMMAND, "description": "write"})
+        arguments = json.dumps({"command": tool, "description": "write"})
         delta = {"type": "input_json_delta", "partial_json": arguments}
     else:
         block = {"type": "text", "text": ""}
@@ -212,7 +215,7 @@ def anthropic_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[st
     yield sse({"type": "message_stop"}, "message_stop")
 
 
-def responses_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[str]:
+def responses_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str]:
     model = (body or {}).get("model", "fake")
     response: dict[str, Any] = {"id": "resp_fake", "object": "response", "created_at": 0,
                                 "status": "in_progress", "model": model, "output": []}  # fmt: skip
@@ -220,7 +223,7 @@ def responses_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[st
     if tool:
         item: dict[str, Any] = {"type": "function_call", "id": "fc_fake", "call_id": "call_fake",
                                 "name": "exec_command", "status": "completed",
-                                "arguments": json.dumps({"cmd": TOOL_COMMAND})}  # fmt: skip
+                                "arguments": json.dumps({"cmd": tool})}  # fmt: skip
         yield sse({"type": "response.output_item.added", "output_index": 0, "item": item},
                   "response.output_item.added")  # fmt: skip
     else:
@@ -241,9 +244,9 @@ def responses_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[st
     yield sse({"type": "response.completed", "response": done}, "response.completed")
 
 
-def gemini_chunk(text: str, tool: bool) -> dict[str, Any]:
+def gemini_chunk(text: str, tool: str) -> dict[str, Any]:
     part: dict[str, Any] = (
-        {"functionCall": {"name": "run_shell_command", "args": {"command": TOOL_COMMAND}}}
+        {"functionCall": {"name": "run_shell_command", "args": {"command": tool}}}
         if tool
         else {"text": text}
     )
@@ -255,11 +258,11 @@ def gemini_chunk(text: str, tool: bool) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def gemini_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[str]:
+def gemini_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str]:
     yield f"data: {json.dumps(gemini_chunk(TEXT, tool))}\r\n\r\n"
 
 
-def chat_stream(body: Any, tool: bool, citations: list[str]) -> Iterator[str]:
+def chat_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str]:
     model = (body or {}).get("model", "fake")
     base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model}
     if citations:

@@ -209,3 +209,30 @@ def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
     wait_for(lambda: len(ws.runs("p", "done")) == 2, what="the second run")
     expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
     assert [r.attempt for r in ws.runs("p", "done")] == [1, 2]
+
+
+def test_an_issue_run_shows_its_issue_branch_commits_and_marker(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.gitrepo import GIT_ENV, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    ws.write_config(["--commit", "fix the parser", "--ready-from", "1"], env=GIT_ENV)
+    proc = ws.cli(
+        "-p", "p", "--issue", "12", "--repo", str(repo), "--issue-url",
+        "https://example.invalid/issues/12", "fix it", env=GIT_ENV,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    page.goto(f"{server.url}/")
+    page.click("[data-task='p/issue-12']")
+    git = page.locator("#task-git")
+    expect(git).to_be_visible()
+    expect(git.locator("#git-issue a")).to_have_text("issue #12")
+    expect(git.locator("#git-issue a")).to_have_attribute(
+        "href", "https://example.invalid/issues/12"
+    )
+    expect(git.locator("#git-branch")).to_have_text("run-agent/p/issue-12")
+    expect(git.locator("#git-marker")).to_have_text("ready marker seen")
+    expect(git.locator("#git-commits li")).to_have_count(2)
+    expect(git.locator("#git-commits li").last).to_contain_text("fix the parser")
+    shot(page, "issue-run")

@@ -287,10 +287,15 @@ def test_output_follow_streams_across_restarts_until_the_loop_ends(ws: Workspace
             stderr=subprocess.PIPE,
             text=True,
         )
+        assert follow.stdout is not None
+        # The first run's lines arrive while it waits for `go`: only then may the loop go on,
+        # so the follower is surely on the first run when the second begins.
+        first_lines = [follow.stdout.readline() for _ in range(3)]
         go.touch()
-        out, err = follow.communicate(timeout=30)
+        rest, err = follow.communicate(timeout=30)
     finally:
         loop.communicate(timeout=30)
+    out = "".join(first_lines) + rest
     assert out == "line 1\nline 2\nline 3\n" * 2  # both attempts, nothing lost or repeated
     first, second = ws.runs()
     assert f"--- run {first.run_id} ended; next run {second.run_id} ---" in err
@@ -702,3 +707,18 @@ def test_status_sums_what_a_tasks_runs_used(ws: Workspace) -> None:
     assert data["usage"]["tokens_in"] == 20 and data["usage"]["cost_usd"] == pytest.approx(0.00028)
     runs = json.loads(ws.invoke("list", "-p", "p", "-t", "t", "--json").stdout)
     assert runs[0]["tokens_out"] == 5
+
+
+def test_until_ready_marker_on_the_command_line(ws: Workspace) -> None:
+    from tests.gitrepo import GIT_ENV, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    ws.write_config(["--ready-from", "1"], env=GIT_ENV)
+    proc = ws.cli("-p", "p", "-t", "t", "--until", "ready-marker", "--cwd", str(repo), "go")
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    (info,) = ws.runs()
+    assert info.reason is not None and info.reason.value == "ready_marker"
+    refused = ws.cli("-p", "p", "-t", "u", "--until", "ready-marker", "--cwd", str(ws.root), "go")
+    assert refused.returncode == ExitCode.USAGE
+    assert "is not in a git repository" in one_line(refused.stderr)
+    assert not ws.task("p", "u").folder.exists()

@@ -8,8 +8,11 @@ import pytest
 
 from runagent import completion
 from runagent.config import Until
+from runagent.errors import UsageError
+from runagent.repository import Checkout
 from runagent.runfolder import TaskPaths
 from runagent.runinfo import Reason, RunInfo, RunStatus
+from tests.gitrepo import commit, git, make_repo
 
 
 def run(status: RunStatus) -> RunInfo:
@@ -55,8 +58,104 @@ def test_until_done_file_exit_zero_without_done_is_a_failure(task: TaskPaths) ->
     assert rule.instruction.endswith("The task is complete only when you write that file.")
 
 
-@pytest.mark.parametrize("until", list(Until))
-def test_every_rule_tells_the_agent_to_write_done(until: Until) -> None:
+@pytest.mark.parametrize("until", [Until.EXIT, Until.DONE_FILE])
+def test_file_rules_tell_the_agent_to_write_done(until: Until) -> None:
     assert completion.rule(until).instruction.startswith(
         "When the whole task is done, write a file named DONE in the task folder. "
     )
+
+
+MARKER = "cocode ready for check"
+
+
+def ready_rule(repo: Path, base: str | None = None) -> completion.CompletionRule:
+    """The ready-marker rule for a loop starting now in `repo` (or from `base`)."""
+    checkout = Checkout.at(repo, base) if base else None
+    return completion.rule(Until.READY_MARKER).for_loop(repo, {}, checkout)
+
+
+@pytest.mark.parametrize(
+    "messages",
+    [
+        ("cocode ready for check",),  # the subject
+        ("Fix issue", "cocode ready for check"),  # the body
+        ("feat: add feature - cocode ready for check",),  # with other text
+    ],
+)
+def test_ready_marker_in_a_commit_since_the_base_completes(
+    task: TaskPaths, tmp_path: Path, messages: tuple[str, ...]
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    rule = ready_rule(repo)
+    assert not rule.is_done(task, run(RunStatus.COMPLETED))  # no commit yet: not complete
+    assert rule.exit_zero(task).reason is Reason.NO_READY_MARKER
+    commit(repo, "progress")
+    sha = commit(repo, *messages)
+    commit(repo, "a later commit without it")  # not only the last commit is read
+    verdict = rule.exit_zero(task)
+    assert (verdict.status, verdict.reason) == (RunStatus.COMPLETED, Reason.READY_MARKER)
+    assert sha[:12] in verdict.message
+    assert rule.is_done(task, run(RunStatus.FAILED))  # however the run ended
+    assert rule.environment() == {"COCODE_READY_MARKER": MARKER}
+    assert MARKER in rule.instruction
+
+
+def test_ready_marker_only_in_a_file_does_not_count(task: TaskPaths, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    rule = ready_rule(repo)
+    commit(repo, "Update README", name="README.md", text=f"{MARKER}\n")
+    commit(repo, "Add comment", name="file.js", text=f"// {MARKER}\n")
+    verdict = rule.exit_zero(task)
+    assert (verdict.status, verdict.reason) == (RunStatus.FAILED, Reason.NO_READY_MARKER)
+    assert verdict.message.startswith("exited 0 without a commit since ")
+    assert verdict.message.endswith(f"carrying the ready marker {MARKER!r}")
+    assert not rule.is_done(task, run(RunStatus.COMPLETED))
+
+
+def test_ready_marker_before_the_base_or_on_a_reused_tip_does_not_count(
+    task: TaskPaths, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    commit(repo, f"old work\n\n{MARKER}")  # a reused branch whose tip already carries it
+    rule = ready_rule(repo)
+    assert not rule.is_done(task, run(RunStatus.COMPLETED))
+    commit(repo, "new work, not finished")
+    assert rule.exit_zero(task).reason is Reason.NO_READY_MARKER
+
+
+def test_ready_marker_on_another_branch_does_not_count(task: TaskPaths, tmp_path: Path) -> None:
+    repo = make_repo(tmp_path / "repo")
+    rule = ready_rule(repo)
+    git(repo, "switch", "-q", "-c", "elsewhere")
+    commit(repo, MARKER)
+    git(repo, "switch", "-q", "main")
+    commit(repo, "work on the loop's branch")
+    assert not rule.is_done(task, run(RunStatus.COMPLETED))
+
+
+def test_ready_marker_base_given_by_the_loop_counts_commits_after_it(
+    task: TaskPaths, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    base = git(repo, "rev-parse", "HEAD")
+    commit(repo, f"done in an earlier attempt\n\n{MARKER}")
+    assert ready_rule(repo, base).is_done(task, run(RunStatus.FAILED))
+
+
+def test_ready_marker_takes_the_marker_from_the_environment(
+    task: TaskPaths, tmp_path: Path
+) -> None:
+    repo = make_repo(tmp_path / "repo")
+    rule = completion.rule(Until.READY_MARKER).for_loop(
+        repo, {"COCODE_READY_MARKER": "ship it"}, None
+    )
+    commit(repo, MARKER)
+    assert not rule.is_done(task, run(RunStatus.COMPLETED))
+    commit(repo, "ship it")
+    assert rule.is_done(task, run(RunStatus.COMPLETED))
+    assert rule.environment() == {"COCODE_READY_MARKER": "ship it"}
+
+
+def test_ready_marker_outside_a_repository_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UsageError, match="is not in a git repository"):
+        completion.rule(Until.READY_MARKER).for_loop(tmp_path, {}, None)

@@ -91,7 +91,7 @@ storage:
         ("defaults:\n  timeout: soon\n", "defaults.timeout: 'soon' is not a duration"),
         (
             "defaults:\n  until: forever\n",
-            "defaults.until: 'forever' is not one of: exit, done-file",
+            "defaults.until: 'forever' is not one of: exit, done-file, ready-marker",
         ),
         (
             "defaults:\n  non_retryable_exit_codes: [x]\n",
@@ -209,10 +209,15 @@ def test_enum_keys_are_read_as_members(tmp_path: Path) -> None:
     config = parse(
         "agents:\n  c: {type: claude, permissions: none}\n"
         "notify:\n  'on': [gave_up]\n"
-        "schedules:\n  s: {cron: '@daily', project: p, prompt: x, overlap: queue}\n",
+        "defaults:\n  until: ready-marker\n"
+        "schedules:\n  s: {cron: '@daily', project: p, prompt: x, overlap: queue}\n"
+        "  r: {cron: '@daily', project: p, prompt: x, until: ready-marker}\n",
         tmp_path,
     )
     assert isinstance(config, Config) and config.notify is not None
+    assert config.defaults.until is Until.READY_MARKER
+    assert config.schedules["s"].until is None  # as defaults.until says
+    assert config.schedules["r"].until is Until.READY_MARKER
     assert config.agents["c"].permissions is Permissions.NONE
     assert config.notify.events == {NotifyEvent.GAVE_UP}
     assert config.schedules["s"].overlap is Overlap.QUEUE

@@ -186,3 +186,31 @@ def _processes_in(folder: Path) -> list[int]:
         except (psutil.Error, OSError):
             continue
     return found
+
+
+def test_an_issue_run_with_claude_completes_on_its_marker_commit(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path
+) -> None:
+    from tests.gitrepo import GIT_ENV, git, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    provider.scenario = "tool"
+    provider.tool_command = (
+        "echo fixed > fix.txt && git add -A && "
+        "git commit -q -m 'fix: issue 1' -m \"$COCODE_READY_MARKER\""
+    )
+    configure(ws, "claude", provider, max_restarts=0)
+    config = yaml.safe_load(ws.config.read_text())
+    config["agents"]["agent"]["env"].update(GIT_ENV)  # the commit's identity, not the user's
+    ws.config.write_text(yaml.safe_dump(config))
+    proc = ws.cli(
+        "-p", "p", "--issue", "1", "--repo", str(repo), "Fix the bug",
+        env={"XDG_CACHE_HOME": str(private_cache)}, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    (info,) = ws.runs("p", "issue-1")
+    assert info.reason == "ready_marker" and info.branch == "run-agent/p/issue-1"
+    tree = ws.task("p", "issue-1").worktree
+    assert git(tree, "log", "-1", "--format=%B").endswith("cocode ready for check")
+    assert (tree / "fix.txt").read_text() == "fixed\n"
+    assert git(repo, "log", "--format=%s", "main") == "initial commit"  # main untouched

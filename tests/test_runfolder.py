@@ -93,3 +93,15 @@ def test_a_running_run_whose_supervisor_is_gone_is_lost_and_marked_so(tmp_path: 
     assert lost.status is RunStatus.LOST and lost.reason is Reason.SUPERVISOR_LOST
     assert lost.end_time == runfolder.timestamp(1767225600.5) == "2026-01-01T00:00:00.500+00:00"
     assert runfolder.read_run_info(folder) == lost
+
+
+def test_files_of_an_issue_worktree_are_told_apart_from_run_folder_files(tmp_path: Path) -> None:
+    from runagent.runfolder import in_worktree
+
+    task = tmp_path / "p" / "t"
+    assert in_worktree(tmp_path, task / "worktree" / "src" / "main.py")
+    assert in_worktree(tmp_path, task / "worktree.stale-20261123-000000" / "a")
+    assert not in_worktree(tmp_path, task / "worktree")  # made or removed: a listing changes
+    assert not in_worktree(tmp_path, task / "worktree-20261123-000000.diff")
+    assert not in_worktree(tmp_path, task / "runs" / "r1" / "agent-stdout.txt")
+    assert not in_worktree(tmp_path / "elsewhere", task / "worktree" / "a")

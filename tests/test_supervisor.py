@@ -19,6 +19,7 @@ from runagent.lock import TaskLock
 from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.runinfo import Reason, RunInfo, RunStatus
 from tests.conftest import FAKE_AGENT, Workspace, alive, wait_for
+from tests.gitrepo import GIT_ENV, commit, git, make_repo
 
 
 def test_exit_zero_completes_the_task_with_a_full_run_folder(ws: Workspace) -> None:
@@ -105,6 +106,7 @@ def test_exit_codes_a_retry_cannot_fix_end_the_loop_at_once(ws: Workspace, code:
     result = ws.supervisor(["--exit", str(code)]).run()
     assert result.outcome is Outcome.FAILED
     assert "a retry cannot fix" in result.message
+    assert ("`run-agent doctor`" in result.message) is (code == 3)
     assert len(ws.runs()) == 1
 
 
@@ -137,6 +139,27 @@ def test_until_done_file_completes_when_done_is_written(ws: Workspace) -> None:
     assert result.outcome is Outcome.COMPLETED
     (info,) = ws.runs()
     assert ws.task().done.read_text() == f"done by {info.run_id}\n"
+
+
+def test_until_ready_marker_restarts_until_a_commit_carries_the_marker(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    commit(repo, "an old ready commit\n\ncocode ready for check")  # before the base: no count
+    base = git(repo, "rev-parse", "HEAD")
+    result = ws.supervisor(
+        ["--commit", "progress {attempt}", "--ready-from", "2"],
+        env=GIT_ENV, cwd=repo, until=Until.READY_MARKER,
+    ).run()  # fmt: skip
+    assert result.outcome is Outcome.COMPLETED
+    first, second = ws.runs()
+    assert (first.status, first.reason) == (RunStatus.FAILED, Reason.NO_READY_MARKER)
+    assert (second.status, second.reason) == (RunStatus.COMPLETED, Reason.READY_MARKER)
+    head = git(repo, "rev-parse", "HEAD")
+    # Every attempt works in the same checkout, against the base recorded at the loop's start.
+    assert {(r.repo, r.branch, r.base_commit) for r in ws.runs()} == {(str(repo), "main", base)}
+    assert second.head_commit == head and first.head_commit != head
+    assert ws.task().done.exists()
+    prompt = ws.task().run(first.run_id).prompt.read_text()
+    assert "`cocode ready for check`" in prompt
 
 
 def test_a_stale_done_from_an_earlier_loop_never_completes_a_new_one(ws: Workspace) -> None:

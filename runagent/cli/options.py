@@ -19,6 +19,7 @@ from runagent.config import AgentConfig, Config, Until
 from runagent.configfile import find_config, load_config, runs_root
 from runagent.context import validate_id
 from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootError, UsageError
+from runagent.issue import issue_number
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 
@@ -154,7 +155,8 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--idle-timeout", help="Stop a run after this long without output (0: never).")),
         ("until", click.option(
             "--until", type=click.Choice([u.value for u in Until]),
-            help="exit: exit 0 completes the task; done-file: only a DONE file does.")),
+            help="exit: exit 0 completes the task; done-file: only a DONE file does; "
+            "ready-marker: only a commit since the start carrying the ready marker.")),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
         ("again", click.option(
             "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
@@ -164,6 +166,47 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
     for name, option in reversed(options):
         if name in without:  # still parsed, so that giving it is refused with a reason
             option = click.option(f"--{name.replace('_', '-')}", name, hidden=True)
+        command = option(command)
+    return command
+
+
+@dataclass(frozen=True)
+class IssueArgs:
+    """`--issue N [--issue-url U] [--issue-body-file F] --repo DIR`: an issue run."""
+
+    number: int
+    repo: Path
+    url: str = ""
+    body_file: Path | None = None
+
+
+def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The issue-run options, handed to the command as one `issue: IssueArgs | None`."""
+
+    @functools.wraps(f)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        number, repo = kwargs.pop("issue_number"), kwargs.pop("repo")
+        url, body_file = kwargs.pop("issue_url"), kwargs.pop("issue_body_file")
+        issue = None
+        if number is not None:
+            if repo is None:
+                raise UsageError("--issue needs --repo: the repository its worktree comes from")
+            issue = IssueArgs(issue_number(number, "--issue"), repo, url or "", body_file)
+        elif repo is not None or url is not None or body_file is not None:
+            raise UsageError("--repo, --issue-url and --issue-body-file go with --issue N")
+        return f(*args, issue=issue, **kwargs)
+
+    options = [
+        click.option("--issue", "issue_number", help="Run on issue N in a git worktree of --repo."),
+        click.option("--issue-url", help="The issue's link (COCODE_ISSUE_URL)."),
+        click.option(
+            "--issue-body-file", type=PathValue(exists=True, dir_okay=False, path_type=Path),
+            help="The issue's text (default: the prompt; without a prompt, it is the prompt)."),
+        click.option(
+            "--repo", type=PathValue(exists=True, file_okay=False, path_type=Path),
+            help="The repository whose default branch the issue's worktree starts from."),
+    ]  # fmt: skip
+    for option in reversed(options):
         command = option(command)
     return command
 

@@ -14,10 +14,12 @@ from runagent import notify, runfolder, tasks
 from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.options import (
+    IssueArgs,
     LoopArgs,
     Setup,
     common,
     existing_task,
+    issue_options,
     loop_options,
     one_run_options,
     prompt_options,
@@ -25,12 +27,15 @@ from runagent.cli.options import (
     task_option,
     usable_backend,
 )
+from runagent.config import Until
 from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id, validate_prompt
 from runagent.errors import ExitCode, NotFoundError, UsageError
 from runagent.events import Event, Outcome
+from runagent.issue import ISSUE_TIMEOUT, Issue, issue_number
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 from runagent.supervisor import Supervisor
+from runagent.worktree import main_repository
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,
@@ -52,11 +57,12 @@ MAX_PROMPT_BYTES = 10 << 20  # a prompt is text a person wrote; more is a wrong 
 @cli.command()
 @task_option(required=False)
 @prompt_options
+@issue_options
 @loop_options
 @common
 def run(
     project_id: str | None, task_id: str | None, prompt: str | None, prompt_file: Path | None,
-    loop: LoopArgs, config_path: Path | None, root: Path | None,
+    issue: IssueArgs | None, loop: LoopArgs, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Run a task in a loop: restart the agent until it completes or the loop gives up."""
     ctx = click.get_current_context()
@@ -64,9 +70,34 @@ def run(
         group = ctx.find_root().command
         assert isinstance(group, RunAgentGroup)
         group.refuse_typo(prompt, as_prompt=True)  # `run-agent -p P -t T stauts`
+    text = read_prompt(prompt, prompt_file)
+    if issue is None:
+        start_loop(setup(config_path, root), project_id, task_id, text, loop)
+        return
+    # An issue run: the task is named after the issue, and its body is the prompt if none is
+    # given; it defaults to completion by ready marker and the protocol's 30-minute timeout.
+    if loop.overrides.working_dir is not None:
+        raise UsageError("--cwd does not go with --issue: the agent works in the issue's worktree")
+    body = read_prompt(None, issue.body_file) if issue.body_file is not None else text
+    if body is None:
+        raise UsageError("an issue run needs the issue's text: give a prompt or --issue-body-file")
+    defaults = LoopOverrides(until=Until.READY_MARKER, timeout=ISSUE_TIMEOUT)
+    loop = replace(loop, overrides=defaults.merged(loop.overrides))
+    project = project_id or _project_of(issue.repo)
     start_loop(
-        setup(config_path, root), project_id, task_id, read_prompt(prompt, prompt_file), loop
-    )
+        setup(config_path, root), project, task_id or f"issue-{issue.number}", text or body,
+        loop, issue=(issue, body),
+    )  # fmt: skip
+
+
+def _project_of(repo: Path) -> str:
+    name = repo.resolve().name
+    try:
+        return validate_id("project", name)
+    except UsageError:
+        raise UsageError(
+            f"the repository's folder name {name!r} cannot be a project id; give --project"
+        ) from None
 
 
 @cli.command()
@@ -98,12 +129,14 @@ def resume(
     prompt = runfolder.read_task_prompt(task)
     if prompt is None:
         raise NotFoundError(f"task {task.label} has no TASK.md to resume from ({task.task_md})")
-    foreground_loop(s, task, validate_prompt(prompt, f"the task's prompt in {task.task_md}"), loop)
+    text = validate_prompt(prompt, f"the task's prompt in {task.task_md}")
+    foreground_loop(s, task, text, loop, remembered_issue(s, task))
 
 
 def start_loop(
-    s: Setup, project_id: str | None, task_id: str | None, text: str | None, loop: LoopArgs
-) -> None:
+    s: Setup, project_id: str | None, task_id: str | None, text: str | None, loop: LoopArgs,
+    issue: tuple[IssueArgs, str] | None = None,
+) -> None:  # fmt: skip
     """Run a new task, or an existing one with the same prompt (TASK.md's when none is given)."""
     if project_id is None:
         raise UsageError("--project is required: say which project the task belongs to")
@@ -123,7 +156,28 @@ def start_loop(
     tasks.refuse_completed(tasks.view(task), loop.again)
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
-    foreground_loop(s, task, text, loop)
+    foreground_loop(s, task, text, loop, _issue(s, task, *issue) if issue else None)
+
+
+def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
+    return Issue(
+        number=args.number, repo=args.repo.resolve(), body=body, body_file=task.issue_body,
+        url=args.url, setup=s.config.issues.setup,
+    )  # fmt: skip
+
+
+def remembered_issue(s: Setup, task: TaskPaths) -> Issue | None:
+    """The issue a task was started on (its issue.yaml and ISSUE.md), for a resume."""
+    record = runfolder.read_issue_record(task)
+    if not record:
+        return None
+    try:
+        body = task.issue_body.read_text(encoding="utf-8")
+    except OSError:
+        body = runfolder.read_task_prompt(task) or ""
+    args = IssueArgs(issue_number(record.get("issue"), str(task.issue_record)),
+                     Path(str(record.get("repo"))), str(record.get("url") or ""))  # fmt: skip
+    return _issue(s, task, args, body)
 
 
 def read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
@@ -160,13 +214,18 @@ def executable_dir() -> Path:
     return Path(sys.executable).parent
 
 
-def foreground_loop(s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs) -> None:
+def foreground_loop(
+    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None
+) -> None:
     # What the task was started with before, with what this command says put in its place.
     remembered = LoopOverrides.remembered(task)
     overrides = remembered.merged(loop.overrides)
     agent, backend = usable_backend(s.config, overrides.agent)
+    if issue is not None:  # made (or found) once the loop holds the task
+        overrides = replace(overrides, working_dir=task.worktree)
+        main_repository(issue.repo, os.environ)  # not a repository: refused before anything
     working_dir = (overrides.working_dir or Path.cwd()).resolve()
-    if not working_dir.is_dir():
+    if issue is None and not working_dir.is_dir():
         raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
     started_with = replace(overrides, agent=agent.name, working_dir=working_dir)
     if loop.one_run:  # a job's single run is not how the task's loop is to be resumed
@@ -181,6 +240,7 @@ def foreground_loop(s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs) -> N
         parent_run_id=parent_run_id(os.environ),
         executable_dir=executable_dir(),
         started_with=started_with.to_record(),
+        issue=issue,
     )
     console = Console(sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize)
     redactor = backend.redactor(request.base_env)

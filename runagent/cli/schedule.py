@@ -56,7 +56,10 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
     task = TaskPaths(s.root, validate_id("project", config.project), firing.task_id)
     runfolder.claim_task_prompt(task, prompt, "use {datetime} in the schedule's task")
     overrides = LoopOverrides(
-        agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout
+        agent=config.agent,
+        max_restarts=config.max_restarts,
+        timeout=config.timeout,
+        until=config.until,
     )
     return control.start_detached(
         task, "run", overrides, config_path=s.config.source, cwd=Path.cwd(),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from runagent.cli.options import common, existing_task, json_option, setup, task
 from runagent.context import validate_id
 from runagent.errors import NotFoundError, UsageError
 from runagent.runfolder import TaskPaths
+from runagent.runinfo import RunInfo
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -97,8 +99,12 @@ def status(
     view = tasks.view(task)
     used = tasks.usage(task)
     if as_json:
-        click.echo(json.dumps({**view.to_dict(), "usage": used.to_dict() if used else None},
-                              indent=2))  # fmt: skip
+        from runagent import worktree  # git is read only for a task that has git work
+
+        git_work = worktree.progress(task, view.latest, os.environ)
+        extra = {"git": git_work} if git_work is not None else {}
+        usage = {"usage": used.to_dict() if used else None}
+        click.echo(json.dumps({**view.to_dict(), **usage, **extra}, indent=2))
         return
     runs = plural(view.run_count, "run")
     rows: list[tuple[str, object]] = [
@@ -124,10 +130,33 @@ def status(
             ("reason", r.message or r.reason),
             ("pid", r.pid),
         ]
+    rows += _git_rows(task, view.latest)
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         if value is not None:
             click.echo(f"{label:<{width}}  {value}")
+
+
+def _git_rows(task: TaskPaths, latest: RunInfo | None) -> list[tuple[str, object]]:
+    """An issue run's issue, branch, commits since base and ready marker, for `status`."""
+    from runagent import worktree
+
+    work = worktree.progress(task, latest, os.environ)
+    if work is None:
+        return []
+    rows: list[tuple[str, object]] = []
+    issue = work["issue"]
+    if isinstance(issue, dict):
+        rows.append(("issue", f"#{issue['number']} {issue['url'] or ''}".rstrip()))
+    commits = work["commits"]
+    count = len(commits) if isinstance(commits, list) else 0
+    rows += [
+        ("branch", work["branch"]),
+        ("worktree", work["worktree"]),
+        ("commits", f"{plural(count, 'commit')} since {str(work['base_commit'])[:12]}"),
+        ("ready marker", "seen" if work["marker_seen"] else "not yet"),
+    ]
+    return rows
 
 
 def plural(count: int, noun: str) -> str:

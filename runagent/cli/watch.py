@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -45,15 +47,17 @@ def watch(project_id: str | None, config_path: Path | None, root: Path | None) -
     s.root.mkdir(parents=True, exist_ok=True)
     live = sys.stdout.isatty()
     previous: list[str] = []
-    try:
-        wakes = follow.changes(s.root)  # also wakes every second: a run can be lost silently
-        while True:
-            lines = screen(s, project)
-            if lines != previous:
-                width = shutil.get_terminal_size((120, 40)).columns
-                frame = "\n".join(line[:width] for line in lines)
-                click.echo((HOME_AND_CLEAR if live else "") + frame + ("" if live else "\n"))
-                previous = lines
-            next(wakes)
-    except KeyboardInterrupt:  # the way to leave it: not an error
-        sys.exit(ExitCode.COMPLETED)
+    # Ctrl-C is the way to leave: it sets `stop`, which the watcher checks at every step, so
+    # the command ends at once and cleanly (exit 0), whatever it was doing.
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    wakes = follow.changes(s.root, stop)  # also wakes every second: a run can be lost silently
+    while not stop.is_set():
+        lines = screen(s, project)
+        if lines != previous:
+            width = shutil.get_terminal_size((120, 40)).columns
+            frame = "\n".join(line[:width] for line in lines)
+            click.echo((HOME_AND_CLEAR if live else "") + frame + ("" if live else "\n"))
+            previous = lines
+        next(wakes, None)
+    sys.exit(ExitCode.COMPLETED)

@@ -170,9 +170,53 @@ async function refreshTask() {
   resume.textContent = detail.status === "completed" ? "Run again" : "Resume";
   resume.dataset.again = detail.status === "completed" ? "1" : "";
   renderRuns(detail.runs_list);
+  renderGit(detail.git, detail.status);
   const latest = detail.runs_list.at(-1);
   if (latest && (state.run === null || (state.followLoop && state.run !== latest.run_id))) {
     selectRun(latest.run_id);
+  }
+}
+
+// An issue run's git work: the issue and its link, the branch, whether a commit carries the
+// ready marker, and the commits since the base (newest first). Commits land without a run
+// ending, so a running task's view is refreshed every few seconds while it shows them.
+let gitTimer = null;
+function renderGit(git, status) {
+  const section = $("#task-git");
+  section.hidden = !git;
+  clearTimeout(gitTimer);
+  if (!git) return;
+  const issue = $("#git-issue");
+  issue.replaceChildren();
+  if (git.issue) {
+    const number = `issue #${git.issue.number}`;
+    if (git.issue.url && /^https?:\/\//.test(git.issue.url)) {
+      const a = document.createElement("a");
+      a.href = git.issue.url;
+      a.rel = "noopener noreferrer";
+      a.target = "_blank";
+      a.textContent = number;
+      issue.append(a);
+    } else {
+      issue.append(number);
+    }
+  }
+  $("#git-branch").textContent = git.branch || "";
+  const marker = $("#git-marker");
+  marker.className = `badge ${git.marker_seen ? "completed" : "pending"}`;
+  marker.textContent = git.marker_seen ? "ready marker seen" : "no ready marker yet";
+  const list = $("#git-commits");
+  list.replaceChildren();
+  for (const commit of git.commits) {
+    const li = document.createElement("li");
+    const sha = document.createElement("code");
+    sha.textContent = commit.sha.slice(0, 8);
+    li.append(sha, ` ${commit.subject}`);
+    list.append(li);
+  }
+  if (status === "running") {
+    const shown = state.task;
+    gitTimer = setTimeout(() => { if (state.task === shown) refreshTask(); }, 5000);
   }
 }
 

@@ -1,0 +1,206 @@
+"""worktrees and cocode: issue runs' git worktrees, and run-agent as a cocode agent."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from runagent import runfolder, worktree
+from runagent.cli.group import cli
+from runagent.cli.options import common, json_option, setup, usable_backend
+from runagent.cli.run import STOP_SIGNALS, executable_dir
+from runagent.cli.show import print_table
+from runagent.cocode import OUTCOME_EXIT, CocodeRequest, commit_work, log_line, ready_commit
+from runagent.config import Until
+from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id
+from runagent.errors import RunAgentError, UsageError
+from runagent.events import Event, EventKind, Outcome
+from runagent.issue import ISSUE_TIMEOUT
+from runagent.overrides import LoopOverrides
+from runagent.repository import READY_MARKER_VARIABLE, Checkout
+from runagent.runfolder import TaskPaths
+from runagent.runinfo import RunStatus
+from runagent.supervisor import Supervisor
+
+
+@cli.command()
+@click.argument("action", type=click.Choice(["list", "prune"]), default="list")
+@click.option(
+    "--all", "every", is_flag=True, help="prune: every task not running, not only completed ones."
+)
+@click.option("--force", is_flag=True, help="prune: dirty worktrees too, their diff saved first.")
+@json_option
+@common
+def worktrees(
+    action: str, every: bool, force: bool, as_json: bool, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
+    """List issue runs' worktrees, or prune those whose tasks are done with them."""
+    s = setup(config_path, root)
+    env = dict(os.environ)
+    found = worktree.issue_worktrees(s.root, env)
+    if action == "list":
+        if every or force:
+            raise UsageError("--all and --force go with `run-agent worktrees prune`")
+        if as_json:
+            click.echo(json.dumps([w.to_dict() for w in found], indent=2))
+            return
+        if not found:
+            click.echo(f"run-agent: no issue worktrees {s.where()}", err=True)
+            return
+        rows = [
+            [w.task.label, w.task.status.value, w.branch or "", _ahead(w), _state(w), str(w.path)]
+            for w in found
+        ]
+        print_table(rows, ["TASK", "STATUS", "BRANCH", "AHEAD", "STATE", "PATH"])
+        return
+    results = [worktree.prune(w, env, every=every, force=force) for w in found]
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        **p.worktree.to_dict(),
+                        "action": p.action.value,
+                        "saved_diff": str(p.saved_diff) if p.saved_diff else None,
+                        "branch_deleted": p.branch_deleted,
+                    }
+                    for p in results
+                ],
+                indent=2,
+            )
+        )
+        return
+    for pruned in results:
+        click.echo(pruned.describe())
+    if not results:
+        click.echo(f"run-agent: no issue worktrees {s.where()}", err=True)
+
+
+def _ahead(w: worktree.IssueWorktree) -> str:
+    return "" if w.ahead is None else str(w.ahead)
+
+
+def _state(w: worktree.IssueWorktree) -> str:
+    if not w.registered:
+        return "unregistered" if w.path.exists() else "missing"
+    words = ["dirty" if w.dirty else "clean"]
+    if w.locked is not None:
+        words.append("locked")
+    return ",".join(words)
+
+
+@cli.command()
+@click.option("--agent", "-a", help="Agent from config.yaml `agents:` (default: defaults.agent).")
+@click.option("--project", "-p", "project_id", default="cocode", show_default=True,
+              help="Project id of the run folder.")  # fmt: skip
+@click.option("--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run.")
+@click.option("--timeout", help="Stop a run after this long (default 30m, as the protocol's).")
+@common
+def cocode(
+    agent: str | None, project_id: str, max_restarts: int | None, timeout: str | None,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Be a cocode agent: resolve the issue the COCODE_* variables name, in COCODE_REPO_PATH.
+
+    Runs the agent in a supervised loop (with the usual run folder), commits its changes when
+    it did not, and makes the final commit carrying COCODE_READY_MARKER only when it succeeded.
+    Logs JSON lines on stdout. Exit codes: 0 ready, 1 failed, 2 a variable missing or wrong,
+    3 the agent's executable or key missing, 124 timed out, 130 interrupted.
+    """
+    env = dict(os.environ)
+    try:
+        request = CocodeRequest.from_env(env)
+        s = setup(config_path, root)
+        given = LoopOverrides.parse({"agent": agent, "max_restarts": max_restarts,
+                                     "timeout": timeout})  # fmt: skip
+        overrides = LoopOverrides(until=Until.EXIT, timeout=ISSUE_TIMEOUT).merged(given)
+        agent_config, backend = usable_backend(s.config, overrides.agent)
+        checkout = Checkout.at(request.repo)
+        task = _cocode_task(s.root, validate_id("project", project_id), request)
+    except RunAgentError as exc:
+        _log("error", str(exc))
+        raise
+    # The marker is run-agent's to commit, once the agent has succeeded: its agent never sees it.
+    agent_env = {k: v for k, v in env.items() if k != READY_MARKER_VARIABLE}
+    loop = LoopRequest(
+        task=task, prompt=request.prompt(), agent_name=agent_config.name,
+        working_dir=request.repo.resolve(), settings=overrides.apply(s.config.defaults),
+        base_env=agent_env, parent_run_id=parent_run_id(env), executable_dir=executable_dir(),
+        started_with=replace(overrides, agent=agent_config.name,
+                             working_dir=request.repo.resolve()).to_record(),
+        checkout=checkout,
+    )  # fmt: skip
+    _log(
+        "info",
+        f"starting work on issue #{request.number} with {agent_config.name} in "
+        f"{checkout.folder} (base {checkout.base[:12]}); run folder {task.folder}",
+    )
+
+    def on_event(event: Event) -> None:
+        info = event.run
+        if event.kind is EventKind.RUN_STARTED and info is not None:
+            _log("info", f"attempt {info.attempt}: run {info.run_id} started")
+        elif event.kind is EventKind.RUN_ENDED and info is not None:
+            ok = info.status is RunStatus.COMPLETED
+            _log("info" if ok else "error", f"attempt {info.attempt}: run {info.run_id} "
+                 f"{info.status.value}: {info.describe()}")  # fmt: skip
+            _commit_left_work(checkout.folder, request, info.run_id, info.attempt, env)
+        elif event.kind is EventKind.WAITING:
+            _log(
+                "info",
+                f"restarting in {event.delay:g}s{'; ' + event.message if event.message else ''}",
+            )
+
+    supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env))
+    previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop())
+                for sig in STOP_SIGNALS}  # fmt: skip
+    try:
+        result = supervisor.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if result.outcome is Outcome.COMPLETED:
+        last = result.runs[-1]
+        summary = (
+            f"Resolved by {agent_config.name} "
+            f"(run-agent run {last.run_id}, attempt {last.attempt})."
+        )
+        sha = ready_commit(checkout, request, summary, env)
+        _log("info", f"work complete: commit {sha[:12]} carries the ready marker")
+    else:
+        _log("error", f"{result.message}; no ready marker committed")
+    sys.exit(OUTCOME_EXIT[result.outcome])
+
+
+def _log(level: str, message: str) -> None:
+    click.echo(log_line(level, message))
+
+
+def _cocode_task(root: Path, project_id: str, request: CocodeRequest) -> TaskPaths:
+    """The task `issue-N`, unless it exists for another text of the issue: then a new one."""
+    task = TaskPaths(root, project_id, f"issue-{request.number}")
+    existing = runfolder.read_task_prompt(task)
+    if existing is not None and existing != request.prompt():
+        task = TaskPaths(root, project_id, f"issue-{request.number}-{new_task_id()[5:]}")
+    return task
+
+
+def _commit_left_work(
+    folder: Path, request: CocodeRequest, run_id: str, attempt: int, env: dict[str, str]
+) -> None:
+    """Commit what a run changed and left uncommitted, so no work is lost between attempts."""
+    message = f"Work on issue #{request.number} (run-agent run {run_id}, attempt {attempt})"
+    try:
+        sha = commit_work(folder, message, env)
+    except RunAgentError as exc:
+        _log("error", f"could not commit the work left by run {run_id}: {exc}")
+        return
+    if sha is not None:
+        _log("info", f"committed the work run {run_id} left uncommitted: {sha[:12]}")
