@@ -26,7 +26,7 @@ from starlette.routing import Route
 from runagent import runfolder
 from runagent.context import new_run_id, validate_id
 from runagent.errors import NotFoundError, RunAgentError, UsageError
-from runagent.ops import EventsMessage, Runtime
+from runagent.ops import EventsMessage, Runtime, Sandbox
 from runagent.ops.approval import Pending
 from runagent.ops.runtime import find_run
 from runagent.runfolder import RunPaths, TaskPaths, within
@@ -37,6 +37,7 @@ from server.security import cross_site_write
 MAX_MESSAGE = 64 * 1024 * 1024  # bytes of one message: a few files at the spec's 10 MB cap
 POLICIES = ("restrictive", "standard", "permissive")
 DECISIONS = ("approved", "denied")
+SANDBOXES = tuple(s.value for s in Sandbox)
 
 
 @dataclass
@@ -149,6 +150,9 @@ class OpsApi:
         policy = body.get("policy", "standard")
         if policy not in POLICIES:
             raise HTTPException(400, f"policy {policy!r} is not one of {', '.join(POLICIES)}")
+        sandbox = body.get("sandbox", "none")
+        if sandbox not in SANDBOXES:
+            raise HTTPException(400, f"sandbox {sandbox!r} is not one of {', '.join(SANDBOXES)}")
         try:
             project = validate_id("project", str(body.get("project_id") or "ops"))
             task_id = validate_id("task", str(body.get("task_id") or "ops"))
@@ -158,7 +162,7 @@ class OpsApi:
 
         def create() -> Path:
             folder = task.run_folder(new_run_id())
-            Runtime.create(folder, workspace, policy)
+            Runtime.create(folder, workspace, policy, Sandbox(sandbox))
             return folder
 
         folder = await run_in_threadpool(create)

@@ -223,3 +223,16 @@ def test_over_a_real_server_pause_approve_from_the_cli_and_stream_the_events(
     resumed.close()
     assert again.json() == second and again.id == received[1].id
     assert httpx.get(f"{url}/events/stream?from=3").status_code == 400
+
+
+def test_a_run_can_ask_for_the_bwrap_sandbox(client: TestClient, ws: Workspace) -> None:
+    bogus = client.post("/api/ops/runs", json={"workspace": "project", "sandbox": "chroot"})
+    assert bogus.status_code == 400 and "none, bwrap" in bogus.json()["error"]
+    made = client.post("/api/ops/runs", json={"workspace": "project", "sandbox": "bwrap"})
+    if made.status_code == 424:  # bwrap missing or unusable here: refused, saying why
+        assert "sandbox bwrap" in made.json()["error"]
+        pytest.skip(f"bwrap unusable: {made.json()['error']}")
+    assert made.status_code == 201 and made.json()["sandbox"] == "bwrap"
+    url = f"/api/ops/runs/{made.json()['runId']}/messages"
+    reply = client.post(url, json=batch({"type": "shell", "command": f"ls {ws.root}"})).json()
+    assert reply["events"][0]["success"] is False  # the runs root is not there in the sandbox
