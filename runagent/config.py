@@ -133,6 +133,9 @@ class ServerSettings:
     # Host names (beside loopback and the listening address) that requests may name: the names
     # the server is reached by. Anything else is refused, so a rebound DNS name gets nothing.
     allowed_hosts: tuple[str, ...] = ()
+    # Folders an operations run created over the API may act in (its workspace must be inside
+    # one); empty: the folder `run-agent serve` was started in.
+    ops_workspaces: tuple[Path, ...] = ()
 
     def api_key(self, env: Mapping[str, str]) -> str | None:
         return env.get(self.api_key_env) or None

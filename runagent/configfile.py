@@ -145,7 +145,7 @@ def parse_config(
         runs_dir=runs_dir if runs_dir.is_absolute() else base_dir / runs_dir,
         source=source,
         runs_dir_from=where,
-        server=_server(top.section("server")),
+        server=_server(top.section("server"), base_dir),
         schedules=MappingProxyType(
             {
                 name: _schedule(name, section, agents, backend_names, base_dir)
@@ -238,9 +238,16 @@ def _notify(s: _Section) -> NotifyConfig:
 HOST_NAME = re.compile(r"\*|\[?[A-Za-z0-9][A-Za-z0-9.:-]{0,252}\]?")
 
 
-def _server(s: _Section) -> ServerSettings:
+def _server(s: _Section, base_dir: Path) -> ServerSettings:
     base = ServerSettings()
-    s.only("host", "port", "api_key_env", "allowed_hosts")
+    s.only("host", "port", "api_key_env", "allowed_hosts", "ops_workspaces")
+    given = s.data.get("ops_workspaces") or []
+    if not isinstance(given, list) or not all(isinstance(f, str) and f for f in given):
+        raise ConfigError(
+            f"{s.key('ops_workspaces')}: {given!r} is not a list of folders; write e.g. "
+            "['~/projects/demo']"
+        )
+    folders = [Path(f).expanduser() for f in given]
     port = s.count("port", base.port)
     if not 0 < port < 65536:
         raise ConfigError(f"{s.key('port')}: {port} is not a TCP port (1-65535)")
@@ -258,6 +265,7 @@ def _server(s: _Section) -> ServerSettings:
         port=port,
         api_key_env=s.string("api_key_env") or base.api_key_env,
         allowed_hosts=tuple(hosts),
+        ops_workspaces=tuple(f if f.is_absolute() else base_dir / f for f in folders),
     )
 
 

@@ -45,6 +45,7 @@ from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
 from server import streams
 from server.hub import Hub
+from server.ops import OpsApi
 from server.schedules import ScheduleRunner
 from server.security import (
     HostMiddleware,
@@ -90,6 +91,7 @@ class Settings:
     # RunAgentError saying why not. The CLI hands it in, so the server imports no backend.
     check_start: Callable[[TaskPaths, LoopOverrides], None] | None = None
     allowed_hosts: frozenset[str] = field(default_factory=lambda: allowed_hosts("127.0.0.1"))
+    ops_workspaces: tuple[Path, ...] = ()  # where API-created operations may act; () = workdir
 
 
 def byte_count(name: str, raw: str) -> int:
@@ -137,6 +139,9 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/projects/{project}/tasks/{task}/runs/{run}", api.run),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/files/{name}", api.file),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/stream/{name}", api.run_stream),
+        *OpsApi(
+            settings.root, settings.ops_workspaces or (settings.workdir,), hub, api._sse
+        ).routes(),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     app = Starlette(

@@ -231,3 +231,10 @@ def test_the_loop_settings_the_full_config_leaves_out_are_read_too(tmp_path: Pat
     d = parse(text, tmp_path).defaults  # type: ignore[attr-defined]
     assert (d.crash_loop_runs, d.crash_loop_seconds, d.rate_limit_wait) == (7, 9.0, 60.0)
     assert (d.rate_limit_max_wait, d.max_rate_limit_waits, d.kill_grace) == (7200.0, 4, 0.0)
+
+
+def test_ops_workspaces_are_folders_relative_to_the_config(tmp_path: Path) -> None:
+    config = parse("server:\n  ops_workspaces: [work, /srv/abs]\n", tmp_path)
+    assert isinstance(config, Config)
+    assert config.server.ops_workspaces == (tmp_path / "work", Path("/srv/abs"))
+    assert "server.ops_workspaces" in error("server:\n  ops_workspaces: work\n", tmp_path)

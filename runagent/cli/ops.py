@@ -13,7 +13,7 @@ from runagent.cli.group import cli
 from runagent.cli.options import PathValue, common, setup
 from runagent.context import new_run_id, validate_id
 from runagent.errors import ExitCode, UsageError
-from runagent.ops import EventsMessage, Runtime, Status
+from runagent.ops import EventsMessage, Runtime, Sandbox, Status
 from runagent.ops.runtime import find_run
 from runagent.runfolder import TaskPaths, confine
 
@@ -43,6 +43,13 @@ def ops() -> None:
     default=None,
     help="What runs freely, what asks first (default: standard).",
 )
+@click.option(
+    "--sandbox",
+    type=click.Choice([s.value for s in Sandbox]),
+    default=None,
+    help="Run shell operations under bubblewrap (bwrap): no network, only the workspace "
+    "writable. Refused in one line where bwrap is missing or unusable (default: none).",
+)
 @click.option("--run", "run_id", help="Continue this operations run (its workspace and policy).")
 @click.option(
     "--project",
@@ -57,8 +64,8 @@ def ops() -> None:
 )
 @common
 def apply(
-    file: TextIO, workspace: Path | None, policy: str | None, run_id: str | None,
-    project_id: str, task_id: str, config_path: Path | None, root: Path | None,
+    file: TextIO, workspace: Path | None, policy: str | None, sandbox: str | None,
+    run_id: str | None, project_id: str, task_id: str, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Apply the operations message in FILE ('-' reads standard input) and print the events.
 
@@ -67,10 +74,10 @@ def apply(
     """
     s = setup(config_path, root)
     if run_id is not None:
-        if workspace is not None or policy is not None:
+        if workspace is not None or policy is not None or sandbox is not None:
             raise UsageError(
-                "--run continues a run with its own workspace and policy; "
-                "leave out --workspace and --policy"
+                "--run continues a run with its own workspace, policy and sandbox; "
+                "leave out --workspace, --policy and --sandbox"
             )
         runtime = Runtime.open(find_run(s.root, validate_id("run", run_id)))
     else:
@@ -79,7 +86,12 @@ def apply(
         task = confine(
             TaskPaths(s.root, validate_id("project", project_id), validate_id("task", task_id))
         )
-        runtime = Runtime.create(task.run_folder(new_run_id()), workspace, policy or "standard")
+        runtime = Runtime.create(
+            task.run_folder(new_run_id()),
+            workspace,
+            policy or "standard",
+            Sandbox(sandbox or Sandbox.NONE),
+        )
     _print(runtime.receive_text(file.read()))
 
 

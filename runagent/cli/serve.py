@@ -53,6 +53,7 @@ def serve(
             launch=lambda firing: launch_firing(s, firing),
             run_schedules=not no_schedules,
             allowed_hosts=allowed_hosts(host, s.config.server.allowed_hosts),
+            ops_workspaces=s.config.server.ops_workspaces,
             # Read afresh, as the detached supervisor it checks for will read it.
             check_start=lambda task, overrides: check_agent(
                 setup(config_path, root), task, overrides

@@ -6,6 +6,7 @@ from __future__ import annotations
 from runagent.ops.event import EventsMessage
 from runagent.ops.protocol import PROTOCOL_VERSION, Status
 from runagent.ops.runtime import Runtime, Settings
+from runagent.ops.sandbox import Sandbox
 from runagent.ops.workspace import OutsideWorkspaceError, Workspace, WorkspaceError
 
 __all__ = [
@@ -13,6 +14,7 @@ __all__ = [
     "EventsMessage",
     "OutsideWorkspaceError",
     "Runtime",
+    "Sandbox",
     "Settings",
     "Status",
     "Workspace",

@@ -37,6 +37,7 @@ from runagent.ops.operation import (
 )
 from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.protocol import Clock, Encoding, ErrorCategory, EventType, Status, iso, utc_now
+from runagent.ops.sandbox import Bwrap, Sandbox
 from runagent.ops.shell import run_shell, shell_environment
 from runagent.ops.workspace import Workspace, WorkspaceError
 from runagent.runfolder import RunPaths
@@ -48,9 +49,14 @@ class Settings:
 
     workspace: Path
     policy: str
+    sandbox: Sandbox = Sandbox.NONE
 
     def to_dict(self) -> dict[str, str]:
-        return {"workspace": str(self.workspace), "policy": self.policy}
+        return {
+            "workspace": str(self.workspace),
+            "policy": self.policy,
+            "sandbox": self.sandbox.value,
+        }
 
 
 class Runtime:
@@ -72,11 +78,17 @@ class Runtime:
         self._clock = clock
 
     @classmethod
-    def create(cls, folder: Path, workspace: Path, preset: str, **kw: Any) -> Runtime:
-        """A new run in `folder`, acting in `workspace` under the policy `preset`."""
+    def create(
+        cls, folder: Path, workspace: Path, preset: str, sandbox: Sandbox = Sandbox.NONE,
+        **kw: Any,
+    ) -> Runtime:  # fmt: skip
+        """A new run in `folder`, acting in `workspace` under the policy `preset` (and the OS
+        `sandbox`, which must be usable here: else MissingDependencyError, nothing written)."""
         Policy.preset(preset)  # a bad name is refused before anything is written
-        settings = Settings(Workspace(workspace).root, preset)
+        settings = Settings(Workspace(workspace).root, preset, Sandbox(sandbox))
         _refuse_inside(settings.workspace, folder)
+        if settings.sandbox is Sandbox.BWRAP:
+            Bwrap(settings.workspace).check()
         folder.mkdir(parents=True, exist_ok=True)
         paths = RunPaths(folder)
         runfolder.atomic_write(paths.ops_settings, json.dumps(settings.to_dict()))
@@ -87,7 +99,9 @@ class Runtime:
         paths = RunPaths(folder)
         try:
             data = json.loads(paths.ops_settings.read_text(encoding="utf-8"))
-            settings = Settings(Path(data["workspace"]), str(data["policy"]))
+            settings = Settings(
+                Path(data["workspace"]), str(data["policy"]), Sandbox(data.get("sandbox", "none"))
+            )
         except FileNotFoundError:
             raise NotFoundError(
                 f"{folder} is not an operations run (no {paths.ops_settings.name})"
@@ -272,7 +286,10 @@ class Runtime:
             self.workspace.delete(op.path)
             return event(kind, op.id, self._now(), path=op.path, success=True)
         cwd = self.workspace.folder(op.cwd or "")
-        result = run_shell(op.command, cwd, op.timeout_ms, {**self.environment, **dict(op.env)})
+        result = run_shell(
+            op.command, cwd, op.timeout_ms, {**self.environment, **dict(op.env)},
+            Bwrap(self.workspace.root) if self.settings.sandbox is Sandbox.BWRAP else None,
+        )  # fmt: skip
         return event(
             kind, op.id, self._now(), command=op.command,
             success=result.exit_code == 0 and not result.timed_out and result.error is None,

@@ -3,7 +3,8 @@
 The command runs as `bash -c` (else `sh -c`) in a folder of the workspace, in its own session,
 with a small environment (PATH, HOME, locale, TMPDIR and the operation's `env`), so that the
 runtime's own secrets are not handed to what a model wrote. stdout and stderr go to files, as an
-agent's do, and come back cut to a cap, marked where they were cut.
+agent's do, and come back cut to a cap, marked where they were cut. Under a sandbox (see
+`sandbox`) the same command runs inside bubblewrap, still under the reaper.
 """
 
 from __future__ import annotations
@@ -17,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.ops.protocol import SHELL_EXIT_TIMED_OUT
+from runagent.ops.sandbox import Bwrap
 from runagent.process import AgentProcess, LaunchSpec, SpawnError
 
 OUTPUT_CAP = 1024 * 1024  # bytes of each stream handed back in the event
 OUTPUT_LIMIT = 64 * 1024 * 1024  # bytes of both streams on disk before the command is stopped
 KILL_GRACE = 2.0  # seconds between SIGTERM and SIGKILL for a tree that timed out
 PASSED_ON = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "TMPDIR")
+NOT_RUN = 126  # the shell's code for a command that could not be executed
 CHECK_EVERY = 0.5  # seconds between looks at the output's size while the command runs
 
 
@@ -41,11 +44,20 @@ def shell_environment() -> dict[str, str]:
     return {k: os.environ[k] for k in PASSED_ON if k in os.environ}
 
 
-def run_shell(command: str, cwd: Path, timeout_ms: int, env: Mapping[str, str]) -> ShellResult:
+def run_shell(
+    command: str, cwd: Path, timeout_ms: int, env: Mapping[str, str],
+    sandbox: Bwrap | None = None,
+) -> ShellResult:  # fmt: skip
     """Run `command` in `cwd` with exactly `env`, for at most `timeout_ms`; a timeout stops its
-    whole tree."""
+    whole tree. Under `sandbox`, or not at all when that sandbox cannot be built here."""
     shell = shutil.which("bash", path=env.get("PATH", os.defpath)) or "/bin/sh"
-    spec = LaunchSpec(argv=(shell, "-c", command), env=dict(env), cwd=cwd)
+    argv: tuple[str, ...] = (shell, "-c", command)
+    if sandbox is not None:
+        problem = sandbox.problem()
+        if problem is not None:
+            return ShellResult(NOT_RUN, "", "", 0, error=f"{problem}; the command was not run")
+        argv = sandbox.argv(argv, cwd)
+    spec = LaunchSpec(argv=argv, env=dict(env), cwd=cwd)
     with tempfile.TemporaryDirectory(prefix="run-agent-shell-") as scratch:
         out, err = Path(scratch, "stdout"), Path(scratch, "stderr")
         started = time.monotonic()

@@ -1,0 +1,110 @@
+"""The optional OS sandbox of shell operations: bubblewrap, with no network and only the workspace
+writable.
+
+Under `sandbox: bwrap` a command sees the system folders (/usr and the /bin, /lib links, a few
+files of /etc a program needs to start: the loader cache, certificates, passwd) read-only, its
+workspace read-write at the same path, an empty /tmp (also its HOME), its own /proc and /dev, and
+nothing else of the host: no home folder, no runs root, no other project. It has its own network
+namespace with only a loopback of its own, so nothing outside is reachable, 127.0.0.1 of the host
+included. Where bwrap is missing or cannot make its namespaces (user namespaces disallowed), the
+command is not run: one line says why, never an unconfined run.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from runagent.errors import MissingDependencyError
+
+PROGRAM = "bwrap"
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What programs read from /etc to start and to name users; not the rest (keys, shadow, configs).
+ETC = (
+    "alternatives", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "ssl", "ca-certificates",
+    "passwd", "group", "nsswitch.conf", "localtime", "mime.types", "bash.bashrc", "profile",
+)  # fmt: skip
+PROBE_TIMEOUT = 20.0  # seconds bwrap may take to show it can build a sandbox here
+
+
+class Sandbox(enum.StrEnum):
+    """Where a shell operation runs: as the runtime's user (`none`), or under bubblewrap."""
+
+    NONE = "none"
+    BWRAP = "bwrap"
+
+
+@dataclass(frozen=True)
+class Bwrap:
+    """bubblewrap around commands acting in `workspace`; `program` is the bwrap to run."""
+
+    workspace: Path
+    program: str = PROGRAM
+
+    def argv(self, inner: tuple[str, ...], cwd: Path) -> tuple[str, ...]:
+        """`inner`, run in `cwd` (inside the workspace) under bwrap."""
+        exe = shutil.which(self.program) or self.program
+        return (exe, *_arguments(self.workspace, cwd), "--", *inner)
+
+    def problem(self) -> str | None:
+        """Why commands cannot run under this bwrap here (one line), or None when they can."""
+        exe = shutil.which(self.program)
+        if exe is None:
+            return (
+                f"sandbox bwrap: {self.program!r} not found on PATH; install bubblewrap "
+                "(apt-get install bubblewrap) or leave out the sandbox"
+            )
+        return _probe(exe)
+
+    def check(self) -> None:
+        """Raise MissingDependencyError, saying why, unless commands can run under bwrap."""
+        problem = self.problem()
+        if problem is not None:
+            raise MissingDependencyError(problem)
+
+
+def _arguments(workspace: Path, cwd: Path) -> list[str]:
+    args = ["--unshare-all", "--die-with-parent", "--cap-drop", "ALL"]
+    for top in SYSTEM:
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    for name in ETC:
+        if os.path.exists(f"/etc/{name}"):
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    # After /tmp, so a workspace under /tmp is mounted into the empty one, not hidden by it.
+    args += ["--bind", str(workspace), str(workspace), "--chdir", str(cwd)]
+    args += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    return args
+
+
+@functools.cache
+def _probe(exe: str) -> str | None:
+    """Run `true` under the sandbox once: bwrap installed is not bwrap usable (a container
+    without user namespaces refuses to make them)."""
+    with tempfile.TemporaryDirectory(prefix="run-agent-bwrap-") as scratch:
+        folder = Path(scratch).resolve()
+        argv = [exe, *_arguments(folder, folder), "--", "/bin/sh", "-c", "true"]
+        try:
+            done = subprocess.run(
+                argv, capture_output=True, text=True, timeout=PROBE_TIMEOUT, check=False,
+                stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"sandbox bwrap: {exe} could not be run ({exc}); leave out the sandbox"
+    if done.returncode == 0:
+        return None
+    said = " ".join(done.stderr.split())[:300] or f"exit code {done.returncode}"
+    return (
+        f"sandbox bwrap: {exe} cannot build a sandbox here ({said}); user namespaces may be "
+        "disallowed (a container without them, or kernel.unprivileged_userns_clone=0): allow "
+        "them, or leave out the sandbox"
+    )

@@ -1,0 +1,308 @@
+"""The server's face of the operations runtime: create a run, send it messages, read its events,
+answer its approvals.
+
+A workspace named by a request must resolve, links and all, inside one of the folders the server
+was configured to let operations act in (`server.ops_workspaces`, by default the folder it was
+started in): whoever holds the API key may run shell commands in a workspace, so the key must not
+also choose any folder of the machine (a home folder, /etc). One message at a time per run: a
+second one sent while the first runs gets a 409, so two batches never interleave in one run.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from runagent import runfolder
+from runagent.context import new_run_id, validate_id
+from runagent.errors import NotFoundError, RunAgentError, UsageError
+from runagent.ops import EventsMessage, Runtime, Sandbox
+from runagent.ops.approval import Pending
+from runagent.ops.runtime import find_run
+from runagent.runfolder import RunPaths, TaskPaths, within
+from server import streams
+from server.hub import Hub
+from server.security import cross_site_write
+
+MAX_MESSAGE = 64 * 1024 * 1024  # bytes of one message: a few files at the spec's 10 MB cap
+POLICIES = ("restrictive", "standard", "permissive")
+DECISIONS = ("approved", "denied")
+SANDBOXES = tuple(s.value for s in Sandbox)
+
+
+@dataclass
+class OpsApi:
+    """The operations routes over the runs root `root`; workspaces only inside `workspaces`."""
+
+    root: Path
+    workspaces: tuple[Path, ...]
+    hub: Hub
+    sse: Callable[[AsyncIterator[streams.Event]], Response]
+    _busy: set[str] = field(default_factory=set)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("/api/ops/runs", self.list_runs, methods=["GET"]),
+            Route("/api/ops/runs", self.create, methods=["POST"]),
+            Route("/api/ops/approvals", self.approvals, methods=["GET"]),
+            Route("/api/ops/runs/{run}", self.run, methods=["GET"]),
+            Route("/api/ops/runs/{run}/messages", self.message, methods=["POST"]),
+            Route("/api/ops/runs/{run}/events", self.events, methods=["GET"]),
+            Route("/api/ops/runs/{run}/events/stream", self.event_stream, methods=["GET"]),
+            Route("/api/ops/runs/{run}/approvals/{operation}", self.answer, methods=["POST"]),
+        ]
+
+    # Which folders ---------------------------------------------------------------------------
+
+    def workspace(self, given: object) -> Path:
+        """The folder a request names, if operations may act there; else a 403 or 400."""
+        if not isinstance(given, str) or not given or "\0" in given:
+            raise HTTPException(400, "workspace is required: a folder the operations act in")
+        allowed = [f.resolve() for f in self.workspaces]
+        path = Path(given).expanduser()
+        path = path if path.is_absolute() else allowed[0] / path
+        try:
+            real = path.resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise HTTPException(
+                400, f"workspace {given!r} does not exist; create it first"
+            ) from None
+        if not real.is_dir():
+            raise HTTPException(400, f"workspace {given!r} is not a folder")
+        if not any(within(f, real) for f in allowed):
+            shown = ", ".join(str(f) for f in allowed)
+            raise HTTPException(
+                403,
+                f"workspace {given!r} is outside the folders operations may act in ({shown}); "
+                "add it to server.ops_workspaces in config.yaml",
+            )
+        return real
+
+    def folder(self, request: Request) -> Path:
+        run_id = request.path_params["run"]
+        try:
+            return find_run(self.root, validate_id("run", run_id))
+        except (UsageError, NotFoundError):
+            raise HTTPException(404, f"no operations run {run_id[:80]!r}") from None
+
+    # Reading ---------------------------------------------------------------------------------
+
+    async def list_runs(self, request: Request) -> Response:
+        return JSONResponse(
+            await run_in_threadpool(lambda: [describe(f) for f in all_runs(self.root)])
+        )
+
+    async def run(self, request: Request) -> Response:
+        folder = self.folder(request)
+        return JSONResponse(await run_in_threadpool(describe, folder))
+
+    async def approvals(self, request: Request) -> Response:
+        def pending() -> list[dict[str, Any]]:
+            rows = []
+            for folder in all_runs(self.root):
+                try:
+                    waiting = Runtime.open(folder).pending
+                except RunAgentError:  # a run whose files cannot be read has nothing to answer
+                    continue
+                if waiting is not None:
+                    rows.append({**ids(folder), **approval_row(waiting)})
+            return rows
+
+        return JSONResponse(await run_in_threadpool(pending))
+
+    async def events(self, request: Request) -> Response:
+        """Every events message the run sent, in order, and the byte size they came from (the
+        offset to stream on from)."""
+        path = RunPaths(self.folder(request)).events
+        size = streams.file_size(path)
+        data = streams.read_at(path, 0, size) if size else b""
+        messages = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
+        return JSONResponse({"runId": path.parent.name, "messages": messages, "offset": size})
+
+    async def event_stream(self, request: Request) -> Response:
+        """events.jsonl as SSE: one `events` event per events message, its id the byte offset
+        after it, so a client reconnecting with Last-Event-ID misses none and gets none twice."""
+        path = RunPaths(self.folder(request)).events
+        raw = request.headers.get("last-event-id") or request.query_params.get("from") or "0"
+        if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
+            raise HTTPException(400, f"offset {raw[:40]!r} is not a whole number of bytes")
+        offset = int(raw)
+        if offset and streams.read_at(path, offset - 1, 1) != b"\n":
+            raise HTTPException(400, f"offset {offset} is not the end of an events message")
+        return self.sse(message_events(self.hub, path, offset))
+
+    # Writing ---------------------------------------------------------------------------------
+
+    async def create(self, request: Request) -> Response:
+        body = json_object(await self.body(request))
+        workspace = self.workspace(body.get("workspace"))
+        policy = body.get("policy", "standard")
+        if policy not in POLICIES:
+            raise HTTPException(400, f"policy {policy!r} is not one of {', '.join(POLICIES)}")
+        sandbox = body.get("sandbox", "none")
+        if sandbox not in SANDBOXES:
+            raise HTTPException(400, f"sandbox {sandbox!r} is not one of {', '.join(SANDBOXES)}")
+        try:
+            project = validate_id("project", str(body.get("project_id") or "ops"))
+            task_id = validate_id("task", str(body.get("task_id") or "ops"))
+        except UsageError as exc:
+            raise HTTPException(400, str(exc)) from exc
+        task = runfolder.confine(TaskPaths(self.root, project, task_id))
+
+        def create() -> Path:
+            folder = task.run_folder(new_run_id())
+            Runtime.create(folder, workspace, policy, Sandbox(sandbox))
+            return folder
+
+        folder = await run_in_threadpool(create)
+        return JSONResponse(describe(folder), status_code=201)
+
+    async def message(self, request: Request) -> Response:
+        """The events message answering the operations message (or answer) in the body."""
+        text = (await self.body(request)).decode("utf-8", errors="surrogateescape")
+        folder = self.folder(request)
+        reply = await self.exclusive(folder, lambda runtime: runtime.receive_text(text))
+        return JSONResponse(reply.to_dict())
+
+    async def answer(self, request: Request) -> Response:
+        """Approve or deny the operation the run is paused on: `{"decision": "approved" |
+        "denied", "reason"?, "operationHash"?}`; the batch goes on, and its events come back."""
+        body = json_object(await self.body(request))
+        folder = self.folder(request)
+        operation = request.path_params["operation"]
+        decision = body.get("decision")
+        if decision not in DECISIONS:
+            raise HTTPException(400, 'decision must be "approved" or "denied"')
+        extra = {k: body[k] for k in ("reason", "operationHash") if body.get(k) is not None}
+        if not all(isinstance(v, str) for v in extra.values()):
+            raise HTTPException(400, "reason and operationHash must be strings")
+
+        def respond(runtime: Runtime) -> EventsMessage:
+            waiting = runtime.pending
+            if waiting is None:
+                raise HTTPException(409, f"run {runtime.run_id} awaits no approval")
+            if waiting.operation_id != operation:
+                raise HTTPException(
+                    409,
+                    f"run {runtime.run_id} awaits approval of {waiting.operation_id!r}, "
+                    f"not {operation[:80]!r}",
+                )
+            if extra.get("operationHash", waiting.digest) != waiting.digest:
+                raise HTTPException(
+                    409, f"operation {operation!r} is no longer the one shown; look again"
+                )
+            answer = {"operationId": operation, "decision": decision, **extra}
+            return runtime.receive({"approval": answer})
+
+        reply = await self.exclusive(folder, respond)
+        return JSONResponse(reply.to_dict())
+
+    async def body(self, request: Request) -> bytes:
+        """The body of a write: same-origin JSON, at most MAX_MESSAGE bytes."""
+        refusal = cross_site_write(request)
+        if refusal is not None:
+            raise HTTPException(403, refusal)
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > MAX_MESSAGE:
+                raise HTTPException(413, f"the body is over {MAX_MESSAGE} bytes")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def exclusive(
+        self, folder: Path, act: Callable[[Runtime], EventsMessage]
+    ) -> EventsMessage:
+        """`act` on the run's runtime in a worker thread, unless a message is already being
+        answered in that run (409)."""
+        with self._lock:
+            if str(folder) in self._busy:
+                raise HTTPException(409, f"run {folder.name} is answering another message; retry")
+            self._busy.add(str(folder))
+
+        def work() -> EventsMessage:
+            return act(Runtime.open(folder))
+
+        try:
+            return await run_in_threadpool(work)
+        finally:
+            with self._lock:
+                self._busy.discard(str(folder))
+
+
+def json_object(data: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(data)
+    except (ValueError, RecursionError) as exc:
+        raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
+    if not isinstance(body, dict):
+        raise HTTPException(400, "the body must be a JSON object")
+    return body
+
+
+def all_runs(root: Path) -> Iterator[Path]:
+    """Every operations run's folder under the runs root, oldest first within a task."""
+    for project in runfolder.project_ids(root):
+        for task_id in runfolder.task_ids(root, project):
+            task = TaskPaths(root, project, task_id)
+            for run_id in task.run_ids():
+                folder = task.run_folder(run_id)
+                if RunPaths(folder).ops_settings.is_file() and within(root, folder):
+                    yield folder
+
+
+def ids(folder: Path) -> dict[str, str]:
+    return {
+        "runId": folder.name,
+        "project_id": folder.parent.parent.parent.name,
+        "task_id": folder.parent.parent.name,
+    }
+
+
+def describe(folder: Path) -> dict[str, Any]:
+    runtime = Runtime.open(folder)
+    waiting = runtime.pending
+    return {
+        **ids(folder),
+        **runtime.settings.to_dict(),
+        "pending": approval_row(waiting) if waiting is not None else None,
+    }
+
+
+def approval_row(waiting: Pending) -> dict[str, Any]:
+    """What a person answering a pause is shown: the operation, why, the rule, its hash."""
+    asked = waiting.events[-1] if waiting.events else {}
+    return {
+        "operationId": waiting.operation_id,
+        "operationType": asked.get("operationType"),
+        "reason": asked.get("reason"),
+        "details": asked.get("details", {}),
+        "timestamp": asked.get("timestamp"),
+        "operationHash": waiting.digest,
+    }
+
+
+async def message_events(hub: Hub, path: Path, offset: int) -> AsyncIterator[streams.Event]:
+    """events.jsonl from `offset` as one SSE event per whole line (events message)."""
+    held = ""
+    async for item in streams.run_file_events(hub, path.parent, path.name, offset):
+        if item["event"] != "data":
+            continue
+        held += json.loads(item["data"])
+        *lines, held = held.split("\n")
+        at = int(item["id"]) - len(held.encode("utf-8"))
+        at -= sum(len(line.encode("utf-8")) + 1 for line in lines)
+        for line in lines:
+            at += len(line.encode("utf-8")) + 1
+            yield {"event": "events", "data": line, "id": str(at)}
