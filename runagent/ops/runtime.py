@@ -48,9 +48,18 @@ class Settings:
 
     workspace: Path
     policy: str
+    rules: Mapping[str, object] = dataclasses.field(default_factory=dict)  # added to the preset
 
-    def to_dict(self) -> dict[str, str]:
-        return {"workspace": str(self.workspace), "policy": self.policy}
+    def to_dict(self) -> dict[str, object]:
+        found: dict[str, object] = {"workspace": str(self.workspace), "policy": self.policy}
+        if self.rules:
+            found["rules"] = dict(self.rules)
+        return found
+
+    def make_policy(self) -> Policy:
+        if not self.rules:
+            return Policy.preset(self.policy)
+        return Policy.from_config({"policy": self.policy, "rules": self.rules})
 
 
 class Runtime:
@@ -67,15 +76,19 @@ class Runtime:
         self.settings = settings
         self.workspace = workspace or Workspace(settings.workspace)
         _refuse_inside(self.workspace.root, paths.folder)
-        self.policy = policy or Policy.preset(settings.policy)
+        self.policy = policy or settings.make_policy()
         self.environment = shell_environment() if environment is None else dict(environment)
         self._clock = clock
 
     @classmethod
-    def create(cls, folder: Path, workspace: Path, preset: str, **kw: Any) -> Runtime:
-        """A new run in `folder`, acting in `workspace` under the policy `preset`."""
-        Policy.preset(preset)  # a bad name is refused before anything is written
-        settings = Settings(Workspace(workspace).root, preset)
+    def create(
+        cls, folder: Path, workspace: Path, preset: str,
+        rules: Mapping[str, object] | None = None, **kw: Any,
+    ) -> Runtime:  # fmt: skip
+        """A new run in `folder`, acting in `workspace` under the policy `preset` (with `rules`
+        added to it, as the config's `ops.rules`)."""
+        settings = Settings(Workspace(workspace).root, preset, dict(rules or {}))
+        settings.make_policy()  # a bad name or rule is refused before anything is written
         _refuse_inside(settings.workspace, folder)
         folder.mkdir(parents=True, exist_ok=True)
         paths = RunPaths(folder)
@@ -87,7 +100,9 @@ class Runtime:
         paths = RunPaths(folder)
         try:
             data = json.loads(paths.ops_settings.read_text(encoding="utf-8"))
-            settings = Settings(Path(data["workspace"]), str(data["policy"]))
+            settings = Settings(
+                Path(data["workspace"]), str(data["policy"]), dict(data.get("rules") or {})
+            )
         except FileNotFoundError:
             raise NotFoundError(
                 f"{folder} is not an operations run (no {paths.ops_settings.name})"
