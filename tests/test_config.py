@@ -283,3 +283,12 @@ def test_agent_mode_errors_name_the_key_path_and_value(
         load_config(path, CHAT_BACKENDS, tmp_path)
     assert expected in str(info.value)
 
+
+def test_agent_mode_is_refused_for_a_backend_that_acts_on_its_own() -> None:
+    import backends
+    from runagent.config import Mode
+
+    with pytest.raises(ConfigError, match=r"agents.c.mode: 'agent' is for the chat-completions"):
+        backends.create(AgentConfig(name="c", type="claude", mode=Mode.AGENT))
+    with pytest.raises(ConfigError, match=r"agents.g.base_url: missing"):
+        backends.create(AgentConfig(name="g", type="chat_completions", model="m"))
