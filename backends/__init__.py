@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from runagent.backend import Backend
-from runagent.config import AgentConfig
-from runagent.errors import MissingDependencyError, RunAgentError
+from runagent.config import AgentConfig, Mode
+from runagent.errors import ConfigError, MissingDependencyError, RunAgentError
 
 ENTRY_POINT_GROUP = "runagent.backends"
 
@@ -34,6 +34,9 @@ class Registered:
 
 
 BUILTIN: dict[str, Registered] = {
+    "chat_completions": Registered(
+        "backends.chat_completions:ChatCompletionsBackend", ("CHAT_COMPLETIONS_",)
+    ),
     "claude": Registered("backends.claude:ClaudeBackend", ("ANTHROPIC_", "CLAUDE_")),
     "codex": Registered("backends.codex:CodexBackend", ("OPENAI_", "CODEX_")),
     "command": Registered("backends.command:CommandBackend"),
@@ -147,6 +150,11 @@ def _factory(name: str) -> Callable[[AgentConfig], Backend]:
 def create(config: AgentConfig) -> Backend:
     """The backend object for one configured agent, told which provider variables are whose."""
     backend = _factory(config.type)(config)
+    if config.mode is Mode.AGENT and not getattr(backend, "agent_mode", False):
+        raise ConfigError(
+            f"agents.{config.name}.mode: 'agent' is for the chat-completions backends "
+            f"(perplexity, xai, chat_completions), not {config.type!r}, which acts on its own"
+        )
     owned = owned_prefixes()
     if config.type in BUILTIN:
         backend.env_prefixes = owned[config.type]

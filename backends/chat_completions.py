@@ -1,10 +1,15 @@
-"""OpenAI-compatible streaming chat completions, run as an agent process (perplexity, xai).
+"""OpenAI-compatible streaming chat completions, run as an agent process (perplexity, xai, and
+any endpoint as `chat_completions`).
 
 An HTTP backend runs like every other agent: `python -m backends.<name> RUN_FOLDER` is the child
 process the supervisor starts, times out and kills. The child reads prompt.md, streams the answer
 to stdout as it arrives, writes output.md (with a Sources list when the provider cites), retries
 429, 5xx and connection errors with exponential backoff honouring Retry-After, and gives up on a
 stream that goes silent. A failure ends with one JSON line on stderr that `diagnose` reads.
+
+In agent mode (`mode: agent`) the child is the HTTP transport of a conversation
+(runagent/ops/conversation.py): each reply is streamed to stdout, run as an operations message in
+the working folder, and answered with its events; the final message goes to output.md.
 
 Tuning by environment (an agent's `env:`): RUN_AGENT_STREAM_TIMEOUT (seconds of silence before
 giving up, default 120) and RUN_AGENT_CHAT_RETRIES (default 5).
@@ -22,10 +27,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from runagent.backend import (
+    AgentConfig,
     Backend,
+    ConfigError,
     Diagnosis,
     Finding,
     LaunchSpec,
+    Mode,
     Reason,
     RunContext,
     RunPaths,
@@ -46,11 +54,16 @@ class ChatBackend(Backend):
 
     default_url: ClassVar[str]
     default_model: ClassVar[str]
+    agent_mode = True  # `mode: agent` is this module's conversation loop
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         env = self.environment(ctx)
         env["RUN_AGENT_CHAT_URL"] = endpoint(self.config.base_url or self.default_url)
         env["RUN_AGENT_CHAT_MODEL"] = self.config.model or self.default_model
+        env["RUN_AGENT_CHAT_MODE"] = self.config.mode.value
+        if self.config.mode is Mode.AGENT:
+            env["RUN_AGENT_MAX_TURNS"] = str(self.config.max_turns)
+            env["RUN_AGENT_OPS"] = json.dumps(self.config.ops.to_dict())
         argv = (sys.executable, "-m", f"backends.{self.name}", str(ctx.run_folder))
         return LaunchSpec(argv, env, ctx.working_dir, stdin=None)
 
@@ -99,7 +112,6 @@ class Request:
     url: str
     model: str
     key: str
-    prompt: str
     stream_timeout: float
     retries: int = RETRIES
 
@@ -111,7 +123,7 @@ class Failed(Exception):
         self.retry_after = retry_after
 
 
-def main(token_variable: str, cite: bool) -> int:
+def main(token_variable: str, cite: bool, key_required: bool = True) -> int:
     """Entry point of `python -m backends.<name> RUN_FOLDER`."""
     if len(sys.argv) != 2:
         print(f"usage: python -m backends.<name> RUN_FOLDER (got {sys.argv[1:]})", file=sys.stderr)
@@ -119,17 +131,19 @@ def main(token_variable: str, cite: bool) -> int:
     run = RunPaths(Path(sys.argv[1]))
     key = os.environ.get(token_variable, "")
     try:
-        if not key:
+        if not key and key_required:
             raise Failed(Reason.AUTH, f"{token_variable} is not set; configure the agent's token")
         request = Request(
             url=os.environ["RUN_AGENT_CHAT_URL"],
             model=os.environ["RUN_AGENT_CHAT_MODEL"],
             key=key,
-            prompt=run.prompt.read_text(encoding="utf-8"),
             stream_timeout=float(os.environ.get("RUN_AGENT_STREAM_TIMEOUT", "120")),
             retries=int(os.environ.get("RUN_AGENT_CHAT_RETRIES", RETRIES)),
         )
-        text, citations = complete(request)
+        prompt = run.prompt.read_text(encoding="utf-8")
+        if os.environ.get("RUN_AGENT_CHAT_MODE") == Mode.AGENT.value:
+            return converse(request, run, prompt)
+        text, citations = complete(request, [{"role": "user", "content": prompt}])
     except Failed as exc:
         report(exc)
         return 3 if exc.reason is Reason.AUTH else 1
@@ -143,23 +157,63 @@ def main(token_variable: str, cite: bool) -> int:
     return 0
 
 
+def converse(request: Request, run: RunPaths, prompt: str) -> int:
+    """Agent mode: the conversation, with this module as its transport, in the working folder."""
+    from runagent.config import Approvals
+    from runagent.errors import RunAgentError
+    from runagent.ops.conversation import HEARTBEAT_MAX, Conversation, unattended_policy
+    from runagent.ops.policy import Policy
+    from runagent.ops.runtime import Runtime
+
+    def ask(chat: list[dict[str, str]]) -> str:
+        text, _ = complete(request, chat)
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        return text
+
+    try:
+        ops = json.loads(os.environ.get("RUN_AGENT_OPS") or "{}")
+        approvals = Approvals(ops.get("approvals", Approvals.DENY.value))
+        policy = Policy.from_config(ops)
+        if approvals is Approvals.DENY:
+            policy = unattended_policy(policy)
+        runtime = Runtime.create(
+            run.folder, Path.cwd(), policy.name, rules=ops.get("rules"), policy=policy
+        )
+        max_turns = int(os.environ.get("RUN_AGENT_MAX_TURNS", "20"))
+    except (RunAgentError, ValueError, TypeError, AttributeError) as exc:
+        report(Failed(Reason.EXIT_CODE, f"agent mode cannot start: {exc}"))
+        return 2
+    idle = float(os.environ.get("RUN_AGENT_IDLE_TIMEOUT") or 0)
+    # A wait for approval writes a line to stderr every third of the idle timeout: waiting for
+    # a person is not a silent agent, and the supervisor sees the output grow.
+    conversation = Conversation(
+        runtime, ask, max_turns=max_turns, approvals=approvals, say=sys.stderr,
+        heartbeat=idle / 3 if idle else HEARTBEAT_MAX,
+    )  # fmt: skip
+    outcome = conversation.run(prompt)
+    if not outcome.finished:
+        report(Failed(Reason.EXIT_CODE, outcome.answer))
+        return 1
+    atomic_write(run.output, outcome.answer.rstrip("\n") + "\n")
+    return 0
+
+
 def report(exc: Failed) -> None:
     print(f"error: {exc}", file=sys.stderr)
     detail = {"reason": exc.reason.value, "message": str(exc), "retry_after": exc.retry_after}
     print(json.dumps({ERROR_TAG: detail}), file=sys.stderr, flush=True)
 
 
-def complete(request: Request) -> tuple[str, list[str]]:
+def complete(request: Request, messages: list[dict[str, str]]) -> tuple[str, list[str]]:
     """Stream one answer to stdout, retrying what a retry can fix before any text was written."""
     import httpx
 
     timeout = httpx.Timeout(30.0, read=request.stream_timeout)
-    body = {
-        "model": request.model,
-        "stream": True,
-        "messages": [{"role": "user", "content": request.prompt}],
-    }
-    headers = {"Authorization": f"Bearer {request.key}", "Accept": "text/event-stream"}
+    body = {"model": request.model, "stream": True, "messages": messages}
+    headers = {"Accept": "text/event-stream"}
+    if request.key:
+        headers["Authorization"] = f"Bearer {request.key}"
     delay = BACKOFF_START
     with httpx.Client(timeout=timeout) as client:
         for attempt in range(request.retries + 1):
@@ -230,3 +284,34 @@ def consume(lines: Iterator[str]) -> tuple[str, list[str]]:
                 sys.stdout.write(content)
                 sys.stdout.flush()
     return "".join(parts), citations
+
+
+class ChatCompletionsBackend(ChatBackend):
+    """Any OpenAI-compatible endpoint (a local model server, a gateway): `base_url` and `model`
+    are required, a key is optional (CHAT_COMPLETIONS_API_KEY, or the agent's token)."""
+
+    name = "chat_completions"
+    token_variable = "CHAT_COMPLETIONS_API_KEY"
+    default_url = ""  # required in the config instead
+    default_model = ""
+
+    def __init__(self, config: AgentConfig) -> None:
+        super().__init__(config)
+        for key in ("base_url", "model"):
+            if not getattr(config, key):
+                raise ConfigError(
+                    f"agents.{config.name}.{key}: missing; a chat_completions agent needs "
+                    + ("its endpoint URL" if key == "base_url" else "the model to ask for")
+                )
+
+    def check(self) -> list[Finding]:
+        finding = self.check_credentials()
+        if finding.ok and "own login" in finding.what:  # an endpoint may need no key at all
+            finding = Finding(
+                True, f"no key configured: requests to {self.config.base_url} carry none"
+            )
+        return [finding]
+
+
+if __name__ == "__main__":
+    sys.exit(main(ChatCompletionsBackend.token_variable, cite=False, key_required=False))

@@ -154,6 +154,8 @@ class Attempt:
             parent_run_id=req.parent_run_id,
             executable_dir=req.executable_dir,
         )
+        if req.settings.idle_timeout:  # what a child that waits quietly must beat (heartbeats)
+            env["RUN_AGENT_IDLE_TIMEOUT"] = f"{req.settings.idle_timeout:g}"
         ctx = RunContext(run_id, req.task, prompt, req.working_dir, paths, env)
         info = RunInfo(
             run_id=ctx.run_id,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from runagent.config import AgentConfig, Permissions
+from runagent.config import AgentConfig, Mode, Permissions
 from runagent.context import RunContext
 from runagent.errors import ConfigError, MissingDependencyError
 from runagent.failure import (
@@ -37,6 +37,7 @@ __all__ = [
     "Finding",
     "LaunchSpec",
     "MissingDependencyError",
+    "Mode",
     "Permissions",
     "Reason",
     "RunContext",
@@ -82,6 +83,8 @@ class Backend(abc.ABC):
     foreign_prefixes: tuple[str, ...] = ()
     # Where the agent reads its key from; a configured token is put there.
     token_variable: ClassVar[str | None] = None
+    # Whether `mode: agent` (an operations conversation run by run-agent) is this backend's to run.
+    agent_mode: ClassVar[bool] = False
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config

@@ -26,6 +26,35 @@ class Until(enum.StrEnum):
     READY_MARKER = "ready-marker"  # only a commit since the loop's base carrying the marker
 
 
+class Mode(enum.StrEnum):
+    """What a chat-completions agent does with its turn."""
+
+    ANSWER = "answer"  # one streamed answer, written to output.md
+    AGENT = "agent"  # a conversation of operations messages, run in the working folder
+
+
+class Approvals(enum.StrEnum):
+    """What an unattended agent-mode run does with an operation that needs a person's approval."""
+
+    WAIT = "wait"  # pause until `run-agent ops approve|deny RUN OP` answers
+    DENY = "deny"  # deny it at once, and tell the model why
+
+
+DEFAULT_MAX_TURNS = 20
+
+
+@dataclass(frozen=True)
+class OpsSettings:
+    """The `ops:` section: the policy agent-mode runs act under, and who answers approvals."""
+
+    policy: str = "standard"  # a preset: restrictive, standard, permissive
+    rules: Mapping[str, object] = field(default_factory=dict)  # as Policy.from_config takes
+    approvals: Approvals = Approvals.DENY
+
+    def to_dict(self) -> dict[str, object]:
+        return {"policy": self.policy, "rules": dict(self.rules), "approvals": self.approvals.value}
+
+
 @dataclass(frozen=True)
 class AgentConfig:
     """One entry of `agents:`; `type` is the backend that runs it."""
@@ -43,6 +72,9 @@ class AgentConfig:
     permissions: Permissions = Permissions.BYPASS
     pass_env: tuple[str, ...] = ()
     config_dir: Path | None = None  # the folder of the config file that defined the agent
+    mode: Mode = Mode.ANSWER
+    max_turns: int = DEFAULT_MAX_TURNS  # agent mode: model replies before the run fails
+    ops: OpsSettings = field(default_factory=OpsSettings)  # the config's `ops:` section
 
 
 @dataclass(frozen=True)
@@ -163,6 +195,7 @@ class Config:
     schedules: Mapping[str, ScheduleConfig] = field(default_factory=dict)
     notify: NotifyConfig | None = None
     issues: IssueSettings = field(default_factory=IssueSettings)
+    ops: OpsSettings = field(default_factory=OpsSettings)
 
     def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
         """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare
@@ -180,7 +213,7 @@ class Config:
         if name in self.agents:
             return self.agents[name]
         if name in backend_names:
-            return AgentConfig(name=name, type=name)
+            return AgentConfig(name=name, type=name, ops=self.ops)
         names = [*self.agents, *backend_names]
         close = difflib.get_close_matches(name, names, 1, 0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""

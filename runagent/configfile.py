@@ -17,12 +17,16 @@ import yaml
 
 from runagent.config import (
     CRON_ALIASES,
+    DEFAULT_MAX_TURNS,
     AgentConfig,
+    Approvals,
     Config,
     IssueSettings,
     LoopSettings,
+    Mode,
     NotifyConfig,
     NotifyEvent,
+    OpsSettings,
     Overlap,
     Permissions,
     ScheduleConfig,
@@ -128,9 +132,10 @@ def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
     top = _Section(data, "")
-    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues")
+    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops")
+    ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
     agents = {
-        name: _agent(name, section, backend_names, base_dir)
+        name: _agent(name, section, backend_names, base_dir, ops)
         for name, section in top.section("agents").items_as_sections()
     }
     defaults = _defaults(top.section("defaults"), agents, backend_names)
@@ -154,6 +159,29 @@ def parse_config(
         ),
         notify=_notify(top.section("notify")) if top.has("notify") else None,
         issues=_issues(top.section("issues")),
+        ops=ops,
+    )
+
+
+def _ops(s: _Section) -> OpsSettings:
+    import json
+
+    from runagent.ops.policy import Policy  # only a config with an `ops:` section pays for it
+
+    s.only("policy", "rules", "approvals")
+    rules = s.data.get("rules") or {}
+    if not isinstance(rules, dict):
+        raise ConfigError(f"{s.key('rules')}: {rules!r} is not a mapping such as {{deny: [sudo]}}")
+    try:
+        json.dumps(rules)  # handed to the agent process as JSON
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{s.key('rules')}: {rules!r} holds a value that is not plain") from exc
+    policy = s.string("policy") or "standard"
+    Policy.from_config({"policy": policy, "rules": rules})  # its errors name ops.policy/ops.rules
+    return OpsSettings(
+        policy=policy,
+        rules=MappingProxyType(rules),
+        approvals=s.choice("approvals", Approvals, Approvals.DENY),
     )
 
 
@@ -269,9 +297,11 @@ def _server(s: _Section, base_dir: Path) -> ServerSettings:
     )
 
 
-def _agent(name: str, s: _Section, backend_names: Collection[str], base_dir: Path) -> AgentConfig:
+def _agent(
+    name: str, s: _Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings
+) -> AgentConfig:
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
-           "token_env", "permissions", "pass_env")  # fmt: skip
+           "token_env", "permissions", "pass_env", "mode", "max_turns")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -295,7 +325,17 @@ def _agent(name: str, s: _Section, backend_names: Collection[str], base_dir: Pat
         permissions=s.choice("permissions", Permissions, Permissions.BYPASS),
         pass_env=s.argv("pass_env"),
         config_dir=base_dir,
+        mode=s.choice("mode", Mode, Mode.ANSWER),
+        max_turns=_max_turns(s),
+        ops=ops,
     )
+
+
+def _max_turns(s: _Section) -> int:
+    turns = s.count("max_turns", DEFAULT_MAX_TURNS)
+    if turns < 1:
+        raise ConfigError(f"{s.key('max_turns')}: {turns} is not a whole number >= 1")
+    return turns
 
 
 def _defaults(

@@ -7,7 +7,9 @@ OpenAI chat completions (perplexity, xai). `scenario` picks the behaviour for ev
 - "tool": first call the CLI's shell tool to write fake_tool_output.txt, then answer;
 - "error": HTTP 400; "auth": HTTP 401; "rate_limit": HTTP 429 (Retry-After: 1) every time;
 - "rate_limit_once": HTTP 429 on the first model request, then "text";
-- "hang": send the response headers, then nothing until the server stops.
+- "hang": send the response headers, then nothing until the server stops;
+- "script" (chat completions only): the n-th request is answered with `replies[n]` (the last
+  one again past the end), e.g. operations messages for an agent-mode conversation.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ class FakeModelServer:
     model_requests: int = 0
     citations: list[str] = field(default_factory=list)
     tool_command: str = TOOL_COMMAND  # what the "tool" scenario asks the CLI's shell to run
+    replies: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -75,6 +78,14 @@ class FakeModelServer:
             if self.scenario == "rate_limit_once":
                 return "rate_limit" if self.model_requests == 1 else "text"
             return self.scenario
+
+    def reply(self) -> str:
+        """The scripted reply to the request just counted."""
+        with self._lock:
+            return self.replies[min(self.model_requests, len(self.replies)) - 1]
+
+    def chat_bodies(self) -> list[Any]:
+        return [r.body for r in self.requests if r.path.endswith("/chat/completions")]
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -122,6 +133,13 @@ class _Handler(BaseHTTPRequestHandler):
         if behaviour == "hang":
             self._start_stream()
             self.fake._stopping.wait()
+            return
+        if behaviour == "script" and fmt == "chat":
+            self._start_stream()
+            for chunk in scripted_stream(body, self.fake.reply(), self.fake.citations):
+                self.wfile.write(chunk.encode())
+                self.wfile.flush()
+            self.close_connection = True
             return
         # The shell command the model calls for, or "" for a plain answer.
         wants = behaviour == "tool" and not has_tool_result(fmt, body)
@@ -270,6 +288,18 @@ def chat_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str]:
     for piece in ("hello ", "from ", "fake ", "model"):
         yield sse({**base, "choices": [{"index": 0, "delta": {"content": piece},
                                          "finish_reason": None}]})  # fmt: skip
+    yield sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    yield "data: [DONE]\n\n"
+
+
+def scripted_stream(body: Any, text: str, citations: list[str]) -> Iterator[str]:
+    """`text` as a chat-completions stream, in a few deltas (split mid-JSON on purpose)."""
+    model = (body or {}).get("model", "fake")
+    base = {"id": "chatcmpl-fake", "object": "chat.completion.chunk", "created": 0, "model": model}
+    step = max(1, len(text) // 3)
+    for at in range(0, len(text), step):
+        delta = {"content": text[at : at + step]}
+        yield sse({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
     yield sse({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
     yield "data: [DONE]\n\n"
 

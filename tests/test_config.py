@@ -238,3 +238,69 @@ def test_ops_workspaces_are_folders_relative_to_the_config(tmp_path: Path) -> No
     assert isinstance(config, Config)
     assert config.server.ops_workspaces == (tmp_path / "work", Path("/srv/abs"))
     assert "server.ops_workspaces" in error("server:\n  ops_workspaces: work\n", tmp_path)
+
+
+CHAT_BACKENDS = [*BACKENDS, "xai", "perplexity", "chat_completions"]
+
+
+def test_agent_mode_and_the_ops_section_are_typed(tmp_path: Path) -> None:
+    from runagent.config import Approvals, Mode
+
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        "agents:\n"
+        "  grok: {type: xai, mode: agent, max_turns: 7}\n"
+        "  plain: {type: perplexity}\n"
+        "ops:\n"
+        "  policy: restrictive\n"
+        "  rules: {deny: [terraform destroy], read_only: false}\n"
+        "  approvals: wait\n"
+    )
+    config = load_config(path, CHAT_BACKENDS, tmp_path)
+    grok, plain = config.agents["grok"], config.agents["plain"]
+    assert grok.mode is Mode.AGENT and grok.max_turns == 7
+    assert plain.mode is Mode.ANSWER and plain.max_turns == 20
+    assert grok.ops.policy == "restrictive" and grok.ops.approvals is Approvals.WAIT
+    assert dict(grok.ops.rules) == {"deny": ["terraform destroy"], "read_only": False}
+    assert config.agent("xai", CHAT_BACKENDS).ops == config.ops  # a bare backend gets it too
+    default = load_config(None, CHAT_BACKENDS, tmp_path, {"HOME": str(tmp_path)})
+    assert default.ops.policy == "standard" and default.ops.approvals is Approvals.DENY
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "agents: {x: {type: xai, mode: agnt}}",
+            "agents.x.mode: 'agnt' is not one of: answer, agent",
+        ),
+        (
+            "agents: {x: {type: xai, max_turns: 0}}",
+            "agents.x.max_turns: 0 is not a whole number >= 1",
+        ),
+        ("agents: {x: {type: xai, max_turns: many}}", "agents.x.max_turns: 'many' is not a whole"),
+        ("ops: {policy: lax}", "ops.policy 'lax' is not a preset"),
+        ("ops: {approvals: ask}", "ops.approvals: 'ask' is not one of: wait, deny"),
+        ("ops: {rules: {dney: [x]}}", "ops.rules.dney is not a policy rule"),
+        ("ops: {rules: [sudo]}", "ops.rules: ['sudo'] is not a mapping"),
+        ("ops: {polcy: standard}", "ops.polcy: unknown key; did you mean 'policy'?"),
+    ],
+)
+def test_agent_mode_errors_name_the_key_path_and_value(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_config(path, CHAT_BACKENDS, tmp_path)
+    assert expected in str(info.value)
+
+
+def test_agent_mode_is_refused_for_a_backend_that_acts_on_its_own() -> None:
+    import backends
+    from runagent.config import Mode
+
+    with pytest.raises(ConfigError, match=r"agents.c.mode: 'agent' is for the chat-completions"):
+        backends.create(AgentConfig(name="c", type="claude", mode=Mode.AGENT))
+    with pytest.raises(ConfigError, match=r"agents.g.base_url: missing"):
+        backends.create(AgentConfig(name="g", type="chat_completions", model="m"))

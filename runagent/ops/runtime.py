@@ -50,13 +50,22 @@ class Settings:
     workspace: Path
     policy: str
     sandbox: Sandbox = Sandbox.NONE
+    rules: Mapping[str, object] = dataclasses.field(default_factory=dict)  # added to the preset
 
-    def to_dict(self) -> dict[str, str]:
-        return {
+    def to_dict(self) -> dict[str, object]:
+        found: dict[str, object] = {
             "workspace": str(self.workspace),
             "policy": self.policy,
             "sandbox": self.sandbox.value,
         }
+        if self.rules:
+            found["rules"] = dict(self.rules)
+        return found
+
+    def make_policy(self) -> Policy:
+        if not self.rules:
+            return Policy.preset(self.policy)
+        return Policy.from_config({"policy": self.policy, "rules": self.rules})
 
 
 class Runtime:
@@ -73,19 +82,20 @@ class Runtime:
         self.settings = settings
         self.workspace = workspace or Workspace(settings.workspace)
         _refuse_inside(self.workspace.root, paths.folder)
-        self.policy = policy or Policy.preset(settings.policy)
+        self.policy = policy or settings.make_policy()
         self.environment = shell_environment() if environment is None else dict(environment)
         self._clock = clock
 
     @classmethod
     def create(
         cls, folder: Path, workspace: Path, preset: str, sandbox: Sandbox = Sandbox.NONE,
-        **kw: Any,
+        rules: Mapping[str, object] | None = None, **kw: Any,
     ) -> Runtime:  # fmt: skip
-        """A new run in `folder`, acting in `workspace` under the policy `preset` (and the OS
-        `sandbox`, which must be usable here: else MissingDependencyError, nothing written)."""
-        Policy.preset(preset)  # a bad name is refused before anything is written
-        settings = Settings(Workspace(workspace).root, preset, Sandbox(sandbox))
+        """A new run in `folder`, acting in `workspace` under the policy `preset` (with `rules`
+        added to it, as the config's `ops.rules`) and the OS `sandbox`, which must be usable
+        here (else MissingDependencyError, nothing written)."""
+        settings = Settings(Workspace(workspace).root, preset, Sandbox(sandbox), dict(rules or {}))
+        settings.make_policy()  # a bad name or rule is refused before anything is written
         _refuse_inside(settings.workspace, folder)
         if settings.sandbox is Sandbox.BWRAP:
             Bwrap(settings.workspace).check()
@@ -100,7 +110,10 @@ class Runtime:
         try:
             data = json.loads(paths.ops_settings.read_text(encoding="utf-8"))
             settings = Settings(
-                Path(data["workspace"]), str(data["policy"]), Sandbox(data.get("sandbox", "none"))
+                Path(data["workspace"]),
+                str(data["policy"]),
+                Sandbox(data.get("sandbox", "none")),
+                dict(data.get("rules") or {}),
             )
         except FileNotFoundError:
             raise NotFoundError(
