@@ -236,3 +236,38 @@ def test_an_issue_run_shows_its_issue_branch_commits_and_marker(
     expect(git.locator("#git-commits li")).to_have_count(2)
     expect(git.locator("#git-commits li").last).to_contain_text("fix the parser")
     shot(page, "issue-run")
+
+
+def test_an_agent_modes_approval_is_answered_from_the_page(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """Agent mode against the fake chat-completions provider: the model asks for `rm -r build`,
+    the unattended run waits (approvals: wait), a person approves it on the page."""
+    from tests.fake_models import FakeModelServer
+    from tests.test_agent_mode import configure, done, ops
+
+    work = ws.path / "work"
+    (work / "build").mkdir(parents=True)
+    with FakeModelServer(scenario="script") as provider:
+        provider.replies = [
+            ops({"type": "shell", "id": "clean", "command": "rm -r build"}),
+            done("cleaned"),
+        ]
+        configure(ws, provider, ops_section={"approvals": "wait"})
+        proc = ws.start_cli("--project", "p", "--task", "t", "--cwd", str(work), "clean up")
+        try:
+            page.goto(server.url)
+            asked = page.locator("#approvals .approval[data-operation=clean]")
+            expect(asked).to_contain_text("rm -r build", timeout=20000)
+            expect(asked.locator(".why")).not_to_be_empty()  # the rule that fired, and why
+            shot(page, "approval-pending")
+            assert (work / "build").is_dir()  # nothing ran before the answer
+            asked.locator("button.approve").click()
+            expect(page.locator("#approvals")).to_be_hidden(timeout=20000)
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not (work / "build").exists()
+    assert ws.task().run(ws.runs()[0].run_id).output.read_text().startswith("cleaned")
