@@ -378,11 +378,21 @@ class Api:
         }
         return JSONResponse(body, status_code=202)
 
-    @staticmethod
-    def _overrides(body: dict[str, Any]) -> LoopOverrides:
-        """The loop settings the body changes (the form's empty fields change nothing)."""
+    def _overrides(self, body: dict[str, Any]) -> LoopOverrides:
+        """The loop settings the body changes (the form's empty fields change nothing); a
+        working folder that is not one is refused here, before any task is created."""
         values = {**body, "working_dir": body.get("cwd")}
-        return LoopOverrides.parse(values, where=lambda name: name, blank_is_unset=True)
+        overrides = LoopOverrides.parse(
+            values, where=lambda name: "cwd" if name == "working_dir" else name,
+            blank_is_unset=True,
+        )  # fmt: skip
+        if overrides.working_dir is not None:
+            folder = self.settings.workdir / overrides.working_dir.expanduser()
+            if not folder.is_dir():
+                raise UsageError(
+                    f"cwd {str(overrides.working_dir)!r} is not a folder on this machine"
+                )
+        return overrides
 
     async def start(self, request: Request) -> Response:
         body = await self._body(request)

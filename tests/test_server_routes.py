@@ -477,3 +477,17 @@ def test_delete_removes_a_finished_task_and_refuses_a_running_one(ws: Workspace)
         assert not ws.task().folder.exists()
         assert c.request("DELETE", url, json={}).status_code == 404
         assert c.request("DELETE", "/api/projects/p/tasks/..%2F..", json={}).status_code == 404
+
+
+def test_a_working_folder_that_is_not_one_is_refused_before_anything_is_made(
+    ws: Workspace,
+) -> None:
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
+    with TestClient(app, base_url=LOCAL) as c:
+        body = {"task_id": "nowhere", "prompt": "go", "cwd": "no-such-folder"}
+        refused = c.post("/api/projects/p/tasks", json=body)
+        assert refused.status_code == 400
+        assert "cwd 'no-such-folder' is not a folder" in refused.json()["error"]
+        bad = c.post("/api/projects/p/tasks", json={**body, "cwd": "", "timeout": "soon"})
+        assert bad.status_code == 400 and "timeout" in bad.json()["error"]
+    assert not ws.task("p", "nowhere").folder.exists()
