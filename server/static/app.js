@@ -1,8 +1,21 @@
 // The run-agent page: task lists and run logs, kept live over server-sent events.
+// Every view has an address in the hash: #new, #P/T, #P/T/RUN, #P/T/RUN/TAB; Back and Forward
+// move between them, and an address can be shared.
 "use strict";
 
 const $ = (sel) => document.querySelector(sel);
-const state = { tasks: new Map(), task: null, run: null, file: "stdout", followLoop: true };
+const state = {
+  tasks: new Map(), // "P/T" -> the task's row from /api/events
+  task: null, // "P/T" shown
+  detail: null, // its /api/projects/P/tasks/T answer
+  run: null, // run id shown
+  file: "stdout", // tab shown
+  followLoop: true, // show each new attempt as it starts (no run named in the address)
+  autoTab: true, // the tab was chosen by the page (a failed run opens where it failed)
+  agents: null, // /api/agents
+};
+const TABS = ["stdout", "stderr", "output", "prompt"];
+const FAILED = new Set(["failed", "timed_out", "lost"]);
 let eventsSource = null;
 let logSource = null;
 
@@ -47,6 +60,53 @@ function connectEvents() {
 }
 
 const key = (row) => `${row.project_id}/${row.task_id}`;
+
+function badge(status) {
+  const span = document.createElement("span");
+  span.className = `badge ${status}`;
+  span.textContent = status;
+  return span;
+}
+
+function renderTasks() {
+  const nav = $("#tasks");
+  nav.replaceChildren();
+  if (state.tasks.size === 0) {
+    nav.innerHTML = '<p class="empty">No tasks yet.</p>';
+    return;
+  }
+  const words = $("#task-filter").value.trim().toLowerCase().split(/\s+/).filter(Boolean);
+  const status = $("#status-filter").value;
+  const shown = [...state.tasks.values()].filter((row) =>
+    (!status || row.status === status) && words.every((w) => key(row).toLowerCase().includes(w)));
+  if (shown.length === 0) {
+    const p = document.createElement("p");
+    p.className = "empty";
+    p.textContent = `No task matches (of ${state.tasks.size}).`;
+    nav.append(p);
+    return;
+  }
+  const byProject = new Map();
+  for (const row of shown) {
+    if (!byProject.has(row.project_id)) byProject.set(row.project_id, []);
+    byProject.get(row.project_id).push(row);
+  }
+  for (const [project, rows] of [...byProject].sort()) {
+    const h = document.createElement("h3");
+    h.textContent = project;
+    nav.append(h);
+    for (const row of rows.sort((a, b) => a.task_id.localeCompare(b.task_id))) {
+      const a = document.createElement("a");
+      a.href = `#${key(row)}`;
+      a.dataset.task = key(row);
+      if (state.task === key(row)) a.classList.add("selected");
+      const name = document.createElement("span");
+      name.textContent = `${row.task_id} (${row.runs})`;
+      a.append(name, badge(row.status));
+      nav.append(a);
+    }
+  }
+}
 
 // Schedules ----------------------------------------------------------------------------------
 
@@ -97,43 +157,66 @@ async function runSchedule(name) {
     return;
   }
   await loadSchedules();
-  await selectTask(`${answer.project_id}/${answer.task_id}`);
+  navigate(hashFor(`${answer.project_id}/${answer.task_id}`));
 }
 
-function badge(status) {
-  const span = document.createElement("span");
-  span.className = `badge ${status}`;
-  span.textContent = status;
-  return span;
+// Addresses ----------------------------------------------------------------------------------
+
+function parseHash() {
+  const parts = location.hash.slice(1).split("/").filter(Boolean).map(decodeURIComponent);
+  if (parts[0] === "new" && parts.length === 1) return { view: "new" };
+  if (parts.length < 2) return { view: "home" };
+  const [project, task, run, tab] = parts;
+  return { view: "task", task: `${project}/${task}`, run: run || null, tab: TABS.includes(tab) ? tab : null };
 }
 
-function renderTasks() {
-  const nav = $("#tasks");
-  nav.replaceChildren();
-  if (state.tasks.size === 0) {
-    nav.innerHTML = '<p class="empty">No tasks yet.</p>';
+function hashFor(task, run = null, tab = null) {
+  const parts = [...task.split("/"), run, tab].filter(Boolean).map(encodeURIComponent);
+  return `#${parts.join("/")}`;
+}
+
+// A new entry in the history (a click); `replace` for the page's own choices (which run and tab
+// a task opens on), so Back goes to what the reader saw before, not through them.
+function navigate(hash, replace = false) {
+  if (hash === location.hash || (hash === "#" && !location.hash)) return route();
+  if (replace) {
+    history.replaceState(null, "", hash || location.pathname);
+    return route();
+  }
+  location.hash = hash; // the hashchange event routes
+  return undefined;
+}
+
+async function route() {
+  const where = parseHash();
+  document.body.classList.toggle("nav-open", where.view === "home");
+  $("#new-task").hidden = where.view !== "new";
+  $("#task-view").hidden = where.view !== "task";
+  $("#placeholder").hidden = where.view !== "home";
+  if (where.view !== "task") {
+    closeLog();
+    state.task = null;
+    state.detail = null;
+    renderTasks();
+    if (where.view === "new") {
+      loadAgents();
+      $("#new-task textarea[name=prompt]").focus();
+    }
     return;
   }
-  const byProject = new Map();
-  for (const row of state.tasks.values()) {
-    if (!byProject.has(row.project_id)) byProject.set(row.project_id, []);
-    byProject.get(row.project_id).push(row);
+  state.followLoop = where.run === null;
+  state.autoTab = where.tab === null;
+  if (where.run) state.run = where.run;
+  if (where.tab) state.file = where.tab;
+  if (state.task !== where.task) {
+    state.task = where.task;
+    state.detail = null;
+    state.run = where.run;
+    closeLog();
+    $("#run-view").hidden = true;
+    renderTasks();
   }
-  for (const [project, rows] of [...byProject].sort()) {
-    const h = document.createElement("h3");
-    h.textContent = project;
-    nav.append(h);
-    for (const row of rows.sort((a, b) => a.task_id.localeCompare(b.task_id))) {
-      const a = document.createElement("a");
-      a.href = `#${key(row)}`;
-      a.dataset.task = key(row);
-      if (state.task === key(row)) a.classList.add("selected");
-      const name = document.createElement("span");
-      name.textContent = `${row.task_id} (${row.runs})`;
-      a.append(name, badge(row.status));
-      nav.append(a);
-    }
-  }
+  await refreshTask();
 }
 
 // One task -----------------------------------------------------------------------------------
@@ -143,37 +226,130 @@ function taskUrl(label) {
   return `/api/projects/${encodeURIComponent(project)}/tasks/${encodeURIComponent(task)}`;
 }
 
-async function selectTask(label) {
-  state.task = label;
-  state.run = null;
-  state.followLoop = true;
-  $("#placeholder").hidden = true;
-  $("#new-task").hidden = true;
-  $("#task-view").hidden = false;
-  renderTasks();
-  await refreshTask();
-}
-
 async function refreshTask() {
-  const response = await fetch(taskUrl(state.task));
-  if (!response.ok) return;
+  const label = state.task;
+  const response = await fetch(taskUrl(label));
+  if (label !== state.task) return; // the reader moved on meanwhile
+  if (!response.ok) {
+    $("#task-title").textContent = label;
+    $("#task-summary").textContent = (await response.json()).error;
+    return;
+  }
   const detail = await response.json();
-  $("#task-title").textContent = state.task;
+  state.detail = detail;
+  $("#task-title").textContent = label;
   const status = $("#task-status");
   status.className = `badge ${detail.status}`;
   status.textContent = detail.status;
   $("#task-prompt").textContent = detail.prompt || "";
   $("#stop-button").disabled = detail.status !== "running";
+  $("#delete-button").disabled = detail.status === "running";
   const resume = $("#resume-button");
   resume.disabled = detail.status === "running";
   // A completed task runs again only when asked to, in so many words (the CLI's --again).
   resume.textContent = detail.status === "completed" ? "Run again" : "Resume";
   resume.dataset.again = detail.status === "completed" ? "1" : "";
+  renderSummary(detail);
+  renderTimeline(detail.runs_list);
   renderRuns(detail.runs_list);
   const latest = detail.runs_list.at(-1);
-  if (latest && (state.run === null || (state.followLoop && state.run !== latest.run_id))) {
-    selectRun(latest.run_id);
+  if (!latest) {
+    $("#run-view").hidden = true;
+    return;
   }
+  const wanted = state.followLoop || !state.run ? latest.run_id : state.run;
+  const run = detail.runs_list.find((r) => r.run_id === wanted) || latest;
+  await showRun(run);
+}
+
+function renderSummary(detail) {
+  const parts = [];
+  const latest = detail.runs_list.at(-1);
+  if (detail.status === "running") {
+    parts.push(`running attempt ${latest ? latest.attempt : 1}`);
+  } else if (detail.loop_message || latest) {
+    parts.push(detail.loop_message || (latest.message ? `last run: ${latest.message}` : `last run ${latest.status}`));
+  }
+  parts.push(`${detail.runs_list.length} ${detail.runs_list.length === 1 ? "run" : "runs"}`);
+  if (detail.usage) parts.push(`all runs: ${usageText(detail.usage)}`);
+  if (detail.disk_bytes != null) parts.push(`${bytesText(detail.disk_bytes)} on disk`);
+  $("#task-summary").textContent = parts.join(" · ");
+}
+
+function usageText(u) {
+  const tokens = `${u.tokens_in.toLocaleString("en")} tokens in, ${u.tokens_out.toLocaleString("en")} out`;
+  return u.cost_usd == null ? tokens : `${tokens}, $${u.cost_usd.toFixed(4)}`;
+}
+
+function bytesText(n) {
+  const units = ["bytes", "KB", "MB", "GB", "TB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return i === 0 ? `${n} bytes` : `${n.toFixed(1)} ${units[i]}`;
+}
+
+const ms = (iso) => (iso ? Date.parse(iso) : NaN);
+
+function durationText(seconds) {
+  if (!Number.isFinite(seconds)) return "—";
+  if (seconds < 1) return `${Math.round(seconds * 1000)} ms`;
+  if (seconds < 60) return `${seconds.toFixed(1)} s`;
+  const s = Math.round(seconds);
+  const h = Math.floor(s / 3600);
+  const m = Math.floor((s % 3600) / 60);
+  return h ? `${h} h ${m} min` : `${m} min ${s % 60} s`;
+}
+
+function timeText(iso) {
+  if (!iso) return "—";
+  const d = new Date(iso);
+  return Number.isNaN(d.getTime()) ? iso : d.toLocaleString("sv-SE").replace(" ", " ");
+}
+
+// The loop as a picture: one bar per run on the task's time axis, coloured by status, as long as
+// the run took; the waits between attempts are the dashed gaps.
+function renderTimeline(runs) {
+  const box = $("#timeline");
+  box.replaceChildren();
+  box.hidden = runs.length === 0;
+  if (!runs.length) return;
+  const now = Date.now();
+  const spans = runs.map((r) => {
+    const start = ms(r.start_time);
+    const end = r.end_time ? ms(r.end_time) : r.status === "running" ? now : start;
+    return { run: r, start, end: Math.max(end, start) };
+  });
+  const t0 = spans[0].start;
+  const t1 = Math.max(...spans.map((s) => s.end), t0 + 1);
+  const pct = (t) => `${(((t - t0) / (t1 - t0)) * 100).toFixed(3)}%`;
+  const track = document.createElement("div");
+  track.className = "track";
+  spans.forEach((s, i) => {
+    if (i > 0 && s.start > spans[i - 1].end) {
+      const gap = document.createElement("div");
+      gap.className = "gap";
+      gap.style.left = pct(spans[i - 1].end);
+      gap.style.width = pct(t0 + (s.start - spans[i - 1].end));
+      gap.title = `waited ${durationText((s.start - spans[i - 1].end) / 1000)} before attempt ${s.run.attempt}`;
+      track.append(gap);
+    }
+    const bar = document.createElement("button");
+    bar.type = "button";
+    bar.className = `bar ${s.run.status}`;
+    bar.dataset.run = s.run.run_id;
+    if (s.run.run_id === state.run) bar.classList.add("selected");
+    bar.style.left = pct(s.start);
+    bar.style.width = pct(t0 + (s.end - s.start));
+    bar.textContent = `#${s.run.attempt}`;
+    bar.title = `attempt ${s.run.attempt}: ${s.run.status}, ${durationText((s.end - s.start) / 1000)}` +
+      (s.run.message ? ` — ${s.run.message}` : "");
+    bar.setAttribute("aria-label", bar.title);
+    track.append(bar);
+  });
+  const axis = document.createElement("div");
+  axis.className = "axis";
+  axis.textContent = `${timeText(runs[0].start_time)} → ${durationText((t1 - t0) / 1000)} in all`;
+  box.append(track, axis);
 }
 
 function renderRuns(runs) {
@@ -216,39 +392,150 @@ async function action(name, body = {}) {
   await refreshTask();
 }
 
+async function deleteTask() {
+  const label = state.task;
+  const size = state.detail ? ` (${bytesText(state.detail.disk_bytes)})` : "";
+  if (!confirm(`Delete task ${label} and all its runs${size}? This cannot be undone.`)) return;
+  $("#action-error").textContent = "";
+  const response = await fetch(taskUrl(label), {
+    method: "DELETE", headers: { "Content-Type": "application/json" }, body: "{}",
+  });
+  if (!response.ok) {
+    $("#action-error").textContent = (await response.json()).error;
+    return;
+  }
+  state.tasks.delete(label);
+  navigate("#");
+}
+
+// One run ------------------------------------------------------------------------------------
+
+// The run shown: its header, and its file in the tab asked for; a failed run opens where it
+// failed (stderr if it wrote any, else the stream's error event).
+async function showRun(run) {
+  const changed = run.run_id !== state.run || $("#run-view").hidden;
+  state.run = run.run_id;
+  document.querySelectorAll("#runs button, #timeline .bar").forEach((b) =>
+    b.classList.toggle("selected", b.dataset.run === run.run_id));
+  $("#run-view").hidden = false;
+  renderRunHeader(run);
+  let tab = state.file;
+  // Chosen again when the run is another, or has just ended (a run watched live opens on
+  // stdout, and moves to where it failed when it fails).
+  const seen = `${run.run_id}/${run.status}`;
+  if (state.autoTab && (changed || state.tabFor !== seen)) {
+    state.tabFor = seen;
+    tab = await failureTab(run);
+  }
+  if (run.run_id !== state.run) return;
+  const hash = hashFor(state.task, state.followLoop ? null : run.run_id, state.autoTab ? null : tab);
+  if (hash !== location.hash) history.replaceState(null, "", hash);
+  if (state.opened !== `${run.run_id}/${tab}`) openFile(tab);
+  else showFailure(); // the stream may have ended before the run's end was known here
+}
+
+async function failureTab(run) {
+  if (!FAILED.has(run.status)) return "stdout";
+  const response = await fetch(`${runUrlOf(run.run_id)}/files/stderr?length=0`);
+  return Number(response.headers.get("X-File-Size") || 0) > 0 ? "stderr" : "stdout";
+}
+
+function renderRunHeader(run) {
+  const runs = state.detail ? state.detail.runs_list : [run];
+  const index = runs.findIndex((r) => r.run_id === run.run_id);
+  const start = ms(run.start_time);
+  const end = run.end_time ? ms(run.end_time) : Date.now();
+  const rows = [
+    ["status", null],
+    ["why", run.message || (run.status === "running" ? "still running" : `ended ${run.status}`) +
+      (run.reason ? ` (${run.reason.replaceAll("_", " ")})` : "")],
+    ["exit code", run.exit_code == null ? "—" : String(run.exit_code)],
+    ["agent", `${run.agent}${run.agent_version ? ` ${run.agent_version}` : ""} (${run.backend})`],
+    ["attempt", `${run.attempt} · run ${index + 1} of ${runs.length}`],
+    ["started", timeText(run.start_time)],
+    ["ended", run.end_time ? timeText(run.end_time) : "—"],
+    ["duration", durationText((end - start) / 1000) + (run.end_time ? "" : " so far")],
+    ["folder", run.cwd],
+  ];
+  if (run.parent_run_id) rows.push(["parent run", run.parent_run_id]);
+  if (run.previous_run_id) rows.push(["restart of", run.previous_run_id]);
+  if (run.tokens_in != null || run.tokens_out != null || run.cost_usd != null) {
+    rows.push(["usage", usageText({ tokens_in: run.tokens_in || 0, tokens_out: run.tokens_out || 0, cost_usd: run.cost_usd })]);
+  }
+  const dl = $("#run-header");
+  dl.replaceChildren();
+  dl.className = `run-header ${run.status}`;
+  for (const [name, value] of rows) {
+    const item = document.createElement("div");
+    item.dataset.field = name;
+    const dt = document.createElement("dt");
+    dt.textContent = name;
+    const dd = document.createElement("dd");
+    dd.dataset.field = name;
+    if (name === "status") dd.append(badge(run.status), ` ${run.run_id}`);
+    else if (name === "restart of" || name === "parent run") {
+      const a = document.createElement("a");
+      a.textContent = value;
+      a.href = name === "restart of" ? hashFor(state.task, value) : "#";
+      if (name === "parent run") a.removeAttribute("href");
+      dd.append(a);
+    } else dd.textContent = value;
+    item.append(dt, dd);
+    dl.append(item);
+  }
+}
+
 // One run's files ----------------------------------------------------------------------------
 
-function selectRun(runId) {
-  state.run = runId;
-  const runs = [...document.querySelectorAll("#runs button")];
-  runs.forEach((b) => b.classList.toggle("selected", b.dataset.run === runId));
-  $("#run-view").hidden = false;
-  openFile(state.file);
+function runUrlOf(runId) {
+  return `${taskUrl(state.task)}/runs/${encodeURIComponent(runId)}`;
 }
 
 function runUrl() {
-  return `${taskUrl(state.task)}/runs/${encodeURIComponent(state.run)}`;
+  return runUrlOf(state.run);
+}
+
+function closeLog() {
+  if (logSource) logSource.close();
+  logSource = null;
+  state.opened = null;
 }
 
 function openFile(name) {
   state.file = name;
   document.querySelectorAll(".tabs button").forEach((b) => b.classList.toggle("active", b.dataset.file === name));
   $("#download").href = `${runUrl()}/files/${name}?download=1`;
-  if (logSource) logSource.close();
-  logSource = null;
+  closeLog();
+  state.opened = `${state.run}/${name}`;
   log.reset();
   if (name === "prompt") {
     fetch(`${runUrl()}/files/prompt`).then((r) => r.text()).then((text) => log.append(text, true));
     return;
   }
-  logSource = new EventSource(`${runUrl()}/stream/${name}`);
-  watchSource(logSource);
-  logSource.addEventListener("data", (e) => log.append(JSON.parse(e.data)));
-  logSource.addEventListener("end", () => {
+  const source = new EventSource(`${runUrl()}/stream/${name}`);
+  logSource = source;
+  watchSource(source);
+  source.addEventListener("data", (e) => log.append(JSON.parse(e.data)));
+  source.addEventListener("end", () => {
     log.flush();
-    logSource.close();
+    source.close();
     setConnection("connected", "live");
+    log.ended = true;
+    showFailure();
   });
+}
+
+// On a failed run's stream, the first error event is where the failure is: scroll to it.
+function showFailure() {
+  if (!state.autoTab || state.file !== "stdout" || !log.ended || state.failureShown === state.run) return;
+  const run = state.detail && state.detail.runs_list.find((r) => r.run_id === state.run);
+  if (!run || !FAILED.has(run.status)) return;
+  const error = log.el.querySelector(".line .ev-error");
+  if (!error) return;
+  state.failureShown = state.run;
+  const line = error.closest(".line");
+  line.classList.add("failure");
+  log.el.scrollTop = line.offsetTop - log.el.offsetTop - 8;
 }
 
 // The log view: ANSI colours, readable JSON events, search, auto-scroll ----------------------
@@ -320,6 +607,7 @@ const log = {
   partial: "",
   partialEl: null,
   reset() {
+    this.ended = false;
     this.el.replaceChildren();
     this.lines = [];
     this.partial = "";
@@ -379,7 +667,9 @@ const log = {
   rerender() {
     const lines = this.lines;
     const partial = this.partial;
+    const ended = this.ended;
     this.reset();
+    this.ended = ended;
     for (const line of lines) this.addLine(line);
     this.partial = partial;
     this.showPartial();
@@ -391,24 +681,50 @@ function applySearch(div) {
   div.classList.toggle("hidden", Boolean(query) && !div.textContent.toLowerCase().includes(query));
 }
 
+
+// The start form -----------------------------------------------------------------------------
+
+async function loadAgents() {
+  if (state.agents) return;
+  const response = await fetch("/api/agents");
+  if (!response.ok) return;
+  state.agents = await response.json();
+  const select = $("#agent-choice");
+  select.replaceChildren();
+  const fallback = document.createElement("option");
+  fallback.value = "";
+  fallback.textContent = state.agents.default ? `config default (${state.agents.default})` : "config default";
+  select.append(fallback);
+  for (const agent of state.agents.agents) {
+    const option = document.createElement("option");
+    option.value = agent.name;
+    option.textContent = `${agent.name} — ${agent.type}${agent.model ? ` · ${agent.model}` : ""}`;
+    select.append(option);
+  }
+}
+
+const FORM_FIELDS = ["task_id", "agent", "cwd", "timeout", "idle_timeout", "max_restarts", "until"];
+
 // Wiring -------------------------------------------------------------------------------------
 
 $("#tasks").addEventListener("click", (e) => {
   const a = e.target.closest("a[data-task]");
   if (!a) return;
   e.preventDefault();
-  selectTask(a.dataset.task);
+  navigate(hashFor(a.dataset.task));
 });
-$("#runs").addEventListener("click", (e) => {
-  const b = e.target.closest("button[data-run]");
-  if (!b) return;
-  const runs = [...document.querySelectorAll("#runs button")];
-  state.followLoop = b === runs.at(-1);
-  selectRun(b.dataset.run);
-});
-document.querySelectorAll(".tabs button").forEach((b) => b.addEventListener("click", () => openFile(b.dataset.file)));
+for (const list of ["#runs", "#timeline"]) {
+  $(list).addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-run]");
+    if (b) navigate(hashFor(state.task, b.dataset.run));
+  });
+}
+document.querySelectorAll(".tabs button").forEach((b) =>
+  b.addEventListener("click", () => navigate(hashFor(state.task, state.run, b.dataset.file))));
 $("#raw-toggle").addEventListener("change", () => log.rerender());
 $("#search").addEventListener("input", () => log.el.querySelectorAll(".line").forEach(applySearch));
+$("#task-filter").addEventListener("input", renderTasks);
+$("#status-filter").addEventListener("change", renderTasks);
 $("#follow-button").addEventListener("click", () => {
   log.el.scrollTop = log.el.scrollHeight;
   $("#follow-button").hidden = true;
@@ -419,17 +735,19 @@ log.el.addEventListener("scroll", () => {
 $("#stop-button").addEventListener("click", () => action("stop"));
 $("#resume-button").addEventListener("click", (event) =>
   action("resume", event.currentTarget.dataset.again ? { again: true } : {}));
-$("#new-task-button").addEventListener("click", () => {
-  $("#new-task").hidden = false;
-  $("#task-view").hidden = true;
-  $("#placeholder").hidden = true;
+$("#delete-button").addEventListener("click", deleteTask);
+$("#new-task-button").addEventListener("click", () => navigate("#new"));
+$("#nav-toggle").addEventListener("click", () => document.body.classList.toggle("nav-open"));
+$("#cancel-new").addEventListener("click", () => {
+  $("#new-task-error").textContent = "";
+  if (state.cameInApp) history.back();
+  else navigate("#");
 });
-$("#cancel-new").addEventListener("click", () => { $("#new-task").hidden = true; });
 $("#new-task").addEventListener("submit", async (e) => {
   e.preventDefault();
   const form = new FormData(e.target);
   const body = { prompt: form.get("prompt") };
-  for (const name of ["task_id", "agent", "max_restarts"]) if (form.get(name)) body[name] = form.get(name);
+  for (const name of FORM_FIELDS) if (form.get(name)) body[name] = form.get(name);
   const project = encodeURIComponent(form.get("project"));
   const response = await fetch(`/api/projects/${project}/tasks`, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
@@ -441,10 +759,15 @@ $("#new-task").addEventListener("submit", async (e) => {
   }
   $("#new-task-error").textContent = "";
   e.target.reset();
-  await selectTask(`${answer.project_id}/${answer.task_id}`);
+  // The form's address is replaced by the task's: Back from the task does not reopen the form.
+  navigate(hashFor(`${answer.project_id}/${answer.task_id}`), true);
+});
+window.addEventListener("hashchange", () => {
+  state.cameInApp = true;
+  route();
 });
 
 connectEvents();
 loadSchedules();
 setInterval(loadSchedules, 30000);
-if (location.hash.length > 1) selectTask(decodeURIComponent(location.hash.slice(1)));
+route();
