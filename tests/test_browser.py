@@ -84,7 +84,8 @@ def test_watch_a_task_live_then_stop_it_from_the_page(
     expect(red).to_have_text("red warning")  # ANSI colours are rendered, not shown raw
     page.click(".tabs button[data-file=stdout]")
     page.fill("#search", "step 3")
-    expect(page.locator("#log .line:not(.hidden)")).to_have_count(1)
+    expect(page.locator("#search-count")).to_have_text("1 of 1")  # counted, and marked
+    expect(page.locator("#log .line.current-match mark")).to_have_text("step 3")
     page.fill("#search", "")
     pids = ws.agent_pids()
     page.click("#stop-button")
@@ -185,7 +186,9 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 40"
     assert log.evaluate(at_bottom)  # following the tail
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
-    expect(log).to_contain_text("row 200")  # lines keep arriving...
+    # Lines keep arriving (the log grows by a row each; only the rows on screen are drawn)...
+    tall = log.evaluate("el => el.scrollHeight")
+    wait_for(lambda: log.evaluate("el => el.scrollHeight") > tall + 50 * 17, what="more lines")
     assert log.evaluate("el => el.scrollTop") == 0  # ...but the reader stays where they were
     follow = page.locator("#follow-button")
     expect(follow).to_be_visible()
@@ -446,3 +449,94 @@ def test_a_finished_task_is_deleted_from_the_page_and_shows_its_disk_use(
     expect(page.locator("nav a[data-task='p/busy']")).to_have_count(0)
     expect(page.locator("#placeholder")).to_be_visible()
     assert not ws.task("p", "busy").folder.exists()
+
+
+BIG_RUN = "20260101-000000000-1000"
+
+
+def big_log(ws: Workspace, lines: int = 200_000) -> str:
+    """Task p/big with one finished run whose stdout is LINES numbered lines (about 11 MB)."""
+    from runagent import runfolder
+    from runagent.runinfo import Reason, RunInfo, RunStatus
+
+    run_id = BIG_RUN
+    task = ws.task("p", "big")
+    runfolder.write_task_prompt(task, "print a lot")
+    folder = runfolder.create_run_folder(task, run_id)
+    info = RunInfo(run_id, "p", "big", 1, "fake", "command", "2026-01-01T00:00:00+00:00",
+                   str(ws.path), status=RunStatus.COMPLETED, reason=Reason.EXITED, exit_code=0,
+                   end_time="2026-01-01T00:01:00+00:00")  # fmt: skip
+    runfolder.write_run_info(folder, info)
+    text = "".join(
+        f"entry {i:06d} of the long log, with some words after it\n" for i in range(1, 200001)
+    )
+    (folder / runfolder.STDOUT).write_text(text)
+    return run_id
+
+
+def test_a_200000_line_log_opens_at_its_end_and_is_searched_numbered_and_linked(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    run_id = big_log(ws)
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    expect(log.locator(".line", has_text="entry 200000")).to_be_visible()  # opens at its end
+    assert log.locator(".line").count() < 200  # only the rows on screen (and a margin) exist
+    # The file's start is read by itself, and then every line has its number.
+    expect(log.locator(".line", has_text="entry 200000").locator(".ln")).to_have_attribute(
+        "data-ln", "200000", timeout=30000
+    )
+    page.fill("#search", "entry 12345")
+    page.press("#search", "Enter")
+    expect(page.locator("#search-count")).to_have_text("10 of 10")  # 123450 to 123459
+    current = log.locator(".line.current-match")
+    expect(current.locator("mark")).to_have_text("entry 12345")
+    expect(current).to_contain_text("entry 123459")  # the latest match first
+    page.click("#search-next")  # wraps round to the first
+    expect(page.locator("#search-count")).to_have_text("1 of 10")
+    expect(current).to_contain_text("entry 123450")
+    page.click("#search-prev")
+    expect(page.locator("#search-count")).to_have_text("10 of 10")
+    shots(page, "big-log-search")
+    # A line's number is a link to it; the link opens the log there in a fresh page.
+    number = current.locator(".ln")
+    number.click()
+    expect(page).to_have_url(re.compile(f"#p/big/{run_id}/stdout/L123459$"))
+    fresh = page.context.new_page()
+    fresh.goto(f"{server.url}/#p/big/{run_id}/stdout/L100")
+    target = fresh.locator("#log .line.target")
+    expect(target).to_contain_text("entry 000100")
+    expect(target).to_be_in_viewport()
+    fresh.close()
+
+
+def test_a_log_beyond_what_is_read_ahead_loads_its_earlier_parts_on_scroll(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    big_log(ws)
+    page.add_init_script("window.runAgentPrefetchBytes = 0")  # nothing read ahead by itself
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    last = log.locator(".line", has_text="entry 200000")
+    expect(last).to_be_visible()
+    assert last.locator(".ln").get_attribute("data-ln") is None  # its place is not known yet
+    held = page.evaluate("() => log.lines.length")
+    assert held < 10_000  # only the tail was read
+    tops = 0
+    while page.evaluate("() => log.from") > 0:
+        before = page.evaluate("() => log.lines.length")
+        log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+        wait_for(
+            lambda b=before: page.evaluate("() => log.lines.length") > b, what="an earlier part"
+        )
+        tops += 1
+    assert tops >= 2  # read in parts, as the reader went up
+    # Stitched at every part's edge: every line once, whole, in order.
+    assert page.evaluate(
+        """() => log.lines.length === 200000 && log.lines.every((l, i) => l ===
+             `entry ${String(i + 1).padStart(6, "0")} of the long log, with some words after it`)"""
+    )
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    expect(log.locator(".line", has_text="entry 000001").locator(".ln")).to_have_attribute(
+        "data-ln", "1"
+    )

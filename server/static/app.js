@@ -166,12 +166,16 @@ function parseHash() {
   const parts = location.hash.slice(1).split("/").filter(Boolean).map(decodeURIComponent);
   if (parts[0] === "new" && parts.length === 1) return { view: "new" };
   if (parts.length < 2) return { view: "home" };
-  const [project, task, run, tab] = parts;
-  return { view: "task", task: `${project}/${task}`, run: run || null, tab: TABS.includes(tab) ? tab : null };
+  const [project, task, run, tab, line] = parts;
+  const number = /^L(\d+)$/.exec(line || "");
+  return {
+    view: "task", task: `${project}/${task}`, run: run || null, tab: TABS.includes(tab) ? tab : null,
+    line: number && tab ? Number(number[1]) : null,
+  };
 }
 
-function hashFor(task, run = null, tab = null) {
-  const parts = [...task.split("/"), run, tab].filter(Boolean).map(encodeURIComponent);
+function hashFor(task, run = null, tab = null, line = null) {
+  const parts = [...task.split("/"), run, tab, line && `L${line}`].filter(Boolean).map(encodeURIComponent);
   return `#${parts.join("/")}`;
 }
 
@@ -208,6 +212,7 @@ async function route() {
   state.autoTab = where.tab === null;
   if (where.run) state.run = where.run;
   if (where.tab) state.file = where.tab;
+  state.line = where.line;
   if (state.task !== where.task) {
     state.task = where.task;
     state.detail = null;
@@ -428,10 +433,14 @@ async function showRun(run) {
     tab = await failureTab(run);
   }
   if (run.run_id !== state.run) return;
-  const hash = hashFor(state.task, state.followLoop ? null : run.run_id, state.autoTab ? null : tab);
+  const hash = hashFor(state.task, state.followLoop ? null : run.run_id, state.autoTab ? null : tab,
+    state.autoTab ? null : state.line);
   if (hash !== location.hash) history.replaceState(null, "", hash);
   if (state.opened !== `${run.run_id}/${tab}`) openFile(tab);
-  else showFailure(); // the stream may have ended before the run's end was known here
+  else {
+    applyLine();
+    showFailure(); // the stream may have ended before the run's end was known here
+  }
 }
 
 async function failureTab(run) {
@@ -501,23 +510,32 @@ function closeLog() {
   state.opened = null;
 }
 
-function openFile(name) {
+async function openFile(name) {
   state.file = name;
-  document.querySelectorAll(".tabs button").forEach((b) => b.classList.toggle("active", b.dataset.file === name));
+  document.querySelectorAll(".tabs button[data-file]").forEach((b) => b.classList.toggle("active", b.dataset.file === name));
   $("#download").href = `${runUrl()}/files/${name}?download=1`;
   closeLog();
-  state.opened = `${state.run}/${name}`;
+  const opened = `${state.run}/${name}`;
+  state.opened = opened;
   log.reset();
+  log.target = state.line ? state.line - 1 : -1;
   if (name === "prompt") {
-    fetch(`${runUrl()}/files/prompt`).then((r) => r.text()).then((text) => log.append(text, true));
+    const text = await (await fetch(`${runUrl()}/files/prompt`)).text();
+    if (state.opened !== opened) return;
+    log.append(text, true);
+    log.ended = true;
+    log.whenWhole();
     return;
   }
-  const source = new EventSource(`${runUrl()}/stream/${name}`);
+  const size = await log.open(`${runUrl()}/files/${name}`);
+  if (size === null || state.opened !== opened) return;
+  const source = new EventSource(`${runUrl()}/stream/${name}?from=${size}`);
   logSource = source;
   watchSource(source);
   source.addEventListener("data", (e) => log.append(JSON.parse(e.data)));
   source.addEventListener("end", () => {
     log.flush();
+    log.draw(true);
     source.close();
     setConnection("connected", "live");
     log.ended = true;
@@ -525,20 +543,27 @@ function openFile(name) {
   });
 }
 
+// The line the address names (#P/T/RUN/TAB/L123), once the lines are numbered.
+function applyLine() {
+  const target = state.line ? state.line - 1 : -1;
+  if (target === log.target) return;
+  log.target = target;
+  if (target >= 0 && log.numbered()) log.scrollTo(target);
+  log.draw(true);
+}
+
 // On a failed run's stream, the first error event is where the failure is: scroll to it.
 function showFailure() {
   if (!state.autoTab || state.file !== "stdout" || !log.ended || state.failureShown === state.run) return;
   const run = state.detail && state.detail.runs_list.find((r) => r.run_id === state.run);
   if (!run || !FAILED.has(run.status)) return;
-  const error = log.el.querySelector(".line .ev-error");
-  if (!error) return;
+  const at = log.findFailure();
+  if (at < 0) return;
   state.failureShown = state.run;
-  const line = error.closest(".line");
-  line.classList.add("failure");
-  log.el.scrollTop = line.offsetTop - log.el.offsetTop - 8;
+  log.failure = at;
+  log.scrollTo(at);
+  log.draw(true);
 }
-
-// The log view: ANSI colours, readable JSON events, search, auto-scroll ----------------------
 
 const ANSI = /\x1b\[([0-9;]*)m|\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07/g;
 
@@ -601,86 +626,322 @@ function describeEvent(ev) {
   return null;
 }
 
+
+// The log view: only the lines on screen are in the page ------------------------------------
+//
+// A file opens at its end: its last TAIL_BYTES through the byte-range file API, then live bytes
+// over SSE from where that read stopped. Earlier parts are read in CHUNK_BYTES steps, by
+// themselves up to PREFETCH_BYTES, and beyond that as the reader scrolls up. Each line is one
+// row of LINE_HEIGHT px (long lines scroll sideways), so the page holds only the rows on screen
+// whatever the file's size. Line numbers (and links to a line) appear once the file's start is
+// read; before, a line's place in the file is not known.
+
+const LINE_HEIGHT = 17;
+const TAIL_BYTES = 256 * 1024;
+const CHUNK_BYTES = 2 * 1024 * 1024;
+const PREFETCH_BYTES = window.runAgentPrefetchBytes ?? 64 * 1024 * 1024; // (a seam for tests)
+const OVERSCAN = 30;
+const NEWLINE = 10;
+const decoder = new TextDecoder();
+
+function concatBytes(a, b) {
+  const both = new Uint8Array(a.length + b.length);
+  both.set(a, 0);
+  both.set(b, a.length);
+  return both;
+}
+
 const log = {
   el: $("#log"),
-  lines: [],
-  partial: "",
-  partialEl: null,
+  sizer: null,
+  rows: null,
   reset() {
+    this.generation = (this.generation || 0) + 1;
+    this.lines = []; // whole lines, as text
+    this.partial = ""; // the last line while it has no newline yet
+    this.from = 0; // the byte offset of the first byte read (0: the file's start is read)
+    this.head = null; // bytes at `from` before the first newline: a line cut by the read
+    this.url = null;
+    this.loading = false;
     this.ended = false;
+    this.failure = -1; // the line where the run failed
+    this.target = -1; // the line the address names
+    this.shown = "";
+    this.following = true; // stay at the end as lines arrive (until the reader scrolls up)
     this.el.replaceChildren();
-    this.lines = [];
-    this.partial = "";
-    this.partialEl = null;
+    this.sizer = document.createElement("div");
+    this.sizer.className = "sizer";
+    this.rows = document.createElement("div");
+    this.rows.className = "rows";
+    this.sizer.append(this.rows);
+    this.el.append(this.sizer);
+    this.el.scrollTop = 0;
+    search.reset();
+    this.draw();
   },
-  append(text, whole = false) {
-    const atBottom = this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < 40;
-    const parts = (this.partial + text).split("\n");
+  get count() {
+    return this.lines.length + (this.partial ? 1 : 0);
+  },
+  text(i) {
+    return i < this.lines.length ? this.lines[i] : this.partial;
+  },
+  numbered() {
+    return this.from === 0 && this.head === null;
+  },
+  atBottom() {
+    return this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < 40;
+  },
+  // The file at `url` from its end; the byte offset where live bytes take over.
+  async open(url) {
+    const generation = this.generation;
+    this.url = url;
+    const probe = await fetch(`${url}?length=0`);
+    const size = Number(probe.headers.get("X-File-Size") || 0);
+    const from = Math.max(0, size - TAIL_BYTES);
+    const bytes = size ? new Uint8Array(await (await fetch(`${url}?offset=${from}&length=${size - from}`)).arrayBuffer()) : new Uint8Array();
+    if (generation !== this.generation) return null;
+    this.from = from;
+    let rest = bytes;
+    if (from > 0) {
+      const cut = bytes.indexOf(NEWLINE);
+      this.head = cut < 0 ? bytes : bytes.slice(0, cut);
+      rest = cut < 0 ? new Uint8Array() : bytes.slice(cut + 1);
+    }
+    const parts = decoder.decode(rest).split("\n");
     this.partial = parts.pop();
-    for (const line of parts) this.addLine(line);
-    if (whole) this.flush();
-    else this.showPartial();
-    if (atBottom) this.el.scrollTop = this.el.scrollHeight;
-    else $("#follow-button").hidden = false;
+    this.lines = parts;
+    this.draw();
+    this.el.scrollTop = this.el.scrollHeight;
+    this.draw();
+    this.prefetch(generation);
+    return size;
   },
-  flush() {
-    if (this.partial) this.addLine(this.partial);
-    this.partial = "";
-    this.showPartial();
-  },
-  showPartial() {
-    if (this.partialEl) this.partialEl.remove();
-    this.partialEl = null;
-    if (this.partial) {
-      this.partialEl = this.render(this.partial);
-      this.el.append(this.partialEl);
+  // Earlier parts by themselves, up to PREFETCH_BYTES from the end; the rest on scroll.
+  async prefetch(generation) {
+    let read = 0;
+    while (generation === this.generation && this.from > 0 && read < PREFETCH_BYTES) {
+      read += await this.loadEarlier();
     }
   },
-  addLine(line) {
-    this.lines.push(line);
-    if (this.partialEl) this.partialEl.remove();
-    this.el.append(this.render(line));
-    if (this.partialEl) this.el.append(this.partialEl);
+  async loadEarlier() {
+    if (this.loading || this.from === 0 || !this.url) return 0;
+    this.loading = true;
+    const generation = this.generation;
+    const from = Math.max(0, this.from - CHUNK_BYTES);
+    try {
+      const response = await fetch(`${this.url}?offset=${from}&length=${this.from - from}`);
+      const bytes = new Uint8Array(await response.arrayBuffer());
+      if (generation !== this.generation) return 0;
+      let both = concatBytes(bytes, this.head || new Uint8Array());
+      let head = null;
+      if (from > 0) {
+        const cut = both.indexOf(NEWLINE);
+        if (cut < 0) {
+          this.head = both;
+          this.from = from;
+          return bytes.length;
+        }
+        head = both.slice(0, cut);
+        both = both.slice(cut + 1);
+      }
+      const earlier = decoder.decode(both).split("\n");
+      this.from = from;
+      this.head = head;
+      this.prepend(earlier);
+      return bytes.length;
+    } finally {
+      if (generation === this.generation) this.loading = false;
+    }
   },
-  render(line) {
+  prepend(earlier) {
+    const stick = this.following;
+    const top = this.el.scrollTop;
+    this.lines = earlier.concat(this.lines);
+    if (this.failure >= 0) this.failure += earlier.length;
+    search.shifted(earlier.length);
+    this.draw(true);
+    this.el.scrollTop = stick ? this.el.scrollHeight : top + earlier.length * LINE_HEIGHT;
+    this.draw();
+    if (this.numbered()) this.whenWhole();
+  },
+  append(text, whole = false) {
+    const stick = this.following;
+    const before = this.lines.length;
+    const parts = (this.partial + text).split("\n");
+    this.partial = parts.pop();
+    for (const line of parts) this.lines.push(line);
+    if (whole) this.flush();
+    search.added(before);
+    this.draw(true);
+    if (stick) this.el.scrollTop = this.el.scrollHeight;
+    else if (text) $("#follow-button").hidden = false;
+    this.draw();
+  },
+  flush() {
+    if (this.partial) this.lines.push(this.partial);
+    this.partial = "";
+  },
+  // Called once every line from the file's start is read: the address's line, the failure.
+  whenWhole() {
+    if (this.target >= 0) this.scrollTo(this.target);
+  },
+  scrollTo(i) {
+    this.following = false;
+    this.el.scrollTop = Math.max(0, i * LINE_HEIGHT - this.el.clientHeight / 3);
+    this.draw();
+  },
+  // The rows on screen (and OVERSCAN more each side), built afresh when that range changes.
+  draw(force = false) {
+    this.sizer.style.height = `${this.count * LINE_HEIGHT}px`;
+    const first = Math.max(0, Math.floor(this.el.scrollTop / LINE_HEIGHT) - OVERSCAN);
+    const last = Math.min(this.count, first + Math.ceil((this.el.clientHeight || 600) / LINE_HEIGHT) + 2 * OVERSCAN);
+    const key = `${first}:${last}:${this.numbered()}`;
+    if (!force && key === this.shown) return;
+    this.shown = key;
+    this.rows.style.transform = `translateY(${first * LINE_HEIGHT}px)`;
+    const nodes = [];
+    for (let i = first; i < last; i += 1) nodes.push(this.render(i));
+    this.rows.replaceChildren(...nodes);
+  },
+  render(i) {
+    const line = this.text(i);
     const div = document.createElement("div");
     div.className = "line";
-    div.dataset.text = line;
+    div.dataset.index = i;
+    if (i === this.failure) div.classList.add("failure");
+    if (i === this.target) div.classList.add("target");
+    if (search.isCurrent(i)) div.classList.add("current-match");
+    const number = document.createElement("a");
+    number.className = "ln";
+    if (this.numbered()) {
+      number.dataset.ln = i + 1;
+      number.href = hashFor(state.task, state.run, state.file) + `/L${i + 1}`;
+      number.title = `link to line ${i + 1}`;
+    }
+    const text = document.createElement("span");
+    text.className = "text";
     let described = null;
     if (!$("#raw-toggle").checked && line.startsWith("{")) {
       try { described = describeEvent(JSON.parse(line)); } catch { described = null; }
     }
     if (described) {
-      if (!described.length) div.hidden = true;
-      for (const [kind, text] of described) {
+      if (!described.length) {
+        const span = document.createElement("span");
+        span.className = "ev-meta";
+        span.textContent = "·";
+        text.append(span);
+      }
+      for (const [kind, said] of described) {
         const span = document.createElement("span");
         span.className = `ev-${kind}`;
-        span.textContent = text;
-        div.append(span, document.createTextNode(" "));
+        span.textContent = String(said ?? "").replaceAll("\n", " ⏎ ");
+        text.append(span, document.createTextNode(" "));
       }
     } else {
-      div.append(...ansiToNodes(line));
+      text.append(...ansiToNodes(line));
     }
-    applySearch(div);
+    search.mark(text);
+    div.append(number, text);
     return div;
   },
   rerender() {
-    const lines = this.lines;
-    const partial = this.partial;
-    const ended = this.ended;
-    this.reset();
-    this.ended = ended;
-    for (const line of lines) this.addLine(line);
-    this.partial = partial;
-    this.showPartial();
+    this.draw(true);
+  },
+  // The first error event of a JSON stream, read from the start: where a failed run failed.
+  findFailure() {
+    for (let i = 0; i < this.count; i += 1) {
+      const line = this.text(i);
+      if (!line.startsWith("{") || !line.includes("rror")) continue;
+      let described = null;
+      try { described = describeEvent(JSON.parse(line)); } catch { continue; }
+      if (described && described.some(([kind]) => kind === "error")) return i;
+    }
+    return -1;
   },
 };
 
-function applySearch(div) {
-  const query = $("#search").value.toLowerCase();
-  div.classList.toggle("hidden", Boolean(query) && !div.textContent.toLowerCase().includes(query));
-}
-
+// Search: every line that holds the words (the file's text, any case), a count, next and
+// previous, and the matches marked on screen.
+const search = {
+  query: "",
+  matches: [],
+  current: -1,
+  reset() {
+    this.matches = [];
+    this.current = -1;
+    this.query = $("#search").value.toLowerCase();
+    if (this.query && log.lines) this.run(false);
+    else this.show();
+  },
+  run(jump = true) {
+    this.query = $("#search").value.toLowerCase();
+    this.matches = [];
+    if (this.query) {
+      for (let i = 0; i < log.count; i += 1) {
+        if (log.text(i).toLowerCase().includes(this.query)) this.matches.push(i);
+      }
+    }
+    this.current = this.matches.length ? this.matches.length - 1 : -1; // the latest first
+    this.show();
+    if (jump && this.current >= 0) log.scrollTo(this.matches[this.current]);
+    log.draw(true);
+  },
+  added(from) {
+    if (!this.query) return;
+    for (let i = from; i < log.count; i += 1) {
+      if (log.text(i).toLowerCase().includes(this.query) && this.matches.at(-1) !== i) this.matches.push(i);
+    }
+    this.show();
+  },
+  shifted(by) {
+    if (this.query) {
+      const current = this.current >= 0 ? this.matches[this.current] + by : -1;
+      this.run(false);
+      if (current >= 0) this.current = Math.max(0, this.matches.indexOf(current));
+      this.show();
+    }
+  },
+  step(by) {
+    if (!this.matches.length) return;
+    this.current = (this.current + by + this.matches.length) % this.matches.length;
+    this.show();
+    log.scrollTo(this.matches[this.current]);
+    log.draw(true);
+  },
+  isCurrent(i) {
+    return this.current >= 0 && this.matches[this.current] === i;
+  },
+  show() {
+    const count = $("#search-count");
+    if (!this.query) count.textContent = "";
+    else if (!this.matches.length) count.textContent = "no match";
+    else count.textContent = `${this.current + 1} of ${this.matches.length}`;
+  },
+  mark(el) {
+    if (!this.query) return;
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    const texts = [];
+    while (walker.nextNode()) texts.push(walker.currentNode);
+    for (const node of texts) {
+      const value = node.nodeValue;
+      const lower = value.toLowerCase();
+      let at = lower.indexOf(this.query);
+      if (at < 0) continue;
+      const pieces = [];
+      let last = 0;
+      while (at >= 0) {
+        pieces.push(document.createTextNode(value.slice(last, at)));
+        const mark = document.createElement("mark");
+        mark.textContent = value.slice(at, at + this.query.length);
+        pieces.push(mark);
+        last = at + this.query.length;
+        at = lower.indexOf(this.query, last);
+      }
+      pieces.push(document.createTextNode(value.slice(last)));
+      node.replaceWith(...pieces);
+    }
+  },
+};
 
 // The start form -----------------------------------------------------------------------------
 
@@ -719,19 +980,43 @@ for (const list of ["#runs", "#timeline"]) {
     if (b) navigate(hashFor(state.task, b.dataset.run));
   });
 }
-document.querySelectorAll(".tabs button").forEach((b) =>
+document.querySelectorAll(".tabs button[data-file]").forEach((b) =>
   b.addEventListener("click", () => navigate(hashFor(state.task, state.run, b.dataset.file))));
 $("#raw-toggle").addEventListener("change", () => log.rerender());
-$("#search").addEventListener("input", () => log.el.querySelectorAll(".line").forEach(applySearch));
+let searchTimer = null;
+$("#search").addEventListener("input", () => {
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(() => search.run(), 120);
+});
+$("#search").addEventListener("keydown", (e) => {
+  if (e.key !== "Enter") return;
+  e.preventDefault();
+  clearTimeout(searchTimer);
+  if (search.query !== $("#search").value.toLowerCase()) search.run();
+  else search.step(e.shiftKey ? -1 : 1);
+});
+$("#search-prev").addEventListener("click", () => search.step(-1));
+$("#search-next").addEventListener("click", () => search.step(1));
 $("#task-filter").addEventListener("input", renderTasks);
 $("#status-filter").addEventListener("change", renderTasks);
 $("#follow-button").addEventListener("click", () => {
+  log.following = true;
   log.el.scrollTop = log.el.scrollHeight;
+  log.draw();
   $("#follow-button").hidden = true;
 });
 log.el.addEventListener("scroll", () => {
-  if (log.el.scrollHeight - log.el.scrollTop - log.el.clientHeight < 40) $("#follow-button").hidden = true;
+  log.draw();
+  log.following = log.atBottom();
+  if (log.following) $("#follow-button").hidden = true;
+  if (log.el.scrollTop < 50 * LINE_HEIGHT) log.loadEarlier();
 });
+// When the log's box changes size (a window resize, the run header above it growing), a log
+// that was following its end stays at its end.
+new ResizeObserver(() => {
+  if (log.following) log.el.scrollTop = log.el.scrollHeight;
+  log.draw();
+}).observe(log.el);
 $("#stop-button").addEventListener("click", () => action("stop"));
 $("#resume-button").addEventListener("click", (event) =>
   action("resume", event.currentTarget.dataset.again ? { again: true } : {}));
@@ -767,6 +1052,7 @@ window.addEventListener("hashchange", () => {
   route();
 });
 
+log.reset();
 connectEvents();
 loadSchedules();
 setInterval(loadSchedules, 30000);
