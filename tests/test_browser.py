@@ -540,3 +540,48 @@ def test_a_log_beyond_what_is_read_ahead_loads_its_earlier_parts_on_scroll(
     expect(log.locator(".line", has_text="entry 000001").locator(".ln")).to_have_attribute(
         "data-ln", "1"
     )
+
+
+def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:
+    import subprocess
+
+    import yaml
+
+    from runagent import runfolder
+    from tests.conftest import free_port
+
+    config = yaml.safe_load(ws.write_config(["--lines", "1"], max_restarts=0).read_text())
+    config["schedules"] = {
+        "minutely": {"cron": "* * * * *", "project": "p", "prompt": "tick"}
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    fired = [f"minutely-20261101-0{m}0000" for m in range(1, 6)]
+    for task_id in [*fired, "by-hand"]:
+        runfolder.write_task_prompt(ws.task("p", task_id), "tick")
+    port = free_port()
+    server = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config), "--no-schedules"),
+        cwd=ws.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url), what="the server")
+        page.goto(url)
+        group = page.locator("nav .group[data-schedule=minutely]")
+        expect(group.locator(".group-title")).to_have_text("schedule minutely · 5 tasks")
+        links = group.locator("a[data-task]")
+        expect(links).to_have_count(3)  # the latest three...
+        expect(links.first).to_have_attribute("data-task", f"p/{fired[-1]}")
+        expect(links.first).to_contain_text("20261101-050000 (0)")  # its time, not the name again
+        more = group.locator("button.more")
+        expect(more).to_have_text("2 more")  # ...then how many more
+        expect(page.locator("nav > #tasks > a[data-task='p/by-hand']")).to_have_count(1)
+        shot(page, "schedule-group")
+        more.click()
+        expect(links).to_have_count(5)
+        page.fill("#task-filter", "0100")  # filters reach into the group
+        expect(links).to_have_count(1)
+    finally:
+        server.terminate()
+        server.wait(15)

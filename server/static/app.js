@@ -13,6 +13,7 @@ const state = {
   followLoop: true, // show each new attempt as it starts (no run named in the address)
   autoTab: true, // the tab was chosen by the page (a failed run opens where it failed)
   agents: null, // /api/agents
+  schedules: [], // /api/schedules
 };
 const TABS = ["stdout", "stderr", "output", "prompt"];
 const FAILED = new Set(["failed", "timed_out", "lost"]);
@@ -95,17 +96,73 @@ function renderTasks() {
     const h = document.createElement("h3");
     h.textContent = project;
     nav.append(h);
-    for (const row of rows.sort((a, b) => a.task_id.localeCompare(b.task_id))) {
-      const a = document.createElement("a");
-      a.href = `#${key(row)}`;
-      a.dataset.task = key(row);
-      if (state.task === key(row)) a.classList.add("selected");
-      const name = document.createElement("span");
-      name.textContent = `${row.task_id} (${row.runs})`;
-      a.append(name, badge(row.status));
-      nav.append(a);
+    let rest = rows;
+    for (const schedule of state.schedules.filter((s) => s.project === project)) {
+      const matches = scheduleMatcher(schedule);
+      if (!matches) continue;
+      const fired = rest.filter((row) => matches.test(row.task_id));
+      if (!fired.length) continue;
+      rest = rest.filter((row) => !matches.test(row.task_id));
+      nav.append(scheduleGroup(schedule.name, fired));
     }
+    for (const row of rest.sort((a, b) => a.task_id.localeCompare(b.task_id))) nav.append(taskLink(row));
   }
+}
+
+function taskLink(row, prefix = "") {
+  const a = document.createElement("a");
+  a.href = `#${key(row)}`;
+  a.dataset.task = key(row);
+  if (state.task === key(row)) a.classList.add("selected");
+  const name = document.createElement("span");
+  const shown = prefix && row.task_id.startsWith(prefix) ? row.task_id.slice(prefix.length) : row.task_id;
+  name.textContent = `${shown} (${row.runs})`;
+  name.title = row.task_id;
+  a.append(name, badge(row.status));
+  return a;
+}
+
+// A schedule's tasks under its name: the latest few, then "N more" (and the one shown, if older).
+const GROUP_SHOWN = 3;
+const expandedGroups = new Set();
+
+function scheduleGroup(name, rows) {
+  const group = document.createElement("div");
+  group.className = "group";
+  group.dataset.schedule = name;
+  const title = document.createElement("div");
+  title.className = "group-title";
+  title.textContent = `schedule ${name} · ${rows.length} ${rows.length === 1 ? "task" : "tasks"}`;
+  group.append(title);
+  const newest = rows.sort((a, b) => b.task_id.localeCompare(a.task_id));
+  const open = expandedGroups.has(name);
+  const hidden = open ? [] : newest.slice(GROUP_SHOWN);
+  for (const row of newest) if (!hidden.includes(row) || state.task === key(row)) group.append(taskLink(row, `${name}-`));
+  const more = hidden.filter((row) => state.task !== key(row)).length;
+  if (more || open && rows.length > GROUP_SHOWN) {
+    const toggle = document.createElement("button");
+    toggle.type = "button";
+    toggle.className = "more";
+    toggle.textContent = open ? "show fewer" : `${more} more`;
+    toggle.addEventListener("click", () => {
+      if (open) expandedGroups.delete(name);
+      else expandedGroups.add(name);
+      renderTasks();
+    });
+    group.append(toggle);
+  }
+  return group;
+}
+
+// The task ids a schedule's firings get: its template with each placeholder as what it stands
+// for; null when every firing is the same task (nothing to group).
+function scheduleMatcher(schedule) {
+  if (!/\{(date|time|datetime)\}/.test(schedule.task)) return null;
+  const escape = (text) => text.replace(/[.*+?^${}()|[\]\\]/g, "\\$&");
+  const stands = { "{name}": escape(schedule.name), "{date}": "\\d{8}", "{time}": "\\d{6}", "{datetime}": "\\d{8}-\\d{6}" };
+  const pattern = schedule.task.split(/(\{name\}|\{date\}|\{time\}|\{datetime\})/)
+    .map((piece) => stands[piece] ?? escape(piece)).join("");
+  return new RegExp(`^${pattern}(-\\d+)?$`);
 }
 
 // Schedules ----------------------------------------------------------------------------------
@@ -121,6 +178,8 @@ async function loadSchedules() {
   const response = await fetch("/api/schedules");
   if (!response.ok) return;
   const rows = await response.json();
+  state.schedules = rows;
+  renderTasks();
   $("#schedules").hidden = rows.length === 0;
   const list = $("#schedule-list");
   list.replaceChildren();
@@ -834,7 +893,7 @@ const log = {
       for (const [kind, said] of described) {
         const span = document.createElement("span");
         span.className = `ev-${kind}`;
-        span.textContent = String(said ?? "").replaceAll("\n", " ⏎ ");
+        span.textContent = String(said ?? "").replaceAll("\n", " ↵ ");
         text.append(span, document.createTextNode(" "));
       }
     } else {
