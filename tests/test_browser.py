@@ -585,3 +585,23 @@ def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page
     finally:
         server.terminate()
         server.wait(15)
+
+
+def test_copy_puts_the_logs_lines_on_the_clipboard(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    ws.write_config(["--lines", "300", "--line-text", "copied"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "c", "copy me").returncode == 0
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    try:
+        page.goto(f"{server.url}/#p/c")
+        expect(page.locator("#log")).to_contain_text("copied 300")
+        page.click("#copy-button")
+        expect(page.locator("#copy-button")).to_have_text("copied 300 lines")
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        # Every line, not only the rows on screen.
+        assert copied.splitlines() == [f"copied {i}" for i in range(1, 301)]
+    finally:
+        context.close()

@@ -919,6 +919,19 @@ const log = {
   },
 };
 
+// Copy: every line read so far (the whole file once its start is read), as the file has it.
+async function copyLog() {
+  const text = log.lines.join("\n") + (log.partial ? `\n${log.partial}` : "");
+  const button = $("#copy-button");
+  try {
+    await navigator.clipboard.writeText(text);
+    button.textContent = `copied ${log.count.toLocaleString("en")} lines`;
+  } catch {
+    button.textContent = "copy refused";
+  }
+  setTimeout(() => { button.textContent = "copy"; }, 2000);
+}
+
 // Search: every line that holds the words (the file's text, any case), a count, next and
 // previous, and the matches marked on screen.
 const search = {
@@ -1055,6 +1068,7 @@ $("#search").addEventListener("keydown", (e) => {
   else search.step(e.shiftKey ? -1 : 1);
 });
 $("#search-prev").addEventListener("click", () => search.step(-1));
+$("#copy-button").addEventListener("click", copyLog);
 $("#search-next").addEventListener("click", () => search.step(1));
 $("#task-filter").addEventListener("input", renderTasks);
 $("#status-filter").addEventListener("change", renderTasks);
