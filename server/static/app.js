@@ -518,11 +518,11 @@ function renderRunHeader(run) {
     ["why", run.message || (run.status === "running" ? "still running" : `ended ${run.status}`) +
       (run.reason ? ` (${run.reason.replaceAll("_", " ")})` : "")],
     ["exit code", run.exit_code == null ? "—" : String(run.exit_code)],
-    ["agent", `${run.agent}${run.agent_version ? ` ${run.agent_version}` : ""} (${run.backend})`],
     ["attempt", `${run.attempt} · run ${index + 1} of ${runs.length}`],
+    ["duration", durationText((end - start) / 1000) + (run.end_time ? "" : " so far")],
+    ["agent", `${run.agent}${run.agent_version ? ` ${run.agent_version}` : ""} (${run.backend})`],
     ["started", timeText(run.start_time)],
     ["ended", run.end_time ? timeText(run.end_time) : "—"],
-    ["duration", durationText((end - start) / 1000) + (run.end_time ? "" : " so far")],
     ["folder", run.cwd],
   ];
   if (run.parent_run_id) rows.push(["parent run", run.parent_run_id]);
@@ -576,6 +576,7 @@ async function openFile(name) {
   closeLog();
   const opened = `${state.run}/${name}`;
   state.opened = opened;
+  state.failureShown = null; // a log opened afresh is shown at its failure again
   log.reset();
   log.target = state.line ? state.line - 1 : -1;
   if (name === "prompt") {
