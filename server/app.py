@@ -26,7 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runagent import __version__, control, runfolder, tasks, worktree
+from runagent import __version__, cleanup, control, runfolder, tasks, worktree
 from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import (
@@ -92,6 +92,10 @@ class Settings:
     check_start: Callable[[TaskPaths, LoopOverrides], None] | None = None
     allowed_hosts: frozenset[str] = field(default_factory=lambda: allowed_hosts("127.0.0.1"))
     ops_workspaces: tuple[Path, ...] = ()  # where API-created operations may act; () = workdir
+    # The config's agents for the start form: {"default": name, "agents": [{name, type, ...}]},
+    # read from the config file the server was started with. The CLI hands it in (no backend
+    # is imported here); None: the page offers a free-text agent.
+    agents: Callable[[], dict[str, Any]] | None = None
 
 
 def byte_count(name: str, raw: str) -> int:
@@ -128,10 +132,12 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/tasks", api.all_tasks),
         Route("/api/events", api.events),
         Route("/api/schedules", api.schedules),
+        Route("/api/agents", api.agents),
         Route("/api/schedules/{name}/run", api.run_schedule, methods=["POST"]),
         Route("/api/projects/{project}/tasks", api.project_tasks, methods=["GET"]),
         Route("/api/projects/{project}/tasks", api.start, methods=["POST"]),
-        Route("/api/projects/{project}/tasks/{task}", api.task),
+        Route("/api/projects/{project}/tasks/{task}", api.task, methods=["GET"]),
+        Route("/api/projects/{project}/tasks/{task}", api.delete, methods=["DELETE"]),
         Route("/api/projects/{project}/tasks/{task}/stop", api.stop, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}/resume", api.resume, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}/stream", api.task_stream),
@@ -259,6 +265,10 @@ class Api:
             row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
             # An issue run's (or a ready-marker loop's) git work, as `status --json` shows it.
             row["git"] = worktree.progress(task, view.latest, os.environ)
+            total = tasks.usage(task)
+            row["usage"] = total.to_dict() if total is not None else None
+            row["loop_message"] = None if row["status"] == "running" else loop_message(task)
+            row["disk_bytes"] = cleanup.folder_size(task.folder)
             return row
 
         return JSONResponse(await run_in_threadpool(detail))
@@ -376,11 +386,21 @@ class Api:
         }
         return JSONResponse(body, status_code=202)
 
-    @staticmethod
-    def _overrides(body: dict[str, Any]) -> LoopOverrides:
-        """The loop settings the body changes (the form's empty fields change nothing)."""
+    def _overrides(self, body: dict[str, Any]) -> LoopOverrides:
+        """The loop settings the body changes (the form's empty fields change nothing); a
+        working folder that is not one is refused here, before any task is created."""
         values = {**body, "working_dir": body.get("cwd")}
-        return LoopOverrides.parse(values, where=lambda name: name, blank_is_unset=True)
+        overrides = LoopOverrides.parse(
+            values, where=lambda name: "cwd" if name == "working_dir" else name,
+            blank_is_unset=True,
+        )  # fmt: skip
+        if overrides.working_dir is not None:
+            folder = self.settings.workdir / overrides.working_dir.expanduser()
+            if not folder.is_dir():
+                raise UsageError(
+                    f"cwd {str(overrides.working_dir)!r} is not a folder on this machine"
+                )
+        return overrides
 
     async def start(self, request: Request) -> Response:
         body = await self._body(request)
@@ -411,6 +431,22 @@ class Api:
             await run_in_threadpool(self.settings.check_start, task, overrides)
         return await self._start(task, "resume", overrides, body)
 
+    async def agents(self, request: Request) -> Response:
+        if self.settings.agents is None:
+            return JSONResponse({"default": None, "agents": []})
+        return JSONResponse(await run_in_threadpool(self.settings.agents))
+
+    async def delete(self, request: Request) -> Response:
+        """Remove a finished task's folder with all its runs; 409 while its loop runs."""
+        await self._body(request)
+        task = self.task_paths(request)
+
+        def remove() -> dict[str, Any]:
+            plan = cleanup.delete_plan(task)  # AlreadyRunningError (409) while it runs
+            return {"deleted": task.label, "freed_bytes": cleanup.carry_out([plan], self.root)}
+
+        return JSONResponse(await run_in_threadpool(remove))
+
     async def schedules(self, request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(self.runner.describe))
 
@@ -428,3 +464,23 @@ class Api:
         task = self.task_paths(request)
         holder = await run_in_threadpool(control.stop, task, STOP_WAIT)
         return JSONResponse({"stopped": holder is not None, "status": tasks.view(task).status})
+
+
+LOOP_TAIL = 4096  # bytes of supervisor.log read for the loop's last word
+
+
+def loop_message(task: TaskPaths) -> str | None:
+    """How the task's last detached loop ended, in the words it printed last in supervisor.log
+    (None when no detached supervisor ran it)."""
+    path = task.folder / runfolder.SUPERVISOR_LOG
+    if not path.is_file() or path.is_symlink():
+        return None
+    latest = task.run_ids()[-1:]
+    info = task.run_folder(latest[0]) / runfolder.RUN_INFO if latest else None
+    with contextlib.suppress(OSError):
+        if info is not None and info.stat().st_mtime > path.stat().st_mtime + 1:
+            return None  # the log is older than the last run: a later loop ran in a terminal
+    size = streams.file_size(path)
+    tail = streams.read_at(path, max(0, size - LOOP_TAIL), LOOP_TAIL).decode("utf-8", "replace")
+    said = [line for line in tail.splitlines() if line.startswith("run-agent: ")]
+    return said[-1].removeprefix("run-agent: ") if said else None

@@ -84,7 +84,8 @@ def test_watch_a_task_live_then_stop_it_from_the_page(
     expect(red).to_have_text("red warning")  # ANSI colours are rendered, not shown raw
     page.click(".tabs button[data-file=stdout]")
     page.fill("#search", "step 3")
-    expect(page.locator("#log .line:not(.hidden)")).to_have_count(1)
+    expect(page.locator("#search-count")).to_have_text("1 of 1")  # counted, and marked
+    expect(page.locator("#log .line.current-match mark")).to_have_text("step 3")
     page.fill("#search", "")
     pids = ws.agent_pids()
     page.click("#stop-button")
@@ -185,7 +186,9 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 40"
     assert log.evaluate(at_bottom)  # following the tail
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
-    expect(log).to_contain_text("row 200")  # lines keep arriving...
+    # Lines keep arriving (the log grows by a row each; only the rows on screen are drawn)...
+    tall = log.evaluate("el => el.scrollHeight")
+    wait_for(lambda: log.evaluate("el => el.scrollHeight") > tall + 50 * 17, what="more lines")
     assert log.evaluate("el => el.scrollTop") == 0  # ...but the reader stays where they were
     follow = page.locator("#follow-button")
     expect(follow).to_be_visible()
@@ -271,3 +274,396 @@ def test_an_agent_modes_approval_is_answered_from_the_page(
                 proc.wait()
     assert not (work / "build").exists()
     assert ws.task().run(ws.runs()[0].run_id).output.read_text().startswith("cleaned")
+
+
+def shots(page: Page, name: str) -> None:
+    """Screenshots of the view at 1400 px and at 420 px wide (a phone)."""
+    for width in (1400, 420):
+        page.set_viewport_size({"width": width, "height": 900})
+        shot(page, f"{name}-{width}")
+    page.set_viewport_size({"width": 1280, "height": 800})
+
+
+def test_a_failed_runs_header_says_why_and_it_opens_on_its_stderr(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "2", "--stderr", "Traceback: boom", "--exit", "1"], max_restarts=1)
+    page.goto(server.url)
+    start_from_form(page, "broken", "fail twice")
+    expect(page.locator("#task-status")).to_have_text("failed", timeout=20000)
+    # How the loop ended, in the words the supervisor used, not in a tooltip.
+    expect(page.locator("#task-summary")).to_contain_text(
+        "gave up after 2 failed attempts (max_restarts 1)"
+    )
+    header = page.locator("#run-header")
+    expect(header.locator("dd[data-field=status] .badge")).to_have_text("failed")
+    expect(header.locator("dd[data-field='exit code']")).to_have_text("1")
+    expect(header.locator("dd[data-field=why]")).to_have_text("exited with code 1")
+    expect(header.locator("dd[data-field=attempt]")).to_have_text("2 · run 2 of 2")
+    expect(header.locator("dd[data-field=agent]")).to_contain_text("fake (command)")
+    expect(header.locator("dd[data-field=folder]")).to_have_text(str(ws.path))
+    expect(header.locator("dd[data-field=duration]")).not_to_have_text("—")
+    expect(header.locator("dd[data-field='restart of']")).to_have_text(
+        ws.runs("p", "broken")[0].run_id
+    )
+    # It opens where the failure is: the traceback on stderr, not the stdout tab.
+    expect(page.locator(".tabs button.active")).to_have_text("stderr")
+    expect(page.locator("#log")).to_contain_text("Traceback: boom")
+    shots(page, "failed-run-header")
+
+
+def test_a_failed_stream_opens_on_its_error_event(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    sample = REPO / "tests" / "samples" / "claude-error.stdout.jsonl"
+    ws.write_config(["--chunks", sample.read_bytes().hex(), "--exit", "1"], max_restarts=0)
+    page.goto(server.url)
+    start_from_form(page, "api-error", "meet an API error")
+    expect(page.locator("#task-status")).to_have_text("failed", timeout=20000)
+    expect(page.locator(".tabs button.active")).to_have_text("stdout")  # no stderr was written
+    failure = page.locator("#log .line.failure")
+    expect(failure).to_contain_text("API Error: 400")
+    expect(failure).to_be_in_viewport()
+
+
+def test_usage_of_each_run_and_of_the_task_is_shown(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1", "--exit", "1"], max_restarts=1)
+    assert ws.cli("--project", "p", "--task", "u", "spend tokens").returncode != 0
+    for run_id, tokens in zip(ws.task("p", "u").run_ids(), (1200, 34), strict=True):
+        path = ws.task("p", "u").run_folder(run_id) / "run-info.yaml"
+        text = f"tokens_in: {tokens}\ntokens_out: 56\ncost_usd: 0.0125\n"
+        path.write_text(path.read_text() + text)
+    page.goto(f"{server.url}/#p/u")
+    expect(page.locator("#run-header dd[data-field=usage]")).to_have_text(
+        "34 tokens in, 56 out, $0.0125"
+    )
+    expect(page.locator("#task-summary")).to_contain_text(
+        "all runs: 1,234 tokens in, 112 out, $0.0250"
+    )
+    expect(page.locator("#task-summary")).to_contain_text("on disk")
+
+
+def test_the_loop_is_a_timeline_of_its_attempts_that_can_be_clicked(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(
+        ["--fail-first", "2", "--counter", "attempts", "--lines", "1"],
+        max_restarts=3, restart_delay="400ms", restart_delay_max="400ms",
+    )  # fmt: skip
+    assert ws.cli("--project", "p", "--task", "loop", "third time lucky").returncode == 0
+    first = ws.runs("p", "loop")[0]
+    page.goto(f"{server.url}/#p/loop")
+    bars = page.locator("#timeline .bar")
+    expect(bars).to_have_count(3)  # one bar per run
+    assert [b.get_attribute("class").split()[1] for b in bars.all()] == [
+        "failed", "failed", "completed",
+    ]  # fmt: skip
+    expect(page.locator("#timeline .gap")).to_have_count(2)  # the waits between attempts
+    expect(page.locator("#timeline .gap").first).to_have_attribute(
+        "title", re.compile(r"waited .* before attempt 2")
+    )
+    widths = [b.bounding_box()["width"] for b in bars.all()]  # type: ignore[index]
+    gap = page.locator("#timeline .gap").first.bounding_box()
+    assert gap is not None and gap["width"] > 0
+    assert all(w >= 8 for w in widths)
+    expect(bars.nth(2)).to_have_class(re.compile("selected"))  # the latest run is shown
+    shots(page, "timeline")
+    bars.first.click()
+    expect(page).to_have_url(re.compile(f"#p/loop/{first.run_id}$"))
+    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("1 · run 1 of 3")
+    expect(bars.first).to_have_class(re.compile("selected"))
+    page.go_back()
+    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("3 · run 3 of 3")
+
+
+def test_every_view_has_an_address_and_back_and_forward_move_between_them(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "3", "--line-text", "out", "--stderr", "err text"], max_restarts=0)
+    for task in ("alpha", "beta"):
+        assert ws.cli("--project", "p", "--task", task, f"prompt of {task}").returncode == 0
+    (alpha,) = ws.runs("p", "alpha")
+    page.goto(server.url)
+    page.click("nav a[data-task='p/alpha']")
+    expect(page).to_have_url(re.compile("#p/alpha$"))
+    expect(page.locator("#log")).to_contain_text("out 3")
+    page.click(".tabs button[data-file=stderr]")
+    expect(page).to_have_url(re.compile(f"#p/alpha/{alpha.run_id}/stderr$"))
+    expect(page.locator("#log")).to_have_text("err text")
+    page.click("nav a[data-task='p/beta']")
+    expect(page.locator("#task-title")).to_have_text("p/beta")
+    page.go_back()
+    expect(page.locator("#task-title")).to_have_text("p/alpha")
+    expect(page.locator(".tabs button.active")).to_have_text("stderr")
+    expect(page.locator("#log")).to_have_text("err text")
+    page.go_back()
+    expect(page.locator(".tabs button.active")).to_have_text("stdout")
+    page.go_forward()
+    expect(page.locator(".tabs button.active")).to_have_text("stderr")
+    # A shared address opens the same view in a fresh page.
+    fresh = page.context.new_page()
+    fresh.goto(f"{server.url}/#p/alpha/{alpha.run_id}/prompt")
+    expect(fresh.locator(".tabs button.active")).to_have_text("prompt")
+    expect(fresh.locator("#log")).to_contain_text("prompt of alpha")
+    fresh.close()
+    # Cancel on the form goes back to where the reader was, not to an empty pane.
+    page.click("#new-task-button")
+    expect(page).to_have_url(re.compile("#new$"))
+    page.click("#cancel-new")
+    expect(page.locator("#task-title")).to_have_text("p/alpha")
+    expect(page.locator("#task-view")).to_be_visible()
+
+
+def test_the_sidebar_filters_by_words_and_status_and_collapses_when_narrow(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "2"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "good-one", "ok").returncode == 0
+    assert ws.cli("--project", "p", "--task", "good-two", "ok").returncode == 0
+    ws.write_config(["--lines", "2", "--exit", "1"], max_restarts=0)
+    assert ws.cli("--project", "q", "--task", "bad-one", "fail").returncode != 0
+    page.goto(server.url)
+    links = page.locator("nav a[data-task]")
+    expect(links).to_have_count(3)
+    page.fill("#task-filter", "good")
+    expect(links).to_have_count(2)
+    page.fill("#task-filter", "p/good two")  # every word must match
+    expect(links).to_have_count(1)
+    page.fill("#task-filter", "")
+    page.select_option("#status-filter", "failed")
+    expect(links).to_have_count(1)
+    expect(links.first).to_have_attribute("data-task", "q/bad-one")
+    page.select_option("#status-filter", "running")
+    expect(page.locator("#tasks")).to_contain_text("No task matches (of 3)")
+    page.select_option("#status-filter", "")
+    # At 420 px the list and the task share the screen in turns.
+    page.set_viewport_size({"width": 420, "height": 800})
+    expect(page.locator("nav")).to_be_visible()  # the home view is the list
+    shot(page, "narrow-list-420")
+    links.filter(has_text="bad-one").click()
+    expect(page.locator("nav")).to_be_hidden()
+    log = page.locator("#log")
+    expect(log).to_be_visible()
+    box = log.bounding_box()
+    assert box is not None and box["width"] > 380  # the log has the width, not 90 px
+    shot(page, "narrow-task-420")
+    page.click("#nav-toggle")
+    expect(page.locator("nav")).to_be_visible()
+    expect(page.locator("#detail")).to_be_hidden()
+
+
+def test_the_form_offers_the_configured_agents_and_the_loop_settings(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1"], agents={"other": ["--lines", "1", "--line-text", "other"]})
+    (ws.path / "sub").mkdir()
+    page.goto(server.url)
+    page.click("#new-task-button")
+    options = page.locator("#agent-choice option")
+    expect(options).to_have_text(["config default (fake)", "fake — command", "other — command"])
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "formed")
+    page.fill("textarea[name=prompt]", "with settings")
+    page.select_option("#agent-choice", "other")
+    page.fill("input[name=cwd]", "nowhere")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("cwd 'nowhere' is not a folder")
+    page.fill("input[name=cwd]", "sub")
+    page.fill("input[name=timeout]", "soon")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("timeout")
+    assert not ws.task("p", "formed").folder.exists()  # refused before anything was made
+    shots(page, "start-form")
+    page.fill("input[name=timeout]", "30s")
+    page.fill("input[name=idle_timeout]", "20s")
+    page.fill("input[name=max_restarts]", "0")
+    page.select_option("select[name=until]", "exit")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/formed")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    expect(page.locator("#log")).to_contain_text("other 1")
+    (run,) = ws.runs("p", "formed")
+    assert run.agent == "other" and run.cwd == str(ws.path / "sub")
+    page.go_back()  # the form is not reopened: the task replaced it in the history
+    expect(page.locator("#new-task")).to_be_hidden()
+
+
+def test_a_finished_task_is_deleted_from_the_page_and_shows_its_disk_use(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1", "--sleep", "60"], max_restarts=0)
+    page.goto(server.url)
+    start_from_form(page, "busy", "keep going")
+    expect(page.locator("#task-status")).to_have_text("running")
+    expect(page.locator("#delete-button")).to_be_disabled()  # never a running task
+    page.click("#stop-button")
+    expect(page.locator("#task-status")).to_have_text("stopped", timeout=20000)
+    expect(page.locator("#task-summary")).to_contain_text(re.compile(r"[\d.]+ (bytes|KB) on disk"))
+    delete = page.locator("#delete-button")
+    expect(delete).to_be_enabled()
+    page.once("dialog", lambda d: d.dismiss())  # a second thought keeps it
+    delete.click()
+    assert ws.task("p", "busy").folder.is_dir()
+    page.once("dialog", lambda d: d.accept())
+    delete.click()
+    expect(page.locator("nav a[data-task='p/busy']")).to_have_count(0)
+    expect(page.locator("#placeholder")).to_be_visible()
+    assert not ws.task("p", "busy").folder.exists()
+
+
+BIG_RUN = "20260101-000000000-1000"
+
+
+def big_log(ws: Workspace, lines: int = 200_000) -> str:
+    """Task p/big with one finished run whose stdout is LINES numbered lines (about 11 MB)."""
+    from runagent import runfolder
+    from runagent.runinfo import Reason, RunInfo, RunStatus
+
+    run_id = BIG_RUN
+    task = ws.task("p", "big")
+    runfolder.write_task_prompt(task, "print a lot")
+    folder = runfolder.create_run_folder(task, run_id)
+    info = RunInfo(run_id, "p", "big", 1, "fake", "command", "2026-01-01T00:00:00+00:00",
+                   str(ws.path), status=RunStatus.COMPLETED, reason=Reason.EXITED, exit_code=0,
+                   end_time="2026-01-01T00:01:00+00:00")  # fmt: skip
+    runfolder.write_run_info(folder, info)
+    text = "".join(
+        f"entry {i:06d} of the long log, with some words after it\n" for i in range(1, 200001)
+    )
+    (folder / runfolder.STDOUT).write_text(text)
+    return run_id
+
+
+def test_a_200000_line_log_opens_at_its_end_and_is_searched_numbered_and_linked(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    run_id = big_log(ws)
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    expect(log.locator(".line", has_text="entry 200000")).to_be_visible()  # opens at its end
+    assert log.locator(".line").count() < 200  # only the rows on screen (and a margin) exist
+    # The file's start is read by itself, and then every line has its number.
+    expect(log.locator(".line", has_text="entry 200000").locator(".ln")).to_have_attribute(
+        "data-ln", "200000", timeout=30000
+    )
+    page.fill("#search", "entry 12345")
+    page.press("#search", "Enter")
+    expect(page.locator("#search-count")).to_have_text("10 of 10")  # 123450 to 123459
+    current = log.locator(".line.current-match")
+    expect(current.locator("mark")).to_have_text("entry 12345")
+    expect(current).to_contain_text("entry 123459")  # the latest match first
+    page.click("#search-next")  # wraps round to the first
+    expect(page.locator("#search-count")).to_have_text("1 of 10")
+    expect(current).to_contain_text("entry 123450")
+    page.click("#search-prev")
+    expect(page.locator("#search-count")).to_have_text("10 of 10")
+    shots(page, "big-log-search")
+    # A line's number is a link to it; the link opens the log there in a fresh page.
+    number = current.locator(".ln")
+    number.click()
+    expect(page).to_have_url(re.compile(f"#p/big/{run_id}/stdout/L123459$"))
+    fresh = page.context.new_page()
+    fresh.goto(f"{server.url}/#p/big/{run_id}/stdout/L100")
+    target = fresh.locator("#log .line.target")
+    expect(target).to_contain_text("entry 000100")
+    expect(target).to_be_in_viewport()
+    fresh.close()
+
+
+def test_a_log_beyond_what_is_read_ahead_loads_its_earlier_parts_on_scroll(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    big_log(ws)
+    page.add_init_script("window.runAgentPrefetchBytes = 0")  # nothing read ahead by itself
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    last = log.locator(".line", has_text="entry 200000")
+    expect(last).to_be_visible()
+    assert last.locator(".ln").get_attribute("data-ln") is None  # its place is not known yet
+    held = page.evaluate("() => log.lines.length")
+    assert held < 10_000  # only the tail was read
+    tops = 0
+    while page.evaluate("() => log.from") > 0:
+        before = page.evaluate("() => log.lines.length")
+        log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+        wait_for(
+            lambda b=before: page.evaluate("() => log.lines.length") > b, what="an earlier part"
+        )
+        tops += 1
+    assert tops >= 2  # read in parts, as the reader went up
+    # Stitched at every part's edge: every line once, whole, in order.
+    assert page.evaluate(
+        """() => log.lines.length === 200000 && log.lines.every((l, i) => l ===
+             `entry ${String(i + 1).padStart(6, "0")} of the long log, with some words after it`)"""
+    )
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    expect(log.locator(".line", has_text="entry 000001").locator(".ln")).to_have_attribute(
+        "data-ln", "1"
+    )
+
+
+def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:
+    import subprocess
+
+    import yaml
+
+    from runagent import runfolder
+    from tests.conftest import free_port
+
+    config = yaml.safe_load(ws.write_config(["--lines", "1"], max_restarts=0).read_text())
+    config["schedules"] = {
+        "minutely": {"cron": "* * * * *", "project": "p", "prompt": "tick"}
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    fired = [f"minutely-20261101-0{m}0000" for m in range(1, 6)]
+    for task_id in [*fired, "by-hand"]:
+        runfolder.write_task_prompt(ws.task("p", task_id), "tick")
+    port = free_port()
+    server = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config), "--no-schedules"),
+        cwd=ws.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url), what="the server")
+        page.goto(url)
+        group = page.locator("nav .group[data-schedule=minutely]")
+        expect(group.locator(".group-title")).to_have_text("schedule minutely · 5 tasks")
+        links = group.locator("a[data-task]")
+        expect(links).to_have_count(3)  # the latest three...
+        expect(links.first).to_have_attribute("data-task", f"p/{fired[-1]}")
+        expect(links.first).to_contain_text("20261101-050000 (0)")  # its time, not the name again
+        more = group.locator("button.more")
+        expect(more).to_have_text("2 more")  # ...then how many more
+        expect(page.locator("nav > #tasks > a[data-task='p/by-hand']")).to_have_count(1)
+        shot(page, "schedule-group")
+        more.click()
+        expect(links).to_have_count(5)
+        page.fill("#task-filter", "0100")  # filters reach into the group
+        expect(links).to_have_count(1)
+    finally:
+        server.terminate()
+        server.wait(15)
+
+
+def test_copy_puts_the_logs_lines_on_the_clipboard(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    ws.write_config(["--lines", "300", "--line-text", "copied"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "c", "copy me").returncode == 0
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    try:
+        page.goto(f"{server.url}/#p/c")
+        expect(page.locator("#log")).to_contain_text("copied 300")
+        page.click("#copy-button")
+        expect(page.locator("#copy-button")).to_have_text("copied 300 lines")
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        # Every line, not only the rows on screen.
+        assert copied.splitlines() == [f"copied {i}" for i in range(1, 301)]
+    finally:
+        context.close()

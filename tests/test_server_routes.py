@@ -412,3 +412,82 @@ def test_starlettes_own_refusals_are_json_too(client: TestClient) -> None:
     wrong = client.delete("/api/tasks")
     assert (wrong.status_code, wrong.json()) == (405, {"error": "Method Not Allowed"})
     assert set(wrong.headers["allow"].split(", ")) == {"GET", "HEAD"}  # a set: any order
+
+
+def test_a_task_says_what_it_used_how_its_loop_ended_and_its_size(ws: Workspace) -> None:
+    ws.write_config(["--lines", "1", "--exit", "1"], max_restarts=1)
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
+    with TestClient(app, base_url=LOCAL) as c:
+        assert c.post("/api/projects/p/tasks", json={"task_id": "t", "prompt": "go"}).is_success
+        url = "/api/projects/p/tasks/t"
+        detail = wait_for(
+            lambda: (d := c.get(url).json())["status"] == "failed" and d, what="the loop to end"
+        )
+    # The detached supervisor's last word, as `run-agent run` would have printed it.
+    assert "gave up after 2 failed attempts (max_restarts 1)" in detail["loop_message"]
+    assert detail["usage"] is None  # the fake agent reports no usage
+    assert detail["disk_bytes"] > 0
+    # Usage the runs recorded is summed over the task.
+    for run_id, tokens in zip(ws.task().run_ids(), (10, 5), strict=True):
+        path = ws.task().run_folder(run_id) / "run-info.yaml"
+        path.write_text(path.read_text() + f"tokens_in: {tokens}\ntokens_out: 1\ncost_usd: 0.5\n")
+    with TestClient(app, base_url=LOCAL) as c:
+        usage = c.get(url).json()["usage"]
+    assert usage == {"tokens_in": 15, "tokens_out": 2, "cost_usd": 1.0}
+
+
+def test_the_agents_for_the_start_form_come_from_what_the_cli_hands_in(ws: Workspace) -> None:
+    listing = {"default": "fake", "agents": [{"name": "fake", "type": "command", "model": None}]}
+    app = create_app(Settings(root=ws.root, agents=lambda: listing))
+    with TestClient(app, base_url=LOCAL) as c:
+        assert c.get("/api/agents").json() == listing
+    with TestClient(create_app(Settings(root=ws.root)), base_url=LOCAL) as c:
+        assert c.get("/api/agents").json() == {"default": None, "agents": []}
+
+
+def test_the_served_agents_are_the_config_files(ws: Workspace) -> None:
+    from runagent.cli.options import setup
+    from runagent.cli.serve import agent_choices
+
+    ws.write_config(agents={"other": ["--lines", "1"]})
+    choices = agent_choices(setup(ws.config, None).config)
+    assert choices["default"] == "fake"
+    assert [(a["name"], a["type"]) for a in choices["agents"]] == [
+        ("fake", "command"),
+        ("other", "command"),
+    ]
+
+
+def test_delete_removes_a_finished_task_and_refuses_a_running_one(ws: Workspace) -> None:
+    ws.write_config(["--lines", "1", "--sleep", "60"], max_restarts=0)
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
+    with TestClient(app, base_url=LOCAL) as c:
+        assert c.post("/api/projects/p/tasks", json={"task_id": "t", "prompt": "go"}).is_success
+        wait_for(lambda: ws.agent_pids(), what="the agent")
+        url = "/api/projects/p/tasks/t"
+        refused = c.request("DELETE", url, json={})
+        assert refused.status_code == 409 and "stop it first" in refused.json()["error"]
+        assert ws.task().folder.is_dir()
+        cross = c.request("DELETE", url, json={}, headers={"Origin": "http://evil.example"})
+        assert cross.status_code == 403
+        assert c.post(f"{url}/stop", json={}).json()["stopped"]
+        deleted = c.request("DELETE", url, json={})
+        assert deleted.status_code == 200, deleted.text
+        assert deleted.json()["deleted"] == "p/t" and deleted.json()["freed_bytes"] > 0
+        assert not ws.task().folder.exists()
+        assert c.request("DELETE", url, json={}).status_code == 404
+        assert c.request("DELETE", "/api/projects/p/tasks/..%2F..", json={}).status_code == 404
+
+
+def test_a_working_folder_that_is_not_one_is_refused_before_anything_is_made(
+    ws: Workspace,
+) -> None:
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
+    with TestClient(app, base_url=LOCAL) as c:
+        body = {"task_id": "nowhere", "prompt": "go", "cwd": "no-such-folder"}
+        refused = c.post("/api/projects/p/tasks", json=body)
+        assert refused.status_code == 400
+        assert "cwd 'no-such-folder' is not a folder" in refused.json()["error"]
+        bad = c.post("/api/projects/p/tasks", json={**body, "cwd": "", "timeout": "soon"})
+        assert bad.status_code == 400 and "timeout" in bad.json()["error"]
+    assert not ws.task("p", "nowhere").folder.exists()

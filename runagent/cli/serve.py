@@ -11,6 +11,7 @@ import click
 from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, setup, usable_backend
 from runagent.cli.schedule import launch_firing
+from runagent.config import Config
 from runagent.errors import UsageError
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
@@ -58,6 +59,7 @@ def serve(
             check_start=lambda task, overrides: check_agent(
                 setup(config_path, root), task, overrides
             ),
+            agents=lambda: agent_choices(setup(config_path, root).config),
         )
     )
     enabled = [c.name for c in s.config.schedules.values() if c.enabled]
@@ -80,3 +82,14 @@ def check_agent(s: Setup, task: TaskPaths, overrides: LoopOverrides) -> None:
     """What the server asks before it starts a task: the agent it will run (as given, else as
     the task was started before) exists and can run here."""
     usable_backend(s.config, LoopOverrides.remembered(task).merged(overrides).agent)
+
+
+def agent_choices(config: Config) -> dict[str, object]:
+    """The config's agents as the start form offers them: each one's name, backend and model,
+    and the default."""
+    return {
+        "default": config.defaults.agent,
+        "agents": [
+            {"name": a.name, "type": a.type, "model": a.model} for a in config.agents.values()
+        ],
+    }
