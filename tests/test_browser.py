@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Server, Workspace, alive, wait_for
+from tests.conftest import REPO, Server, Workspace, alive, free_port, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
@@ -130,11 +132,8 @@ def test_the_page_shows_when_the_server_goes_away(
 def test_schedules_show_their_next_firing_and_run_now_from_the_page(
     ws: Workspace, page: Page
 ) -> None:
-    import subprocess
 
     import yaml
-
-    from tests.conftest import free_port
 
     config = yaml.safe_load(ws.write_config(["--lines", "2"], max_restarts=0).read_text())
     config["schedules"] = {
@@ -142,15 +141,7 @@ def test_schedules_show_their_next_firing_and_run_now_from_the_page(
                     "prompt": "nightly tidy"}
     }  # fmt: skip
     ws.config.write_text(yaml.safe_dump(config))
-    port = free_port()
-    server = subprocess.Popen(
-        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config), "--no-schedules"),
-        cwd=ws.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _answers(url), what="the server")
+    with own_server(ws) as url:
         page.goto(url)
         item = page.locator("#schedule-list li[data-schedule=nightly]")
         expect(item).to_contain_text("0 3 * * * Europe/Berlin")
@@ -161,6 +152,21 @@ def test_schedules_show_their_next_firing_and_run_now_from_the_page(
         expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
         expect(item).to_contain_text("completed", timeout=40000)
         shot(page, "schedules")
+
+
+@contextlib.contextmanager
+def own_server(ws: Workspace) -> Iterator[str]:
+    """`run-agent serve` of the workspace's config as it is now (schedules not fired): its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config), "--no-schedules"),
+        cwd=ws.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url), what="the server")
+        yield url
     finally:
         server.terminate()
         server.wait(15)
@@ -605,12 +611,10 @@ def test_a_log_beyond_what_is_read_ahead_loads_its_earlier_parts_on_scroll(
 
 
 def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:
-    import subprocess
 
     import yaml
 
     from runagent import runfolder
-    from tests.conftest import free_port
 
     config = yaml.safe_load(ws.write_config(["--lines", "1"], max_restarts=0).read_text())
     config["schedules"] = {
@@ -620,15 +624,7 @@ def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page
     fired = [f"minutely-20261101-0{m}0000" for m in range(1, 6)]
     for task_id in [*fired, "by-hand"]:
         runfolder.write_task_prompt(ws.task("p", task_id), "tick")
-    port = free_port()
-    server = subprocess.Popen(
-        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config), "--no-schedules"),
-        cwd=ws.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_for(lambda: _answers(url), what="the server")
+    with own_server(ws) as url:
         page.goto(url)
         group = page.locator("nav .group[data-schedule=minutely]")
         expect(group.locator(".group-title")).to_have_text("schedule minutely · 5 tasks")
@@ -644,9 +640,6 @@ def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page
         expect(links).to_have_count(5)
         page.fill("#task-filter", "0100")  # filters reach into the group
         expect(links).to_have_count(1)
-    finally:
-        server.terminate()
-        server.wait(15)
 
 
 def test_copy_puts_the_logs_lines_on_the_clipboard(
