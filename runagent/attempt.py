@@ -303,6 +303,9 @@ class Attempt:
                 f"(the run ended: {verdict.message})",
             )
         used = self._usage()
+        if used is not None:
+            with contextlib.suppress(OSError):  # a sum not kept is not a run lost
+                runfolder.add_task_usage(self.ctx.task, used)
         checkout = self.lent.rule.checkout or self.lent.request.checkout
         self.info = self.info.replace(
             head_commit=checkout.head() if checkout is not None else None,

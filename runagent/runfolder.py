@@ -15,6 +15,7 @@ old or the new version, never half of one. When even that fails (a full disk), a
 from __future__ import annotations
 
 import errno
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -25,7 +26,7 @@ from pathlib import Path
 import yaml
 
 from runagent.errors import OutsideRootError, PromptConflictError
-from runagent.runinfo import Reason, RunInfo, RunStatus
+from runagent.runinfo import Reason, RunInfo, RunStatus, Usage
 
 RUN_INFO = "run-info.yaml"
 PROMPT = "prompt.md"
@@ -33,6 +34,7 @@ STDOUT = "agent-stdout.txt"
 STDERR = "agent-stderr.txt"
 OUTPUT = "output.md"
 TASK = "TASK.md"
+TASK_USAGE = "usage.json"  # what the task's runs used, summed as each run ends
 TASK_SETTINGS = "task.yaml"  # how the task was last started: agent, working folder, overrides
 DONE = "DONE"
 LOCK = ".lock"
@@ -355,6 +357,22 @@ def write_task_prompt(task: TaskPaths, prompt: str) -> None:
             f.write(prompt)
     except FileExistsError:
         pass
+
+
+def read_task_usage(task: TaskPaths) -> Usage | None:
+    """What the task's runs used, as summed at each run's end; None if none said."""
+    try:
+        data = json.loads((task.folder / TASK_USAGE).read_text(encoding="utf-8"))
+        return Usage(int(data["tokens_in"]), int(data["tokens_out"]), data.get("cost_usd"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def add_task_usage(task: TaskPaths, used: Usage) -> None:
+    """Add a run's usage to the task's sum (the supervisor holds the task lock meanwhile)."""
+    total = read_task_usage(task)
+    total = used if total is None else total + used
+    atomic_write(task.folder / TASK_USAGE, json.dumps(total.to_dict()))
 
 
 def write_task_settings(task: TaskPaths, settings: Mapping[str, object]) -> None:

@@ -38,6 +38,7 @@ class TaskView:
     run_count: int
     latest: RunInfo | None
     supervisor: Holder | None
+    usage: Usage | None = None  # what its runs used, summed as each ended
 
     @property
     def label(self) -> str:
@@ -53,6 +54,7 @@ class TaskView:
             "latest_run": self.latest.to_dict() if self.latest else None,
             "supervisor_pid": self.supervisor.pid if self.supervisor else None,
             "folder": str(self.paths.folder),
+            "usage": self.usage.to_dict() if self.usage else None,
         }
 
 
@@ -105,7 +107,8 @@ def view(task: TaskPaths) -> TaskView:
         status = TaskStatus(latest.status.value)
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
             status = TaskStatus.LOST
-    return TaskView(task, status, len(task.run_ids()), latest, holder)
+    used = runfolder.read_task_usage(task)
+    return TaskView(task, status, len(task.run_ids()), latest, holder, used)
 
 
 def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
@@ -139,9 +142,20 @@ def refuse_completed(view: TaskView, again: bool) -> None:
 
 
 def usage(task: TaskPaths) -> Usage | None:
-    """What the task's runs used, summed over those whose agent said; None if none did."""
+    """What the task's runs used, summed over those whose agent said; None if none did (read
+    from every run, so right even for runs recorded before the task kept its sum)."""
     total = None
     for info in runs(task):
         if info.usage is not None:
             total = info.usage if total is None else total + info.usage
     return total
+
+
+def project_usage(views: list[TaskView]) -> dict[str, Usage]:
+    """What each project's tasks used, by project id (projects whose agents never said: none)."""
+    totals: dict[str, Usage] = {}
+    for v in views:
+        if v.usage is not None:
+            project = v.paths.project_id
+            totals[project] = totals[project] + v.usage if project in totals else v.usage
+    return totals

@@ -234,8 +234,13 @@ class Api:
 
     async def projects(self, request: Request) -> Response:
         def listing() -> list[dict[str, Any]]:
+            used = tasks.project_usage(tasks.all_tasks(self.root))
             return [
-                {"project_id": p, "tasks": len(runfolder.task_ids(self.root, p))}
+                {
+                    "project_id": p,
+                    "tasks": len(runfolder.task_ids(self.root, p)),
+                    "usage": used[p].to_dict() if p in used else None,
+                }
                 for p in runfolder.project_ids(self.root)
             ]
 

@@ -660,3 +660,22 @@ def test_copy_puts_the_logs_lines_on_the_clipboard(
         assert copied.splitlines() == [f"copied {i}" for i in range(1, 301)]
     finally:
         context.close()
+
+
+def test_the_sidebar_sums_what_each_projects_runs_used(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    import yaml
+
+    sample = (REPO / "tests/samples/claude-text.stdout.jsonl").read_bytes().hex()
+    replay = ws.agent_argv(["--ignore-unknown", "--chunks", sample])
+    ws.config.write_text(yaml.safe_dump({
+        "agents": {"claudeish": {"type": "claude", "permissions": "none", "command": replay}},
+        "defaults": {"agent": "claudeish", "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }))  # fmt: skip
+    for task in ("a", "b"):
+        assert ws.cli("-p", "spend", "-t", task, "x").returncode == 0
+    page.goto(server.url)
+    heading = page.locator("nav h3", has_text="spend")
+    expect(heading.locator(".usage")).to_have_text("30 tokens · $0.0003")  # 2 x (10 in + 5 out)

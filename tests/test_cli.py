@@ -707,6 +707,19 @@ def test_status_sums_what_a_tasks_runs_used(ws: Workspace) -> None:
     assert data["usage"]["tokens_in"] == 20 and data["usage"]["cost_usd"] == pytest.approx(0.00028)
     runs = json.loads(ws.invoke("list", "-p", "p", "-t", "t", "--json").stdout)
     assert runs[0]["tokens_out"] == 5
+    # Summed per task in every listing, and per project.
+    listed = json.loads(ws.invoke("list", "--json").stdout)
+    assert listed[0]["usage"]["tokens_in"] == 20
+    assert "p: 20 tokens in, 10 out, $0.0003" in ws.invoke("list").stdout
+    from starlette.testclient import TestClient
+
+    from server.app import Settings, create_app
+    from tests.conftest import LOCAL
+
+    with TestClient(create_app(Settings(root=ws.root)), base_url=LOCAL) as client:
+        (project,) = client.get("/api/projects").json()
+        assert project["usage"]["tokens_out"] == 10
+        assert client.get("/api/tasks").json()[0]["usage"]["cost_usd"] == pytest.approx(0.00028)
 
 
 def test_until_ready_marker_on_the_command_line(ws: Workspace) -> None:

@@ -16,7 +16,7 @@ from runagent.cli.options import common, existing_task, json_option, setup, task
 from runagent.context import validate_id
 from runagent.errors import NotFoundError, UsageError
 from runagent.runfolder import TaskPaths
-from runagent.runinfo import RunInfo
+from runagent.runinfo import RunInfo, Usage
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -81,6 +81,14 @@ def list_(
         for v in views
     ]
     print_table(rows, ["PROJECT", "TASK", "STATUS", "RUNS", "LATEST RUN"])
+    for project, used in sorted(tasks.project_usage(views).items()):
+        click.echo(f"{project}: {describe_usage(used)}")
+
+
+def describe_usage(used: Usage) -> str:
+    """`20 tokens in, 10 out, $0.0003`."""
+    cost = f", ${used.cost_usd:.4f}" if used.cost_usd is not None else ""
+    return f"{used.tokens_in} tokens in, {used.tokens_out} out{cost}"
 
 
 def _str(value: object) -> str:
@@ -112,8 +120,7 @@ def status(
         ("folder", task.folder),
     ]
     if used is not None:
-        cost = f", ${used.cost_usd:.4f}" if used.cost_usd is not None else ""
-        rows.append(("usage", f"{used.tokens_in} tokens in, {used.tokens_out} out{cost}"))
+        rows.append(("usage", describe_usage(used)))
     started = runfolder.read_task_settings(task)
     if started:
         rows.append(("started with", ", ".join(f"{k} {v}" for k, v in started.items())))

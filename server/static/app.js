@@ -95,6 +95,13 @@ function renderTasks() {
   for (const [project, rows] of [...byProject].sort()) {
     const h = document.createElement("h3");
     h.textContent = project;
+    const used = projectUsage(rows);
+    if (used) {
+      const sum = document.createElement("span");
+      sum.className = "usage";
+      sum.textContent = used;
+      h.append(" ", sum);
+    }
     nav.append(h);
     let rest = rows;
     for (const schedule of state.schedules.filter((s) => s.project === project)) {
@@ -1175,3 +1182,18 @@ connectEvents();
 loadSchedules();
 setInterval(loadSchedules, 30000);
 route();
+
+// What a project's tasks used, from their rows (each task's runs summed as they ended).
+function projectUsage(rows) {
+  let tokensIn = 0, tokensOut = 0, cost = null, any = false;
+  for (const row of rows) {
+    const u = row.usage;
+    if (!u) continue;
+    any = true;
+    tokensIn += u.tokens_in;
+    tokensOut += u.tokens_out;
+    if (u.cost_usd !== null && u.cost_usd !== undefined) cost = (cost || 0) + u.cost_usd;
+  }
+  if (!any) return "";
+  return `${tokensIn + tokensOut} tokens` + (cost !== null ? ` · $${cost.toFixed(4)}` : "");
+}
