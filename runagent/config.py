@@ -135,6 +135,16 @@ CRON_ALIASES = {
 
 
 @dataclass(frozen=True)
+class ScheduleKeep:
+    """A schedule's own retention (`keep:`): its finished firings' tasks beyond the newest `last`
+    and older than `older_than` seconds go; with `failed`, those that did not complete stay."""
+
+    last: int = 0
+    older_than: float | None = None
+    failed: bool = False
+
+
+@dataclass(frozen=True)
 class ScheduleConfig:
     """One entry of `schedules:`."""
 
@@ -153,6 +163,7 @@ class ScheduleConfig:
     enabled: bool = True
     catch_up: bool = False
     notify: NotifyConfig | None = None
+    keep: ScheduleKeep | None = None  # None: its tasks stay until `gc` or `delete`
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from runagent.config import (
     Overlap,
     Permissions,
     ScheduleConfig,
+    ScheduleKeep,
     ServerSettings,
     Until,
 )
@@ -202,7 +203,8 @@ def _schedule(
     from cronsim import CronSim, CronSimError
 
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
-           "max_restarts", "timeout", "until", "enabled", "catch_up", "notify")  # fmt: skip
+           "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
+           "keep")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -247,7 +249,22 @@ def _schedule(
         enabled=s.flag("enabled", True),
         catch_up=s.flag("catch_up", False),
         notify=_notify(s.section("notify")) if s.has("notify") else None,
+        keep=_keep(s.section("keep")) if s.has("keep") else None,
     )
+
+
+def _keep(s: _Section) -> ScheduleKeep:
+    s.only("last", "older_than", "failed")
+    keep = ScheduleKeep(
+        last=s.count("last", 0),
+        older_than=s.duration("older_than", None),
+        failed=s.flag("failed", False),
+    )
+    if not keep.last and keep.older_than is None:
+        raise ConfigError(
+            f"{s.path}: say what to keep: last: N (the newest firings) and/or older_than: 30d"
+        )
+    return keep
 
 
 def _notify(s: _Section) -> NotifyConfig:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -210,6 +211,8 @@ class Scheduler:
                 if due:
                     self._fire(schedule, due[-1])
                 self._finish(schedule, state)
+                if schedule.keep is not None:
+                    self._retain(schedule, now)
 
     def fire_now(self, schedule: ScheduleConfig, now: datetime) -> Firing:
         """Fire `schedule` at once; raise (AlreadyRunningError when its overlap policy says the
@@ -267,6 +270,18 @@ class Scheduler:
         self.log(f"{name}: fired {firing.at.isoformat()} as {firing.label} (supervisor pid {pid})")
         return firing
 
+    def _retain(self, schedule: ScheduleConfig, now: datetime) -> None:
+        """Let go of the firings its `keep:` no longer keeps (never a running one)."""
+        from runagent import cleanup
+
+        for task in expired(self.root, schedule, now):
+            try:
+                cleanup.carry_out([cleanup.delete_plan(task)], self.root)
+            except RunAgentError as exc:  # started meanwhile: kept, and tried again later
+                self.log(f"{schedule.name}: kept {task.label}: {exc}")
+                continue
+            self.log(f"{schedule.name}: removed {task.label} (keep: {schedule.keep})")
+
     def _finish(self, schedule: ScheduleConfig, state: ScheduleState) -> None:
         if state.last_task and state.last_outcome is None and not self._running(state, schedule):
             task = TaskPaths(self.root, schedule.project, state.last_task)
@@ -277,6 +292,42 @@ class Scheduler:
         if queued is not None and not self._running(state, schedule):
             del self.queued[schedule.name]
             self._launch(queued, state)
+
+
+def firing_tasks(root: Path, schedule: ScheduleConfig) -> list[TaskPaths]:
+    """The tasks the schedule's firings made (ids its `task` template gives), oldest first."""
+    pattern = re.escape(schedule.task)
+    for name, form in (("name", re.escape(schedule.name)), ("date", r"\d{8}"),
+                       ("time", r"\d{6}"), ("datetime", r"\d{8}-\d{6}")):  # fmt: skip
+        pattern = pattern.replace(re.escape("{" + name + "}"), form)
+    made = re.compile(pattern + r"(?:-\d+)?")
+    ids = [t for t in runfolder.task_ids(root, schedule.project) if made.fullmatch(t)]
+    return [TaskPaths(root, schedule.project, t) for t in ids]
+
+
+def expired(root: Path, schedule: ScheduleConfig, now: datetime) -> list[TaskPaths]:
+    """The schedule's finished tasks its `keep:` lets go: beyond the newest `last`, older than
+    `older_than`, and (with `failed`) completed; never one that runs."""
+    keep = schedule.keep
+    if keep is None:
+        return []
+    made = firing_tasks(root, schedule)
+    candidates = made[: len(made) - keep.last] if keep.last else made
+    gone = []
+    for task in candidates:
+        view = tasks.view(task)
+        if view.status in (tasks.TaskStatus.RUNNING, tasks.TaskStatus.PENDING):
+            continue
+        if keep.failed and view.status is not tasks.TaskStatus.COMPLETED:
+            continue
+        ended = view.latest.end_time if view.latest else None
+        young = ended is not None and now - datetime.fromisoformat(ended) < timedelta(
+            seconds=keep.older_than or 0
+        )
+        if keep.older_than is not None and young:
+            continue
+        gone.append(task)
+    return gone
 
 
 def describe(

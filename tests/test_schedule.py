@@ -287,3 +287,46 @@ def test_every_firing_gets_its_own_task_even_within_one_second(tmp_path: Path) -
     ]
     daily = schedule("daily", task="{name}-{date}", overlap=Overlap.ALLOW)
     assert task_id(daily, at, tmp_path) == task_id(daily, at + timedelta(minutes=1), tmp_path)
+
+
+def test_a_schedules_keep_lets_go_of_old_firings_but_never_a_running_one(tmp_path: Path) -> None:
+    from runagent import runfolder as rf
+    from runagent.config import ScheduleKeep
+    from runagent.runinfo import RunInfo, RunStatus
+
+    keep = ScheduleKeep(last=2, older_than=3600.0)
+    nightly = schedule(keep=keep)
+    now = datetime(2026, 6, 10, 12, tzinfo=UTC)
+    made = []
+    for day in range(1, 6):  # five finished firings, a day apart, ended long ago
+        task = TaskPaths(tmp_path, "p", f"nightly-2026060{day}-023000")
+        folder = rf.create_run_folder(task, f"2026060{day}-023000000-1")
+        rf.write_run_info(folder, RunInfo(folder.name, "p", task.task_id, 1, "a", "command",
+                          "t", "/", status=RunStatus.COMPLETED,
+                          end_time=f"2026-06-0{day}T02:31:00+00:00"))  # fmt: skip
+        task.done.write_text("done")
+        made.append(task)
+    by_hand = TaskPaths(tmp_path, "p", "nightly-by-hand")  # not a name the template makes
+    rf.write_task_prompt(by_hand, "x")
+    with TaskLock(made[0].lock, made[0].label):  # the oldest is running again: never touched
+        scheduler = Scheduler({"nightly": nightly}, tmp_path, Recorder(), log=lambda _: None)
+        scheduler.start(now)
+        scheduler.tick(now + timedelta(seconds=30))
+        assert [t.folder.exists() for t in made] == [True, False, False, True, True]
+    assert by_hand.folder.exists()
+    young = schedule(keep=ScheduleKeep(last=0, older_than=30 * 86400.0))
+    assert Scheduler({"nightly": young}, tmp_path, Recorder()).state == {}  # built, nothing run
+    from runagent.schedule import expired
+
+    assert expired(tmp_path, young, now) == []  # all younger than 30 days: kept
+
+
+def test_keep_in_the_config_says_what_to_keep(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    base = "schedules:\n  s:\n    cron: '@daily'\n    project: p\n    prompt: x\n    keep: "
+    config.write_text(base + "{last: 3, older_than: 7d, failed: true}\n")
+    keep = load_config(config, ["command"], tmp_path).schedules["s"].keep
+    assert keep is not None and (keep.last, keep.older_than, keep.failed) == (3, 604800.0, True)
+    config.write_text(base + "{failed: true}\n")
+    with pytest.raises(ConfigError, match=r"schedules\.s\.keep: say what to keep"):
+        load_config(config, ["command"], tmp_path)
