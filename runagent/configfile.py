@@ -11,7 +11,7 @@ from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, TypeVar, get_type_hints
+from typing import Any, get_type_hints
 
 import yaml
 
@@ -34,13 +34,10 @@ from runagent.config import (
     ServerSettings,
     Until,
 )
-from runagent.duration import parse_duration
+from runagent.configsection import Section, did_you_mean
 from runagent.errors import ConfigError
 
 CONFIG_NAME = "config.yaml"
-
-
-WORDS_FOR_BOOL = {"yes": True, "no": False, "on": True, "off": False}
 
 
 class ConfigLoader(yaml.SafeLoader):
@@ -59,8 +56,6 @@ ConfigLoader.add_implicit_resolver(
 )
 # The keys of `defaults:` are LoopSettings' fields, so a new setting needs no second list.
 LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
-
-E = TypeVar("E", bound=enum.Enum)
 
 
 def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Path | None:
@@ -132,7 +127,7 @@ def load_config(
 def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
-    top = _Section(data, "")
+    top = Section(data, "")
     top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops")
     ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
     agents = {
@@ -164,7 +159,7 @@ def parse_config(
     )
 
 
-def _ops(s: _Section) -> OpsSettings:
+def _ops(s: Section) -> OpsSettings:
     import json
 
     from runagent.ops.policy import Policy  # only a config with an `ops:` section pays for it
@@ -186,14 +181,14 @@ def _ops(s: _Section) -> OpsSettings:
     )
 
 
-def _issues(s: _Section) -> IssueSettings:
+def _issues(s: Section) -> IssueSettings:
     s.only("setup")
     return IssueSettings(setup=s.argv("setup"))
 
 
 def _schedule(
     name: str,
-    s: _Section,
+    s: Section,
     agents: Mapping[str, AgentConfig],
     backend_names: Collection[str],
     base_dir: Path,
@@ -253,7 +248,7 @@ def _schedule(
     )
 
 
-def _keep(s: _Section) -> ScheduleKeep:
+def _keep(s: Section) -> ScheduleKeep:
     s.only("last", "older_than", "failed")
     keep = ScheduleKeep(
         last=s.count("last", 0),
@@ -267,7 +262,7 @@ def _keep(s: _Section) -> ScheduleKeep:
     return keep
 
 
-def _notify(s: _Section) -> NotifyConfig:
+def _notify(s: Section) -> NotifyConfig:
     s.only("command", "webhook", "secret_env", "on")
     webhook = s.string("webhook")
     if webhook is not None and not re.match(r"https?://", webhook):
@@ -283,7 +278,7 @@ def _notify(s: _Section) -> NotifyConfig:
 HOST_NAME = re.compile(r"\*|\[?[A-Za-z0-9][A-Za-z0-9.:-]{0,252}\]?")
 
 
-def _server(s: _Section, base_dir: Path) -> ServerSettings:
+def _server(s: Section, base_dir: Path) -> ServerSettings:
     base = ServerSettings()
     s.only("host", "port", "api_key_env", "allowed_hosts", "ops_workspaces")
     given = s.data.get("ops_workspaces") or []
@@ -315,14 +310,14 @@ def _server(s: _Section, base_dir: Path) -> ServerSettings:
 
 
 def _agent(
-    name: str, s: _Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings
+    name: str, s: Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings
 ) -> AgentConfig:
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env", "mode", "max_turns")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
-        hint = _did_you_mean(kind, backend_names) or f"one of: {', '.join(sorted(backend_names))}"
+        hint = did_you_mean(kind, backend_names) or f"one of: {', '.join(sorted(backend_names))}"
         raise ConfigError(
             f"{s.key(key) if key else s.path}: unknown backend {kind!r}; {hint}"
             + ("" if key else " (set `type:` to say which backend runs this agent)")
@@ -348,7 +343,7 @@ def _agent(
     )
 
 
-def _max_turns(s: _Section) -> int:
+def _max_turns(s: Section) -> int:
     turns = s.count("max_turns", DEFAULT_MAX_TURNS)
     if turns < 1:
         raise ConfigError(f"{s.key('max_turns')}: {turns} is not a whole number >= 1")
@@ -356,14 +351,14 @@ def _max_turns(s: _Section) -> int:
 
 
 def _defaults(
-    s: _Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
+    s: Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
 ) -> LoopSettings:
     base = LoopSettings()
     s.only(*LOOP_KEYS)
     agent = s.string("agent")
     if agent is not None and agent not in agents and agent not in backend_names:
         choices = [*agents, *backend_names]
-        hint = _did_you_mean(agent, choices) or "name an agent under `agents:` or a backend"
+        hint = did_you_mean(agent, choices) or "name an agent under `agents:` or a backend"
         raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}; {hint}")
     values: dict[str, Any] = {"agent": agent, "non_retryable_exit_codes": _exit_codes(s, base)}
     for name, kind in get_type_hints(LoopSettings).items():
@@ -372,7 +367,7 @@ def _defaults(
     return LoopSettings(**values)
 
 
-def _loop_setting(s: _Section, name: str, kind: Any, default: Any) -> Any:
+def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
     """One key of `defaults:`, read by its LoopSettings field's type."""
     if kind is int:
         return s.count(name, default)
@@ -385,7 +380,7 @@ def _loop_setting(s: _Section, name: str, kind: Any, default: Any) -> Any:
     raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to configfile.py")
 
 
-def _exit_codes(s: _Section, base: LoopSettings) -> frozenset[int]:
+def _exit_codes(s: Section, base: LoopSettings) -> frozenset[int]:
     codes = s.get("non_retryable_exit_codes", None)
     if codes is None:
         return base.non_retryable_exit_codes
@@ -399,117 +394,6 @@ def _exit_codes(s: _Section, base: LoopSettings) -> frozenset[int]:
 
 def _is_exit_code(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 255
-
-
-def _did_you_mean(word: str, choices: Collection[str]) -> str:
-    import difflib  # only a config with a mistake pays for it
-
-    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
-    return f"did you mean {close[0]!r}?" if close else ""
-
-
-class _Section:
-    """A mapping from the YAML file that knows its own key path, for error messages."""
-
-    def __init__(self, data: Any, path: str) -> None:
-        if data is None:
-            data = {}
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path or 'the file'}: expected a mapping of keys, got {data!r}")
-        self.data: dict[Any, Any] = data
-        self.path = path
-
-    def key(self, name: str) -> str:
-        return f"{self.path}.{name}" if self.path else name
-
-    def has(self, name: str) -> bool:
-        return name in self.data
-
-    def get(self, name: str, default: Any) -> Any:
-        value = self.data.get(name, default)
-        return default if value is None else value
-
-    def only(self, *allowed: str) -> None:
-        for name in self.data:
-            if name not in allowed:
-                hint = _did_you_mean(str(name), allowed) or f"known keys: {', '.join(allowed)}"
-                raise ConfigError(f"{self.key(str(name))}: unknown key; {hint}")
-
-    def section(self, name: str) -> _Section:
-        return _Section(self.data.get(name), self.key(name))
-
-    def items_as_sections(self) -> list[tuple[str, _Section]]:
-        return [(str(k), _Section(v, self.key(str(k)))) for k, v in self.data.items()]
-
-    def string(self, name: str) -> str | None:
-        value = self.data.get(name)
-        if value is None:
-            return None
-        if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a string")
-        return str(value)
-
-    def argv(self, name: str) -> tuple[str, ...]:
-        value = self.data.get(name)
-        if value is None:
-            return ()
-        if isinstance(value, str):
-            raise ConfigError(
-                f"{self.key(name)}: {value!r} is a string; write the command as a list, "
-                f"e.g. [{', '.join(repr(w) for w in value.split()[:3])}]"
-            )
-        if not isinstance(value, list) or not all(
-            isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
-        ):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a list of strings")
-        return tuple(str(v) for v in value)
-
-    def string_map(self, name: str) -> dict[str, str]:
-        value = self.data.get(name) or {}
-        if not isinstance(value, dict):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a mapping of NAME: value")
-        out: dict[str, str] = {}
-        for k, v in value.items():
-            if not isinstance(k, str) or isinstance(v, dict | list) or v is None:
-                raise ConfigError(f"{self.key(name)}.{k}: {v!r} is not a plain value")
-            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
-        return out
-
-    def count(self, name: str, default: int) -> int:
-        value = self.get(name, default)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a whole number >= 0")
-        return value
-
-    def choice(self, name: str, kind: type[E], default: E) -> E:
-        """The member of the enum `kind` the key names by value; `default` when it is unset."""
-        value = self.string(name)
-        return _member(kind, value, self.key(name)) if value else default
-
-    def choices(self, name: str, kind: type[E]) -> list[E]:
-        """The members of the enum `kind` a list of values names; empty when it is unset."""
-        return [_member(kind, value, self.key(name)) for value in self.argv(name)]
-
-    def flag(self, name: str, default: bool) -> bool:
-        value = self.get(name, default)
-        if isinstance(value, str) and value.lower() in WORDS_FOR_BOOL:
-            return WORDS_FOR_BOOL[value.lower()]  # yes/no and on/off still mean what they say
-        if not isinstance(value, bool):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not true or false")
-        return value
-
-    def duration(self, name: str, default: float | None) -> float | None:
-        if name not in self.data:
-            return default
-        return parse_duration(self.data[name], self.key(name))
-
-
-def _member(kind: type[E], value: str, where: str) -> E:
-    for member in kind:
-        if member.value == value:
-            return member
-    choices = ", ".join(str(m.value) for m in kind)
-    raise ConfigError(f"{where}: {value!r} is not one of: {choices}")
 
 
 def default_runs_dir(env: Mapping[str, str]) -> Path:
