@@ -22,7 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.serving import serving  # noqa: E402
-from runagent import runfolder  # noqa: E402
+from runagent import runfolder, taskfolder  # noqa: E402
 from runagent.runfolder import TaskPaths  # noqa: E402
 from runagent.runinfo import Reason, RunInfo, RunStatus  # noqa: E402
 
@@ -30,7 +30,7 @@ from runagent.runinfo import Reason, RunInfo, RunStatus  # noqa: E402
 def build(root: Path, tasks: int, runs: int) -> None:
     for t in range(tasks):
         task = TaskPaths(root, f"project-{t % 10}", f"task-{t:03d}")
-        runfolder.write_task_prompt(task, "bench")
+        taskfolder.write_task_prompt(task, "bench")
         previous = None
         for r in range(runs):
             run_id = f"20260101-{t:02d}{r:04d}000-{1000 + t}"

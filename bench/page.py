@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.serving import serving  # noqa: E402
-from runagent import runfolder  # noqa: E402
+from runagent import runfolder, taskfolder  # noqa: E402
 from runagent.runfolder import TaskPaths  # noqa: E402
 from runagent.runinfo import Reason, RunInfo, RunStatus  # noqa: E402
 
@@ -43,7 +43,7 @@ def line(i: int, total: int) -> str:
 
 def build(root: Path, lines: int) -> Path:
     task = TaskPaths(root, "p", "big")
-    runfolder.write_task_prompt(task, "print a lot")
+    taskfolder.write_task_prompt(task, "print a lot")
     folder = runfolder.create_run_folder(task, RUN_ID)
     info = RunInfo(RUN_ID, "p", "big", 1, "bench", "command", "2026-01-01T00:00:00+00:00",
                    str(root), status=RunStatus.COMPLETED, reason=Reason.EXITED, exit_code=0,

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.serving import serving  # noqa: E402
-from runagent import runfolder  # noqa: E402
+from runagent import runfolder, taskfolder  # noqa: E402
 from runagent.process import process_start_time  # noqa: E402
 from runagent.runfolder import TaskPaths  # noqa: E402
 from runagent.runinfo import RunInfo  # noqa: E402
@@ -37,7 +37,7 @@ POLL_INTERVAL = 0.5
 def make_running_run(root: Path) -> Path:
     task = TaskPaths(root, "bench", "latency")
     folder = runfolder.create_run_folder(task, "20260101-000000000-1")
-    runfolder.write_task_prompt(task, "bench")
+    taskfolder.write_task_prompt(task, "bench")
     info = RunInfo("20260101-000000000-1", "bench", "latency", 1, "bench", "command",
                    "2026-01-01T00:00:00+00:00", str(root), supervisor_pid=os.getpid(),
                    supervisor_start=process_start_time(os.getpid()))  # fmt: skip

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from runagent import runfolder
+from runagent import runfolder, taskfolder
 from runagent.backend import Backend
 from runagent.completion import CompletionRule, Verdict
 from runagent.context import LoopRequest, RunContext, agent_environment, new_run_id
@@ -305,7 +305,7 @@ class Attempt:
         used = self._usage()
         if used is not None:
             with contextlib.suppress(OSError):  # a sum not kept is not a run lost
-                runfolder.add_task_usage(self.ctx.task, used)
+                taskfolder.add_task_usage(self.ctx.task, used)
         checkout = self.lent.rule.checkout or self.lent.request.checkout
         self.info = self.info.replace(
             head_commit=checkout.head() if checkout is not None else None,

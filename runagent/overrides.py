@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder
+from runagent import taskfolder
 from runagent.config import LoopSettings, Until
 from runagent.duration import parse_duration
 from runagent.errors import RunAgentError, UsageError
@@ -97,7 +97,7 @@ class LoopOverrides:
     def remembered(cls, task: TaskPaths) -> LoopOverrides:
         """How the task was last started; nothing when it never was, or the record is bad."""
         try:
-            return cls.parse(runfolder.read_task_settings(task))
+            return cls.parse(taskfolder.read_task_settings(task))
         except RunAgentError:  # an edited or damaged record is not a reason to refuse a resume
             return cls()
 

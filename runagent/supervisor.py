@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from runagent import completion, runfolder, tasks, worktree
+from runagent import completion, runfolder, taskfolder, tasks, worktree
 from runagent.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.backend import Backend
 from runagent.context import LoopRequest
@@ -149,9 +149,9 @@ class Supervisor:
         archived = runfolder.archive_done(self.task, previous.run_id if previous else None)
         if archived is not None:
             self.on_event(Event(EventKind.DONE_ARCHIVED, message=f"stale DONE moved to {archived}"))
-        runfolder.write_task_prompt(self.task, self.request.prompt)
+        taskfolder.write_task_prompt(self.task, self.request.prompt)
         if self.request.started_with:
-            runfolder.write_task_settings(self.task, self.request.started_with)
+            taskfolder.write_task_settings(self.task, self.request.started_with)
         return previous
 
     def _end(self, info: RunInfo, attempt: int) -> _Ending | None:

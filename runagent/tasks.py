@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder
+from runagent import runfolder, taskfolder
 from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.lock import Holder, live_holder
 from runagent.process import is_alive
@@ -107,7 +107,7 @@ def view(task: TaskPaths) -> TaskView:
         status = TaskStatus(latest.status.value)
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
             status = TaskStatus.LOST
-    used = runfolder.read_task_usage(task)
+    used = taskfolder.read_task_usage(task)
     return TaskView(task, status, len(task.run_ids()), latest, holder, used)
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from runagent import runfolder, tasks
+from runagent import runfolder, taskfolder, tasks
 from runagent.errors import AlreadyRunningError, ExitCode, RunAgentError, UsageError
 from runagent.issue import Issue
 from runagent.lock import TaskLock
@@ -184,7 +184,7 @@ def _create(task: TaskPaths, issue: Issue, repo: Path, env: Mapping[str, str]) -
         )
     branch = fresh_branch(repo, name, env)
     git(repo, "worktree", "add", "--quiet", "-b", branch, str(task.worktree), fork, env=env)
-    runfolder.write_issue_record(
+    taskfolder.write_issue_record(
         task,
         {
             "issue": issue.number,
@@ -204,7 +204,7 @@ def _setup(task: TaskPaths, issue: Issue, env: Mapping[str, str], timeout: float
     """Run the setup command in the worktree, once (until it has succeeded), for at most
     `timeout` seconds (then its whole group is killed); its output goes to setup.log in the
     task folder."""
-    record = runfolder.read_issue_record(task)
+    record = taskfolder.read_issue_record(task)
     if not issue.setup or record.get("setup_done"):
         return
     with open(task.setup_log, "ab") as log:
@@ -234,7 +234,7 @@ def _setup(task: TaskPaths, issue: Issue, env: Mapping[str, str], timeout: float
             f"setup command {' '.join(issue.setup)!r} exited with code {code} in "
             f"{task.worktree}; see {task.setup_log}"
         )
-    runfolder.write_issue_record(task, {**record, "setup_done": True})
+    taskfolder.write_issue_record(task, {**record, "setup_done": True})
 
 
 def _stamp() -> str:
@@ -316,7 +316,7 @@ def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
     """Every issue task's worktree under the runs root that has not been removed."""
     found = []
     for view in tasks.all_tasks(root):
-        record = runfolder.read_issue_record(view.paths)
+        record = taskfolder.read_issue_record(view.paths)
         if not record or record.get("removed"):
             continue
         path, repo = view.paths.worktree, Path(str(record.get("repo")))
@@ -386,8 +386,8 @@ def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool
         w.path.rename(w.path.with_name(f"{w.path.name}.stale-{_stamp()}"))
     git(w.repo, "worktree", "prune", env=env)
     deleted = _delete_if_merged(w, env)
-    record = runfolder.read_issue_record(w.task.paths)
-    runfolder.write_issue_record(w.task.paths, {**record, "removed": runfolder.timestamp()})
+    record = taskfolder.read_issue_record(w.task.paths)
+    taskfolder.write_issue_record(w.task.paths, {**record, "removed": runfolder.timestamp()})
     return Pruned(w, PruneAction.REMOVED, saved, deleted)
 
 
@@ -431,7 +431,7 @@ def progress(
     """Where a task's git work stands, for `status --json`: the issue (for an issue run), the
     branch, the commits since the base of its latest run, and whether one carries the ready
     marker (`COCODE_READY_MARKER` here, else the default). None for a task with no git work."""
-    record = runfolder.read_issue_record(task)
+    record = taskfolder.read_issue_record(task)
     base = latest.base_commit if latest is not None else None
     if not base and record.get("fork"):
         base = str(record["fork"])

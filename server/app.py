@@ -26,7 +26,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runagent import __version__, cleanup, control, runfolder, tasks, worktree
+from runagent import __version__, cleanup, control, runfolder, taskfolder, tasks, worktree
 from runagent.config import ScheduleConfig
 from runagent.context import new_task_id, validate_id, validate_prompt
 from runagent.errors import (
@@ -266,7 +266,7 @@ class Api:
         def detail() -> dict[str, Any]:
             view = tasks.view(task)
             row = view.to_dict()
-            row["prompt"] = runfolder.read_task_prompt(task)
+            row["prompt"] = taskfolder.read_task_prompt(task)
             row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
             # An issue run's (or a ready-marker loop's) git work, as `status --json` shows it.
             row["git"] = worktree.progress(task, view.latest, os.environ)
@@ -420,12 +420,12 @@ class Api:
         if self.settings.check_start is not None:
             await run_in_threadpool(self.settings.check_start, task, overrides)
         created = not task.folder.exists()
-        runfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
+        taskfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
         try:
             return await self._start(task, "run", overrides, body)
         except RunAgentError:
             if created:  # a refused start leaves no task behind
-                runfolder.discard_new_task(task)
+                taskfolder.discard_new_task(task)
             raise
 
     async def resume(self, request: Request) -> Response:

@@ -524,12 +524,12 @@ BIG_RUN = "20260101-000000000-1000"
 
 def big_log(ws: Workspace, lines: int = 200_000) -> str:
     """Task p/big with one finished run whose stdout is LINES numbered lines (about 11 MB)."""
-    from runagent import runfolder
+    from runagent import runfolder, taskfolder
     from runagent.runinfo import Reason, RunInfo, RunStatus
 
     run_id = BIG_RUN
     task = ws.task("p", "big")
-    runfolder.write_task_prompt(task, "print a lot")
+    taskfolder.write_task_prompt(task, "print a lot")
     folder = runfolder.create_run_folder(task, run_id)
     info = RunInfo(run_id, "p", "big", 1, "fake", "command", "2026-01-01T00:00:00+00:00",
                    str(ws.path), status=RunStatus.COMPLETED, reason=Reason.EXITED, exit_code=0,
@@ -614,7 +614,7 @@ def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page
 
     import yaml
 
-    from runagent import runfolder
+    from runagent import taskfolder
 
     config = yaml.safe_load(ws.write_config(["--lines", "1"], max_restarts=0).read_text())
     config["schedules"] = {
@@ -623,7 +623,7 @@ def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page
     ws.config.write_text(yaml.safe_dump(config))
     fired = [f"minutely-20261101-0{m}0000" for m in range(1, 6)]
     for task_id in [*fired, "by-hand"]:
-        runfolder.write_task_prompt(ws.task("p", task_id), "tick")
+        taskfolder.write_task_prompt(ws.task("p", task_id), "tick")
     with own_server(ws) as url:
         page.goto(url)
         group = page.locator("nav .group[data-schedule=minutely]")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from runagent import runfolder, tasks
+from runagent import runfolder, taskfolder, tasks
 from runagent.process import process_start_time
 from runagent.runfolder import TaskPaths
 from runagent.runinfo import Reason, RunInfo, RunStatus
@@ -33,9 +33,9 @@ def test_unreadable_run_info_is_none_not_an_error(tmp_path: Path) -> None:
 
 def test_task_md_is_written_once(tmp_path: Path) -> None:
     task = TaskPaths(tmp_path, "p", "t")
-    runfolder.write_task_prompt(task, "first")
-    runfolder.write_task_prompt(task, "second")
-    assert runfolder.read_task_prompt(task) == "first"
+    taskfolder.write_task_prompt(task, "first")
+    taskfolder.write_task_prompt(task, "second")
+    assert taskfolder.read_task_prompt(task) == "first"
 
 
 def test_archive_done_keeps_the_content(tmp_path: Path) -> None:

@@ -291,6 +291,7 @@ def test_every_firing_gets_its_own_task_even_within_one_second(tmp_path: Path) -
 
 def test_a_schedules_keep_lets_go_of_old_firings_but_never_a_running_one(tmp_path: Path) -> None:
     from runagent import runfolder as rf
+    from runagent import taskfolder
     from runagent.config import ScheduleKeep
     from runagent.runinfo import RunInfo, RunStatus
 
@@ -307,7 +308,7 @@ def test_a_schedules_keep_lets_go_of_old_firings_but_never_a_running_one(tmp_pat
         task.done.write_text("done")
         made.append(task)
     by_hand = TaskPaths(tmp_path, "p", "nightly-by-hand")  # not a name the template makes
-    rf.write_task_prompt(by_hand, "x")
+    taskfolder.write_task_prompt(by_hand, "x")
     with TaskLock(made[0].lock, made[0].label):  # the oldest is running again: never touched
         scheduler = Scheduler({"nightly": nightly}, tmp_path, Recorder(), log=lambda _: None)
         scheduler.start(now)

@@ -46,7 +46,7 @@ def client(done_task: Workspace) -> Iterator[TestClient]:
 def test_health_and_listings(client: TestClient, done_task: Workspace) -> None:
     health = client.get("/api/health").json()
     assert health["status"] == "ok" and health["version"]
-    assert client.get("/api/projects").json() == [{"project_id": "p", "tasks": 1}]
+    assert client.get("/api/projects").json() == [{"project_id": "p", "tasks": 1, "usage": None}]
     (row,) = client.get("/api/tasks").json()
     assert row["status"] == "completed" and row["runs"] == 2
     assert client.get("/api/projects/p/tasks").json()[0]["task_id"] == "t"

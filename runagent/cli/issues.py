@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from runagent import runfolder, worktree
+from runagent import taskfolder, worktree
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup, usable_backend
 from runagent.cli.run import STOP_SIGNALS, executable_dir
@@ -186,7 +186,7 @@ def _log(level: str, message: str) -> None:
 def _cocode_task(root: Path, project_id: str, request: CocodeRequest) -> TaskPaths:
     """The task `issue-N`, unless it exists for another text of the issue: then a new one."""
     task = TaskPaths(root, project_id, f"issue-{request.number}")
-    existing = runfolder.read_task_prompt(task)
+    existing = taskfolder.read_task_prompt(task)
     if existing is not None and existing != request.prompt():
         task = TaskPaths(root, project_id, f"issue-{request.number}-{new_task_id()[5:]}")
     return task

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from runagent import notify, runfolder, tasks
+from runagent import notify, taskfolder, tasks
 from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.options import (
@@ -126,7 +126,7 @@ def resume(
     """Run a task's loop again from its TASK.md."""
     s, task = existing_task(config_path, root, project_id, task_id)
     tasks.refuse_completed(tasks.view(task), loop.again)
-    prompt = runfolder.read_task_prompt(task)
+    prompt = taskfolder.read_task_prompt(task)
     if prompt is None:
         raise NotFoundError(f"task {task.label} has no TASK.md to resume from ({task.task_md})")
     text = validate_prompt(prompt, f"the task's prompt in {task.task_md}")
@@ -148,11 +148,11 @@ def start_loop(
     while generated and task.folder.exists():  # a generated id never joins an existing task
         task = TaskPaths(s.root, project_id, new_task_id())
     if text is None:
-        existing = runfolder.read_task_prompt(task)
+        existing = taskfolder.read_task_prompt(task)
         if existing is None:
             raise UsageError('no prompt: give it as an argument, "-" for stdin, or --prompt-file')
         text = validate_prompt(existing, f"the task's prompt in {task.task_md}")
-    runfolder.check_task_prompt(task, text, "use `run-agent resume` or a new --task")
+    taskfolder.check_task_prompt(task, text, "use `run-agent resume` or a new --task")
     tasks.refuse_completed(tasks.view(task), loop.again)
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
@@ -168,13 +168,13 @@ def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
 
 def remembered_issue(s: Setup, task: TaskPaths) -> Issue | None:
     """The issue a task was started on (its issue.yaml and ISSUE.md), for a resume."""
-    record = runfolder.read_issue_record(task)
+    record = taskfolder.read_issue_record(task)
     if not record:
         return None
     try:
         body = task.issue_body.read_text(encoding="utf-8")
     except OSError:
-        body = runfolder.read_task_prompt(task) or ""
+        body = taskfolder.read_task_prompt(task) or ""
     args = IssueArgs(issue_number(record.get("issue"), str(task.issue_record)),
                      Path(str(record.get("repo"))), str(record.get("url") or ""))  # fmt: skip
     return _issue(s, task, args, body)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from runagent import runfolder
+from runagent import runfolder, taskfolder
 from runagent import schedule as sched
 from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, json_option, setup, usable_backend
@@ -54,7 +54,7 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
         prompt = config.prompt or ""
     validate_prompt(prompt, f"the prompt of schedules.{config.name}")
     task = TaskPaths(s.root, validate_id("project", config.project), firing.task_id)
-    runfolder.claim_task_prompt(task, prompt, "use {datetime} in the schedule's task")
+    taskfolder.claim_task_prompt(task, prompt, "use {datetime} in the schedule's task")
     overrides = LoopOverrides(
         agent=config.agent,
         max_restarts=config.max_restarts,

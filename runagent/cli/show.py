@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from runagent import follow as following
-from runagent import runfolder, tasks
+from runagent import runfolder, taskfolder, tasks
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
 from runagent.context import validate_id
@@ -121,7 +121,7 @@ def status(
     ]
     if used is not None:
         rows.append(("usage", describe_usage(used)))
-    started = runfolder.read_task_settings(task)
+    started = taskfolder.read_task_settings(task)
     if started:
         rows.append(("started with", ", ".join(f"{k} {v}" for k, v in started.items())))
     if view.supervisor:
