@@ -162,6 +162,7 @@ class Attempt:
             project_id=ctx.project_id,
             task_id=ctx.task_id,
             attempt=number,
+            last_attempt=first + req.settings.max_restarts,
             agent=req.agent_name,
             backend=lent.backend.name,
             start_time=runfolder.timestamp(),

@@ -88,6 +88,8 @@ class RunInfo:
     reason: Reason | None = None
     message: str | None = None
     commandline: str | None = None
+    # The highest attempt number the run's loop may reach (its first + max_restarts).
+    last_attempt: int | None = None
     # What the run used, where the agent's stream says (None: it does not).
     tokens_in: int | None = None
     tokens_out: int | None = None

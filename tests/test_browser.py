@@ -305,7 +305,7 @@ def test_a_failed_runs_header_says_why_and_it_opens_on_its_stderr(
     expect(header.locator("dd[data-field=status] .badge")).to_have_text("failed")
     expect(header.locator("dd[data-field='exit code']")).to_have_text("1")
     expect(header.locator("dd[data-field=why]")).to_have_text("exited with code 1")
-    expect(header.locator("dd[data-field=attempt]")).to_have_text("2 · run 2 of 2")
+    expect(header.locator("dd[data-field=attempt]")).to_have_text("2 of 2 · run 2 of 2")
     expect(header.locator("dd[data-field=agent]")).to_contain_text("fake (command)")
     expect(header.locator("dd[data-field=folder]")).to_have_text(str(ws.path))
     expect(header.locator("dd[data-field=duration]")).not_to_have_text("—")

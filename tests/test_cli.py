@@ -622,6 +622,7 @@ def test_attempt_numbers_go_on_across_a_resume(ws: Workspace) -> None:
     resumed = ws.invoke("resume", "-p", "p", "-t", "t")
     assert resumed.returncode == 0, resumed.stderr
     assert [r.attempt for r in ws.runs()] == [1, 2, 3]  # never "#1 #1"
+    assert [r.last_attempt for r in ws.runs()] == [2, 2, 4]  # what the page's "N of M" shows
     assert "attempt 3/4: run" in resumed.stderr and "(attempt 3)" in resumed.stderr
 
 

@@ -569,7 +569,8 @@ function renderRunHeader(run) {
     ["why", run.message || (run.status === "running" ? "still running" : `ended ${run.status}`) +
       (run.reason ? ` (${run.reason.replaceAll("_", " ")})` : "")],
     ["exit code", run.exit_code == null ? "—" : String(run.exit_code)],
-    ["attempt", `${run.attempt} · run ${index + 1} of ${runs.length}`],
+    ["attempt", (run.last_attempt ? `${run.attempt} of ${run.last_attempt}` : `${run.attempt}`) +
+      ` · run ${index + 1} of ${runs.length}`],
     ["duration", durationText((end - start) / 1000) + (run.end_time ? "" : " so far")],
     ["agent", `${run.agent}${run.agent_version ? ` ${run.agent_version}` : ""} (${run.backend})`],
     ["started", timeText(run.start_time)],
