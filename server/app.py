@@ -26,9 +26,9 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runagent import __version__, cleanup, control, runfolder, taskfolder, tasks, worktree
+from runagent import __version__, cleanup, runfolder, taskfolder, tasks, worktree
 from runagent.config import ScheduleConfig
-from runagent.context import new_task_id, validate_id, validate_prompt
+from runagent.context import validate_id
 from runagent.errors import (
     AlreadyCompletedError,
     AlreadyRunningError,
@@ -44,6 +44,7 @@ from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
 from server import streams
+from server.actions import Actions
 from server.hub import Hub
 from server.ops import OpsApi
 from server.schedules import ScheduleRunner
@@ -51,14 +52,12 @@ from server.security import (
     HostMiddleware,
     KeyMiddleware,
     allowed_hosts,
-    cross_site_write,
 )
 
 STATIC = Path(__file__).with_name("static")
 RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
 STREAM_FILES = ("stdout", "stderr", "output")
 HEARTBEAT = 15
-STOP_WAIT = 30.0
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
 # What each kind of run-agent error is to an HTTP client; any other is the server's own failure.
@@ -174,7 +173,9 @@ async def _run_agent_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": str(exc)}, status_code=status)
 
 
-class Api:
+class Api(Actions):
+    """The routes' handlers: reading run folders and streaming them (writes are `Actions`')."""
+
     def __init__(self, settings: Settings, hub: Hub, runner: ScheduleRunner) -> None:
         self.settings = settings
         self.root = settings.root
@@ -350,125 +351,6 @@ class Api:
 
     async def events(self, request: Request) -> Response:
         return self._sse(streams.root_events(self.hub, self.root))
-
-    # Actions -------------------------------------------------------------------------------------
-
-    async def _body(self, request: Request) -> dict[str, Any]:
-        refusal = cross_site_write(request)
-        if refusal is not None:
-            raise HTTPException(403, refusal)
-        try:
-            body = await request.json()
-        except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
-            raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
-        if not isinstance(body, dict):
-            raise HTTPException(400, "the body must be a JSON object")
-        return body
-
-    async def _start(
-        self, task: TaskPaths, command: str, overrides: LoopOverrides, body: dict[str, Any]
-    ) -> Response:
-        again = body.get("again") is True
-        try:
-            await run_in_threadpool(lambda: tasks.refuse_completed(tasks.view(task), again))
-        except AlreadyCompletedError as exc:
-            raise AlreadyCompletedError(f'{exc} (send "again": true)') from exc
-        started = await run_in_threadpool(
-            lambda: control.start_detached(
-                task,
-                command,
-                overrides,
-                config_path=self.settings.config_path,
-                cwd=self.settings.workdir,
-                env=self.settings.env if self.settings.env is not None else dict(os.environ),
-                again=again,
-            )
-        )
-        body = {
-            "project_id": task.project_id,
-            "task_id": task.task_id,
-            "supervisor_pid": started.pid,
-        }
-        return JSONResponse(body, status_code=202)
-
-    def _overrides(self, body: dict[str, Any]) -> LoopOverrides:
-        """The loop settings the body changes (the form's empty fields change nothing); a
-        working folder that is not one is refused here, before any task is created."""
-        values = {**body, "working_dir": body.get("cwd")}
-        overrides = LoopOverrides.parse(
-            values, where=lambda name: "cwd" if name == "working_dir" else name,
-            blank_is_unset=True,
-        )  # fmt: skip
-        if overrides.working_dir is not None:
-            folder = self.settings.workdir / overrides.working_dir.expanduser()
-            if not folder.is_dir():
-                raise UsageError(
-                    f"cwd {str(overrides.working_dir)!r} is not a folder on this machine"
-                )
-        return overrides
-
-    async def start(self, request: Request) -> Response:
-        body = await self._body(request)
-        task = self.task_paths(
-            request, must_exist=False, task_id=str(body.get("task_id") or "") or new_task_id()
-        )
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            raise HTTPException(400, "prompt is required: say what the agent should do")
-        validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
-        overrides = self._overrides(body)
-        if self.settings.check_start is not None:
-            await run_in_threadpool(self.settings.check_start, task, overrides)
-        created = not task.folder.exists()
-        taskfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
-        try:
-            return await self._start(task, "run", overrides, body)
-        except RunAgentError:
-            if created:  # a refused start leaves no task behind
-                taskfolder.discard_new_task(task)
-            raise
-
-    async def resume(self, request: Request) -> Response:
-        body = await self._body(request)
-        task = self.task_paths(request)
-        overrides = self._overrides(body)
-        if self.settings.check_start is not None:
-            await run_in_threadpool(self.settings.check_start, task, overrides)
-        return await self._start(task, "resume", overrides, body)
-
-    async def agents(self, request: Request) -> Response:
-        if self.settings.agents is None:
-            return JSONResponse({"default": None, "agents": []})
-        return JSONResponse(await run_in_threadpool(self.settings.agents))
-
-    async def delete(self, request: Request) -> Response:
-        """Remove a finished task's folder with all its runs; 409 while its loop runs."""
-        await self._body(request)
-        task = self.task_paths(request)
-
-        def remove() -> dict[str, Any]:
-            plan = cleanup.delete_plan(task)  # AlreadyRunningError (409) while it runs
-            return {"deleted": task.label, "freed_bytes": cleanup.carry_out([plan], self.root)}
-
-        return JSONResponse(await run_in_threadpool(remove))
-
-    async def schedules(self, request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(self.runner.describe))
-
-    async def run_schedule(self, request: Request) -> Response:
-        await self._body(request)
-        name = request.path_params["name"]
-        if name not in self.settings.schedules:
-            raise HTTPException(404, f"no schedule {name!r}")
-        firing = await run_in_threadpool(self.runner.fire_now, name)
-        body = {"schedule": name, "project_id": firing.schedule.project, "task_id": firing.task_id}
-        return JSONResponse(body, status_code=202)
-
-    async def stop(self, request: Request) -> Response:
-        await self._body(request)
-        task = self.task_paths(request)
-        holder = await run_in_threadpool(control.stop, task, STOP_WAIT)
-        return JSONResponse({"stopped": holder is not None, "status": tasks.view(task).status})
 
 
 LOOP_TAIL = 4096  # bytes of supervisor.log read for the loop's last word
