@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from runagent import taskfolder, worktree
+from runagent import pruning, taskfolder
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup, usable_backend
 from runagent.cli.run import STOP_SIGNALS, executable_dir
@@ -44,7 +44,7 @@ def worktrees(
     """List issue runs' worktrees, or prune those whose tasks are done with them."""
     s = setup(config_path, root)
     env = dict(os.environ)
-    found = worktree.issue_worktrees(s.root, env)
+    found = pruning.issue_worktrees(s.root, env)
     if action == "list":
         if every or force:
             raise UsageError("--all and --force go with `run-agent worktrees prune`")
@@ -60,7 +60,7 @@ def worktrees(
         ]
         print_table(rows, ["TASK", "STATUS", "BRANCH", "AHEAD", "STATE", "PATH"])
         return
-    results = [worktree.prune(w, env, every=every, force=force) for w in found]
+    results = [pruning.prune(w, env, every=every, force=force) for w in found]
     if as_json:
         click.echo(
             json.dumps(
@@ -83,11 +83,11 @@ def worktrees(
         click.echo(f"run-agent: no issue worktrees {s.where()}", err=True)
 
 
-def _ahead(w: worktree.IssueWorktree) -> str:
+def _ahead(w: pruning.IssueWorktree) -> str:
     return "" if w.ahead is None else str(w.ahead)
 
 
-def _state(w: worktree.IssueWorktree) -> str:
+def _state(w: pruning.IssueWorktree) -> str:
     if not w.registered:
         return "unregistered" if w.path.exists() else "missing"
     words = ["dirty" if w.dirty else "clean"]
