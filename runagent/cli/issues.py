@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from runagent.cocode import OUTCOME_EXIT, CocodeRequest, commit_work, log_line, 
 from runagent.config import Until
 from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id
 from runagent.errors import RunAgentError, UsageError
-from runagent.events import Event, EventKind, Outcome
+from runagent.events import Event, EventKind, LoopResult, Outcome
 from runagent.issue import ISSUE_TIMEOUT
 from runagent.overrides import LoopOverrides
 from runagent.repository import READY_MARKER_VARIABLE, Checkout
@@ -143,6 +144,25 @@ def cocode(
         f"{checkout.folder} (base {checkout.base[:12]}); run folder {task.folder}",
     )
 
+    on_event = _narrator(checkout, request, env)
+
+    supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env))
+    previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop())
+                for sig in STOP_SIGNALS}  # fmt: skip
+    try:
+        result = supervisor.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    _finish(result, agent_config.name, checkout, request, env)
+    sys.exit(OUTCOME_EXIT[result.outcome])
+
+
+def _narrator(
+    checkout: Checkout, request: CocodeRequest, env: dict[str, str]
+) -> Callable[[Event], None]:
+    """The loop's events as the protocol's JSON log lines; after each run, its work committed."""
+
     def on_event(event: Event) -> None:
         info = event.run
         if event.kind is EventKind.RUN_STARTED and info is not None:
@@ -158,25 +178,21 @@ def cocode(
                 f"restarting in {event.delay:g}s{'; ' + event.message if event.message else ''}",
             )
 
-    supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env))
-    previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop())
-                for sig in STOP_SIGNALS}  # fmt: skip
-    try:
-        result = supervisor.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return on_event
+
+
+def _finish(
+    result: LoopResult, agent: str, checkout: Checkout, request: CocodeRequest,
+    env: dict[str, str],
+) -> None:  # fmt: skip
+    """The ready marker committed when the loop completed the work, and never otherwise."""
     if result.outcome is Outcome.COMPLETED:
         last = result.runs[-1]
-        summary = (
-            f"Resolved by {agent_config.name} "
-            f"(run-agent run {last.run_id}, attempt {last.attempt})."
-        )
+        summary = f"Resolved by {agent} (run-agent run {last.run_id}, attempt {last.attempt})."
         sha = ready_commit(checkout, request, summary, env)
         _log("info", f"work complete: commit {sha[:12]} carries the ready marker")
     else:
         _log("error", f"{result.message}; no ready marker committed")
-    sys.exit(OUTCOME_EXIT[result.outcome])
 
 
 def _log(level: str, message: str) -> None:
