@@ -378,10 +378,10 @@ def test_the_loop_is_a_timeline_of_its_attempts_that_can_be_clicked(
     shots(page, "timeline")
     bars.first.click()
     expect(page).to_have_url(re.compile(f"#p/loop/{first.run_id}$"))
-    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("1 · run 1 of 3")
+    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("1 of 4 · run 1 of 3")
     expect(bars.first).to_have_class(re.compile("selected"))
     page.go_back()
-    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("3 · run 3 of 3")
+    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("3 of 4 · run 3 of 3")
 
 
 def test_every_view_has_an_address_and_back_and_forward_move_between_them(
