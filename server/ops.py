@@ -26,9 +26,10 @@ from starlette.routing import Route
 from runagent import runfolder
 from runagent.context import new_run_id, validate_id
 from runagent.errors import NotFoundError, RunAgentError, UsageError
-from runagent.ops import EventsMessage, Runtime, Sandbox
 from runagent.ops.approval import Pending
-from runagent.ops.runtime import find_run
+from runagent.ops.event import EventsMessage
+from runagent.ops.runtime import Runtime, find_run
+from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import RunPaths, TaskPaths, within
 from server import streams
 from server.hub import Hub

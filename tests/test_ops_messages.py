@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runagent.ops import Runtime
 from runagent.ops.operation import BadMessage, Batch, Invalid, read_message
 from runagent.ops.policy import Decision, Verdict
 from runagent.ops.protocol import MAX_FILE_BYTES
+from runagent.ops.runtime import Runtime
 
 SCHEMA = json.loads(resources.files("runagent.ops").joinpath("schema.json").read_text())
 SPEC = Path("/work/shared/spec/operations-protocol.md")

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from runagent.ops import Runtime
 from runagent.ops import approval as approvals
 from runagent.ops.policy import Decision, Verdict
+from runagent.ops.runtime import Runtime
 from runagent.ops.shell import OUTPUT_CAP
 from runagent.runfolder import RunPaths
 from tests.conftest import alive, wait_for

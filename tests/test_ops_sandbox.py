@@ -16,8 +16,9 @@ import psutil
 import pytest
 
 from runagent.errors import MissingDependencyError
-from runagent.ops import Runtime, Sandbox, Status
-from runagent.ops.sandbox import Bwrap
+from runagent.ops.protocol import Status
+from runagent.ops.runtime import Runtime
+from runagent.ops.sandbox import Bwrap, Sandbox
 from tests.conftest import Workspace, wait_for
 
 UNUSABLE = Bwrap(Path("/")).problem()

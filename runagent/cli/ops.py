@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import click
 
@@ -13,9 +13,11 @@ from runagent.cli.group import cli
 from runagent.cli.options import PathValue, common, setup
 from runagent.context import new_run_id, validate_id
 from runagent.errors import ExitCode, UsageError
-from runagent.ops import EventsMessage, Runtime, Sandbox, Status
-from runagent.ops.runtime import find_run
+from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import TaskPaths, confine
+
+if TYPE_CHECKING:
+    from runagent.ops.event import EventsMessage
 
 POLICIES = ("restrictive", "standard", "permissive")
 
@@ -72,6 +74,8 @@ def apply(
     The events message is printed as JSON; its status is completed, awaiting_approval (answer
     with `run-agent ops approve|deny RUN OPERATION_ID`) or error (exit 1).
     """
+    from runagent.ops.runtime import Runtime, find_run  # only this command pays for the runtime
+
     s = setup(config_path, root)
     if run_id is not None:
         if workspace is not None or policy is not None or sandbox is not None:
@@ -125,6 +129,8 @@ def _answer(
     run_id: str, operation_id: str, decision: str, reason: str | None,
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
+    from runagent.ops.runtime import Runtime, find_run
+
     s = setup(config_path, root)
     runtime = Runtime.open(find_run(s.root, validate_id("run", run_id)))
     waiting = runtime.pending
@@ -139,6 +145,8 @@ def _answer(
 
 
 def _print(reply: EventsMessage) -> None:
+    from runagent.ops.protocol import Status
+
     click.echo(json.dumps(reply.to_dict(), indent=2))
     if reply.status is Status.ERROR:
         sys.exit(int(ExitCode.FAILED))

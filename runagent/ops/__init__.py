@@ -1,22 +1,6 @@
 """The operations runtime: JSON operations from a model, run in a confined workspace under a policy,
-answered with events (spec/operations-protocol.md)."""
+answered with events (spec/operations-protocol.md).
 
-from __future__ import annotations
-
-from runagent.ops.event import EventsMessage
-from runagent.ops.protocol import PROTOCOL_VERSION, Status
-from runagent.ops.runtime import Runtime, Settings
-from runagent.ops.sandbox import Sandbox
-from runagent.ops.workspace import OutsideWorkspaceError, Workspace, WorkspaceError
-
-__all__ = [
-    "PROTOCOL_VERSION",
-    "EventsMessage",
-    "OutsideWorkspaceError",
-    "Runtime",
-    "Sandbox",
-    "Settings",
-    "Status",
-    "Workspace",
-    "WorkspaceError",
-]
+Its modules are imported by name (`runagent.ops.runtime`, `.workspace`, `.policy`, ...): nothing is
+imported here, so a command that does not use operations does not pay for them at start-up.
+"""
