@@ -26,6 +26,7 @@ from runagent.context import LoopRequest, RunContext, agent_environment, new_run
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.events import Event, EventKind
 from runagent.failure import Diagnosis
+from runagent.host import this_host
 from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.prompt import compose
 from runagent.redaction import Redactor
@@ -171,6 +172,7 @@ class Attempt:
             parent_run_id=req.parent_run_id,
             supervisor_pid=lent.supervisor_pid,
             supervisor_start=lent.supervisor_start,
+            host=this_host(),
         )
         checkout = lent.rule.checkout or req.checkout
         if checkout is not None:

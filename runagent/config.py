@@ -193,6 +193,28 @@ class IssueSettings:
     setup: tuple[str, ...] = ()
 
 
+class ExecutorType(enum.StrEnum):
+    """What runs a task's loop: this machine, or a Ray cluster."""
+
+    LOCAL = "local"  # a detached supervisor on this machine (nothing to install)
+    RAY = "ray"  # a named actor on a Ray cluster (pip install 'run-agent[ray]')
+
+
+@dataclass(frozen=True)
+class ExecutorSettings:
+    """The `executor:` section: where task loops run (`--executor` picks the type)."""
+
+    type: ExecutorType = ExecutorType.LOCAL
+    address: str = "auto"  # the Ray cluster: auto (the one this host joined) or HOST:PORT
+    namespace: str = "run-agent"  # Ray namespace the task actors are named in
+    # What one task's loop takes of a host; hosts offer `agent_slot` when they join.
+    resources: Mapping[str, float] = field(default_factory=lambda: {"agent_slot": 1.0})
+    max_restarts: int = 3  # times a loop is restarted on another host after its host died
+    # The run root is mounted at the same path on every host: the server reads run folders
+    # directly. Otherwise each host writes under its own root and the server reads through Ray.
+    shared_root: bool = True
+
+
 @dataclass(frozen=True)
 class Config:
     """Everything config.yaml says; `source` is the file it came from (None: the defaults)."""
@@ -207,6 +229,7 @@ class Config:
     notify: NotifyConfig | None = None
     issues: IssueSettings = field(default_factory=IssueSettings)
     ops: OpsSettings = field(default_factory=OpsSettings)
+    executor: ExecutorSettings = field(default_factory=ExecutorSettings)
 
     def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
         """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare

@@ -21,6 +21,8 @@ from runagent.config import (
     AgentConfig,
     Approvals,
     Config,
+    ExecutorSettings,
+    ExecutorType,
     IssueSettings,
     LoopSettings,
     Mode,
@@ -128,7 +130,8 @@ def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
     top = Section(data, "")
-    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops")
+    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops",
+             "executor")  # fmt: skip
     ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
     agents = {
         name: _agent(name, section, backend_names, base_dir, ops)
@@ -156,6 +159,7 @@ def parse_config(
         notify=_notify(top.section("notify")) if top.has("notify") else None,
         issues=_issues(top.section("issues")),
         ops=ops,
+        executor=_executor(top.section("executor")),
     )
 
 
@@ -178,6 +182,35 @@ def _ops(s: Section) -> OpsSettings:
         policy=policy,
         rules=MappingProxyType(rules),
         approvals=s.choice("approvals", Approvals, Approvals.DENY),
+    )
+
+
+def _executor(s: Section) -> ExecutorSettings:
+    s.only("type", "address", "namespace", "resources", "max_restarts", "shared_root")
+    address = s.string("address") or "auto"
+    if address != "auto" and not re.fullmatch(r"(ray://)?[A-Za-z0-9.:\[\]-]+:\d{1,5}", address):
+        raise ConfigError(f"{s.key('address')}: {address!r} is not auto or HOST:PORT")
+    namespace = s.string("namespace") or "run-agent"
+    resources = s.data.get("resources", {"agent_slot": 1})
+    if (
+        not isinstance(resources, dict)
+        or not resources
+        or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+            for k, v in resources.items()
+        )
+    ):
+        raise ConfigError(
+            f"{s.key('resources')}: {resources!r} is not a mapping of resource names to "
+            "amounts > 0, such as {agent_slot: 1}"
+        )
+    return ExecutorSettings(
+        type=s.choice("type", ExecutorType, ExecutorType.LOCAL),
+        address=address,
+        namespace=namespace,
+        resources=MappingProxyType({k: float(v) for k, v in resources.items()}),
+        max_restarts=s.count("max_restarts", 3),
+        shared_root=s.flag("shared_root", True),
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from runagent.errors import AlreadyRunningError
+from runagent.host import foreign_alive, is_here, this_host
 from runagent.process import is_alive, process_start_time
 
 
@@ -24,17 +25,33 @@ class Holder:
     pid: int
     process_start: float | None
     since: str
+    host: str | None = None  # None: a note written before holders named their host
+    task: str = ""  # the label of the task it holds
 
     def alive(self) -> bool:
-        return is_alive(self.pid, self.process_start)
+        if is_here(self.host):
+            return is_alive(self.pid, self.process_start)
+        assert self.host is not None
+        return foreign_alive(self.task, self.host, self.pid, self.process_start)
+
+    def describe(self) -> str:
+        """Which supervisor it is, in words: its pid, and its host when that is another."""
+        return f"pid {self.pid}" + ("" if is_here(self.host) else f" on host {self.host}")
 
 
-def read_holder(path: Path) -> Holder | None:
+def read_holder(path: Path, label: str = "") -> Holder | None:
     """Who the lock file says holds it (alive or not), or None if it names nobody."""
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        return Holder(int(data["pid"]), data.get("process_start"), str(data["since"]))
-    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError):
+        host = data.get("host")
+        return Holder(
+            int(data["pid"]),
+            data.get("process_start"),
+            str(data["since"]),
+            str(host) if host else None,
+            label or f"{path.parent.parent.name}/{path.parent.name}",
+        )
+    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError):
         return None
 
 
@@ -47,7 +64,7 @@ def already_running(label: str, holder: Holder | None) -> str:
     """The one wording of "another supervisor holds this task"."""
     if holder is None:
         return f"task {label} is already running (its supervisor is starting)"
-    return f"task {label} is already running (supervisor pid {holder.pid} since {holder.since})"
+    return f"task {label} is already running (supervisor {holder.describe()} since {holder.since})"
 
 
 class TaskLock:
@@ -67,11 +84,15 @@ class TaskLock:
             os.close(fd)
             raise AlreadyRunningError(self._busy_message()) from None
         pid = os.getpid()
-        holder = Holder(
-            pid, process_start_time(pid), datetime.now(UTC).isoformat(timespec="seconds")
-        )
+        since = datetime.now(UTC).isoformat(timespec="seconds")
+        holder = Holder(pid, process_start_time(pid), since, this_host(), self.label)
         note = yaml.safe_dump(
-            {"pid": holder.pid, "process_start": holder.process_start, "since": holder.since}
+            {
+                "pid": holder.pid,
+                "process_start": holder.process_start,
+                "since": holder.since,
+                "host": holder.host,
+            }
         )
         os.ftruncate(fd, 0)
         os.pwrite(fd, note.encode(), 0)
@@ -79,7 +100,7 @@ class TaskLock:
         return holder
 
     def _busy_message(self) -> str:
-        return already_running(self.label, read_holder(self.path))
+        return already_running(self.label, read_holder(self.path, self.label))
 
     def release(self) -> None:
         if self._fd is None:

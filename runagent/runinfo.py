@@ -83,6 +83,7 @@ class RunInfo:
     pgid: int | None = None
     supervisor_pid: int | None = None
     supervisor_start: float | None = None
+    host: str | None = None  # the host its supervisor ran on
     end_time: str | None = None
     exit_code: int | None = None
     reason: Reason | None = None

@@ -163,6 +163,10 @@ def save_state(root: Path, state: Mapping[str, ScheduleState]) -> None:
 Launch = Callable[[Firing], int]  # starts a firing's loop, returns its supervisor pid
 
 
+def _always() -> bool:
+    return True
+
+
 @dataclass
 class Scheduler:
     """Fires the enabled schedules; `launch` starts a firing (a detached supervisor)."""
@@ -173,9 +177,14 @@ class Scheduler:
     log: Callable[[str], None] = print
     state: dict[str, ScheduleState] = field(default_factory=dict)
     queued: dict[str, Firing] = field(default_factory=dict)
+    # Whether this scheduler may fire (control.hold_scheduler): on a cluster, only the one that
+    # holds the cluster-wide scheduler name does, however many run.
+    leader: Callable[[], bool] = _always
 
     def start(self, now: datetime) -> None:
         """Load what was fired before; report (and with catch_up, run) what was missed."""
+        if not self.leader():
+            return
         with locked_state(self.root) as self.state:
             self._catch_up(now)
 
@@ -201,6 +210,8 @@ class Scheduler:
 
     def tick(self, now: datetime) -> None:
         """Fire what is due up to `now`, start queued firings, and log finished ones."""
+        if not self.leader():
+            return
         with locked_state(self.root) as self.state:
             for schedule in self.enabled():
                 state = self.state.setdefault(schedule.name, ScheduleState(last_checked=now))

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from runagent import completion, runfolder, taskfolder, tasks, worktree
+from runagent import completion, runfolder, taskfolder, worktree
 from runagent.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.backend import Backend
 from runagent.context import LoopRequest
@@ -234,14 +234,16 @@ class Supervisor:
 
     def _mark_lost_runs(self) -> RunInfo | None:
         """Write down runs whose supervisor is gone (`lost`, or failed if it left word why);
-        return the task's latest run, if any."""
+        return the task's latest run, if any. Called holding the task's lock."""
         latest = None
         for run_id in self.task.run_ids():
             folder = self.task.run_folder(run_id)
             info = runfolder.read_run_info(folder)
             if info is None:
                 continue
-            if tasks.is_lost(info):
+            # This loop holds the task: any run still recorded as running, on whatever host,
+            # belongs to a supervisor that is gone.
+            if info.status is RunStatus.RUNNING:
                 info = runfolder.mark_lost(folder, info)
                 why = (
                     ""

@@ -15,6 +15,7 @@ from typing import Any
 
 from runagent import runfolder, taskfolder
 from runagent.errors import AlreadyCompletedError, NotFoundError
+from runagent.host import foreign_alive, is_here
 from runagent.lock import Holder, live_holder
 from runagent.process import is_alive
 from runagent.runfolder import TaskPaths
@@ -53,6 +54,7 @@ class TaskView:
             "runs": self.run_count,
             "latest_run": self.latest.to_dict() if self.latest else None,
             "supervisor_pid": self.supervisor.pid if self.supervisor else None,
+            "supervisor_host": self.supervisor.host if self.supervisor else None,
             "folder": str(self.paths.folder),
             "usage": self.usage.to_dict() if self.usage else None,
         }
@@ -61,9 +63,14 @@ class TaskView:
 def is_lost(info: RunInfo) -> bool:
     """Whether the run is recorded as running but its supervisor is gone (dead, or its pid now
     another process's): nobody will ever write its end."""
-    return info.status is RunStatus.RUNNING and not is_alive(
-        info.supervisor_pid, info.supervisor_start
-    )
+    if info.status is not RunStatus.RUNNING:
+        return False
+    if is_here(info.host):
+        return not is_alive(info.supervisor_pid, info.supervisor_start)
+    assert info.host is not None
+    label = f"{info.project_id}/{info.task_id}"
+    pid = info.supervisor_pid
+    return pid is None or not foreign_alive(label, info.host, pid, info.supervisor_start)
 
 
 def effective(info: RunInfo, run_folder: Path) -> RunInfo:

@@ -69,12 +69,14 @@ class Actions:
                 cwd=self.settings.workdir,
                 env=self.settings.env if self.settings.env is not None else dict(os.environ),
                 again=again,
+                executor=self.settings.executor,
             )
         )
         body = {
             "project_id": task.project_id,
             "task_id": task.task_id,
             "supervisor_pid": started.pid,
+            "host": started.holder.host if started.holder is not None else None,
         }
         return JSONResponse(body, status_code=202)
 
@@ -154,5 +156,5 @@ class Actions:
     async def stop(self, request: Request) -> Response:
         await self._body(request)
         task = self.task_paths(request)
-        holder = await run_in_threadpool(control.stop, task, STOP_WAIT)
+        holder = await run_in_threadpool(control.stop, task, STOP_WAIT, self.settings.executor)
         return JSONResponse({"stopped": holder is not None, "status": tasks.view(task).status})

@@ -26,8 +26,8 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runagent import __version__, cleanup, runfolder, taskfolder, tasks, worktree
-from runagent.config import ScheduleConfig
+from runagent import __version__, cleanup, control, runfolder, taskfolder, tasks, worktree
+from runagent.config import ExecutorSettings, ScheduleConfig
 from runagent.context import validate_id
 from runagent.errors import (
     AlreadyCompletedError,
@@ -95,6 +95,7 @@ class Settings:
     # read from the config file the server was started with. The CLI hands it in (no backend
     # is imported here); None: the page offers a free-text agent.
     agents: Callable[[], dict[str, Any]] | None = None
+    executor: ExecutorSettings | None = None  # what runs the loops it starts (None: here)
 
 
 def byte_count(name: str, raw: str) -> int:
@@ -109,7 +110,12 @@ def byte_count(name: str, raw: str) -> int:
 def create_app(settings: Settings) -> Starlette:
     hub = Hub(settings.root)
     runner = ScheduleRunner(
-        settings.schedules, settings.root, settings.launch, settings.run_schedules, settings.clock
+        settings.schedules,
+        settings.root,
+        settings.launch,
+        settings.run_schedules,
+        settings.clock,
+        leader=lambda: control.hold_scheduler(settings.executor),
     )
 
     @contextlib.asynccontextmanager

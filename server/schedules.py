@@ -30,12 +30,15 @@ class ScheduleRunner:
         launch: sched.Launch | None,
         run: bool,
         clock: Callable[[], datetime] = sched.utc_now,
+        leader: Callable[[], bool] = lambda: True,
     ) -> None:
         self.clock = clock
         self.schedules = schedules
         self.root = root
         self.running = run and launch is not None and any(s.enabled for s in schedules.values())
-        self.scheduler = sched.Scheduler(schedules, root, launch or _no_launch, log=log.info)
+        self.scheduler = sched.Scheduler(
+            schedules, root, launch or _no_launch, log=log.info, leader=leader
+        )
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

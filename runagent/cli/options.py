@@ -6,16 +6,16 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import click
 
 import backends
-from runagent import tasks
+from runagent import control, tasks
 from runagent.backend import Backend
-from runagent.config import AgentConfig, Config, Until
+from runagent.config import AgentConfig, Config, ExecutorType, Until
 from runagent.configfile import find_config, load_config, runs_root
 from runagent.context import validate_id
 from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootError, UsageError
@@ -44,7 +44,22 @@ class Setup:
         return f"under {self.root} (the runs root from {self.root_from})"
 
 
+EXECUTOR = "executor"  # ctx.meta key: the --executor the command line gave
+
+
+def _remember_executor(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.meta[EXECUTOR] = ExecutorType(value)
+
+
 def common(f: Callable[..., Any]) -> Callable[..., Any]:
+    f = click.option(
+        "--executor",
+        type=click.Choice([t.value for t in ExecutorType]),
+        expose_value=False,
+        callback=_remember_executor,
+        help="What runs task loops: this machine, or a Ray cluster (default: executor.type).",
+    )(f)
     f = click.option(
         "--root",
         type=PathValue(file_okay=False, path_type=Path),
@@ -61,6 +76,12 @@ def common(f: Callable[..., Any]) -> Callable[..., Any]:
 def setup(config_path: Path | None, root: Path | None) -> Setup:
     cwd = Path.cwd()
     config = load_config(find_config(config_path, cwd, os.environ), backends.known(), cwd)
+    ctx = click.get_current_context(silent=True)
+    chosen = ctx.meta.get(EXECUTOR) if ctx is not None else None
+    if chosen is not None:
+        config = replace(config, executor=replace(config.executor, type=chosen))
+    if config.executor.type is ExecutorType.RAY:
+        control.judge_foreign_hosts(config.executor)
     return Setup(config, *runs_root(root, os.environ, config))
 
 

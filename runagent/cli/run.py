@@ -27,7 +27,7 @@ from runagent.cli.options import (
     task_option,
     usable_backend,
 )
-from runagent.config import Until
+from runagent.config import ExecutorType, Until
 from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id, validate_prompt
 from runagent.errors import ExitCode, NotFoundError, UsageError
 from runagent.events import Event, Outcome
@@ -130,7 +130,7 @@ def resume(
     if prompt is None:
         raise NotFoundError(f"task {task.label} has no TASK.md to resume from ({task.task_md})")
     text = validate_prompt(prompt, f"the task's prompt in {task.task_md}")
-    foreground_loop(s, task, text, loop, remembered_issue(s, task))
+    foreground_loop(s, task, text, loop, remembered_issue(s, task), command="resume")
 
 
 def start_loop(
@@ -214,9 +214,36 @@ def executable_dir() -> Path:
     return Path(sys.executable).parent
 
 
+def dispatch(s: Setup, task: TaskPaths, command: str, prompt: str, loop: LoopArgs) -> None:
+    """Hand the task's loop to the configured executor (a cluster) instead of running it here."""
+    from runagent import control
+
+    if loop.one_run:
+        raise UsageError("`job` runs in the foreground; use `run --max-restarts 0` on a cluster")
+    usable_backend(s.config, loop.overrides.agent)  # a bad --agent is refused before dispatch
+    taskfolder.claim_task_prompt(task, prompt, "use `run-agent resume` or a new --task")
+    started = control.start_detached(
+        task, command, loop.overrides, config_path=s.config.source,
+        cwd=(loop.overrides.working_dir or Path.cwd()).resolve(), schedule=loop.schedule,
+        again=loop.again, executor=s.config.executor,
+    )  # fmt: skip
+    where = started.holder.describe() if started.holder is not None else f"pid {started.pid}"
+    click.echo(
+        f"run-agent: task {task.label} dispatched to {s.config.executor.type} (supervisor "
+        f"{where}); watch it with `run-agent watch -p {task.project_id}`",
+        err=True,
+    )
+
+
 def foreground_loop(
-    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None
-) -> None:
+    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None,
+    command: str = "run",
+) -> None:  # fmt: skip
+    if s.config.executor.type is not ExecutorType.LOCAL:
+        if issue is not None:
+            raise UsageError("an issue run needs its worktree here; run it with --executor local")
+        dispatch(s, task, command, prompt, loop)
+        return
     # What the task was started with before, with what this command says put in its place.
     remembered = LoopOverrides.remembered(task)
     overrides = remembered.merged(loop.overrides)
@@ -278,10 +305,12 @@ def stop(
 
     s, task = existing_task(config_path, root, project_id, task_id)
     grace = s.config.defaults.kill_grace + STOP_WAIT_MARGIN
-    stopped = control.stop(task, grace if wait else None)
+    stopped = control.stop(task, grace if wait else None, s.config.executor)
     if stopped is None:
         click.echo(f"run-agent: task {task.label} is not running")
     elif wait:
         click.echo(f"run-agent: task {task.label} stopped")
     else:
-        click.echo(f"run-agent: asked the supervisor of {task.label} (pid {stopped.pid}) to stop")
+        click.echo(
+            f"run-agent: asked the supervisor of {task.label} ({stopped.describe()}) to stop"
+        )

@@ -64,13 +64,17 @@ def launch_firing(s: Setup, firing: sched.Firing) -> int:
     return control.start_detached(
         task, "run", overrides, config_path=s.config.source, cwd=Path.cwd(),
         schedule=config.name, again=True,  # a firing of a task it fired before runs it again
+        executor=s.config.executor,
     ).pid  # fmt: skip
 
 
 def scheduler_for(s: Setup, log: Callable[[str], None]) -> sched.Scheduler:
+    from runagent import control
+
     return sched.Scheduler(
-        s.config.schedules, s.root, launch=lambda firing: launch_firing(s, firing), log=log
-    )
+        s.config.schedules, s.root, launch=lambda firing: launch_firing(s, firing), log=log,
+        leader=lambda: control.hold_scheduler(s.config.executor),
+    )  # fmt: skip
 
 
 def stamped(line: str) -> None:

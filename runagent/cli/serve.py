@@ -60,6 +60,7 @@ def serve(
                 setup(config_path, root), task, overrides
             ),
             agents=lambda: agent_choices(setup(config_path, root).config),
+            executor=s.config.executor,
         )
     )
     enabled = [c.name for c in s.config.schedules.values() if c.enabled]
