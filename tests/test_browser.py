@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from runagent.host import this_host
 from tests.conftest import REPO, Server, Workspace, alive, free_port, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
@@ -308,6 +309,7 @@ def test_a_failed_runs_header_says_why_and_it_opens_on_its_stderr(
     expect(header.locator("dd[data-field=attempt]")).to_have_text("2 of 2 · run 2 of 2")
     expect(header.locator("dd[data-field=agent]")).to_contain_text("fake (command)")
     expect(header.locator("dd[data-field=folder]")).to_have_text(str(ws.path))
+    expect(header.locator("dd[data-field=host]")).to_have_text(this_host())  # who ran it
     expect(header.locator("dd[data-field=duration]")).not_to_have_text("—")
     expect(header.locator("dd[data-field='restart of']")).to_have_text(
         ws.runs("p", "broken")[0].run_id

@@ -29,7 +29,7 @@ from runagent.cli.options import (
 )
 from runagent.config import ExecutorType, Until
 from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id, validate_prompt
-from runagent.errors import ExitCode, NotFoundError, UsageError
+from runagent.errors import ExitCode, NotFoundError, RunAgentError, UsageError
 from runagent.events import Event, Outcome
 from runagent.issue import ISSUE_TIMEOUT, Issue, issue_number
 from runagent.overrides import LoopOverrides
@@ -221,12 +221,18 @@ def dispatch(s: Setup, task: TaskPaths, command: str, prompt: str, loop: LoopArg
     if loop.one_run:
         raise UsageError("`job` runs in the foreground; use `run --max-restarts 0` on a cluster")
     usable_backend(s.config, loop.overrides.agent)  # a bad --agent is refused before dispatch
+    created = not task.folder.exists()
     taskfolder.claim_task_prompt(task, prompt, "use `run-agent resume` or a new --task")
-    started = control.start_detached(
-        task, command, loop.overrides, config_path=s.config.source,
-        cwd=(loop.overrides.working_dir or Path.cwd()).resolve(), schedule=loop.schedule,
-        again=loop.again, executor=s.config.executor,
-    )  # fmt: skip
+    try:
+        started = control.start_detached(
+            task, command, loop.overrides, config_path=s.config.source,
+            cwd=(loop.overrides.working_dir or Path.cwd()).resolve(), schedule=loop.schedule,
+            again=loop.again, executor=s.config.executor,
+        )  # fmt: skip
+    except RunAgentError:
+        if created:  # a refused dispatch leaves no task behind
+            taskfolder.discard_new_task(task)
+        raise
     where = started.holder.describe() if started.holder is not None else f"pid {started.pid}"
     click.echo(
         f"run-agent: task {task.label} dispatched to {s.config.executor.type} (supervisor "

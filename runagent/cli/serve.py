@@ -11,7 +11,7 @@ import click
 from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, setup, usable_backend
 from runagent.cli.schedule import launch_firing
-from runagent.config import Config
+from runagent.config import Config, ExecutorType
 from runagent.errors import UsageError
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
@@ -45,6 +45,10 @@ def serve(
     problem = bind_problem(host, port)
     if problem is not None:
         raise UsageError(f"cannot listen on {host}:{port} ({problem}); pass --port")
+    if s.config.executor.type is ExecutorType.RAY and not s.config.executor.shared_root:
+        from runagent import control  # hosts send finished task folders to this root
+
+        control.ray_executor(s.config.executor).receive_runs(s.root)
     app = create_app(
         Settings(
             root=s.root,

@@ -481,7 +481,7 @@ function renderRuns(runs) {
     const b = document.createElement("button");
     b.type = "button";
     b.dataset.run = run.run_id;
-    b.title = `${run.run_id}: ${run.message || run.status}`;
+    b.title = `${run.run_id}: ${run.message || run.status}` + (run.host ? ` (on ${run.host})` : "");
     if (run.run_id === state.run) b.classList.add("selected");
     b.append(`#${run.attempt} `, badge(run.status));
     li.append(b);
@@ -576,6 +576,7 @@ function renderRunHeader(run) {
     ["started", timeText(run.start_time)],
     ["ended", run.end_time ? timeText(run.end_time) : "—"],
     ["folder", run.cwd],
+    ["host", run.host || "—"],
   ];
   if (run.parent_run_id) rows.push(["parent run", run.parent_run_id]);
   if (run.previous_run_id) rows.push(["restart of", run.previous_run_id]);
