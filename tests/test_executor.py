@@ -58,6 +58,11 @@ def test_a_bad_executor_option_is_a_usage_error(ws: Workspace) -> None:
     assert "'slurm' is not one of 'local', 'ray'" in done.stderr
 
 
+def test_executor_may_stand_before_the_command_name_as_config_and_root_do(ws: Workspace) -> None:
+    done = ws.invoke("--executor", "local", "list")
+    assert done.returncode == 0, done.stderr
+
+
 def test_executor_ray_without_the_extra_says_how_to_install_it(
     ws: Workspace, tmp_path: Path
 ) -> None:
@@ -67,7 +72,7 @@ def test_executor_ray_without_the_extra_says_how_to_install_it(
         "raise ModuleNotFoundError(\"No module named 'ray'\", name='ray')\n"
     )
     done = ws.cli(
-        "run", "-p", "p", "-t", "t", "--executor", "ray", "go",
+        "--executor", "ray", "-p", "p", "-t", "t", "go",
         env={"PYTHONPATH": f"{missing.parent}:{REPO}"},
     )  # fmt: skip
     assert done.returncode == ExitCode.MISSING_DEPENDENCY, done.stderr

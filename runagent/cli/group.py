@@ -15,7 +15,7 @@ from runagent import __version__
 from runagent.errors import ExitCode, RunAgentError
 
 HELP = ("--help", "-h", "--version")
-COMMON = ("--config", "--root")  # options every command takes, before or after its name
+COMMON = ("--config", "--root", "--executor")  # options every command takes, before or after
 TYPO_CUTOFF = 0.6  # how close a word must be to a command name to be taken for a typo of it
 
 
