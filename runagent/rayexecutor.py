@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 
 from runagent import control, host, runfolder, taskfolder
 from runagent.config import ExecutorSettings
@@ -50,7 +50,12 @@ WATCH_TICK = 0.1
 JUDGE_TTL = 1.0  # seconds a judgement of a foreign supervisor is reused
 HOME = "home"  # the actor name of the server's runs root (serve holds it)
 COPY_CHUNK = 4 << 20
+MIRROR_TICK = 0.25  # seconds between mirrorings of a live task's folder to the server's root
+HOME_RECHECK = 5.0  # seconds between looks for a server holding HOME
+# Files that only grow: mirrored by their new bytes (SSE offsets stay those of the original).
+GROWING = {runfolder.STDOUT, runfolder.STDERR, runfolder.SUPERVISOR_LOG}
 
+_GONE = object()  # what a call to an actor that is not there returns
 _executors: dict[str, RayExecutor] = {}  # by settings: one view of the cluster per process
 
 
@@ -112,6 +117,7 @@ class TaskLoop:
         except RunAgentError as exc:
             self.where = Where(self.host, 0, None, "", str(root), str(exc), int(exc.exit_code))
         self._stopping = threading.Event()
+        self._mirror = Mirror(self.task)
         threading.Thread(target=self._watch, daemon=True).start()
 
     def _start(self) -> None:
@@ -131,36 +137,20 @@ class TaskLoop:
         )
 
     def _watch(self) -> None:
-        """End the actor once its supervisor has ended (its name is then free again), after
-        copying the task's folder home when this host does not share the root."""
+        """End the actor once its supervisor has ended (its name is then free again). When this
+        host does not share the root, the task's folder is mirrored to the server's meanwhile,
+        so `serve` shows and streams the live run as it would a local one."""
         w = self.where
+        mirror = not self.spec.shared_root
         while w.error is None and is_alive(w.pid, w.process_start):
-            time.sleep(WATCH_TICK)
+            if mirror:
+                self._mirror.sync()
+            time.sleep(MIRROR_TICK if mirror else WATCH_TICK)
         if w.error is not None:  # the starter reads the error first
             self._stopping.wait(CALL_WAIT)
-        elif not self.spec.shared_root:
-            self._copy_home()
+        elif mirror:
+            self._mirror.sync(final=True)
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
-
-    def _copy_home(self) -> None:
-        """Send the task's folder to the server's root (the `home` actor `serve` holds); without
-        one, the folder stays on this host, where `read` still serves it."""
-        try:
-            home = ray.get_actor(HOME, namespace=ray.get_runtime_context().namespace)
-        except ValueError:
-            return
-        base = self.task.folder
-        prefix = f"{self.task.project_id}/{self.task.task_id}"
-        for relative in self.files():
-            if relative == runfolder.LOCK:
-                continue
-            with open(base / relative, "rb") as f:
-                offset = 0
-                while chunk := f.read(COPY_CHUNK):
-                    ray.get(home.put.remote(f"{prefix}/{relative}", offset, chunk))
-                    offset += len(chunk)
-                if offset == 0:
-                    ray.get(home.put.remote(f"{prefix}/{relative}", 0, b""))
 
     def locate(self) -> Where:
         return self.where
@@ -195,6 +185,61 @@ class TaskLoop:
 RemoteTaskLoop: Any = ray.remote(TaskLoop)
 
 
+class Mirror:
+    """A task's folder, copied to the server's root (the HOME actor `serve` holds) as it grows:
+    files that only grow (the agent's output, supervisor.log) by their new bytes, the others
+    (run-info.yaml, DONE, TASK.md) whole and atomically when they change. Without a server
+    holding HOME, nothing is sent; the folder stays here, where `read` serves it."""
+
+    def __init__(self, task: TaskPaths) -> None:
+        self.task = task
+        self.prefix = f"{task.project_id}/{task.task_id}"
+        self.sent: dict[str, tuple[int, int]] = {}  # file -> (size, mtime) last sent
+        self.home: Any = None
+        self.looked = -HOME_RECHECK
+
+    def _find_home(self, final: bool) -> Any:
+        due = final or time.monotonic() - self.looked > HOME_RECHECK
+        if self.home is None and due:
+            self.looked = time.monotonic()
+            try:
+                self.home = ray.get_actor(HOME, namespace=ray.get_runtime_context().namespace)
+            except ValueError:
+                return None
+        return self.home
+
+    def sync(self, final: bool = False) -> None:
+        home = self._find_home(final)
+        if home is None:
+            return
+        try:
+            for path in sorted(self.task.folder.rglob("*")):
+                if path.is_file() and path.name != runfolder.LOCK:
+                    self._send(home, path)
+        except RayError:  # the server went away: look for one again later
+            self.home = None
+
+    def _send(self, home: Any, path: Path) -> None:
+        relative = str(path.relative_to(self.task.folder))
+        st = path.stat()
+        size, mtime = self.sent.get(relative, (0, 0))
+        if (st.st_size, st.st_mtime_ns) == (size, mtime):
+            return
+        name = f"{self.prefix}/{relative}"
+        if path.name in GROWING and st.st_size >= size:
+            with open(path, "rb") as f:
+                f.seek(size)
+                offset = size
+                while offset < st.st_size and (chunk := f.read(COPY_CHUNK)):
+                    ray.get(home.put.remote(name, offset, chunk))
+                    offset += len(chunk)
+            if st.st_size == 0:
+                ray.get(home.put.remote(name, 0, b""))
+        else:
+            ray.get(home.replace.remote(name, path.read_bytes()))
+        self.sent[relative] = (st.st_size, st.st_mtime_ns)
+
+
 class _Name:
     """A name held for as long as the process that made it lives (a non-detached actor)."""
 
@@ -220,6 +265,16 @@ class _Home:
         with open(path, "r+b" if offset else "wb") as f:
             f.seek(offset)
             f.write(data)
+
+    def replace(self, relative: str, data: bytes) -> None:
+        """Write a whole file atomically (a reader never sees half a run-info.yaml)."""
+        path = (self.root / relative).resolve()
+        if not path.is_relative_to(self.root):
+            raise ValueError(f"{relative!r} is outside the runs root")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fresh = path.with_name(f".{path.name}.mirror")
+        fresh.write_bytes(data)
+        os.replace(fresh, path)
 
 
 RemoteHome: Any = ray.remote(_Home)
@@ -284,25 +339,31 @@ class RayExecutor:
         except ValueError:
             return None
 
+    def _call(self, label: str, method: str, *args: Any, wait: float = CALL_WAIT) -> Any:
+        """`method(*args)` of the task's actor; _GONE if it has no actor or it died. An actor
+        being restarted on another host is waited for (up to `wait`), not taken for gone."""
+        deadline = time.monotonic() + wait
+        while True:
+            actor = self._actor(label)
+            if actor is None:
+                return _GONE
+            try:
+                return ray.get(getattr(actor, method).remote(*args), timeout=wait)
+            except ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+            except RayActorError:
+                return _GONE
+
     def locate(self, label: str) -> Where | None:
         """Where the task's actor runs its loop; None if it has no actor (or it died)."""
-        actor = self._actor(label)
-        if actor is None:
-            return None
-        try:
-            where: Where = ray.get(actor.locate.remote(), timeout=CALL_WAIT)
-        except RayActorError:
-            return None
-        return where if where.error is None else None
+        where = self._call(label, "locate")
+        return where if isinstance(where, Where) and where.error is None else None
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
-        actor = self._actor(task.label)
-        if actor is None:
-            return None
         try:
-            where: Where = ray.get(actor.stop.remote(wait), timeout=(wait or 0) + CALL_WAIT)
-        except RayActorError:
-            return None
+            where = self._call(task.label, "stop", wait, wait=(wait or 0) + CALL_WAIT)
         except RunAgentError:
             raise
         except RayError as exc:
@@ -310,19 +371,19 @@ class RayExecutor:
             if isinstance(cause, RunAgentError):
                 raise cause from None
             raise RunAgentError(f"stopping task {task.label} on the cluster failed: {exc}") from exc
+        if where is _GONE:
+            return None
         if wait is not None:  # a start right after the stop must find the name free
             deadline = time.monotonic() + NAME_FREED_WAIT
             while self._actor(task.label) is not None and time.monotonic() < deadline:
                 time.sleep(0.05)
+        assert isinstance(where, Where)
         return where.holder(task.label)
 
     def read(self, task: TaskPaths, relative: str, offset: int, limit: int) -> bytes:
         """Bytes of a file of the task's folder on the host that runs it, from `offset`."""
-        actor = self._actor(task.label)
-        if actor is None:
-            return b""
-        data: bytes = ray.get(actor.read.remote(relative, offset, limit), timeout=CALL_WAIT)
-        return data
+        data = self._call(task.label, "read", relative, offset, limit)
+        return data if isinstance(data, bytes) else b""
 
     def receive_runs(self, root: Path) -> None:
         """Hold the cluster's HOME name for `root` while this process lives: hosts that do not
@@ -362,7 +423,7 @@ class RayExecutor:
         if seen is None or now - seen[0] > JUDGE_TTL:
             try:
                 seen = (now, self.locate(label))
-            except GetTimeoutError:  # busy, not gone: do not call it lost on a guess
+            except (GetTimeoutError, ActorUnavailableError):  # busy or moving, not gone
                 return True
             self._judged[label] = seen
         where = seen[1]

@@ -7,8 +7,10 @@ extra fails the module: the cluster tests are never silently left out there.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -36,7 +38,7 @@ from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths, read_run_info
 from runagent.runinfo import RunStatus
 from tests import sse
-from tests.conftest import Server, Workspace, alive, wait_for
+from tests.conftest import Server, Workspace, alive, free_port, wait_for
 
 HOSTS = ("hostB", "hostC")
 # Node failure is noticed within seconds, not Ray's default half-minute (a test budget).
@@ -281,25 +283,66 @@ def test_a_task_whose_actor_is_gone_shows_as_lost(ws: Workspace, on_cluster: Ray
     wait_for(lambda: not ws.leftovers(), 20, "the agent's tree to go")
 
 
-def test_no_shared_root_reads_go_through_the_actor(ws: Workspace, on_cluster: RayCluster) -> None:
+def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_the_actor(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
     settings = replace(on_cluster.settings, shared_root=False)
-    cluster_config(ws, settings, ["--lines", "4", "--wait-for", str(ws.path / "go")])
-    task = ws.task("p", "apart")
-    started = start(ws, settings, task)
-    assert started.holder is not None
-    remote = TaskPaths(on_cluster.base / str(started.holder.host), "p", "apart")
-    run_id = wait_for(lambda: remote.run_ids(), 30, "the run on its host")[0]
-    assert not task.runs.exists()  # nothing written to this side's root
-    executor = control.ray_executor(settings)
-    executor.receive_runs(ws.root)  # as `serve` does
-    (ws.path / "go").touch()
-    stdout = f"runs/{run_id}/agent-stdout.txt"
-    wait_for(lambda: b"line 4" in executor.read(task, stdout, 0, 1 << 20), 30, "four lines")
-    whole = executor.read(task, stdout, 0, 1 << 20)
-    assert executor.read(task, stdout, 7, 1 << 20) == whole[7:]  # by byte offset
-    wait_for(lambda: name_free(settings, task.label), 30, "the folder copied home at the end")
-    assert task.done.exists() and latest(task).status is RunStatus.COMPLETED
-    assert (task.run_folder(run_id) / "agent-stdout.txt").read_bytes() == whole
+    go = ws.path / "go"
+    cluster_config(ws, settings, ["--lines", "4", "--line-text", "apart", "--wait-for", str(go)])
+    with serving(ws) as url:  # it holds the cluster's home: hosts mirror task folders to it
+        task = ws.task("p", "apart")
+        started = start(ws, settings, task)
+        assert started.holder is not None
+        remote = TaskPaths(on_cluster.base / str(started.holder.host), "p", "apart")
+        run_id = wait_for(lambda: remote.run_ids(), 30, "the run on its host")[0]
+        # The live run is mirrored into serve's root: the page lists and streams it.
+        wait_for(lambda: task.run_ids() == [run_id], 30, "the run mirrored while it runs")
+        assert latest(task).status is RunStatus.RUNNING and latest(task).host in HOSTS
+        executor = control.ray_executor(settings)
+        go.touch()
+        stdout = f"runs/{run_id}/agent-stdout.txt"
+        wait_for(lambda: b"apart 4" in executor.read(task, stdout, 0, 1 << 20), 30, "4 lines")
+        whole = executor.read(task, stdout, 0, 1 << 20)
+        assert executor.read(task, stdout, 7, 1 << 20) == whole[7:]  # by byte offset
+        path = f"/api/projects/p/tasks/apart/runs/{run_id}/stream/stdout"
+        first = next(m for m in sse.stream(url + path, timeout=60) if m.event == "data")
+        assert first.id is not None
+        rest = ""  # resumed from the offset it had: the bytes after it, once
+        for message in sse.stream(url + path, {"Last-Event-ID": first.id}, timeout=60):
+            if message.event == "data":
+                rest += str(message.json())
+            elif message.event == "end":
+                break
+        assert (str(first.json()) + rest).encode() == whole
+        wait_for(lambda: name_free(settings, task.label), 30, "the loop to end")
+        assert task.done.exists() and latest(task).status is RunStatus.COMPLETED
+        assert (task.run_folder(run_id) / "agent-stdout.txt").read_bytes() == whole
+
+
+@contextlib.contextmanager
+def serving(ws: Workspace) -> Iterator[str]:
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)), cwd=ws.path,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(healthy, 60, "the server")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
 
 
 def test_schedules_fire_once_with_two_schedulers_up(
@@ -351,7 +394,9 @@ def test_a_host_that_dies_mid_run_moves_the_loop(ws: Workspace, on_cluster: RayC
         assert moved.host != dead and moved.host in HOSTS
         assert read_run_info(task.run_folder(first_run)).status is RunStatus.LOST
         assert moved.previous_run_id == first_run and moved.attempt == 2
-        control.stop(task, 20, on_cluster.settings)
+        assert control.stop(task, 20, on_cluster.settings) is not None
         assert not ws.leftovers()
     finally:
+        with contextlib.suppress(Exception):  # leave nothing running for the next test
+            control.stop(task, 20, on_cluster.settings)
         on_cluster.add_host(str(dead))
