@@ -11,6 +11,7 @@ import contextlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -373,6 +374,36 @@ def test_schedules_fire_once_with_two_schedulers_up(
         for s in schedulers:
             s.tick(now + timedelta(minutes=minute))
     assert len(fired) == 3, fired  # one per firing, not one per scheduler
+
+
+def test_the_scheduler_name_passes_on_when_its_holder_exits(on_cluster: RayCluster) -> None:
+    from runagent import rayexecutor
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, on_cluster.settings.address], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        waiting = rayexecutor.RayExecutor(on_cluster.settings)
+        assert not waiting.hold_name(control.SCHEDULER_NAME)  # another scheduler leads
+        holder.kill()
+        holder.wait(10)
+        wait_for(lambda: waiting.hold_name(control.SCHEDULER_NAME), 30, "the name to pass on")
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+HOLDER = """
+import sys, time
+from runagent import control
+from runagent.config import ExecutorSettings, ExecutorType
+settings = ExecutorSettings(type=ExecutorType.RAY, address=sys.argv[1], namespace="test")
+assert control.hold_scheduler(settings) and control.hold_scheduler(settings)
+print("held", flush=True)
+time.sleep(600)
+"""
 
 
 def test_a_host_that_dies_mid_run_moves_the_loop(ws: Workspace, on_cluster: RayCluster) -> None:
