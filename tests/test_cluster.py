@@ -259,6 +259,30 @@ def test_the_command_line_dispatches_and_serve_streams_the_run(
     assert stopped.returncode == 0 and "is not running" in stopped.stdout
 
 
+def test_the_pages_api_starts_and_stops_a_loop_on_the_cluster(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    import httpx
+
+    cluster_config(ws, on_cluster.settings, ["--setsid-grandchild", "--wait-pids", "2",
+                                             "--sleep", "120"])  # fmt: skip
+    with serving(ws) as url:
+        started = httpx.post(f"{url}/api/projects/p/tasks", timeout=90,
+                             json={"task_id": "api", "prompt": "go"})  # fmt: skip
+        assert started.status_code == 202, started.text
+        assert started.json()["host"] in HOSTS
+        pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "agents")
+        row = httpx.get(f"{url}/api/projects/p/tasks/api", timeout=30).json()
+        assert row["status"] == "running" and row["supervisor_host"] in HOSTS
+        again = httpx.post(f"{url}/api/projects/p/tasks", timeout=90,
+                           json={"task_id": "api", "prompt": "go"})  # fmt: skip
+        assert again.status_code == 409 and "on host" in again.text
+        stopped = httpx.post(f"{url}/api/projects/p/tasks/api/stop", json={}, timeout=90)
+        assert stopped.status_code == 200 and stopped.json()["stopped"] is True
+        assert not [p for p in pids if alive(p)]
+        assert name_free(on_cluster.settings, "p/api")
+
+
 def _api_run(server: Server, run_id: str) -> dict[str, Any] | None:
     import httpx
 
