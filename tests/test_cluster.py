@@ -314,15 +314,17 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
     settings = replace(on_cluster.settings, shared_root=False)
     go = ws.path / "go"
     cluster_config(ws, settings, ["--lines", "4", "--line-text", "apart", "--wait-for", str(go)])
-    with serving(ws) as url:  # it holds the cluster's home: hosts mirror task folders to it
-        task = ws.task("p", "apart")
+    task = ws.task("p", "apart")
+    with serving(ws) as url, stopped_at_the_end(task, settings, go):
+        # serve holds the cluster's home: hosts mirror task folders to it
         started = start(ws, settings, task)
         assert started.holder is not None
         remote = TaskPaths(on_cluster.base / str(started.holder.host), "p", "apart")
         run_id = wait_for(lambda: remote.run_ids(), 30, "the run on its host")[0]
         # The live run is mirrored into serve's root: the page lists and streams it.
-        wait_for(lambda: task.run_ids() == [run_id], 30, "the run mirrored while it runs")
-        assert latest(task).status is RunStatus.RUNNING and latest(task).host in HOSTS
+        mirrored = wait_for(lambda: task.run_ids() == [run_id] and latest(task), 30,
+                            "the run mirrored while it runs")  # fmt: skip
+        assert mirrored.status is RunStatus.RUNNING and mirrored.host in HOSTS
         executor = control.ray_executor(settings)
         go.touch()
         stdout = f"runs/{run_id}/agent-stdout.txt"
@@ -342,6 +344,17 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
         wait_for(lambda: name_free(settings, task.label), 30, "the loop to end")
         assert task.done.exists() and latest(task).status is RunStatus.COMPLETED
         assert (task.run_folder(run_id) / "agent-stdout.txt").read_bytes() == whole
+
+
+@contextlib.contextmanager
+def stopped_at_the_end(task: TaskPaths, settings: ExecutorSettings, go: Path) -> Iterator[None]:
+    """Whatever the test asserted, its loop ends with it (a failure leaves nothing running)."""
+    try:
+        yield
+    finally:
+        go.touch()
+        with contextlib.suppress(Exception):
+            control.stop(task, 20, settings)
 
 
 @contextlib.contextmanager
