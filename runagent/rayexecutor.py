@@ -214,7 +214,7 @@ class Mirror:
             return
         try:
             for path in sorted(self.task.folder.rglob("*")):
-                if path.is_file() and path.name != runfolder.LOCK:
+                if path.is_file():  # the lock's note too: the server's view says who runs it
                     self._send(home, path)
         except RayError:  # the server went away: look for one again later
             self.home = None

@@ -325,6 +325,8 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
         mirrored = wait_for(lambda: task.run_ids() == [run_id] and latest(task), 30,
                             "the run mirrored while it runs")  # fmt: skip
         assert mirrored.status is RunStatus.RUNNING and mirrored.host in HOSTS
+        view = wait_for(lambda: (v := tasks.view(task)).supervisor and v, 30, "its holder")
+        assert view.status is tasks.TaskStatus.RUNNING and view.supervisor.host == mirrored.host
         executor = control.ray_executor(settings)
         go.touch()
         stdout = f"runs/{run_id}/agent-stdout.txt"
