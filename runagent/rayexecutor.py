@@ -47,6 +47,8 @@ PLACEMENT_WAIT = 60.0  # seconds a start waits for a host with a free agent_slot
 CALL_WAIT = 30.0  # seconds a call to an actor may take before it counts as unanswered
 NAME_FREED_WAIT = 15.0  # seconds a stop waits for the actor's name to be free again
 WATCH_TICK = 0.1
+ANSWER_GRACE = 1.0  # seconds an actor lives on after answering a stop, so the answer arrives
+LEASE_WAIT = 180.0  # seconds a restarted actor waits for a dead host's lock to be released
 JUDGE_TTL = 1.0  # seconds a judgement of a foreign supervisor is reused
 HOME = "home"  # the actor name of the server's runs root (serve holds it)
 COPY_CHUNK = 4 << 20
@@ -117,6 +119,7 @@ class TaskLoop:
         except RunAgentError as exc:
             self.where = Where(self.host, 0, None, "", str(root), str(exc), int(exc.exit_code))
         self._stopping = threading.Event()
+        self._stop_asked, self._stop_answered = threading.Event(), threading.Event()
         self._mirror = Mirror(self.task)
         threading.Thread(target=self._watch, daemon=True).start()
 
@@ -126,7 +129,20 @@ class TaskLoop:
             task.folder.mkdir(parents=True, exist_ok=True)
             taskfolder.write_task_prompt(task, s.prompt)
         argv = control.loop_argv(s.command, task, s.overrides, s.config_path, s.schedule, s.again)
-        started = control.start_local(task, argv, cwd=s.cwd, wait=s.wait, die_with_parent=True)
+        # Restarted after its host died: on a shared root over NFS, the dead host's flock holds
+        # until the NFS server drops its lease; wait for that rather than give the loop up.
+        moved = ray.get_runtime_context().was_current_actor_reconstructed
+        deadline = time.monotonic() + (LEASE_WAIT if moved else 0)
+        while True:
+            try:
+                started = control.start_local(
+                    task, argv, cwd=s.cwd, wait=s.wait, die_with_parent=True
+                )
+                break
+            except AlreadyRunningError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
         holder = started.holder or live_holder(task.lock)
         self.where = Where(
             self.host,
@@ -146,6 +162,9 @@ class TaskLoop:
             if mirror:
                 self._mirror.sync()
             time.sleep(MIRROR_TICK if mirror else WATCH_TICK)
+        if self._stop_asked.is_set():  # let the stop's answer reach the one who asked
+            self._stop_answered.wait(CALL_WAIT)
+            time.sleep(ANSWER_GRACE)
         if w.error is not None:  # the starter reads the error first
             self._stopping.wait(CALL_WAIT)
         elif mirror:
@@ -157,7 +176,11 @@ class TaskLoop:
 
     def stop(self, wait: float | None) -> Where:
         """Stop the loop through its supervisor (whose reaper kills the agent's tree)."""
-        control.stop_local(self.task, wait)
+        self._stop_asked.set()
+        try:
+            control.stop_local(self.task, wait)
+        finally:
+            self._stop_answered.set()
         return self.where
 
     def forget(self) -> None:
@@ -362,6 +385,9 @@ class RayExecutor:
         return where if isinstance(where, Where) and where.error is None else None
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
+        before = self.locate(task.label)
+        if before is None:
+            return None
         try:
             where = self._call(task.label, "stop", wait, wait=(wait or 0) + CALL_WAIT)
         except RunAgentError:
@@ -371,8 +397,8 @@ class RayExecutor:
             if isinstance(cause, RunAgentError):
                 raise cause from None
             raise RunAgentError(f"stopping task {task.label} on the cluster failed: {exc}") from exc
-        if where is _GONE:
-            return None
+        if where is _GONE:  # it ended as it stopped, and took the answer with it
+            where = before
         if wait is not None:  # a start right after the stop must find the name free
             deadline = time.monotonic() + NAME_FREED_WAIT
             while self._actor(task.label) is not None and time.monotonic() < deadline:
