@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -187,6 +188,9 @@ def test_a_second_start_is_refused_naming_the_holder(
     view = tasks.view(task)
     assert view.status is tasks.TaskStatus.RUNNING and view.supervisor is not None
     assert view.supervisor.host == first.holder.host
+    status = ws.invoke("status", "-p", "p", "-t", task.task_id)
+    assert status.returncode == 0
+    assert re.search(rf"supervisor +{re.escape(first.holder.describe())} since", status.stdout)
     control.stop(task, 20, executor)
     assert name_free(executor, task.label)
 

@@ -125,7 +125,7 @@ def status(
     if started:
         rows.append(("started with", ", ".join(f"{k} {v}" for k, v in started.items())))
     if view.supervisor:
-        rows.append(("supervisor", f"pid {view.supervisor.pid} since {view.supervisor.since}"))
+        rows.append(("supervisor", f"{view.supervisor.describe()} since {view.supervisor.since}"))
     if view.latest:
         r = view.latest
         rows += [
