@@ -10,7 +10,6 @@ lost on a guess.
 from __future__ import annotations
 
 import os
-import socket
 from collections.abc import Callable
 
 HOST_ENV = "RUN_AGENT_HOST"  # names this host where its name is not what the cluster calls it
@@ -21,7 +20,7 @@ _judge: Judge | None = None
 
 
 def this_host() -> str:
-    return os.environ.get(HOST_ENV) or socket.gethostname()
+    return os.environ.get(HOST_ENV) or os.uname().nodename  # gethostname, without socket
 
 
 def is_here(host: str | None) -> bool:

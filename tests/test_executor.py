@@ -104,6 +104,7 @@ def test_importing_the_command_line_does_not_load_ray() -> None:
     loaded = {line.rsplit("|", 1)[-1].strip() for line in found.splitlines()}
     assert not {m for m in loaded if m == "ray" or m.startswith("ray.")}
     assert "runagent.rayexecutor" not in loaded
+    assert "runagent.control" not in loaded  # the one door is opened only by what starts loops
 
 
 def test_a_lock_holder_names_its_host(tmp_path: Path) -> None:

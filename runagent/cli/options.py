@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 import backends
-from runagent import control, tasks
+from runagent import tasks
 from runagent.backend import Backend
 from runagent.config import AgentConfig, Config, ExecutorType, Until
 from runagent.configfile import find_config, load_config, runs_root
@@ -81,6 +81,8 @@ def setup(config_path: Path | None, root: Path | None) -> Setup:
     if chosen is not None:
         config = replace(config, executor=replace(config.executor, type=chosen))
     if config.executor.type is ExecutorType.RAY:
+        from runagent import control  # the command line's start-up does not pay for it
+
         control.judge_foreign_hosts(config.executor)
     return Setup(config, *runs_root(root, os.environ, config))
 
