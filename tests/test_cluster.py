@@ -171,6 +171,22 @@ def test_a_dispatched_loop_runs_and_its_run_names_its_host(
     assert tasks.view(task).status is tasks.TaskStatus.COMPLETED
 
 
+def test_a_failed_run_is_restarted_by_the_same_loop_on_the_same_host(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    cluster_config(ws, executor, ["--fail-first", "2", "--lines", "1"])
+    task = ws.task("p", f"restart-{executor.type}")
+    started = start(ws, executor, task)
+    wait_for(lambda: task.done.exists(), 30, "the third attempt to complete")
+    runs = [read_run_info(task.run_folder(r)) for r in task.run_ids()]
+    assert [(r.attempt, r.status) for r in runs] == [
+        (1, RunStatus.FAILED), (2, RunStatus.FAILED), (3, RunStatus.COMPLETED)
+    ]  # fmt: skip
+    assert started.holder is not None and {r.host for r in runs} == {started.holder.host}
+    assert runs[2].previous_run_id == runs[1].run_id
+    wait_for(lambda: name_free(executor, task.label), 15, "the loop to end")
+
+
 def test_a_second_start_is_refused_naming_the_holder(
     ws: Workspace, executor: ExecutorSettings
 ) -> None:
