@@ -161,9 +161,10 @@ def converse(request: Request, run: RunPaths, prompt: str) -> int:
     """Agent mode: the conversation, with this module as its transport, in the working folder."""
     from runagent.config import Approvals
     from runagent.errors import RunAgentError
-    from runagent.ops.conversation import HEARTBEAT_MAX, Conversation, unattended_policy
+    from runagent.ops.conversation import Conversation, unattended_policy
     from runagent.ops.policy import Policy
     from runagent.ops.runtime import Runtime
+    from runagent.ops.waiting import HEARTBEAT_MAX
 
     def ask(chat: list[dict[str, str]]) -> str:
         text, _ = complete(request, chat)
