@@ -85,6 +85,8 @@ class Backend(abc.ABC):
     token_variable: ClassVar[str | None] = None
     # Whether `mode: agent` (an operations conversation run by run-agent) is this backend's to run.
     agent_mode: ClassVar[bool] = False
+    # Whether the agent's stdout is written for a person at the terminal (it is echoed whole).
+    talks_to_person: ClassVar[bool] = False
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
@@ -108,6 +110,10 @@ class Backend(abc.ABC):
     def summarize(self, line: str) -> str | None:
         """A readable form of one line of the agent's stdout, for a person watching."""
         return line
+
+    def terminal_copy(self, line: str) -> str | None:
+        """Text to put on the terminal's clipboard when the agent printed `line`; else None."""
+        return None
 
     # Credentials and environment -------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from runagent.config import (
     NotifyEvent,
     OpsSettings,
     Overlap,
+    PasteSettings,
     Permissions,
     ScheduleConfig,
     ScheduleKeep,
@@ -128,10 +129,13 @@ def parse_config(
     data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
 ) -> Config:
     top = Section(data, "")
-    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops")
+    top.only(
+        "agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops", "paste"
+    )
     ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
+    paste = _paste(top.section("paste"))
     agents = {
-        name: _agent(name, section, backend_names, base_dir, ops)
+        name: _agent(name, section, backend_names, base_dir, ops, paste)
         for name, section in top.section("agents").items_as_sections()
     }
     defaults = _defaults(top.section("defaults"), agents, backend_names)
@@ -156,6 +160,7 @@ def parse_config(
         notify=_notify(top.section("notify")) if top.has("notify") else None,
         issues=_issues(top.section("issues")),
         ops=ops,
+        paste=paste,
     )
 
 
@@ -179,6 +184,11 @@ def _ops(s: Section) -> OpsSettings:
         rules=MappingProxyType(rules),
         approvals=s.choice("approvals", Approvals, Approvals.DENY),
     )
+
+
+def _paste(s: Section) -> PasteSettings:
+    s.only("wait", "clipboard")
+    return PasteSettings(wait=s.duration("wait", None), clipboard=s.flag("clipboard", True))
 
 
 def _issues(s: Section) -> IssueSettings:
@@ -310,8 +320,9 @@ def _server(s: Section, base_dir: Path) -> ServerSettings:
 
 
 def _agent(
-    name: str, s: Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings
-) -> AgentConfig:
+    name: str, s: Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings,
+    paste: PasteSettings,
+) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env", "mode", "max_turns")  # fmt: skip
     kind = s.string("type") or name
@@ -340,6 +351,7 @@ def _agent(
         mode=s.choice("mode", Mode, Mode.ANSWER),
         max_turns=_max_turns(s),
         ops=ops,
+        paste=paste,
     )
 
 

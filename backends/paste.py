@@ -1,0 +1,150 @@
+"""The paste backend: an agent run through any chat window, with no API key, by the copy-paste
+protocol (spec/copy-paste-protocol.md; runagent/paste/).
+
+Like the HTTP backends it is a child process the supervisor starts, times out and stops:
+`python -m backends.paste RUN_FOLDER`. The child writes the outbox, waits for the person's reply in
+the task's paste/inbox/, carries out its commands in the working folder through the operations
+runtime, and ends when a reply says DONE, whose summary becomes output.md. Waiting for a person is
+not an idle agent: the wait says so on stderr often enough for the idle timeout, and only
+`paste.wait` bounds it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+
+from runagent.backend import (
+    Backend,
+    Diagnosis,
+    Finding,
+    LaunchSpec,
+    Reason,
+    RunContext,
+    RunPaths,
+    TaskPaths,
+    atomic_write,
+    tail,
+)
+
+ERROR_TAG = "run_agent_error"
+# The line the channel prints for each outbox; only a file of a paste outbox folder is copied.
+OUTBOX_READY = re.compile(r"outbox \d+ ready: (/.+/paste/outbox/[0-9a-f]{8}_seq\d{4}\.txt) \(")
+GAVE_UP = 3  # the exit code of a run that waited past paste.wait (not worth a restart)
+
+
+class PasteBackend(Backend):
+    """A person between run-agent and a chat model, carrying text both ways."""
+
+    name = "paste"
+    talks_to_person = True
+
+    def terminal_copy(self, line: str) -> str | None:
+        """Each outbox, as its line says it is ready (the terminal's clipboard over SSH)."""
+        if not self.config.paste.clipboard:
+            return None
+        found = OUTBOX_READY.match(line)
+        if found is None:
+            return None
+        try:
+            return Path(found.group(1)).read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    def launch(self, ctx: RunContext) -> LaunchSpec:
+        env = self.environment(ctx)
+        env["RUN_AGENT_OPS"] = json.dumps(self.config.ops.to_dict())
+        env["RUN_AGENT_PASTE"] = json.dumps(self.config.paste.to_dict())
+        argv = (sys.executable, "-m", "backends.paste", str(ctx.run_folder))
+        return LaunchSpec(argv, env, ctx.working_dir, stdin=None)
+
+    def final_output(self, ctx: RunContext) -> str | None:
+        try:
+            return ctx.paths.output.read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
+        for line in reversed(tail(ctx.stderr_path, 8000).splitlines()):
+            try:
+                report = json.loads(line).get(ERROR_TAG)
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(report, dict):
+                return Diagnosis(Reason(report.get("reason", "exit_code")), str(report["message"]))
+        return None
+
+    def check(self) -> list[Finding]:
+        return [Finding(True, "paste needs no key: a person carries the text to a chat window")]
+
+
+def main(argv: list[str]) -> int:
+    from runagent.config import Approvals
+    from runagent.errors import RunAgentError
+    from runagent.ops.policy import Policy
+    from runagent.ops.runtime import Runtime
+    from runagent.ops.waiting import HEARTBEAT_MAX, Waiter
+    from runagent.paste import clipboard
+    from runagent.paste.apply import Applier
+    from runagent.paste.channel import HEARTBEAT, Channel, WaitExpired
+    from runagent.paste.session import Folders
+
+    if len(argv) != 1:
+        print("usage: python -m backends.paste RUN_FOLDER", file=sys.stderr)
+        return 2
+    run = RunPaths(Path(argv[0]))
+    env = os.environ
+    task = TaskPaths(Path(env["JRUN_RUNS_DIR"]), env["JRUN_PROJECT_ID"], env["JRUN_TASK_ID"])
+    try:
+        text = task.task_md.read_text(encoding="utf-8")
+    except OSError:
+        text = run.prompt.read_text(encoding="utf-8")
+    idle = float(env.get("RUN_AGENT_IDLE_TIMEOUT") or 0)
+
+    def say(line: str) -> None:
+        print(f"run-agent: {line}", file=sys.stderr, flush=True)
+
+    try:
+        ops = json.loads(env.get("RUN_AGENT_OPS") or "{}")
+        paste = json.loads(env.get("RUN_AGENT_PASTE") or "{}")
+        policy = Policy.from_config(ops)
+        runtime = Runtime.create(
+            run.folder, Path.cwd(), policy.name, rules=ops.get("rules"), shell="/bin/sh",
+            policy=policy,
+        )  # fmt: skip
+    except (RunAgentError, ValueError, TypeError, AttributeError) as exc:
+        _report(Reason.EXIT_CODE, f"the paste channel cannot start: {exc}")
+        return 2
+    # The person is right there: what the policy holds for approval waits for their answer.
+    waiter = Waiter(runtime, say, min(idle / 3, HEARTBEAT_MAX) if idle else HEARTBEAT_MAX)
+    applier = Applier(runtime, lambda events: waiter.resolve(events, Approvals.WAIT))
+
+    def announce(path: Path, outbox: str) -> None:
+        if paste.get("clipboard", True) and (tool := clipboard.copy(outbox)):
+            print(f"(copied to the clipboard with {tool})", flush=True)
+
+    channel = Channel(
+        Folders.of(task), applier, text, out=sys.stdout, err=sys.stderr,
+        wait=paste.get("wait"), heartbeat=min(idle / 3, HEARTBEAT) if idle else HEARTBEAT,
+        announce=announce,
+    )  # fmt: skip
+    try:
+        ended = channel.run()
+    except WaitExpired as exc:
+        _report(Reason.TIMEOUT, str(exc))
+        return GAVE_UP
+    atomic_write(run.output, (ended.summary.rstrip("\n") or "(DONE without a summary)") + "\n")
+    return 0
+
+
+def _report(reason: Reason, message: str) -> None:
+    print(f"error: {message}", file=sys.stderr)
+    detail = {"reason": reason.value, "message": message}
+    print(json.dumps({ERROR_TAG: detail}), file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
