@@ -95,3 +95,17 @@ def _replies(inbox: Path) -> list[Path]:
         and not e.name.startswith(".")
         and e.is_file(follow_symlinks=False)
     ]
+
+
+def waiting_tasks(root: Path) -> list[TaskPaths]:
+    """The tasks under `root` whose latest paste session is not complete."""
+    found = []
+    for project in runfolder.project_ids(root):
+        for task_id in runfolder.task_ids(root, project):
+            task = TaskPaths(root, project, task_id)
+            if not Folders.of(task).sessions.is_dir():
+                continue
+            session = current(task)
+            if session is not None and not session.is_complete:
+                found.append(task)
+    return found
