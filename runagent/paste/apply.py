@@ -127,9 +127,7 @@ class Applier:
             return self._result(name, {"type": "deleteFile", "path": path}, f"Deleted '{path}'")
         if name is Name.READ_FILE:
             op = {"type": "readFile", "path": path}
-            return self._result(
-                name, op, f"Read '{path}'; its content is under Requested File Contents"
-            )
+            return self._result(name, op, f"Read '{path}'")
         return self._edit(command, path, edits)
 
     def _edit(self, command: Command, path: str, edits: dict[str, _Edits]) -> Result:
