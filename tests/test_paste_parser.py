@@ -144,8 +144,8 @@ def test_an_indented_closing_tag_closes_its_block() -> None:
             "start_line='1.5' is not a line number (a whole number from 1)",
         ),
         (
-            '[EDIT_FILE path="a" start_line="５" end_line="6"]\nx\n[/EDIT_FILE]',
-            "start_line='５' is not a line number (a whole number from 1)",
+            '[EDIT_FILE path="a" start_line="\uff15" end_line="6"]\nx\n[/EDIT_FILE]',
+            "start_line='\uff15' is not a line number (a whole number from 1)",
         ),
         (
             '[EDIT_FILE path="a" start_line="5" end_line="2"]\nx\n[/EDIT_FILE]',
