@@ -33,7 +33,9 @@ from runagent.backend import (
 ERROR_TAG = "run_agent_error"
 # The line the channel prints for each outbox; only a file of a paste outbox folder is copied.
 OUTBOX_READY = re.compile(r"outbox \d+ ready: (/.+/paste/outbox/[0-9a-f]{8}_seq\d{4}\.txt) \(")
-GAVE_UP = 3  # the exit code of a run that waited past paste.wait (not worth a restart)
+# The exit code of a run that waited past paste.wait: one of the loop's non-retryable codes, as
+# a restart would only wait for the same person again.
+GAVE_UP = 2
 
 
 class PasteBackend(Backend):
@@ -134,7 +136,7 @@ def main(argv: list[str]) -> int:
     try:
         ended = channel.run()
     except WaitExpired as exc:
-        _report(Reason.TIMEOUT, str(exc))
+        _report(Reason.EXIT_CODE, str(exc))
         return GAVE_UP
     atomic_write(run.output, (ended.summary.rstrip("\n") or "(DONE without a summary)") + "\n")
     return 0

@@ -65,9 +65,9 @@ class Channel:
         if session is None:
             session = Session.new(self.task)
             save(self.folders, session)
-            self._say(f"paste session {session.session_id} begins")
+            self._tell(f"paste session {session.session_id} begins")
         else:
-            self._say(
+            self._tell(
                 f"paste session {session.session_id} goes on at sequence {session.sequence_number}"
             )
         self._outbox(session, fresh=not self._outbox_file(session).exists())
@@ -85,18 +85,18 @@ class Channel:
         tag = f"{session.session_id}_seq{session.sequence_number:04d}"
         if reply.text is None:
             moved = inbox.move_aside(path, self.folders.processed, f"{tag}_unreadable")
-            self._say(f"{path.name} was not read: {reply.problem}; moved to {moved}")
+            self._tell(f"{path.name} was not read: {reply.problem}; moved to {moved}")
             return session, None
         seen = digest(reply.text)
         if seen in session.replies:
             moved = inbox.move_aside(path, self.folders.processed, f"{tag}_duplicate")
             number = session.replies.index(seen) + 1
-            self._say(
+            self._tell(
                 f"{path.name} is the same reply as the one answering outbox {number}; it was not "
                 f"applied again (moved to {moved}). Paste the chat's new answer."
             )
             return session, None
-        self._say(f"reading {path.name} (answer to outbox {session.sequence_number})")
+        self._tell(f"reading {path.name} (the reply to outbox {session.sequence_number})")
         applied = self.applier.apply(parse(reply.text))
         session = self._after(session, applied, seen)
         save(self.folders, session)
@@ -181,7 +181,13 @@ class Channel:
         self.out.write("MESSAGE: " + text.replace("\n", "\n  ") + "\n")
         self.out.flush()
 
+    def _tell(self, text: str) -> None:
+        """A line for the person at the terminal (the run's stdout, which the console echoes)."""
+        self.out.write(f"{text}\n")
+        self.out.flush()
+
     def _say(self, text: str) -> None:
+        """Progress of the wait (stderr: kept in the run, not shown in the terminal)."""
         self.err.write(f"run-agent: {text}\n")
         self.err.flush()
 
