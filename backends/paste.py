@@ -106,7 +106,10 @@ def main(argv: list[str]) -> int:
         text = run.prompt.read_text(encoding="utf-8")
     idle = float(env.get("RUN_AGENT_IDLE_TIMEOUT") or 0)
 
-    def say(line: str) -> None:
+    def tell(line: str) -> None:  # for the person at the terminal, which echoes stdout
+        print(line, flush=True)
+
+    def say(line: str) -> None:  # kept in the run's stderr: it shows the wait is alive
         print(f"run-agent: {line}", file=sys.stderr, flush=True)
 
     try:
@@ -121,7 +124,8 @@ def main(argv: list[str]) -> int:
         _report(Reason.EXIT_CODE, f"the paste channel cannot start: {exc}")
         return 2
     # The person is right there: what the policy holds for approval waits for their answer.
-    waiter = Waiter(runtime, say, min(idle / 3, HEARTBEAT_MAX) if idle else HEARTBEAT_MAX)
+    beat = min(idle / 3, HEARTBEAT_MAX) if idle else HEARTBEAT_MAX
+    waiter = Waiter(runtime, tell, beat, beat=say)
     applier = Applier(runtime, lambda events: waiter.resolve(events, Approvals.WAIT))
 
     def announce(path: Path, outbox: str) -> None:

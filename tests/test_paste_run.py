@@ -236,3 +236,28 @@ def test_paste_reply_refuses_in_one_line_what_it_cannot_hand_in(ws: Workspace) -
     assert sent.returncode == 0 and "saved as" in sent.stdout
     shown = ws.invoke("paste", "show", "-p", "p", "-t", "b", "--path")
     assert shown.returncode == 0 and shown.stdout.strip().endswith("_seq0001.txt")
+
+
+def test_a_command_that_needs_approval_waits_for_the_person_at_the_terminal(
+    ws: Workspace,
+) -> None:
+    work = configure(ws)
+    (work / "build").mkdir()
+    proc = start(ws)
+    outbox(ws, 1)
+    drop(ws, "clean.txt", "[RUN_COMMAND]\nrm -r build && echo cleaned\n[/RUN_COMMAND]\n")
+    run_id = wait_for(lambda: ws.runs() and ws.runs()[0].run_id)
+    pending = ws.task().run(run_id).folder / "approval-pending.json"
+    wait_for(pending.exists, what="the pause for approval")
+    operation = json.loads(pending.read_text())["operationId"]
+    assert (work / "build").is_dir()  # nothing ran before the person said so
+    approved = ws.cli("ops", "approve", run_id, operation)
+    assert approved.returncode == 0, approved.stderr
+    second = outbox(ws, 2).read_text()
+    assert "[OK] RUN_COMMAND: Ran 'rm -r build && echo cleaned' (exit code 0)" in second
+    assert not (work / "build").exists()
+    drop(ws, "done.txt", "[DONE]\nclean\n[/DONE]")
+    code, _, err = finish(proc)
+    assert code == 0, err
+    assert f"waiting for approval of operation {operation!r} (rm -r build && echo cleaned)" in err
+    assert f"run-agent ops approve {run_id} {operation}" in err

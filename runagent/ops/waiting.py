@@ -35,6 +35,7 @@ class Waiter:
     heartbeat: float = HEARTBEAT_MAX
     sleep: Callable[[float], None] = time.sleep
     monotonic: Callable[[], float] = time.monotonic
+    beat: Callable[[str], None] | None = None  # where "still waiting" goes (default: `say`)
 
     def resolve(self, events: EventsMessage, approvals: Approvals) -> EventsMessage:
         """The events of a batch that paused, once a person has answered every pause in it (in
@@ -75,7 +76,7 @@ class Waiter:
                     return answered
             now = self.monotonic()
             if now - last >= self.heartbeat:
-                self.say(
+                (self.beat or self.say)(
                     f"still waiting for approval of operation {operation_id!r} ({now - began:.0f}s)"
                 )
                 last = now
