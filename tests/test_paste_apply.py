@@ -4,18 +4,21 @@ that follow (compared with golden files)."""
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from runagent.config import Approvals
 from runagent.ops.runtime import Runtime
 from runagent.ops.waiting import Waiter
 from runagent.paste.apply import LISTING_LIMIT, Applier, workspace_listing
 from runagent.paste.parser import parse
-from runagent.paste.protocol import INSTRUCTIONS, Result, render
+from runagent.paste.protocol import INSTRUCTIONS, Name, Result, render
 
 GOLDEN = Path(__file__).parent / "samples" / "paste"
 
@@ -281,3 +284,33 @@ def test_the_first_and_a_later_outbox_match_the_golden_files(tmp_path: Path) -> 
         results=done.results, requested=a.requested(done.read_requests),
     )  # fmt: skip
     golden("outbox-seq0002.txt", later)
+
+
+PIECES = [
+    '[CREATE_FILE path="a.txt"]', '[CREATE_FILE path="../out.txt"]', "[/CREATE_FILE]",
+    '[EDIT_FILE path="a.txt" start_line="1" end_line="2"]',
+    '[EDIT_FILE path="a.txt" start_line="3" end_line="3"]', "[/EDIT_FILE]",
+    '[DELETE_FILE path="a.txt"]', '[READ_FILE path="a.txt"]', '[READ_FILE path="/etc/passwd"]',
+    '[CREATE_FILE path="link/x"]', '[CREATE_FILE path="d/\\u0000"]', '[CREATE_FILE path="a..b"]',
+    "[MESSAGE]", "[/MESSAGE]", "[DONE]", "[/DONE]", "\n", "\r\n", "x", "```", "\u201c",
+]  # fmt: skip
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(st.lists(st.one_of(st.sampled_from(PIECES), st.text(max_size=8)), max_size=25))
+def test_no_reply_makes_the_applier_raise_or_write_outside(
+    tmp_path: Path, parts: list[str]
+) -> None:
+    base = Path(tempfile.mkdtemp(dir=tmp_path))
+    (base / "outside").mkdir()
+    a = applier(base)
+    (base / "ws" / "link").symlink_to(base / "outside")
+    # No RUN_COMMAND: random text is not run as a command on this machine.
+    items = [i for i in parse("".join(parts)) if getattr(i, "name", None) is not Name.RUN_COMMAND]
+    done = a.apply(items)
+    assert all(isinstance(r, Result) for r in done.results)
+    assert list((base / "outside").iterdir()) == []
+    assert sorted(p.name for p in base.iterdir()) == ["outside", "run", "ws"]
+    a.requested(done.read_requests)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent.ops.event import EventsMessage
+from runagent.ops.operation import path_problem
 from runagent.ops.protocol import EventType, Status
 from runagent.ops.runtime import Runtime
 from runagent.ops.workspace import WorkspaceError
@@ -40,6 +41,7 @@ from runagent.paste.protocol import (
 
 LISTING_LIMIT = 500  # files named in an outbox's listing; the rest are counted
 FILE_LIMIT = 100_000  # characters of one requested file shown in an outbox
+REQUESTED_LIMIT = 300_000  # characters of requested files in one outbox, all together
 SKIPPED_FOLDERS = frozenset({".git"})
 SHOWN = 120  # characters of a command line repeated in its result
 
@@ -97,7 +99,11 @@ class Applier:
                 text = (item.body or "").strip("\n")
                 messages.append(text)
                 self.show(text)
-            result = self._one(item, edits)
+            try:
+                result = self._one(item, edits)
+            except Exception as exc:  # a fault of run-agent's, never of the reply: said, not fatal
+                why = f"run-agent could not carry this out ({type(exc).__name__}: {exc})"
+                result = Result(item.name, False, why)
             if item.name is Name.READ_FILE and result.success:
                 reads.append(self._relative(item.path) or item.path)
             results.append(result)
@@ -115,6 +121,9 @@ class Applier:
         path = self._relative(command.path)
         if path is None:
             return Result(name, False, f"{REJECTED} ({command.path!r})")
+        problem = path_problem(path)
+        if problem is not None:
+            return Result(name, False, f"the path {path!r} {problem}")
         if name is Name.CREATE_FILE:
             edits.pop(path, None)  # later edits of the reply refer to the new content
             body = command.body or ""
@@ -240,9 +249,14 @@ class Applier:
     def listing(self, limit: int = LISTING_LIMIT) -> Listing:
         return workspace_listing(self.runtime.workspace.root, limit)
 
-    def requested(self, paths: Iterable[str]) -> list[Requested]:
+    def requested(self, paths: Iterable[str], budget: int = REQUESTED_LIMIT) -> list[Requested]:
+        """The files asked for, as the next outbox shows them: each cut at FILE_LIMIT
+        characters, and none past `budget` characters in all (a paste no chat accepts)."""
         found = []
         for path in paths:
+            if budget <= 0:
+                found.append(Requested(path, "(not shown: this outbox is full; ask for it again)"))
+                continue
             try:
                 data = self.runtime.workspace.read(path)
             except (WorkspaceError, OSError) as exc:
@@ -258,6 +272,7 @@ class Applier:
                     f"\n[cut: the file has {len(text)} characters, the first {FILE_LIMIT} are "
                     f"shown; see the rest with RUN_COMMAND, e.g. sed -n '2000,2400p' {path}]"
                 )
+            budget -= len(text)
             found.append(Requested(path, text))
         return found
 

@@ -63,7 +63,7 @@ class Channel:
         self.folders.make()
         session = resumable(self.folders, self.task)
         if session is None:
-            session = Session.new(self.task)
+            session = Session.new(self.task, (p.stem for p in self.folders.sessions.iterdir()))
             save(self.folders, session)
             self._tell(f"paste session {session.session_id} begins")
         else:

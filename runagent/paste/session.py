@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -89,8 +90,12 @@ class Session:
     summary: str | None = None  # DONE's text
 
     @classmethod
-    def new(cls, task: str) -> Session:
-        return cls(secrets.token_hex(4), task)
+    def new(cls, task: str, taken: Iterable[str] = ()) -> Session:
+        """A session with a fresh id, none of `taken`."""
+        taken = set(taken)
+        while (session_id := secrets.token_hex(4)) in taken:
+            pass
+        return cls(session_id, task)
 
     def to_dict(self) -> dict[str, Any]:
         return {

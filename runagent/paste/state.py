@@ -68,9 +68,10 @@ def submit(task: TaskPaths, reply: str) -> Path:
             f"the paste session {session.session_id} of {task.label} is complete (DONE was "
             "received); start the task again to send more"
         )
+    reply = reply.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate cannot be saved
     if not reply.strip():
         raise UsageError("the reply is empty; paste the chat's whole answer")
-    data = reply.encode("utf-8", "replace")
+    data = reply.encode("utf-8")
     if len(data) > MAX_REPLY:
         raise UsageError(
             f"the reply is {len(data)} bytes, more than {MAX_REPLY}; send the chat's answer only"
