@@ -679,3 +679,93 @@ def test_the_sidebar_sums_what_each_projects_runs_used(
     page.goto(server.url)
     heading = page.locator("nav h3", has_text="spend")
     expect(heading.locator(".usage")).to_have_text("30 tokens · $0.0003")  # 2 x (10 in + 5 out)
+
+
+@contextlib.contextmanager
+def paste_run(ws: Workspace, task: str = "paste") -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """`run-agent -a paste` on task p/TASK in a terminal, working in a fresh folder: the process
+    and the folder. A run the test did not finish is killed with its tree."""
+    from tests.test_server_paste import paste_config
+
+    paste_config(ws)
+    work = ws.path / "work"
+    work.mkdir()
+    proc = ws.start_cli("-p", "p", "-t", task, "-a", "paste", "--cwd", str(work), "Create it")
+    try:
+        yield proc, work
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+        proc.communicate(timeout=30)
+
+
+def outbox(ws: Workspace, sequence: int, task: str = "paste") -> Path:
+    """The run's outbox file of `sequence`, once it is there."""
+    folder = ws.task("p", task).folder / "paste" / "outbox"
+    return wait_for(
+        lambda: next(iter(folder.glob(f"*_seq{sequence:04d}.txt")), None), what="the outbox"
+    )
+
+
+def test_a_paste_run_is_copied_answered_and_done_from_the_page(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    from tests.test_server_paste import DONE, REPLY
+
+    reply = REPLY + '[DELETE_FILE path="nothing-here.txt"]\n'  # one command that fails
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    try:
+        with paste_run(ws) as (proc, work):
+            page.goto(f"{server.url}/#p/paste")
+            first = outbox(ws, 1)
+            text = first.read_text(encoding="utf-8")
+            panel = page.locator("#paste")
+            expect(panel.locator("#paste-name")).to_have_text(first.name)
+            expect(panel.locator("#paste-sequence")).to_have_text("1")
+            expect(panel.locator("#paste-size")).to_have_text(f"{len(text):,} characters")
+            panel.locator("#paste-copy").click()
+            expect(panel.locator("#paste-copied")).to_have_text(f"copied {len(text):,} characters")
+            assert page.evaluate("() => navigator.clipboard.readText()") == text
+            panel.locator("#paste-text-box summary").click()
+            expect(panel.locator("#paste-text")).to_contain_text("=== PROTOCOL ===")
+            expect(panel.locator("#paste-results-box")).to_be_hidden()  # no reply yet
+            shot(page, "paste-outbox")
+
+            # A refused reply says why, and stays in the box.
+            panel.locator("#paste-reply").fill("  \n ")
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_contain_text("the reply is empty")
+
+            panel.locator("#paste-reply").fill(reply)
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_be_empty()
+            expect(panel.locator("#paste-reply")).to_have_value("")
+            expect(panel.locator("#paste-sequence")).to_have_text("2", timeout=30000)
+            expect(panel.locator("#paste-name")).to_have_text(outbox(ws, 2).name)
+            results = panel.locator("#paste-results .result")
+            expect(results).to_have_count(4)
+            expect(results.nth(0)).to_have_class(re.compile(r"\bok\b"))
+            expect(results.nth(0)).to_contain_text("[OK] CREATE_FILE: Created 'hello.txt'")
+            expect(results.nth(1)).to_contain_text("[OK] RUN_COMMAND: Ran 'echo ran-ok'")
+            expect(results.nth(1).locator(".output")).to_contain_text("Output: ran-ok")
+            expect(results.nth(3)).to_have_class(re.compile(r"\bfailed\b"))
+            expect(results.nth(3)).to_contain_text("[FAILED] DELETE_FILE")
+            expect(panel.locator("#paste-messages .message")).to_have_text(["hello.txt is written"])
+            assert (work / "hello.txt").read_text() == "    hi there\n"  # indentation kept
+            shot(page, "paste-results")
+
+            panel.locator("#paste-reply").fill(DONE)
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-summary")).to_have_text(
+                re.compile(r"^wrote hello.txt\s*$"), timeout=30000
+            )
+            expect(panel.locator("#paste-form")).to_be_hidden()
+            expect(panel.locator("#paste-outbox")).to_be_hidden()
+            expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+            shot(page, "paste-done")
+            assert proc.wait(60) == 0
+    finally:
+        context.close()
+    assert ws.runs("p", "paste")[0].status.value == "completed"
