@@ -53,6 +53,8 @@ const pastePanel = (() => {
     return node;
   }
 
+  const waiting = (n) => (n === 1 ? "a reply" : `${n} replies`);
+
   function render() {
     const v = view;
     panel.hidden = !v;
@@ -60,7 +62,7 @@ const pastePanel = (() => {
     el("paste-state").textContent = v.complete
       ? `· session ${v.session} complete`
       : `· session ${v.session} · waiting for the reply to outbox ${v.sequence}` +
-        (v.waiting_replies.length ? ` · ${v.waiting_replies.length} reply waiting to be read` : "");
+        (v.waiting_replies.length ? ` · ${waiting(v.waiting_replies.length)} in the inbox, not yet carried out` : "");
     el("paste-outbox").hidden = v.complete;
     el("paste-form").hidden = v.complete;
     if (!v.complete) {
