@@ -759,10 +759,10 @@ def test_a_paste_run_is_copied_answered_and_done_from_the_page(
             expect(results.nth(3)).to_contain_text("[FAILED] DELETE_FILE")
             expect(panel.locator("#paste-messages .message")).to_have_text(["hello.txt is written"])
             assert (work / "hello.txt").read_text() == "    hi there\n"  # indentation kept
-            shot(page, "paste-results")
+            shots(page, "paste-results")  # wide, and as narrow as a phone
 
             panel.locator("#paste-reply").fill(DONE)
-            panel.locator("#paste-send").click()
+            panel.locator("#paste-reply").press("Control+Enter")  # the keyboard's Send
             expect(panel.locator("#paste-summary")).to_have_text(
                 re.compile(r"^wrote hello.txt\s*$"), timeout=30000
             )

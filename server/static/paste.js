@@ -29,7 +29,7 @@ const pastePanel = (() => {
       <label for="paste-reply">Reply <span class="muted">(paste the chat's whole answer)</span></label>
       <textarea id="paste-reply" name="reply" rows="6" spellcheck="false" autocomplete="off"></textarea>
       <div class="row">
-        <button type="submit" id="paste-send">Send</button>
+        <button type="submit" id="paste-send" title="send the reply (Ctrl+Enter)">Send</button>
         <span id="paste-sent" class="muted" aria-live="polite"></span>
         <span id="paste-error" class="error" aria-live="polite"></span>
       </div>
@@ -216,6 +216,12 @@ const pastePanel = (() => {
 
   el("paste-copy").addEventListener("click", copy);
   el("paste-form").addEventListener("submit", send);
+  el("paste-reply").addEventListener("keydown", (e) => {
+    if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) {
+      e.preventDefault();
+      el("paste-form").requestSubmit();
+    }
+  });
   const place = () => {
     const taskView = document.querySelector("#task-view");
     const git = document.querySelector("#task-git");
