@@ -460,6 +460,7 @@ def test_the_served_agents_are_the_config_files(ws: Workspace) -> None:
     assert [(a["name"], a["type"]) for a in choices["agents"]] == [
         ("fake", "command"),
         ("other", "command"),
+        ("paste", "paste"),  # a built-in needing no config: the page can start one
     ]
 
 
