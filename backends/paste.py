@@ -18,8 +18,7 @@ import sys
 from pathlib import Path
 
 from runagent.backend import (
-    Backend,
-    Diagnosis,
+    ChildBackend,
     Finding,
     LaunchSpec,
     Reason,
@@ -27,10 +26,9 @@ from runagent.backend import (
     RunPaths,
     TaskPaths,
     atomic_write,
-    tail,
+    report_failure,
 )
 
-ERROR_TAG = "run_agent_error"
 # The line the channel prints for each outbox; only a file of a paste outbox folder is copied.
 OUTBOX_READY = re.compile(r"outbox \d+ ready: (/.+/paste/outbox/[0-9a-f]{8}_seq\d{4}\.txt) \(")
 # The exit code of a run that waited past paste.wait: one of the loop's non-retryable codes, as
@@ -38,7 +36,7 @@ OUTBOX_READY = re.compile(r"outbox \d+ ready: (/.+/paste/outbox/[0-9a-f]{8}_seq\
 GAVE_UP = 2
 
 
-class PasteBackend(Backend):
+class PasteBackend(ChildBackend):
     """A person between run-agent and a chat model, carrying text both ways."""
 
     name = "paste"
@@ -60,24 +58,7 @@ class PasteBackend(Backend):
         env = self.environment(ctx)
         env["RUN_AGENT_OPS"] = json.dumps(self.config.ops.to_dict())
         env["RUN_AGENT_PASTE"] = json.dumps(self.config.paste.to_dict())
-        argv = (sys.executable, "-m", "backends.paste", str(ctx.run_folder))
-        return LaunchSpec(argv, env, ctx.working_dir, stdin=None)
-
-    def final_output(self, ctx: RunContext) -> str | None:
-        try:
-            return ctx.paths.output.read_text(encoding="utf-8")
-        except OSError:
-            return None
-
-    def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
-        for line in reversed(tail(ctx.stderr_path, 8000).splitlines()):
-            try:
-                report = json.loads(line).get(ERROR_TAG)
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(report, dict):
-                return Diagnosis(Reason(report.get("reason", "exit_code")), str(report["message"]))
-        return None
+        return LaunchSpec(self.child_argv(ctx), env, ctx.working_dir, stdin=None)
 
     def check(self) -> list[Finding]:
         return [Finding(True, "paste needs no key: a person carries the text to a chat window")]
@@ -121,7 +102,7 @@ def main(argv: list[str]) -> int:
             policy=policy,
         )  # fmt: skip
     except (RunAgentError, ValueError, TypeError, AttributeError) as exc:
-        _report(Reason.EXIT_CODE, f"the paste channel cannot start: {exc}")
+        report_failure(Reason.EXIT_CODE, f"the paste channel cannot start: {exc}")
         return 2
     # The person is right there: what the policy holds for approval waits for their answer.
     beat = min(idle / 3, HEARTBEAT_MAX) if idle else HEARTBEAT_MAX
@@ -140,16 +121,10 @@ def main(argv: list[str]) -> int:
     try:
         ended = channel.run()
     except WaitExpired as exc:
-        _report(Reason.EXIT_CODE, str(exc))
+        report_failure(Reason.EXIT_CODE, str(exc))
         return GAVE_UP
     atomic_write(run.output, (ended.summary.rstrip("\n") or "(DONE without a summary)") + "\n")
     return 0
-
-
-def _report(reason: Reason, message: str) -> None:
-    print(f"error: {message}", file=sys.stderr)
-    detail = {"reason": reason.value, "message": message}
-    print(json.dumps({ERROR_TAG: detail}), file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from runagent.errors import AlreadyCompletedError, RunAgentError, UsageError
 from runagent.overrides import LoopOverrides
 from runagent.paste import state as paste_state
 from runagent.runfolder import TaskPaths
-from server.security import cross_site_write
+from server.security import bounded_body, cross_site_write
 
 if TYPE_CHECKING:
     from server.app import Settings
@@ -57,7 +57,7 @@ class Actions:
             if limit is None:
                 body = await request.json()
             else:
-                body = json.loads(await _bounded(request, limit))
+                body = json.loads(await bounded_body(request, limit))
         except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
             raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
         if not isinstance(body, dict):
@@ -199,16 +199,6 @@ class Actions:
         path = await run_in_threadpool(submit)
         answer = {"project_id": task.project_id, "task_id": task.task_id, "file": path.name}
         return JSONResponse(answer, status_code=201)
-
-
-async def _bounded(request: Request, limit: int) -> bytes:
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise HTTPException(413, f"the body is over {limit} bytes")
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def _json_type(value: object) -> str:
