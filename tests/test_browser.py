@@ -469,7 +469,9 @@ def test_the_form_offers_the_configured_agents_and_the_loop_settings(
     page.goto(server.url)
     page.click("#new-task-button")
     options = page.locator("#agent-choice option")
-    expect(options).to_have_text(["config default (fake)", "fake — command", "other — command"])
+    expect(options).to_have_text(
+        ["config default (fake)", "fake — command", "other — command", "paste — paste"]
+    )
     page.fill("input[name=project]", "p")
     page.fill("input[name=task_id]", "formed")
     page.fill("textarea[name=prompt]", "with settings")
