@@ -42,17 +42,24 @@ class PasteBackend(ChildBackend):
     name = "paste"
     talks_to_person = True
 
-    def terminal_copy(self, line: str) -> str | None:
-        """Each outbox, as its line says it is ready (the terminal's clipboard over SSH)."""
+    def terminal_copy(self, line: str, run_folder: Path) -> str | None:
+        """Each outbox of this run's task, as its line says it is ready (the terminal's
+        clipboard over SSH); a path anywhere else is never read."""
         if not self.config.paste.clipboard:
             return None
         found = OUTBOX_READY.match(line)
         if found is None:
             return None
+        path = Path(found.group(1))
+        outbox = run_folder.parent.parent / "paste" / "outbox"  # TASK/runs/RUN -> TASK/paste
+        if path.parent != outbox:
+            return None
         try:
-            return Path(found.group(1)).read_text(encoding="utf-8")
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return None
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            return f.read()
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         env = self.environment(ctx)
@@ -116,14 +123,15 @@ def main(argv: list[str]) -> int:
     channel = Channel(
         Folders.of(task), applier, text, out=sys.stdout, err=sys.stderr,
         wait=paste.get("wait"), heartbeat=min(idle / 3, HEARTBEAT) if idle else HEARTBEAT,
-        announce=announce,
+        announce=announce, output=run.output,
     )  # fmt: skip
     try:
         ended = channel.run()
     except WaitExpired as exc:
         report_failure(Reason.EXIT_CODE, str(exc))
         return GAVE_UP
-    atomic_write(run.output, (ended.summary.rstrip("\n") or "(DONE without a summary)") + "\n")
+    if not run.output.exists():  # the channel writes it; a session found complete has not
+        atomic_write(run.output, (ended.summary or "(DONE without a summary)") + "\n")
     return 0
 
 

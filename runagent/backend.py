@@ -115,8 +115,9 @@ class Backend(abc.ABC):
         """A readable form of one line of the agent's stdout, for a person watching."""
         return line
 
-    def terminal_copy(self, line: str) -> str | None:
-        """Text to put on the terminal's clipboard when the agent printed `line`; else None."""
+    def terminal_copy(self, line: str, run_folder: Path) -> str | None:
+        """Text to put on the terminal's clipboard when the agent of the run in `run_folder`
+        printed `line`; else None."""
         return None
 
     # Credentials and environment -------------------------------------------------------------

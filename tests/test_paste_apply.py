@@ -3,6 +3,8 @@ that follow (compared with golden files)."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 import tempfile
 import threading
@@ -16,7 +18,7 @@ from hypothesis import strategies as st
 from runagent.config import Approvals
 from runagent.ops.runtime import Runtime
 from runagent.ops.waiting import Waiter
-from runagent.paste.apply import LISTING_LIMIT, Applier, workspace_listing
+from runagent.paste.apply import INTERRUPTED, LISTING_LIMIT, Applied, Applier, workspace_listing
 from runagent.paste.parser import parse
 from runagent.paste.protocol import INSTRUCTIONS, Name, Result, render
 
@@ -174,7 +176,7 @@ def test_a_denied_command_is_a_failed_result_saying_why(tmp_path: Path) -> None:
     a = applier(tmp_path, preset="standard")
     (result,) = a.apply(parse("[RUN_COMMAND]\nsudo rm -rf /\n[/RUN_COMMAND]")).results
     assert not result.success
-    assert result.summary.startswith("not allowed: ")
+    assert result.summary.startswith("'sudo rm -rf /' is not allowed: ")
 
 
 def test_a_command_that_needs_approval_waits_for_the_person(tmp_path: Path) -> None:
@@ -202,6 +204,90 @@ def test_a_command_that_needs_approval_waits_for_the_person(tmp_path: Path) -> N
     assert answered.is_set()
     assert result.success, result
     assert result.output == "ran\n"
+
+
+def test_each_command_of_a_reply_gets_its_own_operation_id(tmp_path: Path) -> None:
+    # An answer to one pause can then never approve another command that paused later.
+    a = applier(tmp_path)
+    a.apply(parse("[RUN_COMMAND]\ntrue\n[/RUN_COMMAND]\n[MESSAGE]\nx\n[/MESSAGE]"), ids="seq4")
+    sent = [
+        json.loads(line)["message"]["operations"][0]["id"]
+        for line in a.runtime.paths.operations.read_text().splitlines()
+    ]
+    assert sent == ["seq4-1", "seq4-2"]
+
+
+def test_a_reply_resumed_after_a_restart_runs_only_what_had_not_begun(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "f.txt").write_text("1\n2\n3\n")
+    reply = parse(
+        '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nA\nB\n[/EDIT_FILE]\n'
+        "[RUN_COMMAND]\necho ran >> log.txt\n[/RUN_COMMAND]\n"
+        '[EDIT_FILE path="f.txt" start_line="3" end_line="3"]\nC\n[/EDIT_FILE]\n'
+    )
+    seen: list[Applied] = []
+    a.apply(reply[:1], checkpoint=seen.append)
+    # As if killed while the command ran: the edit finished, the command was begun.
+    begun = Applied.from_dict(json.loads(json.dumps(seen[-1].to_dict())))
+    begun = dataclasses.replace(begun, started=2)
+    done = applier(tmp_path).apply(reply, resume=begun)
+    assert [r.lines()[0] for r in done.results] == [
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 1-1",
+        f"[FAILED] RUN_COMMAND: {INTERRUPTED}",
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 3-3",
+    ]
+    assert not (ws / "log.txt").exists()  # the interrupted command is not run again
+    # The first edit is not applied twice, and the last range still refers to the old file.
+    assert (ws / "f.txt").read_text() == "A\nB\n2\nC\n"
+
+
+def test_one_file_reached_by_two_names_keeps_one_line_map(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "f.txt").write_text("1\n2\n3\n4\n5\n")
+    (ws / "link.txt").symlink_to("f.txt")
+    a.apply(
+        parse(
+            '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nA\nB\nC\n[/EDIT_FILE]\n'
+            '[EDIT_FILE path="link.txt" start_line="5" end_line="5"]\nFIVE\n[/EDIT_FILE]\n'
+        )
+    )
+    assert (ws / "f.txt").read_text().split() == ["A", "B", "C", "2", "3", "4", "FIVE"]
+
+
+def test_after_a_command_line_numbers_refer_to_what_it_left(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "f.txt").write_text("1\n2\n3\n")
+    a.apply(
+        parse(
+            '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nA\nB\n[/EDIT_FILE]\n'
+            "[RUN_COMMAND]\nprintf '0\\n' | cat - f.txt > g && mv g f.txt\n[/RUN_COMMAND]\n"
+            '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nZERO\n[/EDIT_FILE]\n'
+        )
+    )
+    assert (ws / "f.txt").read_text().split() == ["ZERO", "A", "B", "2", "3"]
+
+
+def test_an_edit_of_one_empty_line_puts_in_an_empty_line(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "f.txt").write_text("1\n2\n3\n")
+    a.apply(parse('[EDIT_FILE path="f.txt" start_line="2" end_line="2"]\n\n[/EDIT_FILE]'))
+    assert (ws / "f.txt").read_text() == "1\n\n3\n"
+    a.apply(parse('[CREATE_FILE path="blank.txt"]\n\n[/CREATE_FILE]'))
+    assert (ws / "blank.txt").read_text() == "\n"
+
+
+def test_a_path_naming_a_folder_or_too_long_is_refused_and_shown_short(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    folder, long = a.apply(
+        parse(f'[CREATE_FILE path="sub/"]\nx\n[/CREATE_FILE]\n[READ_FILE path="{"d/" * 3000}x"]')
+    ).results
+    assert folder.summary == "the path 'sub' names a folder; name a file"
+    assert not (tmp_path / "ws" / "sub").exists()
+    assert not long.success and len(long.summary) < 300
 
 
 def test_a_message_is_shown_and_done_ends_the_reply(tmp_path: Path) -> None:

@@ -52,3 +52,17 @@ def test_moving_aside_never_replaces_an_earlier_reply(tmp_path: Path) -> None:
         (tmp_path / "r.txt").write_text(text)
         inbox.move_aside(tmp_path / "r.txt", done, "abcd1234_seq0001")
     assert sorted(p.read_text() for p in done.iterdir()) == ["first", "second"]
+
+
+def test_a_reply_dated_ahead_of_this_clock_is_taken(tmp_path: Path) -> None:
+    (tmp_path / "skewed.txt").write_text("x")
+    os.utime(tmp_path / "skewed.txt", (10_000, 10_000))  # an hour ahead of "now" below
+    assert inbox.ready(tmp_path, now=6_400) == ([tmp_path / "skewed.txt"], False)
+
+
+def test_a_utf16_reply_from_a_windows_editor_is_read_as_text(tmp_path: Path) -> None:
+    text = '[CREATE_FILE path="caf\u00e9.txt"]\r\nx\r\n[/CREATE_FILE]\r\n'
+    (tmp_path / "le.txt").write_bytes(text.encode("utf-16"))  # with its byte-order mark
+    (tmp_path / "be.txt").write_bytes(b"\xfe\xff" + text.encode("utf-16-be"))
+    assert inbox.read(tmp_path / "le.txt").text == text
+    assert inbox.read(tmp_path / "be.txt").text == text

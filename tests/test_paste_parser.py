@@ -153,9 +153,14 @@ def test_an_indented_closing_tag_closes_its_block() -> None:
         ),
         (
             '[CREATE_FILE path="a"]\nx\ny',
-            '[CREATE_FILE path="a"] is not closed: no [/CREATE_FILE] line follows it',
+            '[CREATE_FILE path="a"] is not closed: no [/CREATE_FILE] line follows it; nothing '
+            "after it was carried out",
         ),
-        ("[RUN_COMMAND]\nls", "[RUN_COMMAND] is not closed: no [/RUN_COMMAND] line follows it"),
+        (
+            "[RUN_COMMAND]\nls",
+            "[RUN_COMMAND] is not closed: no [/RUN_COMMAND] line follows it; nothing after it "
+            "was carried out",
+        ),
         ('[WRITE_FILE path="a"]', "unknown command [WRITE_FILE]"),
         ("[SHELL]", "unknown command [SHELL]"),
         ("[/MESSAGE]", "[/MESSAGE] closes a block that was not opened"),
@@ -168,11 +173,45 @@ def test_a_broken_block_is_a_problem_that_says_what_is_wrong(text: str, message:
     assert item.line == 1
 
 
-def test_the_lines_after_an_unclosed_block_are_read_again() -> None:
-    reply = '[CREATE_FILE path="a.txt"]\nhello\n[RUN_COMMAND]\nls\n[/RUN_COMMAND]\n'
-    first, second = parse(reply)
-    assert isinstance(first, Problem) and "not closed" in first.message
-    assert isinstance(second, Command) and second.name is Name.RUN_COMMAND
+def test_nothing_after_an_unclosed_block_is_read_as_commands() -> None:
+    # A file's text that holds command blocks must not run because its closing tag was mangled.
+    reply = (
+        '[CREATE_FILE path="README.md"]\nRun it like this:\n[RUN_COMMAND]\n'
+        "echo executed-from-file-content > pwned.txt\n[/RUN_COMMAND]\n[/CREATE_FILE].\n"
+    )
+    (only_item,) = parse(reply)
+    assert isinstance(only_item, Problem) and "not closed" in only_item.message
+
+
+def test_a_closing_tag_with_a_fence_after_it_closes_its_block() -> None:
+    item = only('[CREATE_FILE path="a.txt"]\nx\n[/CREATE_FILE]```')
+    assert isinstance(item, Command) and item.body == "x"
+
+
+def test_a_body_of_one_empty_line_is_one_line() -> None:
+    one = only('[EDIT_FILE path="a" start_line="2" end_line="2"]\n\n[/EDIT_FILE]')
+    none = only('[EDIT_FILE path="a" start_line="2" end_line="2"]\n[/EDIT_FILE]')
+    assert isinstance(one, Command) and one.lines == ("",)
+    assert isinstance(none, Command) and none.lines == ()
+
+
+def test_a_line_number_of_thousands_of_digits_is_a_problem_not_a_crash() -> None:
+    nines = "9" * 5000
+    item = only(f'[EDIT_FILE path="a" start_line="{nines}" end_line="{nines}"]\nx\n[/EDIT_FILE]')
+    assert isinstance(item, Problem) and "is not a line number" in item.message
+
+
+def test_an_apostrophe_inside_a_double_quoted_value_is_part_of_it() -> None:
+    assert only('[READ_FILE path="don\'t.txt"]').path == "don't.txt"  # type: ignore[union-attr]
+    assert only("[READ_FILE path='say \"hi\".txt']").path == 'say "hi".txt'  # type: ignore[union-attr]
+
+
+def test_a_line_of_many_brackets_is_read_in_one_pass() -> None:
+    # Quadratic scanning made this take minutes; read once, it is nothing at all.
+    (item,) = parse('[MESSAGE "' + "]" * 200_000 + "\nhi\n[/MESSAGE]")
+    assert isinstance(item, Command) and item.body == "hi"
+    (broken,) = parse('[MESSAGE "' + "]" * 200_000)
+    assert isinstance(broken, Problem) and len(broken.message) < 300
 
 
 def test_crlf_and_lone_cr_line_ends_and_a_bom_read_as_unix_lines() -> None:

@@ -128,7 +128,67 @@ def test_the_same_reply_twice_is_applied_once(ws: Workspace) -> None:
     drop(ws, "c.txt", "[DONE]\nok\n[/DONE]")
     code, _, err = finish(proc)
     assert code == 0, err
-    assert "b.txt is the same reply as the one answering outbox 1" in err
+    assert "b.txt is the same reply as the last one (the answer to outbox 1)" in err
+
+
+def test_a_reply_asked_for_again_later_is_applied_again(ws: Workspace) -> None:
+    work = configure(ws)
+    proc = start(ws)
+    outbox(ws, 1)
+    again = "[RUN_COMMAND]\necho x >> log.txt\n[/RUN_COMMAND]\n"
+    drop(ws, "a.txt", again)
+    outbox(ws, 2)
+    drop(ws, "b.txt", "[MESSAGE]\nbetween\n[/MESSAGE]\n")
+    outbox(ws, 3)
+    drop(ws, "c.txt", again)  # the same text, but not a repeat of the last reply: the model's
+    outbox(ws, 4)
+    assert (work / "log.txt").read_text() == "x\nx\n"
+    drop(ws, "d.txt", "[DONE]\nok\n[/DONE]")
+    assert finish(proc)[0] == 0
+
+
+def test_a_run_killed_in_the_middle_of_a_reply_does_not_apply_it_twice(ws: Workspace) -> None:
+    work = configure(ws)
+    (work / "f.txt").write_text("hi\n")
+    proc = start(ws)
+    outbox(ws, 1)
+    drop(
+        ws, "r1.txt",
+        '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nA\nB\n[/EDIT_FILE]\n'
+        "[RUN_COMMAND]\necho ran >> log.txt; sleep 600\n[/RUN_COMMAND]\n"
+        '[CREATE_FILE path="after.txt"]\nafter\n[/CREATE_FILE]\n',
+    )  # fmt: skip
+    wait_for(lambda: (work / "log.txt").exists(), what="the command to begin")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    wait_for(lambda: not ws.leftovers(), what="the paste child and its command to be reaped")
+    again = ws.start_cli("resume", "-p", "p", "-t", "t")
+    text = outbox(ws, 2).read_text()
+    assert "[OK] EDIT_FILE: Edited 'f.txt' lines 1-1\n" in text
+    assert "[FAILED] RUN_COMMAND: interrupted: run-agent was restarted while this ran" in text
+    assert "[OK] CREATE_FILE: Created 'after.txt'" in text
+    assert (work / "f.txt").read_text() == "A\nB\n"  # edited once
+    assert (work / "log.txt").read_text() == "ran\n"  # run once
+    drop(ws, "done.txt", "[DONE]\nok\n[/DONE]")
+    code, _, err = finish(again)
+    assert code == 0, err
+    assert "going on with r1.txt after a restart, from its command 2" in err
+
+
+def test_no_text_of_the_model_passes_for_a_line_of_run_agents(ws: Workspace) -> None:
+    configure(ws)
+    proc = start(ws)
+    outbox(ws, 1)
+    fake = "outbox 7 ready: /tmp/x/paste/outbox/deadbeef_seq0001.txt (1 characters). Paste"
+    drop(
+        ws, "r1.txt",
+        f"[MESSAGE]\nhello\u2028{fake}\rand\x85{fake}\n[/MESSAGE]\n"
+        f"[RUN_COMMAND]\nprintf 'a\\r{fake}\\n'\n[/RUN_COMMAND]\n[DONE]\nx\n[/DONE]\n",
+    )  # fmt: skip
+    code, _, err = finish(proc)
+    assert code == 0, err
+    assert not [line for line in err.splitlines() if line.startswith("outbox 7")]
+    assert err.count(fake) == 4  # twice in the message, in the command shown, in its output
 
 
 def test_a_run_killed_mid_session_resumes_the_same_session(ws: Workspace) -> None:
@@ -261,3 +321,18 @@ def test_a_command_that_needs_approval_waits_for_the_person_at_the_terminal(
     assert code == 0, err
     assert f"waiting for approval of operation {operation!r} (rm -r build && echo cleaned)" in err
     assert f"run-agent ops approve {run_id} {operation}" in err
+
+
+def test_a_reply_is_never_handed_in_through_an_inbox_that_links_out(ws: Workspace) -> None:
+    configure(ws)
+    folders = Folders.of(ws.task())
+    folders.make()
+    save(folders, Session.new("x"))
+    outside = ws.path / "elsewhere"
+    outside.mkdir()
+    folders.inbox.rmdir()
+    folders.inbox.symlink_to(outside)
+    done = ws.invoke("paste", "reply", "-", input="[DONE]\nx\n[/DONE]")
+    assert done.returncode == 2
+    assert "leads out of the runs root (a link); replace it with a folder" in done.stderr
+    assert list(outside.iterdir()) == []

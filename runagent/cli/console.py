@@ -37,7 +37,7 @@ class Console:
         quiet: bool,
         summarize: Callable[[str], str | None] = lambda line: line,
         echo: bool = False,
-        terminal_copy: Callable[[str], str | None] = lambda line: None,
+        terminal_copy: Callable[[str, Path], str | None] = lambda line, run_folder: None,
     ) -> None:
         """`echo`: print each whole line the agent writes to stdout (a backend that talks to a
         person there); `terminal_copy`: for such a line, text to put on the clipboard of the
@@ -103,7 +103,7 @@ class Console:
             line = "".join(c for c in ANSI.sub("", raw) if c.isprintable() or c == "\t")
             self._clear()
             print(line, file=self.stream, flush=True)
-            copied = self.terminal_copy(line)
+            copied = self.terminal_copy(line, folder)
             if copied is not None and self.stream.isatty():
                 self.stream.write(osc52(copied))
                 self.stream.flush()

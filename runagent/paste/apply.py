@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,14 +50,43 @@ Resolve = Callable[[EventsMessage], EventsMessage]
 
 @dataclass(frozen=True)
 class Applied:
-    """What one reply did: a result per command, the files it asked to read, the messages it
-    showed, and DONE's summary if it ended the task."""
+    """What a reply did: a result per command, the files it asked to read, the messages it
+    showed, and DONE's summary if it ended the task. While a reply is being carried out, it is
+    also its progress: `started` commands begun (the last may not have finished when a restart
+    came) and the line-range edits made so far, kept in the session after every step."""
 
-    results: tuple[Result, ...]
-    read_requests: tuple[str, ...]
-    messages: tuple[str, ...]
+    results: tuple[Result, ...] = ()
+    read_requests: tuple[str, ...] = ()
+    messages: tuple[str, ...] = ()
     summary: str | None = None
     ignored_after_done: int = 0
+    started: int = 0
+    edits: Mapping[str, tuple[int, tuple[tuple[int, int, int], ...]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "started": self.started,
+            "results": [r.to_dict() for r in self.results],
+            "readFileRequests": list(self.read_requests),
+            "messages": list(self.messages),
+            "edits": {
+                k: [before, [list(e) for e in done]] for k, (before, done) in self.edits.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Applied:
+        edits = {
+            str(k): (int(v[0]), tuple((int(a), int(b), int(c)) for a, b, c in v[1]))
+            for k, v in (data.get("edits") or {}).items()
+        }
+        return cls(
+            results=tuple(Result.from_dict(r) for r in data.get("results") or ()),
+            read_requests=tuple(str(p) for p in data.get("readFileRequests") or ()),
+            messages=tuple(str(m) for m in data.get("messages") or ()),
+            started=int(data.get("started", 0)),
+            edits=edits,
+        )
 
 
 @dataclass
@@ -67,6 +96,12 @@ class _Edits:
 
     lines_before: int
     done: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+INTERRUPTED = (
+    "interrupted: run-agent was restarted while this ran, so it may have been carried out in "
+    "part; it was not run again. Check its effect, and send it again if it is still needed"
+)
 
 
 class Applier:
@@ -79,60 +114,93 @@ class Applier:
         self.runtime = runtime
         self.resolve = resolve
         self.show = show  # a MESSAGE's text, as it arrives
+        self._id = "op-1"  # the id of the operation being carried out
 
-    def apply(self, items: Iterable[Item]) -> Applied:
-        results: list[Result] = []
-        reads: list[str] = []
-        messages: list[str] = []
-        edits: dict[str, _Edits] = {}
+    def apply(
+        self, items: Iterable[Item], *, ids: str = "op",
+        resume: Applied | None = None,
+        checkpoint: Callable[[Applied], None] = lambda progress: None,
+    ) -> Applied:  # fmt: skip
+        """Carry out `items` in order. Each operation's id is `{ids}-{n}`, unique to the reply,
+        so an answer to one pause can never approve another. `checkpoint` is handed the progress
+        before and after each command; from a `resume`d progress, the commands that finished are
+        not run again, and one that was begun but not finished is reported, not repeated."""
+        state = resume or Applied()
+        results = list(state.results)
+        reads = list(state.read_requests)
+        messages = list(state.messages)
+        edits = {k: _Edits(before, list(done)) for k, (before, done) in state.edits.items()}
         items = list(items)
+
+        def progress(started: int, summary: str | None = None, ignored: int = 0) -> Applied:
+            return Applied(
+                tuple(results), tuple(dict.fromkeys(reads)), tuple(messages), summary, ignored,
+                started, {k: (e.lines_before, tuple(e.done)) for k, e in edits.items()},
+            )  # fmt: skip
+
         for n, item in enumerate(items):
-            if isinstance(item, Problem):
-                results.append(Result(item.command, False, f"{item.message} (line {item.line})"))
+            if n < len(results):
+                continue  # finished before a restart
+            if isinstance(item, Command) and item.name is Name.DONE:
+                return progress(n, (item.body or "").strip("\n"), len(items) - n - 1)
+            name = item.command if isinstance(item, Problem) else item.name
+            if n < state.started:  # begun before a restart, its end unknown
+                results.append(Result(name, False, INTERRUPTED))
+                checkpoint(progress(n + 1))
                 continue
-            if item.name is Name.DONE:
-                return Applied(
-                    tuple(results), tuple(reads), tuple(messages), (item.body or "").strip("\n"),
-                    ignored_after_done=len(items) - n - 1,
-                )  # fmt: skip
-            if item.name is Name.MESSAGE:
-                text = (item.body or "").strip("\n")
-                messages.append(text)
-                self.show(text)
-            try:
-                result = self._one(item, edits)
-            except Exception as exc:  # a fault of run-agent's, never of the reply: said, not fatal
-                why = f"run-agent could not carry this out ({type(exc).__name__}: {exc})"
-                result = Result(item.name, False, why)
-            if item.name is Name.READ_FILE and result.success:
-                reads.append(self._relative(item.path) or item.path)
-            results.append(result)
-        return Applied(tuple(results), tuple(reads), tuple(messages))
+            checkpoint(progress(n + 1))
+            results.append(self._step(item, f"{ids}-{n + 1}", edits, reads, messages))
+            checkpoint(progress(n + 1))
+        return progress(len(items))
+
+    def _step(
+        self, item: Item, op_id: str, edits: dict[str, _Edits], reads: list[str],
+        messages: list[str],
+    ) -> Result:  # fmt: skip
+        if isinstance(item, Problem):
+            return Result(item.command, False, f"{item.message} (line {item.line})")
+        if item.name is Name.MESSAGE:
+            text = (item.body or "").strip("\n")
+            messages.append(text)
+            self.show(text)
+        self._id = op_id
+        try:
+            result = self._one(item, edits)
+        except Exception as exc:  # a fault of run-agent's, never of the reply: said, not fatal
+            why = f"run-agent could not carry this out ({type(exc).__name__}: {exc})"
+            result = Result(item.name, False, why)
+        if item.name is Name.READ_FILE and result.success:
+            reads.append(self._relative(item.path) or item.path)
+        return result
 
     # One command -----------------------------------------------------------------------------
 
     def _one(self, command: Command, edits: dict[str, _Edits]) -> Result:
         name = command.name
         if name is Name.RUN_COMMAND:
+            # A command may change any file: later line numbers refer to what it left.
+            edits.clear()
             return self._run(command.body or "")
         if name is Name.MESSAGE:
             message = {"type": "message", "content": command.body or ""}
             return self._result(name, message, "Shown to the user")
         path = self._relative(command.path)
         if path is None:
-            return Result(name, False, f"{REJECTED} ({command.path!r})")
+            return Result(name, False, f"{REJECTED} ({_shown(command.path)})")
         problem = path_problem(path)
+        if problem is None and command.path.rstrip().endswith(("/", "\\")):
+            problem = "names a folder; name a file"
         if problem is not None:
-            return Result(name, False, f"the path {path!r} {problem}")
+            return Result(name, False, f"the path {_shown(path)} {problem}")
         if name is Name.CREATE_FILE:
-            edits.pop(path, None)  # later edits of the reply refer to the new content
-            body = command.body or ""
-            content = body + "\n" if body and not body.endswith("\n") else body
+            edits.pop(self._key(path), None)  # later edits of the reply refer to the new content
+            lines = command.lines or ()
+            content = "\n".join(lines) + "\n" if lines else ""
             op: dict[str, Any] = {"type": "createFile", "path": path, "content": content}
             op["overwrite"] = True  # the spec's CREATE_FILE replaces
             return self._result(name, op, f"Created '{path}'")
         if name is Name.DELETE_FILE:
-            edits.pop(path, None)
+            edits.pop(self._key(path), None)
             return self._result(name, {"type": "deleteFile", "path": path}, f"Deleted '{path}'")
         if name is Name.READ_FILE:
             op = {"type": "readFile", "path": path}
@@ -153,7 +221,7 @@ class Applier:
         final_newline = text.endswith("\n")
         if final_newline:
             lines.pop()
-        record = edits.setdefault(path, _Edits(len(lines)))
+        record = edits.setdefault(self._key(path), _Edits(len(lines)))
         first, last = command.number("start_line"), command.number("end_line")
         if last > record.lines_before:
             return Result(
@@ -172,7 +240,7 @@ class Applier:
             if done_last < first:
                 shift += put - (done_last - done_first + 1)
         ending = "\r" if lines and all(line.endswith("\r") for line in lines) else ""
-        new = [line + ending for line in (command.body or "").split("\n")] if command.body else []
+        new = [line + ending for line in command.lines or ()]
         at = first - 1 + shift
         lines[at : last + shift] = new
         result_text = "\n".join(lines) + ("\n" if final_newline and lines else "")
@@ -207,12 +275,18 @@ class Applier:
             return Result(name, False, why, output or None)
         if event.get("error"):
             return Result(name, False, f"'{shown}': {event['error']}", output or None)
-        return Result(name, code == 0, f"Ran '{shown}' (exit code {code})", output)
+        return Result(name, code == 0, f"Ran '{shown}' (exit code {code})", output or None)
+
+    def _key(self, path: str) -> str:
+        """The file a path names, whatever links lead to it: the key of its line-range edits.
+        Only a key: every access still goes through the workspace sandbox."""
+        return os.path.realpath(self.runtime.workspace.root / path)
 
     # The runtime -----------------------------------------------------------------------------
 
     def _event(self, op: dict[str, Any]) -> dict[str, Any]:
         """The one event of a one-operation message, once any pause in it was answered."""
+        op = {"id": self._id, **op}
         events = self.runtime.receive({"protocolVersion": "1.0", "operations": [op]})
         if events.status is Status.AWAITING_APPROVAL and self.runtime.pending is not None:
             events = self.resolve(events)
@@ -302,6 +376,12 @@ def workspace_listing(root: Path, limit: int = LISTING_LIMIT) -> Listing:
     return Listing(tuple(files[:limit]), max(0, total - limit), note)
 
 
+def _shown(path: str, limit: int = SHOWN) -> str:
+    """A path as a result repeats it: quoted, on one line, at most `limit` characters."""
+    text = repr(path)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
 def _cut(output: str) -> str:
     if len(output) <= OUTPUT_LIMIT:
         return output
@@ -324,7 +404,7 @@ def _refusal(event: dict[str, Any], subject: str) -> str:
     kind = event.get("type")
     if kind == EventType.POLICY_DENIED.value:
         suggestion = event.get("suggestion")
-        return f"not allowed: {event.get('reason', '')}" + (
+        return f"'{subject}' is not allowed: {event.get('reason', '')}" + (
             f" ({suggestion})" if suggestion else ""
         )
     if kind == EventType.ERROR.value:

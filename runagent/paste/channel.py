@@ -42,12 +42,12 @@ class Channel:
 
     def __init__(
         self, folders: Folders, applier: Applier, task: str, *, out: TextIO, err: TextIO,
-        wait: float | None = None, heartbeat: float = HEARTBEAT,
+        wait: float | None = None, heartbeat: float = HEARTBEAT, output: Path | None = None,
         announce: Callable[[Path, str], None] = lambda path, text: None,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:  # fmt: skip
         """`wait` bounds the wait for each reply (None: no bound); `announce` is told of each
-        outbox written (the clipboard)."""
+        outbox written (the clipboard); `output` the file DONE's summary is written to."""
         self.folders = folders
         self.applier = applier
         self.task = task
@@ -56,6 +56,7 @@ class Channel:
         self.wait = wait
         self.heartbeat = heartbeat
         self.announce = announce
+        self.output = output  # where DONE's summary goes (the run's output.md)
         self.monotonic = monotonic
         applier.show = self._message
 
@@ -88,23 +89,46 @@ class Channel:
             self._tell(f"{path.name} was not read: {reply.problem}; moved to {moved}")
             return session, None
         seen = digest(reply.text)
-        if seen in session.replies:
+        if session.replies and seen == session.replies[-1] and session.applying is None:
             moved = inbox.move_aside(path, self.folders.processed, f"{tag}_duplicate")
-            number = session.replies.index(seen) + 1
             self._tell(
-                f"{path.name} is the same reply as the one answering outbox {number}; it was not "
-                f"applied again (moved to {moved}). Paste the chat's new answer."
+                f"{path.name} is the same reply as the last one (the answer to outbox "
+                f"{session.sequence_number - 1}); it was not applied again (moved to {moved}). "
+                "Paste the chat's new answer."
             )
             return session, None
-        self._tell(f"reading {path.name} (the reply to outbox {session.sequence_number})")
-        applied = self.applier.apply(parse(reply.text))
-        session = self._after(session, applied, seen)
+        resume = None
+        if session.applying is not None and session.applying.get("digest") == seen:
+            resume = Applied.from_dict(session.applying)
+            self._tell(
+                f"going on with {path.name} after a restart, from its command {resume.started}"
+            )
+        else:
+            self._tell(f"reading {path.name} (the reply to outbox {session.sequence_number})")
+        items = parse(reply.text)
+        if not items:
+            self._tell(f"no command blocks were found in {path.name}; the model is told so")
+        current = session
+
+        def checkpoint(progress: Applied) -> None:
+            nonlocal current
+            current = current.touched(applying={"digest": seen, **progress.to_dict()})
+            save(self.folders, current)
+
+        applied = self.applier.apply(
+            items, ids=f"seq{session.sequence_number}", resume=resume, checkpoint=checkpoint
+        )
+        if applied.summary is not None and self.output is not None:
+            # Written before the session says complete: a restart in between ends the same way.
+            runfolder.atomic_write(
+                self.output, (applied.summary or "(DONE without a summary)") + "\n"
+            )
+        session = self._after(current, applied, seen)
         save(self.folders, session)
         inbox.move_aside(path, self.folders.processed, tag)
         self._report(applied)
         if session.is_complete:
-            self.out.write(f"DONE: {session.summary or '(no summary)'}\n")
-            self.out.flush()
+            self._tell(f"DONE: {session.summary or '(no summary)'}")
             return session, Ended(session.summary or "", session.sequence_number)
         self._outbox(session, fresh=True)
         return session, None
@@ -119,9 +143,11 @@ class Channel:
             replies=(*session.replies, seen),
             messages=(*session.messages, *applied.messages),
             summary=applied.summary,
+            applying=None,
         )
 
     def _outbox(self, session: Session, *, fresh: bool) -> None:
+        self.folders.make()  # a folder removed while the run waited is made again
         path = self._outbox_file(session)
         if fresh or not path.exists():
             text = render(
@@ -135,12 +161,11 @@ class Channel:
             runfolder.atomic_write(path, text)
         else:
             text = path.read_text(encoding="utf-8")
-        self.out.write(
+        self._tell(
             f"outbox {session.sequence_number} ready: {path} ({len(text)} characters). Paste it "
             f"into the chat; save the whole reply as a .txt file in {self.folders.inbox}/ or "
-            f"send it with: run-agent paste reply FILE\n"
+            "send it with: run-agent paste reply FILE"
         )
-        self.out.flush()
         self.announce(path, text)
 
     def _next_reply(self, session: Session) -> Path:
@@ -173,17 +198,17 @@ class Channel:
         if applied.ignored_after_done:
             lines.append(f"{applied.ignored_after_done} command(s) after DONE were not carried out")
         for line in lines:
-            self.out.write(line + "\n")
-        self.out.flush()
+            self._tell(line)
 
     def _message(self, text: str) -> None:
-        # Continuation lines are indented: no line the model writes can pass for one of ours.
-        self.out.write("MESSAGE: " + text.replace("\n", "\n  ") + "\n")
-        self.out.flush()
+        self._tell(f"MESSAGE: {text}")
 
     def _tell(self, text: str) -> None:
-        """A line for the person at the terminal (the run's stdout, which the console echoes)."""
-        self.out.write(f"{text}\n")
+        """Lines for the person at the terminal (the run's stdout, which the console echoes).
+        Every line after the first is indented, whatever breaks it (a CR, U+2028, ...): no text
+        a model wrote can pass for a line of run-agent's own, such as `outbox N ready`."""
+        first, *rest = text.splitlines() or [""]
+        self.out.write("".join([first, *(f"\n  {line}" for line in rest), "\n"]))
         self.out.flush()
 
     def _say(self, text: str) -> None:

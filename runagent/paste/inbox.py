@@ -55,7 +55,9 @@ def ready(inbox: Path, now: float | None = None) -> tuple[list[Path], bool]:
             info = entry.stat(follow_symlinks=False)
         except OSError:
             continue
-        if now - info.st_mtime < SETTLE:
+        # A time ahead of this clock (a copy from a machine whose clock is ahead) cannot say
+        # how recent the file is: it is taken as settled, rather than never taken.
+        if 0 <= now - info.st_mtime < SETTLE:
             unsettled = True
             continue
         stamped.append((info.st_mtime_ns, entry.name, Path(entry.path)))
@@ -75,7 +77,15 @@ def read(path: Path) -> Reply:
         data = f.read(MAX_REPLY + 1)
     if len(data) > MAX_REPLY:
         return Reply(path, None, f"it is larger than {MAX_REPLY} bytes")
-    return Reply(path, data.decode("utf-8", errors="replace"))
+    return Reply(path, decode(data))
+
+
+def decode(data: bytes) -> str:
+    """A reply's text: UTF-8, or UTF-16 where a byte-order mark says so (a Windows editor's
+    "Unicode"); bytes that are neither are replaced, never refused."""
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return data.decode("utf-16", errors="replace")
+    return data.decode("utf-8", errors="replace")
 
 
 def move_aside(path: Path, folder: Path, prefix: str) -> Path:

@@ -8,8 +8,10 @@ once trimmed; DELETE_FILE and READ_FILE have no body; text between blocks is ign
 Tolerated: CRLF and lone CR line ends, a byte-order mark, typographic or single quotes around
 attribute values, `startLine`/`start-line` for `start_line`, a block or the whole reply inside a
 markdown code fence (fence lines outside blocks are text), a closing tag after a self-closing
-command, and a one-line block (`[MESSAGE]hi[/MESSAGE]`). Whatever cannot be read becomes a
-`Problem`, fed back to the model; nothing here raises on any text.
+command, a closing tag with a fence's backticks after it, and a one-line block
+(`[MESSAGE]hi[/MESSAGE]`). Whatever cannot be read becomes a `Problem`, fed back to the model;
+after an unclosed block nothing more is read (its lines were meant as content). Nothing here
+raises on any text, and each line is read once (a long reply costs linear time).
 """
 
 from __future__ import annotations
@@ -25,25 +27,34 @@ OPENING = re.compile(r"\[([A-Z][A-Z_]*)(?=[\s\]/])(.*)$")
 # A tag-shaped line that names no command: a typo the model should hear about. Markdown's own
 # bracketed text ("[x] done", "[1]: http://...") is not upper case with an underscore or 4+ letters.
 TAG_LIKE = re.compile(r"\[/?([A-Z][A-Z_]{3,})(?:\s[^\]]*)?/?\]$")
-QUOTES = "\"'\u201c\u201d\u201e\u201f\u2018\u2019\u201a\u201b\u00ab\u00bb\u2033\u2032"
+# Quotes a chat window may put around a value: each kind closes with any quote of its kind, so an
+# apostrophe inside a double-quoted value is part of it.
+DOUBLE = '"\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb'
+SINGLE = "'\u2018\u2019\u201a\u201b\u2032"
 ATTRIBUTE = re.compile(
-    rf"([A-Za-z][\w-]*)\s*=\s*(?:[{QUOTES}]([^{QUOTES}]*)[{QUOTES}]|([^\s\]{QUOTES}]+))"
+    rf"([A-Za-z][\w-]*)\s*=\s*(?:[{DOUBLE}]([^{DOUBLE}]*)[{DOUBLE}]|[{SINGLE}]([^{SINGLE}]*)[{SINGLE}]"
+    rf"|([^\s\]{DOUBLE}{SINGLE}]+))"
 )
 LINE_ATTRIBUTES = ("start_line", "end_line")
+MAX_DIGITS = 9  # a line number longer than this is no file's
 
 
 @dataclass(frozen=True)
 class Command:
-    """One command block: its name, attributes, body (None for a self-closing command) and the
-    line of the reply it starts on."""
+    """One command block: its name, attributes, body lines (None for a self-closing command) and
+    the line of the reply it starts on. A body of one empty line is one line, not none."""
 
     name: Name
     attributes: Mapping[str, str] = field(default_factory=dict)
-    body: str | None = None
+    lines: tuple[str, ...] | None = None  # the body's lines, verbatim
     line: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "attributes", MappingProxyType(dict(self.attributes)))
+
+    @property
+    def body(self) -> str | None:
+        return None if self.lines is None else "\n".join(self.lines)
 
     @property
     def path(self) -> str:
@@ -107,7 +118,7 @@ def _name(word: str) -> Name | None:
 def _block(name: Name, rest: str, lines: list[str], i: int) -> tuple[Item, int]:
     """The block whose opening tag was line `i` (1-based), and the index after it."""
     closing = f"[/{name}]"
-    head, inline = _split_tag(rest, closing)
+    head, after = _split_tag(rest)
     attributes = _attributes(head)
     if name in SELF_CLOSING:
         command = _checked(Command(name, attributes, None, i), i)
@@ -115,44 +126,59 @@ def _block(name: Name, rest: str, lines: list[str], i: int) -> tuple[Item, int]:
         j = i
         while j < len(lines) and not lines[j].strip():
             j += 1
-        return command, (j + 1 if j < len(lines) and lines[j].strip() == closing else i)
-    if inline is not None:
-        return _checked(Command(name, attributes, inline, i), i), i
+        return command, (j + 1 if j < len(lines) and _closes(lines[j], closing) else i)
+    if after is not None and after.strip().endswith(closing):  # [MESSAGE]hi[/MESSAGE]
+        inline = after.strip()[: -len(closing)]
+        return _checked(Command(name, attributes, (inline,), i), i), i
     opened = i
     body: list[str] = []
     while i < len(lines):
-        if lines[i].strip() == closing:
-            return _checked(Command(name, attributes, "\n".join(body), opened), opened), i + 1
+        if _closes(lines[i], closing):
+            return _checked(Command(name, attributes, tuple(body), opened), opened), i + 1
         body.append(lines[i])
         i += 1
-    shown = f"[{name}{' ' + head.strip() if head.strip() else ''}]"
-    # The lines after an unclosed tag are read again as commands: a forgotten closing tag
-    # costs only its own block.
-    return Problem(name, f"{shown} is not closed: no {closing} line follows it", opened), opened
+    attributes_shown = head.strip() if len(head.strip()) <= 100 else head.strip()[:97] + "..."
+    shown = f"[{name}{' ' + attributes_shown if attributes_shown else ''}]"
+    # What follows an unclosed tag is what the model meant as its content: none of it is read
+    # as commands (a file's text could hold command blocks).
+    why = f"{shown} is not closed: no {closing} line follows it; nothing after it was carried out"
+    return Problem(name, why, opened), len(lines)
 
 
-def _split_tag(rest: str, closing: str) -> tuple[str, str | None]:
-    """The attribute text of an opening tag, and the body when the block is on one line."""
-    end = rest.find("]")
-    while end >= 0 and _inside_quotes(rest[:end]):
-        end = rest.find("]", end + 1)
-    if end < 0:
-        return rest, None
-    head, after = rest[:end].rstrip("/ "), rest[end + 1 :]
-    if after.strip().endswith(closing):
-        return head, after.strip()[: -len(closing)]
-    return head, None
+def _closes(line: str, closing: str) -> bool:
+    """Whether `line` is the closing tag: alone once trimmed, or with a code fence's backticks
+    after it (a chat window's rendering)."""
+    stripped = line.strip()
+    return stripped == closing or (
+        stripped.startswith(closing) and not stripped[len(closing) :].strip("`")
+    )
 
 
-def _inside_quotes(text: str) -> bool:
-    return sum(text.count(q) for q in QUOTES) % 2 == 1
+def _split_tag(rest: str) -> tuple[str, str | None]:
+    """The attribute text of an opening tag, and what follows its `]` (None: no `]`), reading
+    the line once: a `]` inside a quoted value does not end the tag."""
+    quote = ""  # the kind of quote a value is open in
+    before = "="
+    for k, c in enumerate(rest):
+        if quote:
+            if c in quote:
+                quote = ""
+        elif c in DOUBLE and before == "=":
+            quote = DOUBLE
+        elif c in SINGLE and before == "=":
+            quote = SINGLE
+        elif c == "]":
+            return rest[:k].rstrip("/ "), rest[k + 1 :]
+        if not c.isspace():
+            before = c
+    return rest, None
 
 
 def _attributes(head: str) -> dict[str, str]:
     found: dict[str, str] = {}
     for match in ATTRIBUTE.finditer(head):
         key = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", match.group(1)).replace("-", "_").lower()
-        value = match.group(2) if match.group(2) is not None else match.group(3)
+        value = next(v for v in match.groups()[1:] if v is not None)
         found.setdefault(key, value)
     return found
 
@@ -166,7 +192,9 @@ def _checked(command: Command, line: int) -> Item:
     if command.name is Name.EDIT_FILE:
         for key in LINE_ATTRIBUTES:
             value = command.attributes[key].strip()
-            if not value.isascii() or not value.isdigit() or int(value) < 1:
+            if not (value.isascii() and value.isdigit() and len(value) <= MAX_DIGITS) or (
+                int(value) < 1
+            ):
                 return Problem(
                     command.name, f"{key}={value!r} is not a line number (a whole number from 1)",
                     line,

@@ -23,6 +23,7 @@ REJECTED = "REJECTED: Path is outside workspace"
 
 COMMAND_TIMEOUT = 30.0  # seconds a RUN_COMMAND may take before its whole tree is killed
 OUTPUT_LIMIT = 4000  # characters of a command's output fed back to the model
+RESULTS_LIMIT = 100_000  # characters of Previous Command Results in one outbox
 TITLE_LIMIT = 200  # characters of the task on the header's Task line (the prompt has it all)
 
 
@@ -63,9 +64,11 @@ the whole content of the file
 replacement lines
 [/EDIT_FILE]
   Replaces lines N to M (1-based, both included) of an existing file with the lines between the
-  tags, which may be more or fewer lines. Line numbers always refer to the file as it was before
-  this reply: when you edit one file several times in one reply, do not shift the numbers of
-  later edits by the lines earlier edits added or removed, and do not let two edits overlap.
+  tags, which may be more or fewer lines. Line numbers refer to the file as it was before this
+  reply: when you edit one file several times in one reply, do not shift the numbers of later
+  edits by the lines earlier edits added or removed, and do not let two edits overlap. After a
+  RUN_COMMAND, or a CREATE_FILE or DELETE_FILE of that file, in the same reply, line numbers
+  refer to the file as that left it.
 
 [DELETE_FILE path="relative/path"]
   Deletes a file. No closing tag.
@@ -195,8 +198,14 @@ def render(
         context.append(f"  ({listing.note})")
     if sequence > 1:
         context += ["", "## Previous Command Results"]
-        for result in results:
-            context += result.lines()
+        budget = RESULTS_LIMIT
+        for n, result in enumerate(results):
+            lines = result.lines()
+            budget -= sum(len(line) + 1 for line in lines)
+            if budget < 0:
+                context.append(f"... and {len(results) - n} more results, not shown (too long)")
+                break
+            context += lines
         if not results:
             context.append("(no commands were found in your last reply)")
     if requested:

@@ -88,6 +88,9 @@ class Session:
     replies: tuple[str, ...] = ()  # digests of the replies applied, in order
     messages: tuple[str, ...] = ()  # MESSAGE texts, oldest first
     summary: str | None = None  # DONE's text
+    # The reply being carried out: its digest and progress (apply.Applied.to_dict()), so that a
+    # restart goes on after the last finished command instead of applying the reply again.
+    applying: dict[str, Any] | None = None
 
     @classmethod
     def new(cls, task: str, taken: Iterable[str] = ()) -> Session:
@@ -110,6 +113,7 @@ class Session:
             "appliedReplies": list(self.replies),
             "messages": list(self.messages),
             "summary": self.summary,
+            "applying": self.applying,
         }
 
     @classmethod
@@ -130,6 +134,7 @@ class Session:
             replies=tuple(str(d) for d in data.get("appliedReplies") or ()),
             messages=tuple(str(m) for m in data.get("messages") or ()),
             summary=None if data.get("summary") is None else str(data["summary"]),
+            applying=data["applying"] if isinstance(data.get("applying"), dict) else None,
         )
 
     def touched(self, **changes: Any) -> Session:

@@ -78,6 +78,10 @@ def submit(task: TaskPaths, reply: str) -> Path:
         )
     inbox = Folders.of(task).inbox
     inbox.mkdir(parents=True, exist_ok=True)
+    if not runfolder.within(task.root, inbox):
+        raise UsageError(
+            f"the inbox {inbox} leads out of the runs root (a link); replace it with a folder"
+        )
     name = f"reply-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.txt"
     target = inbox / name
     runfolder.atomic_write(target, reply)
