@@ -41,6 +41,7 @@ BUILTIN: dict[str, Registered] = {
     "codex": Registered("backends.codex:CodexBackend", ("OPENAI_", "CODEX_")),
     "command": Registered("backends.command:CommandBackend"),
     "gemini": Registered("backends.gemini:GeminiBackend", ("GEMINI_", "GOOGLE_")),
+    "paste": Registered("backends.paste:PasteBackend"),
     "perplexity": Registered("backends.perplexity:PerplexityBackend", ("PERPLEXITY_",)),
     "xai": Registered("backends.xai:XaiBackend", ("XAI_",)),
 }

@@ -28,9 +28,8 @@ from typing import Any, ClassVar
 
 from runagent.backend import (
     AgentConfig,
-    Backend,
+    ChildBackend,
     ConfigError,
-    Diagnosis,
     Finding,
     LaunchSpec,
     Mode,
@@ -39,22 +38,22 @@ from runagent.backend import (
     RunPaths,
     atomic_write,
     http_retry_after,
-    tail,
+    report_failure,
 )
 
-ERROR_TAG = "run_agent_error"
 RETRIES = 5
 BACKOFF_START = 1.0
 BACKOFF_CAP = 60.0
 RETRY_AFTER_CAP = 300.0  # longer waits are the supervisor's (it does not spend restarts on them)
 
 
-class ChatBackend(Backend):
+class ChatBackend(ChildBackend):
     """An agent behind an OpenAI-compatible chat-completions endpoint."""
 
     default_url: ClassVar[str]
     default_model: ClassVar[str]
     agent_mode = True  # `mode: agent` is this module's conversation loop
+    default_reason = Reason.API_ERROR
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         env = self.environment(ctx)
@@ -64,28 +63,7 @@ class ChatBackend(Backend):
         if self.config.mode is Mode.AGENT:
             env["RUN_AGENT_MAX_TURNS"] = str(self.config.max_turns)
             env["RUN_AGENT_OPS"] = json.dumps(self.config.ops.to_dict())
-        argv = (sys.executable, "-m", f"backends.{self.name}", str(ctx.run_folder))
-        return LaunchSpec(argv, env, ctx.working_dir, stdin=None)
-
-    def final_output(self, ctx: RunContext) -> str | None:
-        try:
-            return ctx.paths.output.read_text(encoding="utf-8")
-        except OSError:
-            return None
-
-    def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
-        for line in reversed(tail(ctx.stderr_path, 8000).splitlines()):
-            try:
-                report = json.loads(line).get(ERROR_TAG)
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(report, dict):
-                return Diagnosis(
-                    Reason(report.get("reason", Reason.API_ERROR.value)),
-                    str(report.get("message", "")),
-                    report.get("retry_after"),
-                )
-        return None
+        return LaunchSpec(self.child_argv(ctx), env, ctx.working_dir, stdin=None)
 
     def check(self) -> list[Finding]:
         finding = self.check_credentials()
@@ -161,9 +139,10 @@ def converse(request: Request, run: RunPaths, prompt: str) -> int:
     """Agent mode: the conversation, with this module as its transport, in the working folder."""
     from runagent.config import Approvals
     from runagent.errors import RunAgentError
-    from runagent.ops.conversation import HEARTBEAT_MAX, Conversation, unattended_policy
+    from runagent.ops.conversation import Conversation, unattended_policy
     from runagent.ops.policy import Policy
     from runagent.ops.runtime import Runtime
+    from runagent.ops.waiting import HEARTBEAT_MAX
 
     def ask(chat: list[dict[str, str]]) -> str:
         text, _ = complete(request, chat)
@@ -200,9 +179,7 @@ def converse(request: Request, run: RunPaths, prompt: str) -> int:
 
 
 def report(exc: Failed) -> None:
-    print(f"error: {exc}", file=sys.stderr)
-    detail = {"reason": exc.reason.value, "message": str(exc), "retry_after": exc.retry_after}
-    print(json.dumps({ERROR_TAG: detail}), file=sys.stderr, flush=True)
+    report_failure(exc.reason, str(exc), exc.retry_after)
 
 
 def complete(request: Request, messages: list[dict[str, str]]) -> tuple[str, list[str]]:

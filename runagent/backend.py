@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from runagent.runinfo import Reason, Usage
 __all__ = [
     "AgentConfig",
     "Backend",
+    "ChildBackend",
     "ConfigError",
     "Diagnosis",
     "Finding",
@@ -51,11 +53,13 @@ __all__ = [
     "from_text",
     "http_retry_after",
     "json_lines",
+    "report_failure",
     "retry_after",
     "tail",
 ]
 
 VERSION_TIMEOUT = 20.0
+ERROR_TAG = "run_agent_error"  # the key of a child backend's last word on stderr
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,8 @@ class Backend(abc.ABC):
     token_variable: ClassVar[str | None] = None
     # Whether `mode: agent` (an operations conversation run by run-agent) is this backend's to run.
     agent_mode: ClassVar[bool] = False
+    # Whether the agent's stdout is written for a person at the terminal (it is echoed whole).
+    talks_to_person: ClassVar[bool] = False
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
@@ -108,6 +114,11 @@ class Backend(abc.ABC):
     def summarize(self, line: str) -> str | None:
         """A readable form of one line of the agent's stdout, for a person watching."""
         return line
+
+    def terminal_copy(self, line: str, run_folder: Path) -> str | None:
+        """Text to put on the terminal's clipboard when the agent of the run in `run_folder`
+        printed `line`; else None."""
+        return None
 
     # Credentials and environment -------------------------------------------------------------
 
@@ -224,6 +235,44 @@ class Backend(abc.ABC):
 
     def login_hint(self) -> str:
         return f"or set {self.token_variable} / agents.{self.config.name}.token_env"
+
+
+class ChildBackend(Backend):
+    """A backend whose agent is a child process of run-agent's own code, `python -m
+    backends.NAME RUN_FOLDER`: it writes its answer to output.md, and says why it failed in one
+    JSON line on stderr (`report_failure`), which `diagnose` reads."""
+
+    default_reason: ClassVar[Reason] = Reason.EXIT_CODE  # a report that names no reason
+
+    def child_argv(self, ctx: RunContext) -> tuple[str, ...]:
+        return (sys.executable, "-m", f"backends.{self.name}", str(ctx.run_folder))
+
+    def final_output(self, ctx: RunContext) -> str | None:
+        try:
+            return ctx.paths.output.read_text(encoding="utf-8")
+        except OSError:
+            return None
+
+    def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
+        for line in reversed(tail(ctx.stderr_path, 8000).splitlines()):
+            try:
+                report = json.loads(line).get(ERROR_TAG)
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(report, dict):
+                try:
+                    reason = Reason(report.get("reason", self.default_reason.value))
+                except ValueError:
+                    reason = self.default_reason
+                return Diagnosis(reason, str(report.get("message", "")), report.get("retry_after"))
+        return None
+
+
+def report_failure(reason: Reason, message: str, retry_after: float | None = None) -> None:
+    """A child backend's last word: the message for a person, then the line `diagnose` reads."""
+    print(f"error: {message}", file=sys.stderr)
+    detail = {"reason": reason.value, "message": message, "retry_after": retry_after}
+    print(json.dumps({ERROR_TAG: detail}), file=sys.stderr, flush=True)
 
 
 def count(data: object, *keys: str) -> int:

@@ -56,6 +56,17 @@ class OpsSettings:
 
 
 @dataclass(frozen=True)
+class PasteSettings:
+    """The `paste:` section: how the copy-paste channel waits for a person."""
+
+    wait: float | None = None  # seconds to wait for one reply before the run fails; None: forever
+    clipboard: bool = True  # copy each outbox to the clipboard where there is one
+
+    def to_dict(self) -> dict[str, object]:
+        return {"wait": self.wait, "clipboard": self.clipboard}
+
+
+@dataclass(frozen=True)
 class AgentConfig:
     """One entry of `agents:`; `type` is the backend that runs it."""
 
@@ -75,6 +86,7 @@ class AgentConfig:
     mode: Mode = Mode.ANSWER
     max_turns: int = DEFAULT_MAX_TURNS  # agent mode: model replies before the run fails
     ops: OpsSettings = field(default_factory=OpsSettings)  # the config's `ops:` section
+    paste: PasteSettings = field(default_factory=PasteSettings)  # the config's `paste:` section
 
 
 @dataclass(frozen=True)
@@ -230,6 +242,7 @@ class Config:
     issues: IssueSettings = field(default_factory=IssueSettings)
     ops: OpsSettings = field(default_factory=OpsSettings)
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
+    paste: PasteSettings = field(default_factory=PasteSettings)
 
     def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
         """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare
@@ -247,7 +260,7 @@ class Config:
         if name in self.agents:
             return self.agents[name]
         if name in backend_names:
-            return AgentConfig(name=name, type=name, ops=self.ops)
+            return AgentConfig(name=name, type=name, ops=self.ops, paste=self.paste)
         names = [*self.agents, *backend_names]
         close = difflib.get_close_matches(name, names, 1, 0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""

@@ -30,6 +30,7 @@ from runagent.config import (
     NotifyEvent,
     OpsSettings,
     Overlap,
+    PasteSettings,
     Permissions,
     ScheduleConfig,
     ScheduleKeep,
@@ -131,10 +132,11 @@ def parse_config(
 ) -> Config:
     top = Section(data, "")
     top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops",
-             "executor")  # fmt: skip
+             "paste", "executor")  # fmt: skip
     ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
+    paste = _paste(top.section("paste"))
     agents = {
-        name: _agent(name, section, backend_names, base_dir, ops)
+        name: _agent(name, section, backend_names, base_dir, ops, paste)
         for name, section in top.section("agents").items_as_sections()
     }
     defaults = _defaults(top.section("defaults"), agents, backend_names)
@@ -160,6 +162,7 @@ def parse_config(
         issues=_issues(top.section("issues")),
         ops=ops,
         executor=_executor(top.section("executor")),
+        paste=paste,
     )
 
 
@@ -212,6 +215,11 @@ def _executor(s: Section) -> ExecutorSettings:
         max_restarts=s.count("max_restarts", 3),
         shared_root=s.flag("shared_root", True),
     )
+
+
+def _paste(s: Section) -> PasteSettings:
+    s.only("wait", "clipboard")
+    return PasteSettings(wait=s.duration("wait", None), clipboard=s.flag("clipboard", True))
 
 
 def _issues(s: Section) -> IssueSettings:
@@ -343,8 +351,9 @@ def _server(s: Section, base_dir: Path) -> ServerSettings:
 
 
 def _agent(
-    name: str, s: Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings
-) -> AgentConfig:
+    name: str, s: Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings,
+    paste: PasteSettings,
+) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env", "mode", "max_turns")  # fmt: skip
     kind = s.string("type") or name
@@ -373,6 +382,7 @@ def _agent(
         mode=s.choice("mode", Mode, Mode.ANSWER),
         max_turns=_max_turns(s),
         ops=ops,
+        paste=paste,
     )
 
 

@@ -1,8 +1,10 @@
-"""What the server's API changes: starting, resuming, stopping and deleting tasks, and firing a
-schedule now. Every write is same-origin JSON, checked before anything is created."""
+"""What the server's API changes: starting, resuming, stopping and deleting tasks, firing a
+schedule now, and handing a paste run the chat's reply. Every write is same-origin JSON, checked
+before anything is created."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,14 +18,17 @@ from runagent import cleanup, control, taskfolder, tasks
 from runagent.context import new_task_id, validate_prompt
 from runagent.errors import AlreadyCompletedError, RunAgentError, UsageError
 from runagent.overrides import LoopOverrides
+from runagent.paste import state as paste_state
 from runagent.runfolder import TaskPaths
-from server.security import cross_site_write
+from server.security import bounded_body, cross_site_write
 
 if TYPE_CHECKING:
     from server.app import Settings
     from server.schedules import ScheduleRunner
 
 STOP_WAIT = 30.0
+# Bytes of a paste reply's request body: the reply's own limit, with room for JSON's escapes.
+MAX_PASTE_BODY = 2 * paste_state.MAX_REPLY + 64 * 1024
 
 
 class Actions:
@@ -38,14 +43,21 @@ class Actions:
     ) -> TaskPaths:
         raise NotImplementedError  # Api's
 
+    def paste_task(self, request: Request) -> TaskPaths:
+        raise NotImplementedError  # Api's
+
     # Actions -------------------------------------------------------------------------------------
 
-    async def _body(self, request: Request) -> dict[str, Any]:
+    async def _body(self, request: Request, limit: int | None = None) -> dict[str, Any]:
+        """The JSON object a same-origin write sends; a body over `limit` bytes is a 413."""
         refusal = cross_site_write(request)
         if refusal is not None:
             raise HTTPException(403, refusal)
         try:
-            body = await request.json()
+            if limit is None:
+                body = await request.json()
+            else:
+                body = json.loads(await bounded_body(request, limit))
         except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
             raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
         if not isinstance(body, dict):
@@ -158,3 +170,45 @@ class Actions:
         task = self.task_paths(request)
         holder = await run_in_threadpool(control.stop, task, STOP_WAIT, self.settings.executor)
         return JSONResponse({"stopped": holder is not None, "status": tasks.view(task).status})
+
+    async def paste_reply(self, request: Request) -> Response:
+        """`{"reply": TEXT}`: the chat's answer into the task's paste inbox, where the run reads
+        it (as a file saved there by hand would be). 201 with the file's name."""
+        body = await self._body(request, MAX_PASTE_BODY)
+        task = self.paste_task(request)
+        reply = body.get("reply")
+        if "reply" not in body:
+            raise HTTPException(400, "reply is required: the chat's whole answer, as a string")
+        if not isinstance(reply, str):
+            raise HTTPException(400, f"reply must be a string, not {_json_type(reply)}")
+        try:
+            reply.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise HTTPException(
+                400, f"reply holds {reply[exc.start]!r} at character {exc.start}, which is not "
+                "text (a lone surrogate); paste the answer again",
+            ) from exc  # fmt: skip
+
+        def submit() -> Path:
+            try:
+                return paste_state.submit(task, reply)
+            except UsageError as exc:
+                session = paste_state.current(task)
+                if session is not None and session.is_complete:  # nothing more is read: 409
+                    raise AlreadyCompletedError(str(exc)) from exc
+                raise
+
+        path = await run_in_threadpool(submit)
+        answer = {"project_id": task.project_id, "task_id": task.task_id, "file": path.name}
+        return JSONResponse(answer, status_code=201)
+
+
+def _json_type(value: object) -> str:
+    """What JSON calls the type of a decoded value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    return "an array" if isinstance(value, list) else "an object"

@@ -41,6 +41,8 @@ from runagent.errors import (
     UsageError,
 )
 from runagent.overrides import LoopOverrides
+from runagent.paste import state as paste_state
+from runagent.paste.session import Folders as PasteFolders
 from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
 from server import streams
@@ -145,6 +147,8 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/projects/{project}/tasks/{task}", api.delete, methods=["DELETE"]),
         Route("/api/projects/{project}/tasks/{task}/stop", api.stop, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}/resume", api.resume, methods=["POST"]),
+        Route("/api/projects/{project}/tasks/{task}/paste", api.paste, methods=["GET"]),
+        Route("/api/projects/{project}/tasks/{task}/paste", api.paste_reply, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}/stream", api.task_stream),
         Route("/api/projects/{project}/tasks/{task}/runs", api.runs),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}", api.run),
@@ -207,6 +211,16 @@ class Api(Actions):
             raise HTTPException(404, f"task {project}/{task_id} not found") from exc
         if must_exist and not task.folder.is_dir():
             raise HTTPException(404, f"task {project}/{task_id} not found")
+        return task
+
+    def paste_task(self, request: Request) -> TaskPaths:
+        """The task a request names, if its paste folders (those that exist) stay inside the
+        runs root; a link out is a task without a paste session (404)."""
+        task = self.task_paths(request)
+        folders = PasteFolders.of(task)
+        for path in (folders.root, folders.outbox, folders.inbox, folders.sessions):
+            if os.path.lexists(path) and not within(self.root, path):
+                raise HTTPException(404, f"task {task.label} has no paste session")
         return task
 
     def run_folder(self, request: Request) -> tuple[TaskPaths, Path]:
@@ -281,9 +295,27 @@ class Api(Actions):
             row["usage"] = total.to_dict() if total is not None else None
             row["loop_message"] = None if row["status"] == "running" else loop_message(task)
             row["disk_bytes"] = cleanup.folder_size(task.folder)
+            row["paste"] = PasteFolders.of(task).root.is_dir()  # GET .../paste tells more
             return row
 
         return JSONResponse(await run_in_threadpool(detail))
+
+    async def paste(self, request: Request) -> Response:
+        """The task's paste session as a person needs it: the current outbox (name, sequence,
+        size, text), the last reply's results, the messages, the summary once DONE."""
+        task = self.paste_task(request)
+
+        def read() -> dict[str, Any] | None:
+            found = paste_state.view(task)
+            shown = found["outbox_path"] if found is not None else None
+            if found and shown and os.path.lexists(shown) and not within(self.root, Path(shown)):
+                found = {**found, "text": None, "size": None}  # an outbox linking out is not read
+            return found
+
+        found = await run_in_threadpool(read)
+        if found is None:
+            raise HTTPException(404, f"task {task.label} has no paste session")
+        return JSONResponse(found)
 
     async def runs(self, request: Request) -> Response:
         task = self.task_paths(request)

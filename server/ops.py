@@ -33,7 +33,7 @@ from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import RunPaths, TaskPaths, within
 from server import streams
 from server.hub import Hub
-from server.security import cross_site_write
+from server.security import bounded_body, cross_site_write
 
 MAX_MESSAGE = 64 * 1024 * 1024  # bytes of one message: a few files at the spec's 10 MB cap
 POLICIES = ("restrictive", "standard", "permissive")
@@ -214,13 +214,7 @@ class OpsApi:
         refusal = cross_site_write(request)
         if refusal is not None:
             raise HTTPException(403, refusal)
-        chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_MESSAGE:
-                raise HTTPException(413, f"the body is over {MAX_MESSAGE} bytes")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await bounded_body(request, MAX_MESSAGE)
 
     async def exclusive(
         self, folder: Path, act: Callable[[Runtime], EventsMessage]

@@ -24,6 +24,7 @@ from collections.abc import Iterable
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from starlette.datastructures import URL, Headers
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -168,3 +169,14 @@ def cross_site_write(request: Request) -> str | None:
     if content_type != "application/json":
         return "send the request body as application/json"
     return None
+
+
+async def bounded_body(request: Request, limit: int) -> bytes:
+    """A request's body, read no further than `limit` bytes (413 past it)."""
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise HTTPException(413, f"the body is over {limit} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -175,9 +175,40 @@ def snapshot(root: Path) -> dict[str, dict[str, Any]]:
     return {view.label: view.to_dict() for view in tasks.all_tasks(root)}
 
 
+PASTE_PARTS = ("outbox", "inbox", "sessions")  # of a task's paste/ folder (runagent.paste)
+
+
+def paste_marks(root: Path) -> dict[str, tuple[tuple[str, str, int, int, int], ...]]:
+    """What each task's paste folders hold (names, sizes, times): a new outbox, a reply waiting
+    or taken, a session saved change it, though none changes the task's row."""
+    marks = {}
+    for project in runfolder.project_ids(root):
+        for task_id in runfolder.task_ids(root, project):
+            folder = root / project / task_id / "paste"
+            if not folder.is_dir() or not runfolder.within(root, folder):
+                continue
+            entries = []
+            for part in PASTE_PARTS:
+                try:
+                    with os.scandir(folder / part) as found:
+                        for e in found:
+                            if e.name.startswith("."):  # a file being written, to be renamed
+                                continue
+                            info = e.stat(follow_symlinks=False)
+                            entries.append(
+                                (part, e.name, info.st_size, info.st_mtime_ns, info.st_ino)
+                            )
+                except OSError:
+                    continue
+            marks[f"{project}/{task_id}"] = tuple(sorted(entries))
+    return marks
+
+
 async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
-    """The task list once, then a `task` event for every task whose row changed."""
+    """The task list once, then a `task` event for every task whose row changed, and a `paste`
+    event (its ids) for every task whose paste session changed (GET .../paste reads it)."""
     rows = snapshot(root)
+    marks = paste_marks(root)
     yield event("snapshot", list(rows.values()))
     seen = hub.meta_generation
     while True:
@@ -190,6 +221,12 @@ async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
             project, _, task = key.partition("/")
             yield event("removed", {"project_id": project, "task_id": task})
         rows = fresh
+        now = paste_marks(root)
+        for key, mark in now.items():
+            if marks.get(key) != mark:
+                project, _, task = key.partition("/")
+                yield event("paste", {"project_id": project, "task_id": task})
+        marks = now
 
 
 async def until(stop: anyio.Event, events: AsyncIterator[Event]) -> AsyncIterator[Event]:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -470,7 +471,9 @@ def test_the_form_offers_the_configured_agents_and_the_loop_settings(
     page.goto(server.url)
     page.click("#new-task-button")
     options = page.locator("#agent-choice option")
-    expect(options).to_have_text(["config default (fake)", "fake — command", "other — command"])
+    expect(options).to_have_text(
+        ["config default (fake)", "fake — command", "other — command", "paste — paste"]
+    )
     page.fill("input[name=project]", "p")
     page.fill("input[name=task_id]", "formed")
     page.fill("textarea[name=prompt]", "with settings")
@@ -681,3 +684,161 @@ def test_the_sidebar_sums_what_each_projects_runs_used(
     page.goto(server.url)
     heading = page.locator("nav h3", has_text="spend")
     expect(heading.locator(".usage")).to_have_text("30 tokens · $0.0003")  # 2 x (10 in + 5 out)
+
+
+@contextlib.contextmanager
+def paste_run(ws: Workspace, task: str = "paste") -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """`run-agent -a paste` on task p/TASK in a terminal, working in a fresh folder: the process
+    and the folder. A run the test did not finish is interrupted as in a terminal."""
+    from tests.test_server_paste import paste_config
+
+    paste_config(ws)
+    work = ws.path / "work"
+    work.mkdir()
+    proc = ws.start_cli("-p", "p", "-t", task, "-a", "paste", "--cwd", str(work), "Create it")
+    try:
+        yield proc, work
+    finally:
+        if proc.poll() is None:  # as Ctrl-C in its terminal would: the supervisor stops the run
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def outbox(ws: Workspace, sequence: int, task: str = "paste") -> Path:
+    """The run's outbox file of `sequence`, once it is there."""
+    folder = ws.task("p", task).folder / "paste" / "outbox"
+    return wait_for(
+        lambda: next(iter(folder.glob(f"*_seq{sequence:04d}.txt")), None), what="the outbox"
+    )
+
+
+def test_a_paste_run_is_copied_answered_and_done_from_the_page(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    from tests.test_server_paste import DONE, REPLY
+
+    reply = REPLY + '[DELETE_FILE path="nothing-here.txt"]\n'  # one command that fails
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    try:
+        with paste_run(ws) as (proc, work):
+            page.goto(f"{server.url}/#p/paste")
+            first = outbox(ws, 1)
+            text = first.read_text(encoding="utf-8")
+            panel = page.locator("#paste")
+            expect(panel.locator("#paste-name")).to_have_text(first.name)
+            expect(panel.locator("#paste-sequence")).to_have_text("1")
+            expect(panel.locator("#paste-size")).to_have_text(f"{len(text):,} characters")
+            panel.locator("#paste-copy").click()
+            expect(panel.locator("#paste-copied")).to_have_text(f"copied {len(text):,} characters")
+            assert page.evaluate("() => navigator.clipboard.readText()") == text
+            panel.locator("#paste-text-box summary").click()
+            expect(panel.locator("#paste-text")).to_contain_text("=== PROTOCOL ===")
+            expect(panel.locator("#paste-results-box")).to_be_hidden()  # no reply yet
+            shot(page, "paste-outbox")
+
+            # A refused reply says why, and stays in the box.
+            panel.locator("#paste-reply").fill("  \n ")
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_contain_text("the reply is empty")
+
+            panel.locator("#paste-reply").fill(reply)
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_be_empty()
+            expect(panel.locator("#paste-reply")).to_have_value("")
+            expect(panel.locator("#paste-sequence")).to_have_text("2", timeout=30000)
+            expect(panel.locator("#paste-name")).to_have_text(outbox(ws, 2).name)
+            results = panel.locator("#paste-results .result")
+            expect(results).to_have_count(4)
+            expect(results.nth(0)).to_have_class(re.compile(r"\bok\b"))
+            expect(results.nth(0)).to_contain_text("[OK] CREATE_FILE: Created 'hello.txt'")
+            expect(results.nth(1)).to_contain_text("[OK] RUN_COMMAND: Ran 'echo ran-ok'")
+            expect(results.nth(1).locator(".output")).to_contain_text("Output: ran-ok")
+            expect(results.nth(3)).to_have_class(re.compile(r"\bfailed\b"))
+            expect(results.nth(3)).to_contain_text("[FAILED] DELETE_FILE")
+            expect(panel.locator("#paste-messages .message")).to_have_text(["hello.txt is written"])
+            assert (work / "hello.txt").read_text() == "    hi there\n"  # indentation kept
+            shots(page, "paste-results")  # wide, and as narrow as a phone
+
+            panel.locator("#paste-reply").fill(DONE)
+            panel.locator("#paste-reply").press("Control+Enter")  # the keyboard's Send
+            expect(panel.locator("#paste-summary")).to_have_text(
+                re.compile(r"^wrote hello.txt\s*$"), timeout=30000
+            )
+            expect(panel.locator("#paste-form")).to_be_hidden()
+            expect(panel.locator("#paste-outbox")).to_be_hidden()
+            expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+            shot(page, "paste-done")
+            assert proc.wait(60) == 0
+    finally:
+        context.close()
+    assert ws.runs("p", "paste")[0].status.value == "completed"
+
+
+def test_copy_falls_back_to_a_selected_box_where_the_clipboard_api_is_not_offered(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    """As on http://192.168.x.y (not a secure context): no navigator.clipboard for the page."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    context.add_init_script("Object.defineProperty(window, 'isSecureContext', {value: false})")
+    page = context.new_page()
+    try:
+        with paste_run(ws):
+            page.goto(f"{server.url}/#p/paste")
+            text = outbox(ws, 1).read_text(encoding="utf-8")
+            expect(page.locator("#paste-sequence")).to_have_text("1")
+            assert page.evaluate("() => window.isSecureContext") is False
+            page.locator("#paste-copy").click()
+            expect(page.locator("#paste-copied")).to_have_text(f"copied {len(text):,} characters")
+            expect(page.locator("#paste-fallback")).to_be_hidden()
+            # Read back through the API the page was kept from (the test's own way in).
+            assert page.evaluate("() => navigator.clipboard.readText()") == text
+            # Where the browser refuses even that, the outbox is left selected for Ctrl+C.
+            page.evaluate("() => { document.execCommand = () => false; }")
+            page.locator("#paste-copy").click()
+            expect(page.locator("#paste-copied")).to_contain_text("press Ctrl+C")
+            box = page.locator("#paste-fallback")
+            expect(box).to_be_visible()
+            expect(box).to_have_value(text)
+            selected = "el => el.value.slice(el.selectionStart, el.selectionEnd)"
+            assert box.evaluate(selected) == text and box.evaluate("el => el.readOnly")
+    finally:
+        context.close()
+
+
+def test_a_paste_runs_command_that_needs_approval_is_answered_on_the_page(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The reply asks for `rm -r build`, which the shell policy holds for a person's approval:
+    the approvals panel shows it with the paste task's name, Approve lets it run."""
+    with paste_run(ws) as (proc, work):
+        (work / "build").mkdir()
+        page.goto(f"{server.url}/#p/paste")
+        expect(page.locator("#paste-sequence")).to_have_text("1")
+        page.locator("#paste-reply").fill("[RUN_COMMAND]\nrm -r build\n[/RUN_COMMAND]\n")
+        page.locator("#paste-send").click()
+        asked = page.locator("#approvals .approval", has_text="rm -r build")
+        expect(asked).to_be_visible(timeout=30000)
+        expect(asked.locator(".where")).to_contain_text("p/paste")
+        assert (work / "build").is_dir()  # nothing ran before the answer
+        shot(page, "paste-approval")
+        asked.locator("button.approve").click()
+        expect(page.locator("#approvals")).to_be_hidden(timeout=30000)
+        expect(page.locator("#paste-sequence")).to_have_text("2", timeout=30000)
+        expect(page.locator("#paste-results .result.ok")).to_contain_text(
+            "[OK] RUN_COMMAND: Ran 'rm -r build'"
+        )
+        assert not (work / "build").exists()
+        page.locator("#paste-reply").fill(DONE_REPLY)
+        page.locator("#paste-send").click()
+        expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+        assert proc.wait(60) == 0
+
+
+DONE_REPLY = "[DONE]\nremoved build\n[/DONE]\n"

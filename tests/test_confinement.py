@@ -8,6 +8,7 @@ the CLI's commands, for reads and writes.
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,4 +134,41 @@ def test_a_start_through_a_link_writes_nothing_outside(
     if level == "project":
         generated = done_task.cli("-p", project, "write here")
         assert generated.returncode == 2 and "leads out of the runs root" in generated.stderr
+    assert untouched(outside)
+
+
+@pytest.mark.parametrize("level", ["paste", "inbox", "outbox"])
+def test_a_paste_folder_that_links_out_is_neither_read_nor_written(
+    client: TestClient, done_task: Workspace, outside: Path, level: str
+) -> None:
+    from runagent.paste.session import Folders, Session, save
+
+    folders = Folders.of(done_task.task())
+    if level == "paste":  # a whole paste folder elsewhere, with a session and its outbox
+        away = Folders(outside / "victim" / "paste")
+        away.make()
+        session = Session.new("steal")
+        save(away, session)
+        away.outbox_file(session.session_id, 1).write_text(SECRET)
+        os.symlink(away.root, folders.root)
+    else:
+        folders.make()
+        session = Session.new("steal")
+        save(folders, session)
+        outbox = folders.outbox_file(session.session_id, 1)
+        if level == "inbox":
+            folders.inbox.rmdir()
+            os.symlink(outside / "victim", folders.inbox)
+            outbox.write_text("the outbox")
+        else:  # the outbox file itself
+            os.symlink(outside / "secret.txt", outbox)
+    url = "/api/projects/p/tasks/t/paste"
+    read = client.get(url)
+    assert SECRET not in read.text
+    assert read.status_code == (200 if level == "outbox" else 404), read.text
+    sent = client.post(url, json={"reply": "[MESSAGE]\nwrite here\n[/MESSAGE]"})
+    assert sent.status_code == (201 if level == "outbox" else 404), sent.text
+    if level == "paste":  # what the test put there, and nothing else
+        assert not list((outside / "victim" / "paste" / "inbox").iterdir())
+        shutil.rmtree(outside / "victim" / "paste")
     assert untouched(outside)

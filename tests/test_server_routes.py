@@ -87,6 +87,9 @@ def test_run_files_whole_ranged_and_downloaded(client: TestClient, done_task: Wo
         "/api/projects/p/tasks/t/runs/20260101-000000000-1/files/%2fetc%2fpasswd",
         "/api/projects/%2fetc/tasks/passwd",
         "/api/projects/p/tasks/t/stream?file=..%2f..%2fTASK.md",
+        "/api/projects/%2e%2e/tasks/t/paste",
+        "/api/projects/p/tasks/%2e%2e/paste",
+        "/api/projects/p/tasks/..%2f..%2f..%2fetc/paste",
     ],
 )
 def test_traversal_attempts_get_404_never_a_file(client: TestClient, path: str) -> None:
@@ -249,6 +252,8 @@ REBOUND = {"Host": "evil.example:14355"}
         ("GET", "/api/projects/p/tasks/t/stream"),
         ("POST", "/api/projects/p/tasks"),
         ("POST", "/api/projects/p/tasks/t/stop"),
+        ("GET", "/api/projects/p/tasks/t/paste"),
+        ("POST", "/api/projects/p/tasks/t/paste"),
     ],
 )
 def test_a_rebound_host_name_gets_nothing(
@@ -455,6 +460,7 @@ def test_the_served_agents_are_the_config_files(ws: Workspace) -> None:
     assert [(a["name"], a["type"]) for a in choices["agents"]] == [
         ("fake", "command"),
         ("other", "command"),
+        ("paste", "paste"),  # a built-in needing no config: the page can start one
     ]
 
 

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import re
 import shutil
 from collections.abc import Callable
+from pathlib import Path
 from typing import TextIO
 
 from runagent import runfolder
@@ -13,6 +15,16 @@ from runagent.runinfo import RunInfo
 
 # An agent's own colours and cursor moves (CSI and OSC sequences), which would garble the line.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+
+
+ECHO_CHUNK = 1 << 20  # bytes of an agent's stdout echoed per look
+OSC52_LIMIT = 1 << 20  # bytes of text a terminal is asked to copy (terminals cap it themselves)
+
+
+def osc52(text: str) -> str:
+    """The escape sequence that asks a terminal to put `text` on its clipboard."""
+    data = base64.b64encode(text.encode("utf-8")[:OSC52_LIMIT]).decode("ascii")
+    return f"\x1b]52;c;{data}\x07"
 
 
 class Console:
@@ -24,9 +36,17 @@ class Console:
         max_attempts: int,
         quiet: bool,
         summarize: Callable[[str], str | None] = lambda line: line,
+        echo: bool = False,
+        terminal_copy: Callable[[str, Path], str | None] = lambda line, run_folder: None,
     ) -> None:
+        """`echo`: print each whole line the agent writes to stdout (a backend that talks to a
+        person there); `terminal_copy`: for such a line, text to put on the clipboard of the
+        terminal (OSC 52, which reaches a person's own machine over SSH too), or None."""
         self.stream = stream
         self.summarize = summarize
+        self.echo = echo
+        self.terminal_copy = terminal_copy
+        self._echoed: tuple[Path | None, int] = (None, 0)  # the run folder, and bytes shown
         self.max_attempts = max_attempts
         self.quiet = quiet
         self.live = stream.isatty() and not quiet
@@ -46,6 +66,9 @@ class Console:
 
     def show(self, event: Event) -> None:
         info = event.run
+        ends = event.kind in (EventKind.TICK, EventKind.RUN_ENDED)
+        if self.echo and not self.quiet and event.run_folder is not None and ends:
+            self._echo(event.run_folder)
         if event.kind is EventKind.RUN_STARTED and info is not None:
             if self._last_attempt is None:  # numbers go on across loops: N of at most M
                 self._last_attempt = info.attempt - 1 + self.max_attempts
@@ -64,6 +87,26 @@ class Console:
             self.say(event.message or f"run {info.run_id if info else '?'} marked lost")
         elif event.kind is EventKind.TICK and self.live and info is not None:
             self._status(info, event)
+
+    def _echo(self, folder: Path) -> None:
+        """Print the whole lines the run's stdout gained since the last look."""
+        shown = self._echoed[1] if self._echoed[0] == folder else 0
+        try:
+            with open(runfolder.RunPaths(folder).stdout, "rb") as f:
+                f.seek(shown)
+                data = f.read(ECHO_CHUNK)
+        except OSError:
+            return
+        whole = data[: data.rfind(b"\n") + 1]
+        self._echoed = (folder, shown + len(whole))
+        for raw in whole.decode("utf-8", errors="replace").splitlines():
+            line = "".join(c for c in ANSI.sub("", raw) if c.isprintable() or c == "\t")
+            self._clear()
+            print(line, file=self.stream, flush=True)
+            copied = self.terminal_copy(line, folder)
+            if copied is not None and self.stream.isatty():
+                self.stream.write(osc52(copied))
+                self.stream.flush()
 
     def _status(self, info: RunInfo, event: Event) -> None:
         width = shutil.get_terminal_size((100, 20)).columns

@@ -275,7 +275,10 @@ def foreground_loop(
         started_with=started_with.to_record(),
         issue=issue,
     )
-    console = Console(sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize)
+    console = Console(
+        sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize,
+        echo=backend.talks_to_person, terminal_copy=backend.terminal_copy,
+    )  # fmt: skip
     redactor = backend.redactor(request.base_env)
     notifier = notify.loop_notifier(s.config, loop.schedule, console.say, redactor)
 

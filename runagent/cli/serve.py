@@ -91,10 +91,8 @@ def check_agent(s: Setup, task: TaskPaths, overrides: LoopOverrides) -> None:
 
 def agent_choices(config: Config) -> dict[str, object]:
     """The config's agents as the start form offers them: each one's name, backend and model,
-    and the default."""
-    return {
-        "default": config.defaults.agent,
-        "agents": [
-            {"name": a.name, "type": a.type, "model": a.model} for a in config.agents.values()
-        ],
-    }
+    and the default; and `paste`, which needs no config (a person carries the text)."""
+    agents = [{"name": a.name, "type": a.type, "model": a.model} for a in config.agents.values()]
+    if "paste" not in config.agents:
+        agents.append({"name": "paste", "type": "paste", "model": None})
+    return {"default": config.defaults.agent, "agents": agents}

@@ -8,28 +8,24 @@ handed to the runtime as text, which answers it with an error event the model ca
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from runagent.config import Approvals
-from runagent.ops.event import Event, EventsMessage
+from runagent.ops.event import EventsMessage
 from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.protocol import EventType, OperationType, Status
 from runagent.ops.runtime import Runtime
+from runagent.ops.waiting import HEARTBEAT_MAX, HEARTBEAT_MIN, Waiter
 
 Chat = list[dict[str, str]]
 Ask = Callable[[Chat], str]
 
-# Heartbeats while a pause waits: often enough for the supervisor's idle timeout, never chatty.
-HEARTBEAT_MAX = 30.0
-HEARTBEAT_MIN = 0.2
-POLL = 0.2
 
 SYSTEM_PROMPT = """\
 You are an agent that acts in a workspace folder through the operations protocol, version 1.0.
@@ -164,8 +160,7 @@ class Conversation:
         self.approvals = approvals
         self.say = say
         self.heartbeat = min(max(heartbeat, HEARTBEAT_MIN), HEARTBEAT_MAX)
-        self._sleep = sleep
-        self._monotonic = monotonic
+        self._waiter = Waiter(runtime, self._line, self.heartbeat, sleep, monotonic)
 
     def run(self, task: str) -> Outcome:
         chat: Chat = [
@@ -196,74 +191,7 @@ class Conversation:
         )
 
     def _resolve(self, events: EventsMessage) -> EventsMessage:
-        """The events of a batch that paused, once a person has answered every pause in it (in
-        `wait` mode), or at once denied (in `deny` mode, for a pause the policy did not deny,
-        such as one left by another process)."""
-        so_far = list(events.events)
-        while events.status is Status.AWAITING_APPROVAL and (waiting := self.runtime.pending):
-            so_far = [e for e in so_far if e.get("type") != EventType.APPROVAL_REQUIRED.value]
-            if self.approvals is Approvals.DENY:
-                reason = "this run is unattended (ops.approvals: deny)"
-                answer = {"operationId": waiting.operation_id, "decision": "denied"}
-                events = self.runtime.receive({"approval": {**answer, "reason": reason}})
-            else:
-                events = self._wait(waiting.operation_id, waiting.events[-1:])
-            so_far.extend(events.events)
-        return dataclasses.replace(events, events=tuple(so_far))
-
-    def _wait(self, operation_id: str, asked: tuple[Event, ...]) -> EventsMessage:
-        """Wait for another process (`run-agent ops approve|deny`) to answer the pause; it runs
-        the rest of the batch and appends the events to events.jsonl, where they are read."""
-        run = self.runtime.run_id
-        details = asked[0].get("details", {}) if asked else {}
-        what = details.get("command") or details.get("path") or ""
-        rule = details.get("policy")
-        self._line(
-            f"waiting for approval of operation {operation_id!r}"
-            + (f" ({what})" if what else "")
-            + (f", asked by rule {rule}" if rule else "")
-            + f": run-agent ops approve {run} {operation_id}  (or: run-agent ops deny {run} "
-            f"{operation_id})"
-        )
-        start = self._size()
-        began = last = self._monotonic()
-        while True:
-            if self.runtime.pending is None:
-                answered = self._appended(start)
-                if answered is not None:
-                    self._line(f"operation {operation_id!r} was answered; going on")
-                    return answered
-            now = self._monotonic()
-            if now - last >= self.heartbeat:
-                self._line(
-                    f"still waiting for approval of operation {operation_id!r} ({now - began:.0f}s)"
-                )
-                last = now
-            self._sleep(POLL)
-
-    def _size(self) -> int:
-        try:
-            return self.runtime.paths.events.stat().st_size
-        except FileNotFoundError:
-            return 0
-
-    def _appended(self, start: int) -> EventsMessage | None:
-        """The last whole events message appended to events.jsonl after byte `start`."""
-        try:
-            with self.runtime.paths.events.open("rb") as f:
-                f.seek(start)
-                data = f.read()
-        except FileNotFoundError:
-            return None
-        lines = [line for line in data.split(b"\n")[:-1] if line.strip()]  # whole lines only
-        for line in reversed(lines):
-            try:
-                found: Any = json.loads(line)
-                status = Status(found["status"])
-                return EventsMessage(str(found["runId"]), status, tuple(found["events"]))
-            except (ValueError, KeyError, TypeError):
-                continue
-        return None
+        return self._waiter.resolve(events, self.approvals)
 
     def _report(self, turn: int, events: EventsMessage) -> None:
         for e in events.events:

@@ -51,6 +51,7 @@ class Settings:
     policy: str
     sandbox: Sandbox = Sandbox.NONE
     rules: Mapping[str, object] = dataclasses.field(default_factory=dict)  # added to the preset
+    shell: str | None = None  # what runs shell commands with -c (None: bash, else sh)
 
     def to_dict(self) -> dict[str, object]:
         found: dict[str, object] = {
@@ -60,6 +61,8 @@ class Settings:
         }
         if self.rules:
             found["rules"] = dict(self.rules)
+        if self.shell:
+            found["shell"] = self.shell
         return found
 
     def make_policy(self) -> Policy:
@@ -89,12 +92,14 @@ class Runtime:
     @classmethod
     def create(
         cls, folder: Path, workspace: Path, preset: str, sandbox: Sandbox = Sandbox.NONE,
-        rules: Mapping[str, object] | None = None, **kw: Any,
+        rules: Mapping[str, object] | None = None, shell: str | None = None, **kw: Any,
     ) -> Runtime:  # fmt: skip
         """A new run in `folder`, acting in `workspace` under the policy `preset` (with `rules`
         added to it, as the config's `ops.rules`) and the OS `sandbox`, which must be usable
-        here (else MissingDependencyError, nothing written)."""
-        settings = Settings(Workspace(workspace).root, preset, Sandbox(sandbox), dict(rules or {}))
+        here (else MissingDependencyError, nothing written); `shell` runs shell commands."""
+        settings = Settings(
+            Workspace(workspace).root, preset, Sandbox(sandbox), dict(rules or {}), shell
+        )
         settings.make_policy()  # a bad name or rule is refused before anything is written
         _refuse_inside(settings.workspace, folder)
         if settings.sandbox is Sandbox.BWRAP:
@@ -114,6 +119,7 @@ class Runtime:
                 str(data["policy"]),
                 Sandbox(data.get("sandbox", "none")),
                 dict(data.get("rules") or {}),
+                str(data["shell"]) if data.get("shell") else None,
             )
         except FileNotFoundError:
             raise NotFoundError(
@@ -302,6 +308,7 @@ class Runtime:
         result = run_shell(
             op.command, cwd, op.timeout_ms, {**self.environment, **dict(op.env)},
             Bwrap(self.workspace.root) if self.settings.sandbox is Sandbox.BWRAP else None,
+            self.settings.shell,
         )  # fmt: skip
         return event(
             kind, op.id, self._now(), command=op.command,

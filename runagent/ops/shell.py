@@ -46,11 +46,12 @@ def shell_environment() -> dict[str, str]:
 
 def run_shell(
     command: str, cwd: Path, timeout_ms: int, env: Mapping[str, str],
-    sandbox: Bwrap | None = None,
+    sandbox: Bwrap | None = None, shell: str | None = None,
 ) -> ShellResult:  # fmt: skip
     """Run `command` in `cwd` with exactly `env`, for at most `timeout_ms`; a timeout stops its
-    whole tree. Under `sandbox`, or not at all when that sandbox cannot be built here."""
-    shell = shutil.which("bash", path=env.get("PATH", os.defpath)) or "/bin/sh"
+    whole tree. Under `sandbox`, or not at all when that sandbox cannot be built here. `shell`
+    is the program that runs it with `-c` (default bash, else sh)."""
+    shell = shell or shutil.which("bash", path=env.get("PATH", os.defpath)) or "/bin/sh"
     argv: tuple[str, ...] = (shell, "-c", command)
     if sandbox is not None:
         problem = sandbox.problem()

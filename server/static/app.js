@@ -54,6 +54,10 @@ function connectEvents() {
     refreshSchedulesSoon();
     if (state.task === key(row)) onTaskChanged(before, row);
   });
+  // A paste run's outbox, inbox or session changed (which changes no row): its panel reads it.
+  eventsSource.addEventListener("paste", (e) => {
+    if (state.task === key(JSON.parse(e.data))) pastePanel.refresh();
+  });
   eventsSource.addEventListener("removed", (e) => {
     state.tasks.delete(key(JSON.parse(e.data)));
     renderTasks();
@@ -267,6 +271,7 @@ async function route() {
     closeLog();
     state.task = null;
     state.detail = null;
+    pastePanel.hide();
     renderTasks();
     if (where.view === "new") {
       loadAgents();
@@ -304,6 +309,7 @@ async function refreshTask() {
   if (!response.ok) {
     $("#task-title").textContent = label;
     $("#task-summary").textContent = (await response.json()).error;
+    pastePanel.show(label, null);
     return;
   }
   const detail = await response.json();
@@ -324,6 +330,7 @@ async function refreshTask() {
   renderTimeline(detail.runs_list);
   renderRuns(detail.runs_list);
   renderGit(detail.git, detail.status);
+  pastePanel.show(label, detail);
   const latest = detail.runs_list.at(-1);
   if (!latest) {
     $("#run-view").hidden = true;

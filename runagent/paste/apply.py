@@ -1,0 +1,412 @@
+"""Carrying out a reply's commands through the operations runtime, and what the next outbox shows.
+
+Each command becomes one operations message of one operation, so the runtime's workspace sandbox,
+shell policy, approvals and journals (operations.jsonl, events.jsonl) are the same ones an
+agent-mode run has: CREATE_FILE is createFile with overwrite, EDIT_FILE an editFile of the whole
+file with its line range spliced, DELETE_FILE deleteFile, READ_FILE readFile, RUN_COMMAND a shell
+operation of 30 s (/bin/sh -c), MESSAGE a message. What the policy holds for approval waits for
+the person at the keyboard.
+
+Line ranges of several EDIT_FILE blocks on one file refer to the file as it was before the reply:
+each range is moved by the lines that earlier edits of the reply added or removed above it, and
+an edit that overlaps an earlier one is refused rather than guessed at.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+import stat
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from runagent.ops.event import EventsMessage
+from runagent.ops.operation import path_problem
+from runagent.ops.protocol import EventType, Status
+from runagent.ops.runtime import Runtime
+from runagent.ops.workspace import WorkspaceError
+from runagent.paste.parser import Command, Item, Problem
+from runagent.paste.protocol import (
+    COMMAND_TIMEOUT,
+    OUTPUT_LIMIT,
+    REJECTED,
+    FileEntry,
+    Listing,
+    Name,
+    Requested,
+    Result,
+)
+
+LISTING_LIMIT = 500  # files named in an outbox's listing; the rest are counted
+FILE_LIMIT = 100_000  # characters of one requested file shown in an outbox
+REQUESTED_LIMIT = 300_000  # characters of requested files in one outbox, all together
+SKIPPED_FOLDERS = frozenset({".git"})
+SHOWN = 120  # characters of a command line repeated in its result
+
+Resolve = Callable[[EventsMessage], EventsMessage]
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What a reply did: a result per command, the files it asked to read, the messages it
+    showed, and DONE's summary if it ended the task. While a reply is being carried out, it is
+    also its progress: `started` commands begun (the last may not have finished when a restart
+    came) and the line-range edits made so far, kept in the session after every step."""
+
+    results: tuple[Result, ...] = ()
+    read_requests: tuple[str, ...] = ()
+    messages: tuple[str, ...] = ()
+    summary: str | None = None
+    ignored_after_done: int = 0
+    started: int = 0
+    edits: Mapping[str, tuple[int, tuple[tuple[int, int, int], ...]]] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "started": self.started,
+            "results": [r.to_dict() for r in self.results],
+            "readFileRequests": list(self.read_requests),
+            "messages": list(self.messages),
+            "edits": {
+                k: [before, [list(e) for e in done]] for k, (before, done) in self.edits.items()
+            },
+        }
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Applied:
+        edits = {
+            str(k): (int(v[0]), tuple((int(a), int(b), int(c)) for a, b, c in v[1]))
+            for k, v in (data.get("edits") or {}).items()
+        }
+        return cls(
+            results=tuple(Result.from_dict(r) for r in data.get("results") or ()),
+            read_requests=tuple(str(p) for p in data.get("readFileRequests") or ()),
+            messages=tuple(str(m) for m in data.get("messages") or ()),
+            started=int(data.get("started", 0)),
+            edits=edits,
+        )
+
+
+@dataclass
+class _Edits:
+    """The edits a reply has made to one file: (first line, last line, lines put in), in the
+    numbers of the file as it was before the reply."""
+
+    lines_before: int
+    done: list[tuple[int, int, int]] = field(default_factory=list)
+
+
+INTERRUPTED = (
+    "interrupted: run-agent was restarted while this ran, so it may have been carried out in "
+    "part; it was not run again. Check its effect, and send it again if it is still needed"
+)
+
+
+class Applier:
+    """Carries out the commands of replies in one workspace, through `runtime`; `resolve` waits
+    for a person to answer a batch that paused for approval."""
+
+    def __init__(
+        self, runtime: Runtime, resolve: Resolve, show: Callable[[str], None] = lambda _: None
+    ) -> None:
+        self.runtime = runtime
+        self.resolve = resolve
+        self.show = show  # a MESSAGE's text, as it arrives
+        self._id = "op-1"  # the id of the operation being carried out
+
+    def apply(
+        self, items: Iterable[Item], *, ids: str = "op",
+        resume: Applied | None = None,
+        checkpoint: Callable[[Applied], None] = lambda progress: None,
+    ) -> Applied:  # fmt: skip
+        """Carry out `items` in order. Each operation's id is `{ids}-{n}`, unique to the reply,
+        so an answer to one pause can never approve another. `checkpoint` is handed the progress
+        before and after each command; from a `resume`d progress, the commands that finished are
+        not run again, and one that was begun but not finished is reported, not repeated."""
+        state = resume or Applied()
+        results = list(state.results)
+        reads = list(state.read_requests)
+        messages = list(state.messages)
+        edits = {k: _Edits(before, list(done)) for k, (before, done) in state.edits.items()}
+        items = list(items)
+
+        def progress(started: int, summary: str | None = None, ignored: int = 0) -> Applied:
+            return Applied(
+                tuple(results), tuple(dict.fromkeys(reads)), tuple(messages), summary, ignored,
+                started, {k: (e.lines_before, tuple(e.done)) for k, e in edits.items()},
+            )  # fmt: skip
+
+        for n, item in enumerate(items):
+            if n < len(results):
+                continue  # finished before a restart
+            if isinstance(item, Command) and item.name is Name.DONE:
+                return progress(n, (item.body or "").strip("\n"), len(items) - n - 1)
+            name = item.command if isinstance(item, Problem) else item.name
+            if n < state.started:  # begun before a restart, its end unknown
+                results.append(Result(name, False, INTERRUPTED))
+                checkpoint(progress(n + 1))
+                continue
+            checkpoint(progress(n + 1))
+            results.append(self._step(item, f"{ids}-{n + 1}", edits, reads, messages))
+            checkpoint(progress(n + 1))
+        return progress(len(items))
+
+    def _step(
+        self, item: Item, op_id: str, edits: dict[str, _Edits], reads: list[str],
+        messages: list[str],
+    ) -> Result:  # fmt: skip
+        if isinstance(item, Problem):
+            return Result(item.command, False, f"{item.message} (line {item.line})")
+        if item.name is Name.MESSAGE:
+            text = (item.body or "").strip("\n")
+            messages.append(text)
+            self.show(text)
+        self._id = op_id
+        try:
+            result = self._one(item, edits)
+        except Exception as exc:  # a fault of run-agent's, never of the reply: said, not fatal
+            why = f"run-agent could not carry this out ({type(exc).__name__}: {exc})"
+            result = Result(item.name, False, why)
+        if item.name is Name.READ_FILE and result.success:
+            reads.append(self._relative(item.path) or item.path)
+        return result
+
+    # One command -----------------------------------------------------------------------------
+
+    def _one(self, command: Command, edits: dict[str, _Edits]) -> Result:
+        name = command.name
+        if name is Name.RUN_COMMAND:
+            # A command may change any file: later line numbers refer to what it left.
+            edits.clear()
+            return self._run(command.body or "")
+        if name is Name.MESSAGE:
+            message = {"type": "message", "content": command.body or ""}
+            return self._result(name, message, "Shown to the user")
+        path = self._relative(command.path)
+        if path is None:
+            return Result(name, False, f"{REJECTED} ({_shown(command.path)})")
+        problem = path_problem(path)
+        if problem is None and command.path.rstrip().endswith(("/", "\\")):
+            problem = "names a folder; name a file"
+        if problem is not None:
+            return Result(name, False, f"the path {_shown(path)} {problem}")
+        if name is Name.CREATE_FILE:
+            edits.pop(self._key(path), None)  # later edits of the reply refer to the new content
+            lines = command.lines or ()
+            content = "\n".join(lines) + "\n" if lines else ""
+            op: dict[str, Any] = {"type": "createFile", "path": path, "content": content}
+            op["overwrite"] = True  # the spec's CREATE_FILE replaces
+            return self._result(name, op, f"Created '{path}'")
+        if name is Name.DELETE_FILE:
+            edits.pop(self._key(path), None)
+            return self._result(name, {"type": "deleteFile", "path": path}, f"Deleted '{path}'")
+        if name is Name.READ_FILE:
+            op = {"type": "readFile", "path": path}
+            return self._result(name, op, f"Read '{path}'")
+        return self._edit(command, path, edits)
+
+    def _edit(self, command: Command, path: str, edits: dict[str, _Edits]) -> Result:
+        name = Name.EDIT_FILE
+        try:
+            text = self.runtime.workspace.read(path).decode("utf-8")
+        except WorkspaceError as exc:
+            return Result(name, False, _failure(str(exc), path))
+        except UnicodeDecodeError:
+            return Result(name, False, f"'{path}' is not UTF-8 text; replace it with CREATE_FILE")
+        except OSError as exc:
+            return Result(name, False, f"'{path}' cannot be read: {exc.strerror or exc}")
+        lines = text.split("\n")
+        final_newline = text.endswith("\n")
+        if final_newline:
+            lines.pop()
+        record = edits.setdefault(self._key(path), _Edits(len(lines)))
+        first, last = command.number("start_line"), command.number("end_line")
+        if last > record.lines_before:
+            return Result(
+                name, False,
+                f"lines {first}-{last} are not in '{path}', which had {record.lines_before} "
+                "lines before this reply",
+            )  # fmt: skip
+        shift = 0
+        for done_first, done_last, put in record.done:
+            if first <= done_last and done_first <= last:
+                return Result(
+                    name, False,
+                    f"lines {first}-{last} of '{path}' overlap lines {done_first}-{done_last}, "
+                    "edited earlier in this reply; nothing was changed",
+                )  # fmt: skip
+            if done_last < first:
+                shift += put - (done_last - done_first + 1)
+        ending = "\r" if lines and all(line.endswith("\r") for line in lines) else ""
+        new = [line + ending for line in command.lines or ()]
+        at = first - 1 + shift
+        lines[at : last + shift] = new
+        result_text = "\n".join(lines) + ("\n" if final_newline and lines else "")
+        op = {
+            "type": "editFile", "path": path,
+            "edits": [{"oldContent": text, "newContent": result_text}],
+        }  # fmt: skip
+        if text == result_text:
+            return Result(name, True, f"Edited '{path}' lines {first}-{last} (no change)")
+        result = self._result(name, op, f"Edited '{path}' lines {first}-{last}")
+        if result.success:
+            record.done.append((first, last, len(new)))
+        return result
+
+    def _run(self, command: str) -> Result:
+        name = Name.RUN_COMMAND
+        command = command.strip("\n")
+        shown = " ".join(command.split())
+        shown = shown if len(shown) <= SHOWN else shown[: SHOWN - 3] + "..."
+        if not command.strip():
+            return Result(name, False, "the command is empty; put the command between the tags")
+        op = {"type": "shell", "command": command, "timeout": int(COMMAND_TIMEOUT * 1000)}
+        event = self._event(op)
+        if event.get("type") != EventType.SHELL.value:
+            return Result(name, False, _refusal(event, shown))
+        output = _cut("\n".join(s for s in (event.get("stdout", ""), event.get("stderr", "")) if s))
+        code = event.get("exitCode")
+        if event.get("timedOut"):
+            why = (
+                f"'{shown}' timed out after {COMMAND_TIMEOUT:g} s and was stopped with its children"
+            )
+            return Result(name, False, why, output or None)
+        if event.get("error"):
+            return Result(name, False, f"'{shown}': {event['error']}", output or None)
+        return Result(name, code == 0, f"Ran '{shown}' (exit code {code})", output or None)
+
+    def _key(self, path: str) -> str:
+        """The file a path names, whatever links lead to it: the key of its line-range edits.
+        Only a key: every access still goes through the workspace sandbox."""
+        return os.path.realpath(self.runtime.workspace.root / path)
+
+    # The runtime -----------------------------------------------------------------------------
+
+    def _event(self, op: dict[str, Any]) -> dict[str, Any]:
+        """The one event of a one-operation message, once any pause in it was answered."""
+        op = {"id": self._id, **op}
+        events = self.runtime.receive({"protocolVersion": "1.0", "operations": [op]})
+        if events.status is Status.AWAITING_APPROVAL and self.runtime.pending is not None:
+            events = self.resolve(events)
+        found = [e for e in events.events if e.get("type") != EventType.APPROVAL_REQUIRED.value]
+        return found[-1] if found else {"type": "error", "message": "no event came back"}
+
+    def _result(self, name: Name, op: dict[str, Any], done: str) -> Result:
+        event = self._event(op)
+        path = str(op.get("path", ""))
+        if event.get("type") == op["type"] and event.get("success"):
+            if name is Name.READ_FILE:
+                size = event.get("size", 0)
+                return Result(
+                    name, True, f"{done} ({size} bytes), shown under Requested File Contents"
+                )
+            return Result(name, True, done)
+        return Result(name, False, _refusal(event, path))
+
+    def _relative(self, path: str) -> str | None:
+        """`path` as the runtime takes it (relative, normalised), or None when it leads out."""
+        path = path.strip().replace("\\", "/")
+        root = self.runtime.workspace.root.as_posix()
+        if path.startswith("/"):
+            if path != root and not path.startswith(root + "/"):
+                return None
+            path = path[len(root) :].lstrip("/")
+        path = posixpath.normpath(path) if path else path
+        if not path or path == "." or path == ".." or path.startswith("../"):
+            return None
+        return path
+
+    # What the next outbox shows --------------------------------------------------------------
+
+    def listing(self, limit: int = LISTING_LIMIT) -> Listing:
+        return workspace_listing(self.runtime.workspace.root, limit)
+
+    def requested(self, paths: Iterable[str], budget: int = REQUESTED_LIMIT) -> list[Requested]:
+        """The files asked for, as the next outbox shows them: each cut at FILE_LIMIT
+        characters, and none past `budget` characters in all (a paste no chat accepts)."""
+        found = []
+        for path in paths:
+            if budget <= 0:
+                found.append(Requested(path, "(not shown: this outbox is full; ask for it again)"))
+                continue
+            try:
+                data = self.runtime.workspace.read(path)
+            except (WorkspaceError, OSError) as exc:
+                found.append(Requested(path, f"(cannot be read now: {exc})"))
+                continue
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                found.append(Requested(path, f"(a binary file of {len(data)} bytes; not shown)"))
+                continue
+            if len(text) > FILE_LIMIT:
+                text = text[:FILE_LIMIT] + (
+                    f"\n[cut: the file has {len(text)} characters, the first {FILE_LIMIT} are "
+                    f"shown; see the rest with RUN_COMMAND, e.g. sed -n '2000,2400p' {path}]"
+                )
+            budget -= len(text)
+            found.append(Requested(path, text))
+        return found
+
+
+def workspace_listing(root: Path, limit: int = LISTING_LIMIT) -> Listing:
+    """The regular files under `root` (links not followed, .git left out), sorted, at most
+    `limit` of them named."""
+    files: list[FileEntry] = []
+    total = 0
+    skipped = False
+    for folder, folders, names in os.walk(root, followlinks=False):
+        kept = sorted(f for f in folders if f not in SKIPPED_FOLDERS)
+        skipped = skipped or len(kept) != len(folders)
+        folders[:] = kept
+        for name in names:
+            path = Path(folder, name)
+            try:
+                info = path.lstat()
+            except OSError:
+                continue
+            if not stat.S_ISREG(info.st_mode):
+                continue
+            total += 1
+            files.append(FileEntry(path.relative_to(root).as_posix(), info.st_size))
+    files.sort(key=lambda f: f.path)
+    note = "the .git folder is not listed" if skipped else None
+    return Listing(tuple(files[:limit]), max(0, total - limit), note)
+
+
+def _shown(path: str, limit: int = SHOWN) -> str:
+    """A path as a result repeats it: quoted, on one line, at most `limit` characters."""
+    text = repr(path)
+    return text if len(text) <= limit else text[: limit - 4] + "...'"
+
+
+def _cut(output: str) -> str:
+    if len(output) <= OUTPUT_LIMIT:
+        return output
+    return (
+        output[:OUTPUT_LIMIT]
+        + f"\n[output cut: {len(output)} characters, the first {OUTPUT_LIMIT} shown]"
+    )
+
+
+def _failure(error: str, path: str) -> str:
+    if "leads out of the workspace" in error:
+        return f"{REJECTED} ({path!r})"
+    if error == "File not found":
+        return f"File '{path}' not found"
+    return f"'{path}': {error}" if path and path not in error else error
+
+
+def _refusal(event: dict[str, Any], subject: str) -> str:
+    """Why an operation did not succeed, from its event."""
+    kind = event.get("type")
+    if kind == EventType.POLICY_DENIED.value:
+        suggestion = event.get("suggestion")
+        return f"'{subject}' is not allowed: {event.get('reason', '')}" + (
+            f" ({suggestion})" if suggestion else ""
+        )
+    if kind == EventType.ERROR.value:
+        return str(event.get("message", "the operation failed"))
+    return _failure(str(event.get("error", "the operation failed")), subject)

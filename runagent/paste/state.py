@@ -1,0 +1,116 @@
+"""A task's paste channel seen from outside the run: the current outbox, the last round's results
+and messages (for `run-agent paste` and the page), and handing in a reply."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from runagent import runfolder
+from runagent.errors import NotFoundError, UsageError
+from runagent.paste.session import Folders, Session, latest
+from runagent.runfolder import TaskPaths
+
+MAX_REPLY = 10 * 1024 * 1024  # bytes of one reply; a chat answer is far smaller
+
+
+def current(task: TaskPaths) -> Session | None:
+    """The task's session updated last, if it has one."""
+    return latest(Folders.of(runfolder.confine(task)))
+
+
+def outbox_path(task: TaskPaths, session: Session) -> Path:
+    return Folders.of(task).outbox_file(session.session_id, session.sequence_number)
+
+
+def view(task: TaskPaths) -> dict[str, Any] | None:
+    """What a person needs to take the next step, or None when the task has no paste session."""
+    session = current(task)
+    if session is None:
+        return None
+    folders = Folders.of(task)
+    path = outbox_path(task, session)
+    try:
+        text: str | None = path.read_text(encoding="utf-8")
+    except OSError:
+        text = None
+    waiting = sorted(p.name for p in _replies(folders.inbox))
+    return {
+        "session": session.session_id,
+        "sequence": session.sequence_number,
+        "complete": session.is_complete,
+        "task": session.task,
+        "updated": session.updated_at,
+        "outbox": None if session.is_complete else path.name,
+        "outbox_path": None if session.is_complete else str(path),
+        "text": None if session.is_complete else text,
+        "size": None if text is None or session.is_complete else len(text),
+        "inbox": str(folders.inbox),
+        "waiting_replies": waiting,
+        "results": [{**r.to_dict(), "lines": r.lines()} for r in session.last_results],
+        "messages": list(session.messages),
+        "summary": session.summary,
+    }
+
+
+def submit(task: TaskPaths, reply: str) -> Path:
+    """Put `reply` into the task's inbox, whole (written aside, then renamed into place)."""
+    session = current(task)
+    if session is None:
+        raise NotFoundError(
+            f"task {task.label} has no paste session; start it with --agent paste first"
+        )
+    if session.is_complete:
+        raise UsageError(
+            f"the paste session {session.session_id} of {task.label} is complete (DONE was "
+            "received); start the task again to send more"
+        )
+    reply = reply.encode("utf-8", "replace").decode("utf-8")  # a lone surrogate cannot be saved
+    if not reply.strip():
+        raise UsageError("the reply is empty; paste the chat's whole answer")
+    data = reply.encode("utf-8")
+    if len(data) > MAX_REPLY:
+        raise UsageError(
+            f"the reply is {len(data)} bytes, more than {MAX_REPLY}; send the chat's answer only"
+        )
+    inbox = Folders.of(task).inbox
+    inbox.mkdir(parents=True, exist_ok=True)
+    if not runfolder.within(task.root, inbox):
+        raise UsageError(
+            f"the inbox {inbox} leads out of the runs root (a link); replace it with a folder"
+        )
+    name = f"reply-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.txt"
+    target = inbox / name
+    runfolder.atomic_write(target, reply)
+    return target
+
+
+def _replies(inbox: Path) -> list[Path]:
+    try:
+        entries = list(os.scandir(inbox))
+    except OSError:
+        return []
+    return [
+        Path(e.path)
+        for e in entries
+        if e.name.endswith(".txt")
+        and not e.name.startswith(".")
+        and e.is_file(follow_symlinks=False)
+    ]
+
+
+def waiting_tasks(root: Path) -> list[TaskPaths]:
+    """The tasks under `root` whose latest paste session is not complete."""
+    found = []
+    for project in runfolder.project_ids(root):
+        for task_id in runfolder.task_ids(root, project):
+            task = TaskPaths(root, project, task_id)
+            if not Folders.of(task).sessions.is_dir():
+                continue
+            session = current(task)
+            if session is not None and not session.is_complete:
+                found.append(task)
+    return found
