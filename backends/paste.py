@@ -79,7 +79,7 @@ def main(argv: list[str]) -> int:
     from runagent.ops.waiting import HEARTBEAT_MAX, Waiter
     from runagent.paste import clipboard
     from runagent.paste.apply import Applier
-    from runagent.paste.channel import HEARTBEAT, Channel, WaitExpired
+    from runagent.paste.channel import HEARTBEAT, Channel, WaitExpired, for_person
     from runagent.paste.session import Folders
 
     if len(argv) != 1:
@@ -95,7 +95,8 @@ def main(argv: list[str]) -> int:
     idle = float(env.get("RUN_AGENT_IDLE_TIMEOUT") or 0)
 
     def tell(line: str) -> None:  # for the person at the terminal, which echoes stdout
-        print(line, flush=True)
+        sys.stdout.write(for_person(line))
+        sys.stdout.flush()
 
     def say(line: str) -> None:  # kept in the run's stderr: it shows the wait is alive
         print(f"run-agent: {line}", file=sys.stderr, flush=True)

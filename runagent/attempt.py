@@ -295,6 +295,7 @@ class Attempt:
     def _finish(self, code: int, verdict: Verdict) -> None:
         """Write output.md and the run's end. A write that fails (a full disk) fails the run,
         saying which file and why; if run-info.yaml itself cannot be written, word is left."""
+        runfolder.withdraw_approval(self.folder)
         try:
             write_output(self.ctx, self.lent.backend)
         except OSError as exc:  # the error may name agent-stdout.txt, the file copied from

@@ -280,7 +280,14 @@ def mark_lost(run_folder: Path, info: RunInfo) -> RunInfo:
     ended = ended.replace(end_time=timestamp(max(mtimes)) if mtimes else None)
     write_run_info(run_folder, ended)
     clear_unrecorded(run_folder)
+    withdraw_approval(run_folder)
     return ended
+
+
+def withdraw_approval(run_folder: Path) -> None:
+    """A run that has ended waits for no approval: a pause it left is removed, so an answer
+    given later (`run-agent ops approve`, the page) runs nothing in a run nobody reads."""
+    RunPaths(run_folder).approval_pending.unlink(missing_ok=True)
 
 
 def unrecorded_message(error: OSError) -> str:

@@ -400,3 +400,32 @@ def test_no_reply_makes_the_applier_raise_or_write_outside(
     assert list((base / "outside").iterdir()) == []
     assert sorted(p.name for p in base.iterdir()) == ["outside", "run", "ws"]
     a.requested(done.read_requests)
+
+
+def test_a_path_with_a_line_break_character_is_refused(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    for bad in ("q\u2028outbox 9 ready", "a\x0bb", "c\x85d"):
+        (result,) = a.apply(parse(f'[CREATE_FILE path="{bad}"]\nx\n[/CREATE_FILE]')).results
+        assert "holds a control or line-break character" in result.summary
+    assert list((tmp_path / "ws").iterdir()) == []
+
+
+def test_an_empty_file_is_not_edited_by_line(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    (tmp_path / "ws" / "empty.txt").write_text("")
+    (result,) = a.apply(
+        parse('[EDIT_FILE path="empty.txt" start_line="1" end_line="1"]\nx\n[/EDIT_FILE]')
+    ).results
+    assert result.summary == (
+        "'empty.txt' is empty: it has no lines to replace; write it with CREATE_FILE"
+    )
+
+
+def test_a_reply_of_more_commands_than_the_limit_runs_the_first_ones(tmp_path: Path) -> None:
+    from runagent.paste.apply import MAX_COMMANDS, TOO_MANY
+
+    a = applier(tmp_path)
+    saves: list[Applied] = []
+    done = a.apply(parse("[MESSAGE]m[/MESSAGE]\n" * (MAX_COMMANDS + 3)), checkpoint=saves.append)
+    assert [r.summary for r in done.results[-4:]] == ["Shown to the user"] + [TOO_MANY] * 3
+    assert saves == []  # messages change nothing: no progress is saved around them

@@ -330,3 +330,14 @@ def test_no_text_makes_the_parser_raise(parts: list[str]) -> None:
         assert isinstance(item, Command | Problem)
         if isinstance(item, Command) and item.name is Name.EDIT_FILE:
             assert 1 <= item.number("start_line") <= item.number("end_line")
+
+
+def test_a_tag_with_a_very_long_attribute_text_is_read_in_one_pass() -> None:
+    item = only('[CREATE_FILE path="x" ' + "a" * 200_000 + "]\nx\n[/CREATE_FILE]")
+    assert isinstance(item, Command) and item.path == "x"
+
+
+@pytest.mark.parametrize("after", ["```", " ```", "``` python", "```python"])
+def test_a_closing_tag_with_any_fence_after_it_closes_its_block(after: str) -> None:
+    item = only(f'[CREATE_FILE path="a.txt"]\nx\n[/CREATE_FILE]{after}')
+    assert isinstance(item, Command) and item.body == "x"

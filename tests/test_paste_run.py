@@ -336,3 +336,55 @@ def test_a_reply_is_never_handed_in_through_an_inbox_that_links_out(ws: Workspac
     assert done.returncode == 2
     assert "leads out of the runs root (a link); replace it with a folder" in done.stderr
     assert list(outside.iterdir()) == []
+
+
+def test_a_pause_of_a_killed_run_can_no_longer_be_approved(ws: Workspace) -> None:
+    work = configure(ws)
+    (work / "build").mkdir()
+    proc = start(ws)
+    outbox(ws, 1)
+    drop(ws, "r1.txt", "[RUN_COMMAND]\nrm -r build; echo ran >> count.txt\n[/RUN_COMMAND]\n")
+    first = wait_for(lambda: ws.runs() and ws.runs()[0].run_id)
+    pending = ws.task().run(first).folder / "approval-pending.json"
+    wait_for(pending.exists, what="the pause for approval")
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    wait_for(lambda: not ws.leftovers(), what="the paste child to be reaped")
+    again = ws.start_cli("resume", "-p", "p", "-t", "t")
+    text = outbox(ws, 2).read_text()
+    assert "[FAILED] RUN_COMMAND: interrupted" in text
+    assert not pending.exists()  # the dead run's pause was withdrawn
+    late = ws.cli("ops", "approve", first, "seq1-1")
+    assert late.returncode == 2 and "awaits no approval" in late.stderr
+    assert not (work / "count.txt").exists() and (work / "build").is_dir()
+    drop(ws, "done.txt", "[DONE]\nok\n[/DONE]")
+    assert finish(again)[0] == 0
+
+
+def test_a_reply_cut_short_and_then_replaced_is_reported_with_what_it_did(ws: Workspace) -> None:
+    work = configure(ws)
+    proc = start(ws)
+    outbox(ws, 1)
+    drop(
+        ws, "r1.txt",
+        '[CREATE_FILE path="k1.txt"]\nx\n[/CREATE_FILE]\n'
+        "[RUN_COMMAND]\nsleep 600\n[/RUN_COMMAND]\n"
+        '[CREATE_FILE path="k3.txt"]\nx\n[/CREATE_FILE]\n',
+    )  # fmt: skip
+    wait_for(lambda: (work / "k1.txt").exists(), what="the first command")
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(10)
+    wait_for(lambda: not ws.leftovers(), what="the paste child to be reaped")
+    (Folders.of(ws.task()).inbox / "r1.txt").unlink()
+    drop(ws, "r2.txt", "[MESSAGE]\nnew reply\n[/MESSAGE]\n")
+    again = ws.start_cli("resume", "-p", "p", "-t", "t")
+    text = outbox(ws, 2).read_text()
+    assert (
+        "[OK] CREATE_FILE: Created 'k1.txt'\n"
+        "[FAILED] REPLY: run-agent was restarted while it carried out your previous reply"
+    ) in text
+    assert "[OK] MESSAGE: Shown to the user" in text
+    assert not (work / "k3.txt").exists()
+    drop(ws, "done.txt", "[DONE]\nok\n[/DONE]")
+    assert finish(again)[0] == 0

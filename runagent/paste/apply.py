@@ -98,6 +98,10 @@ class _Edits:
     done: list[tuple[int, int, int]] = field(default_factory=list)
 
 
+MAX_COMMANDS = 500  # commands carried out from one reply; later ones are reported, not run
+TOO_MANY = f"not carried out: a reply may hold at most {MAX_COMMANDS} commands; send the rest next"
+LASTING = frozenset({Name.CREATE_FILE, Name.EDIT_FILE, Name.DELETE_FILE, Name.RUN_COMMAND})
+
 INTERRUPTED = (
     "interrupted: run-agent was restarted while this ran, so it may have been carried out in "
     "part; it was not run again. Check its effect, and send it again if it is still needed"
@@ -148,9 +152,17 @@ class Applier:
                 results.append(Result(name, False, INTERRUPTED))
                 checkpoint(progress(n + 1))
                 continue
-            checkpoint(progress(n + 1))
+            if n >= MAX_COMMANDS:
+                results.append(Result(name, False, TOO_MANY))
+                continue
+            # Progress is kept around what changes something; a message or a read done again
+            # after a restart costs nothing, and skipping them keeps a long reply linear.
+            lasting = isinstance(item, Command) and item.name in LASTING
+            if lasting:
+                checkpoint(progress(n + 1))
             results.append(self._step(item, f"{ids}-{n + 1}", edits, reads, messages))
-            checkpoint(progress(n + 1))
+            if lasting:
+                checkpoint(progress(n + 1))
         return progress(len(items))
 
     def _step(
@@ -190,6 +202,8 @@ class Applier:
         problem = path_problem(path)
         if problem is None and command.path.rstrip().endswith(("/", "\\")):
             problem = "names a folder; name a file"
+        if problem is None and not path.isprintable():
+            problem = "holds a control or line-break character; name the file plainly"
         if problem is not None:
             return Result(name, False, f"the path {_shown(path)} {problem}")
         if name is Name.CREATE_FILE:
@@ -217,11 +231,14 @@ class Applier:
             return Result(name, False, f"'{path}' is not UTF-8 text; replace it with CREATE_FILE")
         except OSError as exc:
             return Result(name, False, f"'{path}' cannot be read: {exc.strerror or exc}")
-        lines = text.split("\n")
+        lines = text.split("\n") if text else []
         final_newline = text.endswith("\n")
         if final_newline:
             lines.pop()
         record = edits.setdefault(self._key(path), _Edits(len(lines)))
+        if not record.lines_before:
+            why = f"'{path}' is empty: it has no lines to replace; write it with CREATE_FILE"
+            return Result(name, False, why)
         first, last = command.number("start_line"), command.number("end_line")
         if last > record.lines_before:
             return Result(

@@ -9,6 +9,7 @@ reply whose digest the session already holds instead of applying it twice.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -97,13 +98,15 @@ class Channel:
                 "Paste the chat's new answer."
             )
             return session, None
-        resume = None
+        resume = abandoned = None
         if session.applying is not None and session.applying.get("digest") == seen:
             resume = Applied.from_dict(session.applying)
             self._tell(
                 f"going on with {path.name} after a restart, from its command {resume.started}"
             )
         else:
+            if session.applying is not None:  # a reply cut short, then taken out of the inbox
+                abandoned = Applied.from_dict(session.applying)
             self._tell(f"reading {path.name} (the reply to outbox {session.sequence_number})")
         items = parse(reply.text)
         if not items:
@@ -118,6 +121,8 @@ class Channel:
         applied = self.applier.apply(
             items, ids=f"seq{session.sequence_number}", resume=resume, checkpoint=checkpoint
         )
+        if abandoned is not None:
+            applied = _after_abandoned(abandoned, applied)
         if applied.summary is not None and self.output is not None:
             # Written before the session says complete: a restart in between ends the same way.
             runfolder.atomic_write(
@@ -204,11 +209,8 @@ class Channel:
         self._tell(f"MESSAGE: {text}")
 
     def _tell(self, text: str) -> None:
-        """Lines for the person at the terminal (the run's stdout, which the console echoes).
-        Every line after the first is indented, whatever breaks it (a CR, U+2028, ...): no text
-        a model wrote can pass for a line of run-agent's own, such as `outbox N ready`."""
-        first, *rest = text.splitlines() or [""]
-        self.out.write("".join([first, *(f"\n  {line}" for line in rest), "\n"]))
+        """Lines for the person at the terminal (the run's stdout, which the console echoes)."""
+        self.out.write(for_person(text))
         self.out.flush()
 
     def _say(self, text: str) -> None:
@@ -218,6 +220,31 @@ class Channel:
 
     def _outbox_file(self, session: Session) -> Path:
         return self.folders.outbox_file(session.session_id, session.sequence_number)
+
+
+def _after_abandoned(abandoned: Applied, applied: Applied) -> Applied:
+    """What this reply did, after what the reply before it did before a restart cut it short
+    and it was taken out of the inbox: the model hears of both."""
+    note = Result(
+        "REPLY", False,
+        "run-agent was restarted while it carried out your previous reply, and that reply was "
+        "then taken out of the inbox: the results above are all it did; the rest of it was not "
+        "carried out",
+    )  # fmt: skip
+    return dataclasses.replace(
+        applied,
+        results=(*abandoned.results, note, *applied.results),
+        read_requests=tuple(dict.fromkeys((*abandoned.read_requests, *applied.read_requests))),
+        messages=(*abandoned.messages, *applied.messages),
+    )
+
+
+def for_person(text: str) -> str:
+    """`text` as lines for the terminal: every line after the first indented, whatever breaks
+    it (a CR, U+2028, ...), so that no text a model wrote can pass for a line of run-agent's
+    own, such as `outbox N ready`."""
+    first, *rest = text.splitlines() or [""]
+    return "".join([first, *(f"\n  {line}" for line in rest), "\n"])
 
 
 def _short(result: Result) -> list[str]:

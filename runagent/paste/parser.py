@@ -31,10 +31,13 @@ TAG_LIKE = re.compile(r"\[/?([A-Z][A-Z_]{3,})(?:\s[^\]]*)?/?\]$")
 # apostrophe inside a double-quoted value is part of it.
 DOUBLE = '"\u201c\u201d\u201e\u201f\u2033\u00ab\u00bb'
 SINGLE = "'\u2018\u2019\u201a\u201b\u2032"
+# Names start only at a word's start, and are taken whole: a long run of letters is one try,
+# not one per letter (which made a long tag quadratic).
 ATTRIBUTE = re.compile(
-    rf"([A-Za-z][\w-]*)\s*=\s*(?:[{DOUBLE}]([^{DOUBLE}]*)[{DOUBLE}]|[{SINGLE}]([^{SINGLE}]*)[{SINGLE}]"
+    rf"(?<![\w-])([A-Za-z][\w-]*+)\s*=\s*(?:[{DOUBLE}]([^{DOUBLE}]*)[{DOUBLE}]|[{SINGLE}]([^{SINGLE}]*)[{SINGLE}]"
     rf"|([^\s\]{DOUBLE}{SINGLE}]+))"
 )
+FENCE_AFTER = re.compile(r"\s*`{3,}\s*[\w+-]*\s*")
 LINE_ATTRIBUTES = ("start_line", "end_line")
 MAX_DIGITS = 9  # a line number longer than this is no file's
 
@@ -146,11 +149,11 @@ def _block(name: Name, rest: str, lines: list[str], i: int) -> tuple[Item, int]:
 
 
 def _closes(line: str, closing: str) -> bool:
-    """Whether `line` is the closing tag: alone once trimmed, or with a code fence's backticks
-    after it (a chat window's rendering)."""
+    """Whether `line` is the closing tag: alone once trimmed, or with a code fence after it
+    (```, ``` python: a chat window's rendering)."""
     stripped = line.strip()
     return stripped == closing or (
-        stripped.startswith(closing) and not stripped[len(closing) :].strip("`")
+        stripped.startswith(closing) and FENCE_AFTER.fullmatch(stripped[len(closing) :]) is not None
     )
 
 
