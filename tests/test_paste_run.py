@@ -161,7 +161,9 @@ def test_a_run_killed_in_the_middle_of_a_reply_does_not_apply_it_twice(ws: Works
     wait_for(lambda: (work / "log.txt").exists(), what="the command to begin")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    wait_for(lambda: not ws.leftovers(), what="the paste child and its command to be reaped")
+    wait_for(
+        lambda: not ws.leftovers(), timeout=40, what="the paste child and its command to be reaped"
+    )
     again = ws.start_cli("resume", "-p", "p", "-t", "t")
     text = outbox(ws, 2).read_text()
     assert "[OK] EDIT_FILE: Edited 'f.txt' lines 1-1\n" in text
@@ -199,7 +201,7 @@ def test_a_run_killed_mid_session_resumes_the_same_session(ws: Workspace) -> Non
     outbox(ws, 2)
     os.killpg(proc.pid, signal.SIGKILL)  # the whole foreground loop, as a closed terminal might
     proc.wait(10)
-    wait_for(lambda: not ws.leftovers(), what="the paste child to be reaped")
+    wait_for(lambda: not ws.leftovers(), timeout=40, what="the paste child to be reaped")
     # A reply saved while nothing runs waits in the inbox.
     drop(ws, "r2.txt", '[CREATE_FILE path="b.txt"]\ntwo\n[/CREATE_FILE]')
     again = ws.start_cli("resume", "-p", "p", "-t", "t")
@@ -349,7 +351,7 @@ def test_a_pause_of_a_killed_run_can_no_longer_be_approved(ws: Workspace) -> Non
     wait_for(pending.exists, what="the pause for approval")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    wait_for(lambda: not ws.leftovers(), what="the paste child to be reaped")
+    wait_for(lambda: not ws.leftovers(), timeout=40, what="the paste child to be reaped")
     again = ws.start_cli("resume", "-p", "p", "-t", "t")
     text = outbox(ws, 2).read_text()
     assert "[FAILED] RUN_COMMAND: interrupted" in text
@@ -375,7 +377,7 @@ def test_a_reply_cut_short_and_then_replaced_is_reported_with_what_it_did(ws: Wo
     time.sleep(0.5)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
-    wait_for(lambda: not ws.leftovers(), what="the paste child to be reaped")
+    wait_for(lambda: not ws.leftovers(), timeout=40, what="the paste child to be reaped")
     (Folders.of(ws.task()).inbox / "r1.txt").unlink()
     drop(ws, "r2.txt", "[MESSAGE]\nnew reply\n[/MESSAGE]\n")
     again = ws.start_cli("resume", "-p", "p", "-t", "t")
