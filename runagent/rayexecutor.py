@@ -54,8 +54,12 @@ HOME = "home"  # the actor name of the server's runs root (serve holds it)
 COPY_CHUNK = 4 << 20
 MIRROR_TICK = 0.25  # seconds between mirrorings of a live task's folder to the server's root
 HOME_RECHECK = 5.0  # seconds between looks for a server holding HOME
+SEED_LIMIT = 1 << 20  # bytes of one file a restarted loop takes from the server's copy
 # Files that only grow: mirrored by their new bytes (SSE offsets stay those of the original).
 GROWING = {runfolder.STDOUT, runfolder.STDERR, runfolder.SUPERVISOR_LOG}
+# Not taken by a restarted loop: what only grows (sent by offset, which a copy would break) and
+# the lock, which is the dead host's.
+SEEDED_NOT = {*GROWING, runfolder.LOCK}
 
 _GONE = object()  # what a call to an actor that is not there returns
 _executors: dict[str, RayExecutor] = {}  # by settings: one view of the cluster per process
@@ -114,6 +118,8 @@ class TaskLoop:
         label = self.task.label
         host.set_judge(lambda task, on, pid, start: task != label)
         self.where: Where
+        if not spec.shared_root and ray.get_runtime_context().was_current_actor_reconstructed:
+            self._seed()
         try:
             self._start()
         except RunAgentError as exc:
@@ -122,6 +128,25 @@ class TaskLoop:
         self._stop_asked, self._stop_answered = threading.Event(), threading.Event()
         self._mirror = Mirror(self.task)
         threading.Thread(target=self._watch, daemon=True).start()
+
+    def _seed(self) -> None:
+        """Restarted on this host after another died, with a root of its own: take the task's
+        record from the server's copy (its runs' run-info, TASK.md, task.yaml), so the loop goes
+        on where it was: the interrupted run is marked lost and the next attempt numbered on."""
+        try:
+            home = ray.get_actor(HOME, namespace=ray.get_runtime_context().namespace)
+            found: Any = ray.get(home.task_files.remote(self.task.project_id, self.task.task_id))
+            files: dict[str, bytes] = dict(found)
+        except (ValueError, RayError):
+            return  # no server holds the copy: the loop starts from this host's root
+        for relative, data in files.items():
+            path = self.task.folder / relative
+            if not runfolder.within(self.task.root, path) or path.exists():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.seed")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
 
     def _start(self) -> None:
         s, task = self.spec, self.task
@@ -288,6 +313,21 @@ class _Home:
         with open(path, "r+b" if offset else "wb") as f:
             f.seek(offset)
             f.write(data)
+
+    def task_files(self, project_id: str, task_id: str) -> dict[str, bytes]:
+        """The small files that record a task (not its agents' output, nor its lock), by path
+        relative to its folder: what a loop restarted on a host with an empty root starts
+        from."""
+        folder = (self.root / project_id / task_id).resolve()
+        if not folder.is_relative_to(self.root) or not folder.is_dir():
+            return {}
+        found: dict[str, bytes] = {}
+        for path in folder.rglob("*"):
+            if path.is_symlink() or not path.is_file() or path.name in SEEDED_NOT:
+                continue
+            if path.stat().st_size <= SEED_LIMIT:
+                found[str(path.relative_to(folder))] = path.read_bytes()
+        return found
 
     def replace(self, relative: str, data: bytes) -> None:
         """Write a whole file atomically (a reader never sees half a run-info.yaml)."""

@@ -490,3 +490,39 @@ def test_a_host_that_dies_mid_run_moves_the_loop(ws: Workspace, on_cluster: RayC
         with contextlib.suppress(Exception):  # leave nothing running for the next test
             control.stop(task, 20, on_cluster.settings)
         on_cluster.add_host(str(dead))
+
+
+def test_without_a_shared_root_a_loop_moved_by_a_dead_host_numbers_on(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    settings = replace(on_cluster.settings, shared_root=False)
+    cluster_config(ws, settings, ["--sleep", "120"])
+    task = ws.task("p", "moved-apart")
+    with serving(ws):
+        first = start(ws, settings, task)
+        assert first.holder is not None and first.holder.host in HOSTS
+        dead = first.holder.host
+        # The server's copy (the mirror) shows the first run before the host dies.
+        running = wait_for(
+            lambda: (i := latest(task)) is not None and i.status is RunStatus.RUNNING and i,
+            30, "the first run in the server's copy",
+        )  # fmt: skip
+        on_cluster.cluster.remove_node(on_cluster.nodes.pop(str(dead)), allow_graceful=False)
+        try:
+            moved = wait_for(
+                lambda: (i := latest(task)) is not None and i.run_id != running.run_id
+                and i.status is RunStatus.RUNNING and i, 90, "the loop on the other host",
+            )  # fmt: skip
+            # The new host started from the server's record of the task, not from nothing.
+            assert moved.host != dead and moved.host in HOSTS
+            assert moved.attempt == 2 and moved.previous_run_id == running.run_id
+            lost = wait_for(
+                lambda: (i := read_run_info(task.run_folder(running.run_id))) is not None
+                and i.status is RunStatus.LOST and i, 30, "the first run marked lost",
+            )  # fmt: skip
+            assert lost.status is RunStatus.LOST
+            assert control.stop(task, 20, settings) is not None
+        finally:
+            with contextlib.suppress(Exception):
+                control.stop(task, 20, settings)
+            on_cluster.add_host(str(dead))
