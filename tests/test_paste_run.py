@@ -159,6 +159,7 @@ def test_a_run_killed_in_the_middle_of_a_reply_does_not_apply_it_twice(ws: Works
         '[CREATE_FILE path="after.txt"]\nafter\n[/CREATE_FILE]\n',
     )  # fmt: skip
     wait_for(lambda: (work / "log.txt").exists(), what="the command to begin")
+    first = ws.runs()[0].run_id
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
     wait_for(
@@ -175,6 +176,9 @@ def test_a_run_killed_in_the_middle_of_a_reply_does_not_apply_it_twice(ws: Works
     code, _, err = finish(again)
     assert code == 0, err
     assert "going on with r1.txt after a restart, from its command 2" in err
+    # The killed command's captured output stayed in its run's folder, not in the machine's
+    # temporary folder, where nothing would ever remove it.
+    assert list(ws.task().run_folder(first).glob(".shell-*"))
 
 
 def test_no_text_of_the_model_passes_for_a_line_of_run_agents(ws: Workspace) -> None:

@@ -308,7 +308,7 @@ class Runtime:
         result = run_shell(
             op.command, cwd, op.timeout_ms, {**self.environment, **dict(op.env)},
             Bwrap(self.workspace.root) if self.settings.sandbox is Sandbox.BWRAP else None,
-            self.settings.shell,
+            self.settings.shell, self.paths.folder,
         )  # fmt: skip
         return event(
             kind, op.id, self._now(), command=op.command,

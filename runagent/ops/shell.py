@@ -46,11 +46,13 @@ def shell_environment() -> dict[str, str]:
 
 def run_shell(
     command: str, cwd: Path, timeout_ms: int, env: Mapping[str, str],
-    sandbox: Bwrap | None = None, shell: str | None = None,
+    sandbox: Bwrap | None = None, shell: str | None = None, scratch: Path | None = None,
 ) -> ShellResult:  # fmt: skip
     """Run `command` in `cwd` with exactly `env`, for at most `timeout_ms`; a timeout stops its
     whole tree. Under `sandbox`, or not at all when that sandbox cannot be built here. `shell`
-    is the program that runs it with `-c` (default bash, else sh)."""
+    is the program that runs it with `-c` (default bash, else sh). Its output is captured in a
+    folder made in `scratch` (the run's folder: one a killed process leaves behind belongs to
+    the run, not to the machine's temporary folder), else in the temporary folder."""
     shell = shell or shutil.which("bash", path=env.get("PATH", os.defpath)) or "/bin/sh"
     argv: tuple[str, ...] = (shell, "-c", command)
     if sandbox is not None:
@@ -59,8 +61,8 @@ def run_shell(
             return ShellResult(NOT_RUN, "", "", 0, error=f"{problem}; the command was not run")
         argv = sandbox.argv(argv, cwd)
     spec = LaunchSpec(argv=argv, env=dict(env), cwd=cwd)
-    with tempfile.TemporaryDirectory(prefix="run-agent-shell-") as scratch:
-        out, err = Path(scratch, "stdout"), Path(scratch, "stderr")
+    with tempfile.TemporaryDirectory(prefix=".shell-", dir=scratch) as folder:
+        out, err = Path(folder, "stdout"), Path(folder, "stderr")
         started = time.monotonic()
         try:
             process = AgentProcess.start(spec, out, err, grace=KILL_GRACE)
