@@ -50,9 +50,11 @@ class PasteBackend(ChildBackend):
         found = OUTBOX_READY.match(line)
         if found is None:
             return None
+        from runagent.paste.session import PASTE, Folders
+
         path = Path(found.group(1))
-        outbox = run_folder.parent.parent / "paste" / "outbox"  # TASK/runs/RUN -> TASK/paste
-        if path.parent != outbox:
+        task_folder = run_folder.parent.parent  # TASK/runs/RUN
+        if path.parent != Folders(task_folder / PASTE).outbox:
             return None
         try:
             fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

@@ -224,11 +224,6 @@ class TaskLoop:
         except FileNotFoundError:
             return b""
 
-    def files(self) -> list[str]:
-        """Every file of the task's folder, relative to it."""
-        base = self.task.folder
-        return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file())
-
 
 RemoteTaskLoop: Any = ray.remote(TaskLoop)
 

@@ -12,8 +12,6 @@ from runagent.cli.options import common, existing_task, setup, task_option
 from runagent.errors import NotFoundError, UsageError
 from runagent.runfolder import TaskPaths
 
-MAX_READ = 10 * 1024 * 1024 + 1
-
 
 @cli.group()
 def paste() -> None:
@@ -71,12 +69,15 @@ def show(
 
 
 def _read(file: Path) -> str:
+    from runagent.paste.inbox import MAX_REPLY
+
+    limit = MAX_REPLY + 1  # one byte more than a reply may hold: submit says it is too long
     try:
         if str(file) == "-":
-            data = sys.stdin.buffer.read(MAX_READ)
+            data = sys.stdin.buffer.read(limit)
         else:
             with open(file, "rb") as f:
-                data = f.read(MAX_READ)
+                data = f.read(limit)
     except OSError as exc:
         raise UsageError(f"reply file {str(file)!r} cannot be read ({exc.strerror})") from exc
     return data.decode("utf-8", errors="replace")

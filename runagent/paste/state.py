@@ -3,7 +3,6 @@ and messages (for `run-agent paste` and the page), and handing in a reply."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import time
 from pathlib import Path
@@ -11,10 +10,11 @@ from typing import Any
 
 from runagent import runfolder
 from runagent.errors import NotFoundError, UsageError
+from runagent.paste import inbox
 from runagent.paste.session import Folders, Session, latest
 from runagent.runfolder import TaskPaths
 
-MAX_REPLY = 10 * 1024 * 1024  # bytes of one reply; a chat answer is far smaller
+MAX_REPLY = inbox.MAX_REPLY  # bytes of one reply handed in: what the channel reads at most
 
 
 def current(task: TaskPaths) -> Session | None:
@@ -37,7 +37,7 @@ def view(task: TaskPaths) -> dict[str, Any] | None:
         text: str | None = path.read_text(encoding="utf-8")
     except OSError:
         text = None
-    waiting = sorted(p.name for p in _replies(folders.inbox))
+    waiting = sorted(e.name for e in inbox.candidates(folders.inbox))
     return {
         "session": session.session_id,
         "sequence": session.sequence_number,
@@ -76,30 +76,16 @@ def submit(task: TaskPaths, reply: str) -> Path:
         raise UsageError(
             f"the reply is {len(data)} bytes, more than {MAX_REPLY}; send the chat's answer only"
         )
-    inbox = Folders.of(task).inbox
-    inbox.mkdir(parents=True, exist_ok=True)
-    if not runfolder.within(task.root, inbox):
+    folder = Folders.of(task).inbox
+    folder.mkdir(parents=True, exist_ok=True)
+    if not runfolder.within(task.root, folder):
         raise UsageError(
-            f"the inbox {inbox} leads out of the runs root (a link); replace it with a folder"
+            f"the inbox {folder} leads out of the runs root (a link); replace it with a folder"
         )
     name = f"reply-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.txt"
-    target = inbox / name
+    target = folder / name
     runfolder.atomic_write(target, reply)
     return target
-
-
-def _replies(inbox: Path) -> list[Path]:
-    try:
-        entries = list(os.scandir(inbox))
-    except OSError:
-        return []
-    return [
-        Path(e.path)
-        for e in entries
-        if e.name.endswith(".txt")
-        and not e.name.startswith(".")
-        and e.is_file(follow_symlinks=False)
-    ]
 
 
 def waiting_tasks(root: Path) -> list[TaskPaths]:
