@@ -16,7 +16,6 @@ from runagent.repository import (
     DEFAULT_READY_MARKER,
     READY_MARKER_VARIABLE,
     Checkout,
-    dirty,
     git,
     head,
 )
@@ -85,12 +84,11 @@ def _required(env: Mapping[str, str], name: str) -> str:
 
 
 def commit_work(folder: Path, message: str, env: Mapping[str, str]) -> str | None:
-    """Commit every change in the working tree with `message` if there is any (the agent did
-    not commit it); the new commit, or None when there was nothing to commit."""
-    if not dirty(folder):
+    """Commit every change under `folder` with `message` if there is any (the agent did not
+    commit it); the new commit, or None when there was nothing to commit."""
+    if not _stage_here(folder, env):
         return None
-    git(folder, "add", "--all", env=env)
-    git(folder, "commit", "--quiet", "--no-verify", "-m", message, env=env)
+    git(folder, "commit", "--quiet", "--no-verify", "-m", message, "--", ".", env=env)
     return git(folder, "rev-parse", "HEAD", env=env)
 
 
@@ -104,11 +102,18 @@ def ready_commit(
         f"{commits} commit{'s' if commits != 1 else ''} since {checkout.base[:12]}.\n\n"
         f"{request.marker}"
     )
-    git(checkout.folder, "add", "--all", env=env)
-    git(
-        checkout.folder, "commit", "--quiet", "--no-verify", "--allow-empty", "-m", message, env=env
-    )
-    return git(checkout.folder, "rev-parse", "HEAD", env=env)
+    # `--only` with no paths: an empty commit that leaves what others staged out of it.
+    paths = ["--", "."] if _stage_here(request.repo, env) else ["--allow-empty", "--only"]
+    git(request.repo, "commit", "--quiet", "--no-verify", "-m", message, *paths, env=env)
+    return git(request.repo, "rev-parse", "HEAD", env=env)
+
+
+def _stage_here(folder: Path, env: Mapping[str, str]) -> bool:
+    """Stage every change under `folder`, and say whether there is any. COCODE_REPO_PATH may
+    be a subfolder of its repository: what lies outside it is never run-agent's to commit,
+    so every commit here names `.` (and takes nothing else that was staged)."""
+    git(folder, "add", "--all", "--", ".", env=env)
+    return bool(git(folder, "diff", "--cached", "--name-only", "--", ".", env=env))
 
 
 def log_line(level: str, message: str, now: datetime | None = None) -> str:

@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import pwd
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import fields
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from runagent.config import (
 )
 from runagent.configsection import Section, did_you_mean
 from runagent.errors import ConfigError
+from runagent.runfolder import within
 
 CONFIG_NAME = "config.yaml"
 
@@ -61,6 +63,18 @@ ConfigLoader.add_implicit_resolver(
 LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
 
 
+def user_home(env: Mapping[str, str]) -> Path:
+    """$HOME, else the user's home in the password database: a cocode host drops HOME from its
+    agent's environment, and the user's own config must still be found then."""
+    return Path(env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def user_config_file(env: Mapping[str, str]) -> Path:
+    """The user's own config: $XDG_CONFIG_HOME/run-agent/config.yaml (~/.config/...)."""
+    folder = env.get("XDG_CONFIG_HOME") or str(user_home(env) / ".config")
+    return Path(folder) / "run-agent" / CONFIG_NAME
+
+
 def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Path | None:
     """`--config`, then $RUN_AGENT_CONFIG, then ./config.yaml, then the user's config folder."""
     if explicit is not None:
@@ -77,10 +91,7 @@ def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Pat
                 "fix or unset it"
             )
         return path
-    for candidate in (
-        cwd / CONFIG_NAME,
-        Path(env.get("XDG_CONFIG_HOME") or Path.home() / ".config") / "run-agent" / CONFIG_NAME,
-    ):
+    for candidate in (cwd / CONFIG_NAME, user_config_file(env)):
         if candidate.is_file():
             return candidate
     return None
@@ -441,7 +452,7 @@ def _is_exit_code(value: object) -> bool:
 
 def default_runs_dir(env: Mapping[str, str]) -> Path:
     """Where runs go with no config file: $XDG_DATA_HOME/run-agent/runs (~/.local/share/...)."""
-    data = env.get("XDG_DATA_HOME") or str(Path(env.get("HOME") or Path.home()) / ".local/share")
+    data = env.get("XDG_DATA_HOME") or str(user_home(env) / ".local/share")
     return Path(data) / "run-agent" / "runs"
 
 
@@ -453,3 +464,34 @@ def runs_root(cli_root: Path | None, env: Mapping[str, str], config: Config) -> 
     if env.get("RUN_AGENT_ROOT"):
         return Path(env["RUN_AGENT_ROOT"]).expanduser().resolve(), "$RUN_AGENT_ROOT"
     return Path(os.path.abspath(config.runs_dir)), config.runs_dir_from
+
+
+def refuse_config_inside(
+    path: Path | None, folders: Sequence[Path], env: Mapping[str, str]
+) -> None:
+    """A task that works on a repository (an issue run, a cocode agent) never takes its config
+    from inside it (any of its working trees, `folders`): the repository's content would choose
+    the commands run on this machine, as whoever can push to it pleases."""
+    inside = _holder(path, folders) if path is not None else None
+    if inside is not None:
+        raise ConfigError(
+            f"config file {str(path)!r} is inside the repository {inside} this task works on, "
+            "and a repository does not choose what runs here; give --config a file outside "
+            f"it, or keep your config in {user_config_file(env)}"
+        )
+
+
+def refuse_root_inside(root: Path, root_from: str, folders: Sequence[Path]) -> None:
+    """Nor its runs root: the run folders would be committed with the work, and the agent
+    could rewrite its own records."""
+    inside = _holder(root, folders)
+    if inside is not None:
+        raise ConfigError(
+            f"runs root {str(root)!r} (from {root_from}) is inside the repository {inside} "
+            "this task works on, where its run folders would be committed with the work; give "
+            "--root (or storage.runs_dir) a folder outside it"
+        )
+
+
+def _holder(path: Path, folders: Sequence[Path]) -> Path | None:
+    return next((f for f in folders if within(f, path)), None)

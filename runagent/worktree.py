@@ -79,6 +79,13 @@ def registrations(repo: Path, env: Mapping[str, str]) -> list[Registration]:
     return found
 
 
+def working_trees(folder: Path, env: Mapping[str, str]) -> tuple[Path, ...]:
+    """`folder` and every working tree of its repository (the main one, its linked worktrees):
+    one repository's content, whichever of them a task works in."""
+    repo = main_repository(folder, env)
+    return (folder, *(r.path for r in registrations(repo, env)))
+
+
 def registration(repo: Path, path: Path, env: Mapping[str, str]) -> Registration | None:
     target = os.path.realpath(path)
     return next((r for r in registrations(repo, env) if os.path.realpath(r.path) == target), None)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import pwd
 from pathlib import Path
 
 import pytest
 
 from runagent.config import AgentConfig, Config, NotifyEvent, Overlap, Permissions, Until
-from runagent.configfile import find_config, load_config, parse_config
+from runagent.configfile import (
+    default_runs_dir,
+    find_config,
+    load_config,
+    parse_config,
+    refuse_config_inside,
+    refuse_root_inside,
+    user_config_file,
+)
 from runagent.duration import parse_duration
 from runagent.errors import ConfigError, UsageError
 
@@ -168,6 +178,39 @@ def test_config_search_order(tmp_path: Path) -> None:
         find_config(tmp_path / "missing.yaml", cwd, env)
     with pytest.raises(ConfigError, match=r"RUN_AGENT_CONFIG\) is a folder, not a file"):
         find_config(None, cwd, {**env, "RUN_AGENT_CONFIG": str(cwd)})
+
+
+def test_the_users_config_is_found_by_the_home_given_else_the_password_database(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    (home / ".config" / "run-agent").mkdir(parents=True)
+    (home / ".config" / "run-agent" / "config.yaml").write_text("{}")
+    found = find_config(None, tmp_path, {"HOME": str(home)})
+    assert found == home / ".config" / "run-agent" / "config.yaml"
+    # A cocode host drops HOME: the password database still names the user's home.
+    real = Path(pwd.getpwuid(os.getuid()).pw_dir)
+    assert user_config_file({}) == real / ".config" / "run-agent" / "config.yaml"
+    assert default_runs_dir({}) == real / ".local" / "share" / "run-agent" / "runs"
+
+
+def test_a_config_or_runs_root_inside_the_repository_is_refused_naming_it(
+    tmp_path: Path,
+) -> None:
+    repo, elsewhere = tmp_path / "repo", tmp_path / "mine"
+    (repo / "sub").mkdir(parents=True)
+    elsewhere.mkdir()
+    (repo / "sub" / "config.yaml").write_text("{}")
+    link = elsewhere / "linked.yaml"  # a link out of the user's folder into the repository
+    link.symlink_to(repo / "sub" / "config.yaml")
+    for path in (repo / "sub" / "config.yaml", link):
+        with pytest.raises(ConfigError, match=f"config file '{path}' is inside the repository"):
+            refuse_config_inside(path, [repo], {"HOME": str(tmp_path)})
+    refuse_config_inside(elsewhere / "config.yaml", [repo], {})
+    refuse_config_inside(None, [repo], {})
+    with pytest.raises(ConfigError, match=rf"runs root '{repo}/runs' \(from --root\) is inside"):
+        refuse_root_inside(repo / "runs", "--root", [elsewhere, repo])
+    refuse_root_inside(tmp_path / "runs", "--root", [repo])
 
 
 def test_parse_config_accepts_an_empty_document(tmp_path: Path) -> None:

@@ -118,7 +118,7 @@ def cocode(
     env = dict(os.environ)
     try:
         request = CocodeRequest.from_env(env)
-        s = setup(config_path, root)
+        s = setup(config_path, root, works_on=request.repo)
         given = LoopOverrides.parse({"agent": agent, "max_restarts": max_restarts,
                                      "timeout": timeout})  # fmt: skip
         overrides = LoopOverrides(until=Until.EXIT, timeout=ISSUE_TIMEOUT).merged(given)
@@ -144,7 +144,7 @@ def cocode(
         f"{checkout.folder} (base {checkout.base[:12]}); run folder {task.folder}",
     )
 
-    on_event = _narrator(checkout, request, env)
+    on_event = _narrator(request, env)
 
     supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env))
     previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop())
@@ -158,9 +158,7 @@ def cocode(
     sys.exit(OUTCOME_EXIT[result.outcome])
 
 
-def _narrator(
-    checkout: Checkout, request: CocodeRequest, env: dict[str, str]
-) -> Callable[[Event], None]:
+def _narrator(request: CocodeRequest, env: dict[str, str]) -> Callable[[Event], None]:
     """The loop's events as the protocol's JSON log lines; after each run, its work committed."""
 
     def on_event(event: Event) -> None:
@@ -171,7 +169,7 @@ def _narrator(
             ok = info.status is RunStatus.COMPLETED
             _log("info" if ok else "error", f"attempt {info.attempt}: run {info.run_id} "
                  f"{info.status.value}: {info.describe()}")  # fmt: skip
-            _commit_left_work(checkout.folder, request, info.run_id, info.attempt, env)
+            _commit_left_work(request.repo, request, info.run_id, info.attempt, env)
         elif event.kind is EventKind.WAITING:
             _log(
                 "info",

@@ -16,12 +16,19 @@ import backends
 from runagent import tasks
 from runagent.backend import Backend
 from runagent.config import AgentConfig, Config, ExecutorType, Until
-from runagent.configfile import find_config, load_config, runs_root
+from runagent.configfile import (
+    find_config,
+    load_config,
+    refuse_config_inside,
+    refuse_root_inside,
+    runs_root,
+)
 from runagent.context import validate_id
 from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootError, UsageError
 from runagent.issue import issue_number
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
+from runagent.worktree import working_trees
 
 
 class PathValue(click.Path):
@@ -42,6 +49,12 @@ class Setup:
     def where(self) -> str:
         """`under ROOT (SOURCE)`, for messages that find nothing there."""
         return f"under {self.root} (the runs root from {self.root_from})"
+
+    def refuse_inside(self, repository: Path) -> None:
+        """Refuse a config or runs root inside the repository a task works on (one line)."""
+        folders = working_trees(repository, os.environ)
+        refuse_config_inside(self.config.source, folders, os.environ)
+        refuse_root_inside(self.root, self.root_from, folders)
 
 
 EXECUTOR = "executor"  # ctx.meta key: the --executor the command line gave
@@ -73,9 +86,14 @@ def common(f: Callable[..., Any]) -> Callable[..., Any]:
     )(f)
 
 
-def setup(config_path: Path | None, root: Path | None) -> Setup:
+def setup(config_path: Path | None, root: Path | None, works_on: Path | None = None) -> Setup:
+    """The config and runs root; for a task that works on a repository (`works_on`), neither
+    may lie inside it, and its config is refused before it is even read."""
     cwd = Path.cwd()
-    config = load_config(find_config(config_path, cwd, os.environ), backends.known(), cwd)
+    path = find_config(config_path, cwd, os.environ)
+    if works_on is not None:
+        refuse_config_inside(path, working_trees(works_on, os.environ), os.environ)
+    config = load_config(path, backends.known(), cwd)
     ctx = click.get_current_context(silent=True)
     chosen = ctx.meta.get(EXECUTOR) if ctx is not None else None
     if chosen is not None:
@@ -84,7 +102,10 @@ def setup(config_path: Path | None, root: Path | None) -> Setup:
         from runagent import control  # the command line's start-up does not pay for it
 
         control.judge_foreign_hosts(config.executor)
-    return Setup(config, *runs_root(root, os.environ, config))
+    s = Setup(config, *runs_root(root, os.environ, config))
+    if works_on is not None:
+        s.refuse_inside(works_on)
+    return s
 
 
 def existing_task(

@@ -35,7 +35,6 @@ from runagent.issue import ISSUE_TIMEOUT, Issue, issue_number
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 from runagent.supervisor import Supervisor
-from runagent.worktree import main_repository
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,
@@ -85,8 +84,8 @@ def run(
     loop = replace(loop, overrides=defaults.merged(loop.overrides))
     project = project_id or _project_of(issue.repo)
     start_loop(
-        setup(config_path, root), project, task_id or f"issue-{issue.number}", text or body,
-        loop, issue=(issue, body),
+        setup(config_path, root, works_on=issue.repo), project,
+        task_id or f"issue-{issue.number}", text or body, loop, issue=(issue, body),
     )  # fmt: skip
 
 
@@ -251,12 +250,13 @@ def foreground_loop(
         dispatch(s, task, command, prompt, loop)
         return
     # What the task was started with before, with what this command says put in its place.
+    if issue is not None:  # not a repository, or a config or runs root inside it: refused
+        s.refuse_inside(issue.repo)  # before anything (a resume finds the repository only now)
     remembered = LoopOverrides.remembered(task)
     overrides = remembered.merged(loop.overrides)
     agent, backend = usable_backend(s.config, overrides.agent)
     if issue is not None:  # made (or found) once the loop holds the task
         overrides = replace(overrides, working_dir=task.worktree)
-        main_repository(issue.repo, os.environ)  # not a repository: refused before anything
     working_dir = (overrides.working_dir or Path.cwd()).resolve()
     if issue is None and not working_dir.is_dir():
         raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
