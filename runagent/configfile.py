@@ -494,4 +494,9 @@ def refuse_root_inside(root: Path, root_from: str, folders: Sequence[Path]) -> N
 
 
 def _holder(path: Path, folders: Sequence[Path]) -> Path | None:
-    return next((f for f in folders if within(f, path)), None)
+    """The folder `path` lies in: as written (a link in the repository is the repository's
+    choice, wherever it leads), or with its links resolved (a link into the repository)."""
+    written = Path(os.path.abspath(path))
+    return next(
+        (f for f in folders if written.is_relative_to(f.resolve()) or within(f, path)), None
+    )

@@ -203,7 +203,10 @@ def test_a_config_or_runs_root_inside_the_repository_is_refused_naming_it(
     (repo / "sub" / "config.yaml").write_text("{}")
     link = elsewhere / "linked.yaml"  # a link out of the user's folder into the repository
     link.symlink_to(repo / "sub" / "config.yaml")
-    for path in (repo / "sub" / "config.yaml", link):
+    (elsewhere / "config.yaml").write_text("{}")
+    out = repo / "out.yaml"  # a link the repository holds, to a config outside it
+    out.symlink_to(elsewhere / "config.yaml")
+    for path in (repo / "sub" / "config.yaml", link, out):
         with pytest.raises(ConfigError, match=f"config file '{path}' is inside the repository"):
             refuse_config_inside(path, [repo], {"HOME": str(tmp_path)})
     refuse_config_inside(elsewhere / "config.yaml", [repo], {})
