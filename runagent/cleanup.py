@@ -8,6 +8,7 @@ exactly the plan, so the two can never disagree.
 from __future__ import annotations
 
 import shutil
+import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -43,14 +44,18 @@ class Doomed:
 
 
 def folder_size(path: Path) -> int:
-    """Bytes of the files under `path` (links not followed)."""
+    """Bytes of the files under `path` (links not followed), each file once: a large run's
+    output.md is a hard link to its stdout, the same bytes on disk under two names."""
     total = 0
+    seen: set[tuple[int, int]] = set()
     for item in path.rglob("*"):
         try:
-            if item.is_file() and not item.is_symlink():
-                total += item.lstat().st_size
+            st = item.lstat()
         except OSError:
             continue
+        if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_size
     return total
 
 

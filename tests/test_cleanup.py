@@ -8,9 +8,13 @@ import re
 import time
 from pathlib import Path
 
-from runagent import runfolder
+from starlette.testclient import TestClient
+
+from runagent import cleanup, runfolder
+from runagent.cli.cleanup import human
 from runagent.errors import ExitCode
-from tests.conftest import Workspace, wait_for
+from server.app import Settings, create_app
+from tests.conftest import LOCAL, Workspace, wait_for
 
 
 def age(folder: Path, days: float) -> None:
@@ -83,3 +87,23 @@ def test_delete_removes_a_finished_task_and_asks_first(ws: Workspace) -> None:
     assert done.returncode == 0 and "deleted task p/t" in done.stderr
     assert not ws.task().folder.exists()
     assert ws.invoke("gc").returncode == ExitCode.USAGE  # gc says what to keep, never all
+
+
+def test_a_hard_linked_output_md_is_counted_once(ws: Workspace) -> None:
+    # Over 1 MiB of stdout: output.md is then a hard link to it, not a copy.
+    ws.write_config(["--lines", "20000", "--line-text", "x" * 60])
+    assert ws.invoke("-p", "p", "-t", "t", "x").returncode == 0
+    run = ws.task().run(ws.task().run_ids()[0])
+    assert run.output.stat().st_ino == run.stdout.stat().st_ino
+    on_disk = sum(p.stat().st_size for p in ws.task().folder.rglob("*") if p.is_file())
+    once = on_disk - run.output.stat().st_size
+    assert cleanup.folder_size(ws.task().folder) == once
+    app = create_app(Settings(root=ws.root, config_path=ws.config))
+    with TestClient(app, base_url=LOCAL) as client:
+        assert client.get("/api/projects/p/tasks/t").json()["disk_bytes"] == once
+    age(run.folder, 10)
+    gc = ws.invoke("gc", "--older-than", "1d", "--dry-run")
+    assert f"({human(cleanup.folder_size(run.folder))})" in gc.stdout
+    assert cleanup.folder_size(run.folder) < 2 * run.stdout.stat().st_size
+    deleted = ws.invoke("delete", "-p", "p", "-t", "t", "--yes")
+    assert f"deleted task p/t ({human(once)}, 1 runs)" in deleted.stderr
