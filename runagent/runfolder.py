@@ -337,12 +337,61 @@ def clear_unrecorded(run_folder: Path) -> None:
 
 def read_run_info(run_folder: Path) -> RunInfo | None:
     """The run's metadata, or None if the folder has none (yet) or it cannot be read."""
+    info = read_run_record(run_folder)
+    return None if info is None or info.status is RunStatus.UNREADABLE else info
+
+
+def read_run_record(run_folder: Path) -> RunInfo | None:
+    """The run's metadata as run-agent or conductor-loop wrote it; None if the folder has no
+    run-info.yaml (yet); a record of status `unreadable` saying why if it cannot be read."""
     try:
         text = RunPaths(run_folder).info.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_Loader)
-        return RunInfo.from_dict(data) if isinstance(data, dict) else None
-    except (OSError, yaml.YAMLError, TypeError, ValueError):
+    except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return unreadable_run(
+            run_folder, str(exc.strerror or exc) if isinstance(exc, OSError) else "not UTF-8 text"
+        )
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return unreadable_run(
+            run_folder, f"not YAML{where} ({getattr(exc, 'problem', None) or exc})"
+        )
+    if not isinstance(data, dict):
+        return unreadable_run(run_folder, "not a mapping of fields")
+    if "attempt" not in data:  # conductor-loop's: number it by its place among the task's runs
+        data["attempt"] = _position(run_folder)
+    try:
+        return RunInfo.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        return unreadable_run(run_folder, str(exc))
+
+
+def unreadable_run(run_folder: Path, why: str) -> RunInfo:
+    """A stand-in record for a run whose run-info.yaml cannot be read, saying why, so readers
+    show the run instead of dropping it (and cleanup keeps it). Never written to disk."""
+    task = run_folder.parent.parent
+    try:
+        started = timestamp(run_folder.stat().st_mtime)
+    except OSError:
+        started = ""
+    return RunInfo(
+        run_id=run_folder.name, project_id=task.parent.name, task_id=task.name, attempt=0,
+        agent="", backend="", start_time=started, cwd="", status=RunStatus.UNREADABLE,
+        message=f"{RUN_INFO} cannot be read: {why}",
+    )  # fmt: skip
+
+
+def _position(run_folder: Path) -> int:
+    """The run's number among its task's runs, oldest first (ids sort in start order)."""
+    try:
+        names = sorted(n for n in os.listdir(run_folder.parent) if not n.startswith("."))
+        return names.index(run_folder.name) + 1
+    except (OSError, ValueError):
+        return 1
 
 
 def create_run_folder(task: TaskPaths, run_id: str) -> Path:
