@@ -8,7 +8,8 @@
         operations.jsonl  events.jsonl  ops.json  approval-pending.json  (an operations run)
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
-old or the new version, never half of one. When even that fails (a full disk), an empty file
+old or the new version, never half of one; on a full disk, where the temp file gets no block, it
+is rewritten in place, in the blocks it has. When even that fails, an empty file
 `.unrecorded.ERRNO` says so, and readers take the run as failed for that reason, not as lost.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -256,8 +258,46 @@ def append_line(path: Path, line: str) -> None:
 
 
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
+    """Write the run's record atomically; on a full disk, over the old record in place."""
     text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
-    atomic_write(RunPaths(run_folder).info, text)
+    path = RunPaths(run_folder).info
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE or not _overwrite(path, text.encode("utf-8")):
+            raise
+
+
+# A disk (or quota, or file size limit) with no room for one more block.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _overwrite(path: Path, data: bytes) -> bool:
+    """Rewrite `path` in place, in the blocks it already has; False (nothing written) if `data`
+    does not fit in them or under the file size limit.
+
+    The last resort of a full disk, where a new file gets no block: the end of a run is worth
+    a moment in which a reader may find the record half old and half new (read as `unreadable`
+    until the write, one call, completes).
+    """
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        room = os.fstat(fd).st_blocks * 512
+        if len(data) > room or (limit != resource.RLIM_INFINITY and len(data) > limit):
+            return False
+        if os.pwrite(fd, data, 0) != len(data):
+            return False
+        os.ftruncate(fd, len(data))  # shrinking needs no block
+        os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def timestamp(seconds: float | None = None) -> str:
