@@ -8,7 +8,8 @@
         operations.jsonl  events.jsonl  ops.json  approval-pending.json  (an operations run)
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
-old or the new version, never half of one. When even that fails (a full disk), an empty file
+old or the new version, never half of one; on a full disk, where the temp file gets no block, it
+is rewritten in place, in the blocks it has. When even that fails, an empty file
 `.unrecorded.ERRNO` says so, and readers take the run as failed for that reason, not as lost.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
 import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -256,8 +258,46 @@ def append_line(path: Path, line: str) -> None:
 
 
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
+    """Write the run's record atomically; on a full disk, over the old record in place."""
     text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
-    atomic_write(RunPaths(run_folder).info, text)
+    path = RunPaths(run_folder).info
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE or not _overwrite(path, text.encode("utf-8")):
+            raise
+
+
+# A disk (or quota, or file size limit) with no room for one more block.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _overwrite(path: Path, data: bytes) -> bool:
+    """Rewrite `path` in place, in the blocks it already has; False (nothing written) if `data`
+    does not fit in them or under the file size limit.
+
+    The last resort of a full disk, where a new file gets no block: the end of a run is worth
+    a moment in which a reader may find the record half old and half new (read as `unreadable`
+    until the write, one call, completes).
+    """
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        room = os.fstat(fd).st_blocks * 512
+        if len(data) > room or (limit != resource.RLIM_INFINITY and len(data) > limit):
+            return False
+        if os.pwrite(fd, data, 0) != len(data):
+            return False
+        os.ftruncate(fd, len(data))  # shrinking needs no block
+        os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 def timestamp(seconds: float | None = None) -> str:
@@ -337,12 +377,61 @@ def clear_unrecorded(run_folder: Path) -> None:
 
 def read_run_info(run_folder: Path) -> RunInfo | None:
     """The run's metadata, or None if the folder has none (yet) or it cannot be read."""
+    info = read_run_record(run_folder)
+    return None if info is None or info.status is RunStatus.UNREADABLE else info
+
+
+def read_run_record(run_folder: Path) -> RunInfo | None:
+    """The run's metadata as run-agent or conductor-loop wrote it; None if the folder has no
+    run-info.yaml (yet); a record of status `unreadable` saying why if it cannot be read."""
     try:
         text = RunPaths(run_folder).info.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=_Loader)
-        return RunInfo.from_dict(data) if isinstance(data, dict) else None
-    except (OSError, yaml.YAMLError, TypeError, ValueError):
+    except FileNotFoundError:
         return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return unreadable_run(
+            run_folder, str(exc.strerror or exc) if isinstance(exc, OSError) else "not UTF-8 text"
+        )
+    try:
+        data = yaml.load(text, Loader=_Loader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return unreadable_run(
+            run_folder, f"not YAML{where} ({getattr(exc, 'problem', None) or exc})"
+        )
+    if not isinstance(data, dict):
+        return unreadable_run(run_folder, "not a mapping of fields")
+    if "attempt" not in data:  # conductor-loop's: number it by its place among the task's runs
+        data["attempt"] = _position(run_folder)
+    try:
+        return RunInfo.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        return unreadable_run(run_folder, str(exc))
+
+
+def unreadable_run(run_folder: Path, why: str) -> RunInfo:
+    """A stand-in record for a run whose run-info.yaml cannot be read, saying why, so readers
+    show the run instead of dropping it (and cleanup keeps it). Never written to disk."""
+    task = run_folder.parent.parent
+    try:
+        started = timestamp(run_folder.stat().st_mtime)
+    except OSError:
+        started = ""
+    return RunInfo(
+        run_id=run_folder.name, project_id=task.parent.name, task_id=task.name, attempt=0,
+        agent="", backend="", start_time=started, cwd="", status=RunStatus.UNREADABLE,
+        message=f"{RUN_INFO} cannot be read: {why}",
+    )  # fmt: skip
+
+
+def _position(run_folder: Path) -> int:
+    """The run's number among its task's runs, oldest first (ids sort in start order)."""
+    try:
+        names = sorted(n for n in os.listdir(run_folder.parent) if not n.startswith("."))
+        return names.index(run_folder.name) + 1
+    except (OSError, ValueError):
+        return 1
 
 
 def create_run_folder(task: TaskPaths, run_id: str) -> Path:

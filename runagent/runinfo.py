@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 RUN_INFO_VERSION = 1
@@ -18,6 +19,8 @@ class RunStatus(enum.StrEnum):
     TIMED_OUT = "timed_out"
     STOPPED = "stopped"
     LOST = "lost"  # its supervisor died while it was running
+    # A reader's verdict, never written: run-info.yaml cannot be read (the message says why).
+    UNREADABLE = "unreadable"
 
 
 class Reason(enum.StrEnum):
@@ -126,14 +129,73 @@ class RunInfo:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunInfo:
+        """The record `data` holds, as run-agent writes it or as conductor-loop does (which has
+        no attempt, backend, reason or message, and whose reconciler rewrites a run-agent run
+        without them). ValueError says which field is wrong, and how."""
         known = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in known}
-        values["status"] = RunStatus(values.get("status", RunStatus.RUNNING))
+        values = _defaults(values, data.get("error_summary"))
+        _check_types(values)
+        values["status"] = _status(values.get("status", RunStatus.RUNNING))
         values["reason"] = _reason(values.get("reason"))
+        if values["status"] is RunStatus.RUNNING:
+            values["exit_code"] = None  # conductor-loop's int field holds a placeholder
         return cls(**values)
 
 
 _GIT_FIELDS = ("repo", "branch", "base_commit", "head_commit")  # written only when known
+
+
+# conductor-loop writes Go's zero time as the end of a running run, and 0 for a pid it lacks.
+_ZERO_TIME = "0001-01-01"
+
+
+def _defaults(values: dict[str, Any], error_summary: Any) -> dict[str, Any]:
+    """What conductor-loop's struct does not write, filled in: its agent type is the backend
+    (the same names), its error_summary the message; its timestamps as text."""
+    values = dict(values)
+    values.setdefault("attempt", 1)
+    values.setdefault("backend", values.get("agent"))
+    values.setdefault("cwd", "")
+    if values.get("message") is None and isinstance(error_summary, str) and error_summary:
+        values["message"] = error_summary
+    for key in ("start_time", "end_time"):
+        value = values.get(key)
+        if isinstance(value, datetime):  # YAML reads an unquoted timestamp as one
+            value = value.isoformat()
+        if isinstance(value, str) and value.startswith(_ZERO_TIME):
+            value = None
+        values[key] = value
+    values["start_time"] = values["start_time"] or ""
+    for key in ("pid", "pgid"):
+        if values.get(key) == 0:
+            values[key] = None
+    return values
+
+
+_KINDS: dict[str, tuple[type, ...]] = {"int": (int,), "float": (int, float), "str": (str,)}
+
+
+def _check_types(values: dict[str, Any]) -> None:
+    """ValueError naming the first field whose value is not of its type."""
+    for f in dataclasses.fields(RunInfo):
+        value = values.get(f.name)
+        kind = str(f.type).split(" |")[0]
+        if value is None or kind not in _KINDS:
+            continue
+        if isinstance(value, bool) or not isinstance(value, _KINDS[kind]):
+            raise ValueError(f"{f.name} is {value!r}, not {'an' if kind == 'int' else 'a'} {kind}")
+
+
+def _status(value: Any) -> RunStatus:
+    try:
+        status = RunStatus(value)
+    except ValueError:
+        status = RunStatus.UNREADABLE
+    if status is RunStatus.UNREADABLE:  # conductor-loop's `unknown`, or a newer one's value
+        known = ", ".join(s.value for s in RunStatus if s is not RunStatus.UNREADABLE)
+        raise ValueError(f"status {value!r} is none run-agent knows ({known})")
+    return status
 
 
 def _reason(value: Any) -> Reason | None:

@@ -2,7 +2,8 @@
 
 Nothing here writes. A run recorded as `running` whose supervisor is gone (dead, or its pid reused
 by another process) is shown as `lost`, or as `failed` when its supervisor left word that it could
-not write the run's end (a full disk); the task's status is derived from its lock holder, its DONE
+not write the run's end (a full disk); one whose run-info.yaml cannot be read as `unreadable`,
+with the reason; the task's status is derived from its lock holder, its DONE
 marker and its latest run, never stored twice.
 """
 
@@ -30,6 +31,7 @@ class TaskStatus(enum.StrEnum):
     TIMED_OUT = "timed_out"
     STOPPED = "stopped"
     LOST = "lost"
+    UNREADABLE = "unreadable"  # its latest run's run-info.yaml cannot be read
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,23 @@ def is_lost(info: RunInfo) -> bool:
     another process's): nobody will ever write its end."""
     if info.status is not RunStatus.RUNNING:
         return False
+    if info.supervisor_pid is None and info.host is None:
+        # conductor-loop's record names no supervisor: it runs while its agent process does.
+        return not is_alive(info.pid, None)
     if is_here(info.host):
         return not is_alive(info.supervisor_pid, info.supervisor_start)
     assert info.host is not None
     label = f"{info.project_id}/{info.task_id}"
     pid = info.supervisor_pid
     return pid is None or not foreign_alive(label, info.host, pid, info.supervisor_start)
+
+
+def process_alive(info: RunInfo) -> bool:
+    """Whether a run recorded as running may still have a live process: its supervisor, or
+    its agent (an orphan outliving a dead supervisor). Cleanup never removes such a run."""
+    if info.status is not RunStatus.RUNNING:
+        return False
+    return not is_lost(info) or (is_here(info.host) and is_alive(info.pid, None))
 
 
 def effective(info: RunInfo, run_folder: Path) -> RunInfo:
@@ -82,11 +95,12 @@ def effective(info: RunInfo, run_folder: Path) -> RunInfo:
 
 
 def runs(task: TaskPaths) -> list[RunInfo]:
-    """Every run of the task with run-info, oldest first, liveness-checked."""
+    """Every run of the task with run-info, oldest first, liveness-checked; one whose
+    run-info.yaml cannot be read is there as `unreadable`, saying why."""
     found = []
     for run_id in task.run_ids():
         folder = task.run_folder(run_id)
-        info = runfolder.read_run_info(folder)
+        info = runfolder.read_run_record(folder)
         if info is not None:
             found.append(effective(info, folder))
     return found
@@ -95,7 +109,7 @@ def runs(task: TaskPaths) -> list[RunInfo]:
 def latest_run(task: TaskPaths) -> RunInfo | None:
     for run_id in reversed(task.run_ids()):
         folder = task.run_folder(run_id)
-        info = runfolder.read_run_info(folder)
+        info = runfolder.read_run_record(folder)
         if info is not None:
             return effective(info, folder)
     return None

@@ -324,7 +324,7 @@ class Api(Actions):
 
     async def run(self, request: Request) -> Response:
         _, folder = self.run_folder(request)
-        info = runfolder.read_run_info(folder)
+        info = runfolder.read_run_record(folder)  # an unreadable one says why
         if info is None:
             raise HTTPException(404, "run has no run-info.yaml yet")
         return JSONResponse(tasks.effective(info, folder).to_dict())

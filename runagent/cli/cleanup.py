@@ -48,8 +48,11 @@ def gc(
     age = parse_duration(older_than, "--older-than") if older_than is not None else None
     keep = cleanup.Retention(timedelta(seconds=age) if age else None, keep_last, keep_failed)
     project = validate_id("project", project_id) if project_id else None
-    plan = cleanup.gc_plan(s.root, keep, schedule.utc_now(), project)
+    planned = cleanup.gc_plan(s.root, keep, schedule.utc_now(), project)
+    plan = planned.doomed
     total = sum(d.size for d in plan)
+    for kept in planned.kept:
+        click.echo(f"run-agent: keeping {kept.label}: {kept.why}", err=True)
     for doomed in plan:
         click.echo(f"{'would remove' if dry_run else 'removing'} {doomed.label} "
                    f"({human(doomed.size)})")  # fmt: skip
@@ -64,13 +67,17 @@ def gc(
 @click.option("--project", "-p", "project_id", required=True, help="Project id.")
 @click.option("--task", "-t", "task_id", required=True, help="Task id.")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask; needed when not in a terminal.")
+@click.option("--force", is_flag=True,
+              help="Delete even a run whose run-info.yaml cannot be read or whose process is "
+              "alive (never a task whose loop holds it).")  # fmt: skip
 @common
 def delete(
-    project_id: str, task_id: str, yes: bool, config_path: Path | None, root: Path | None
-) -> None:
+    project_id: str, task_id: str, yes: bool, force: bool, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
     """Delete a task that is not running: its TASK.md, its runs, everything in its folder."""
     s, task = existing_task(config_path, root, project_id, task_id)
-    doomed = cleanup.delete_plan(task)
+    doomed = cleanup.delete_plan(task, force)
     what = f"task {doomed.label} ({human(doomed.size)}, {len(task.run_ids())} runs)"
     if not yes:
         if not sys.stdin.isatty():

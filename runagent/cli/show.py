@@ -16,7 +16,7 @@ from runagent.cli.options import common, existing_task, json_option, setup, task
 from runagent.context import validate_id
 from runagent.errors import NotFoundError, UsageError
 from runagent.runfolder import TaskPaths
-from runagent.runinfo import RunInfo, Usage
+from runagent.runinfo import RunInfo, RunStatus, Usage
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -49,10 +49,10 @@ def list_(
         rows = [
             [
                 r.run_id,
-                str(r.attempt),
+                _str(r.attempt or None),  # 0: an unreadable run's, not known
                 r.status.value,
                 _str(r.exit_code),
-                r.reason or "",
+                (r.message if r.status is RunStatus.UNREADABLE else r.reason) or "",
                 r.start_time,
             ]
             for r in found
@@ -129,8 +129,11 @@ def status(
     if view.latest:
         r = view.latest
         rows += [
-            ("latest", f"{r.run_id} attempt {r.attempt}: {r.status.value}"),
-            ("agent", r.agent),
+            (
+                "latest",
+                f"{r.run_id}{f' attempt {r.attempt}' if r.attempt else ''}: {r.status.value}",
+            ),
+            ("agent", r.agent or None),
             ("started", r.start_time),
             ("ended", r.end_time),
             ("exit code", r.exit_code),
