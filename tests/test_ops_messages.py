@@ -233,7 +233,7 @@ class Permit:
     def check_path(self, operation: str, path: str) -> Decision:
         return Decision(Verdict.ALLOW, "test.files", "files are fine")
 
-    def check_command(self, command: str) -> Decision:
+    def check_command(self, command: str, env: object = None) -> Decision:
         return Decision(Verdict.ALLOW, "test.fixed", "a fixed, harmless command")
 
 
@@ -243,7 +243,7 @@ class NoShell:
     def check_path(self, operation: str, path: str) -> Decision:
         return Decision(Verdict.ALLOW, "test.files", "files are fine")
 
-    def check_command(self, command: str) -> Decision:
+    def check_command(self, command: str, env: object = None) -> Decision:
         return Decision(Verdict.DENY, "test.noShell", "no commands in this test", "do not")
 
 

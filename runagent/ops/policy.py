@@ -104,10 +104,14 @@ class Policy:
             raise ConfigError(f"ops.rules is {extra!r}; use a mapping such as {{deny: [sudo]}}.")
         return cls(name, Rules.from_mapping(extra, rulebook.preset(name)))
 
-    def check_command(self, command: str) -> Decision:
-        """The decision on a shell command: every simple command in it is judged, and the
-        strictest verdict wins. What cannot be read needs approval; it is never allowed."""
+    def check_command(self, command: str, env: Mapping[str, str] | None = None) -> Decision:
+        """The decision on a shell command run with the variables `env` (a shell operation's own,
+        judged as the same assignments written before the command would be): every simple
+        command in it is judged, and the strictest verdict wins. What cannot be read needs
+        approval; it is never allowed."""
         judgement = _Judgement(self.rules)
+        for name, value in (env or {}).items():
+            judgement.assignment(Assignment(name, value), "the operation's env")
         judgement.script(command, 0)
         return judgement.decision(command)
 
@@ -210,11 +214,11 @@ class _Judgement:
             else:
                 self.command(step.words, step, depth)
 
-    def assignment(self, step: Assignment) -> None:
-        if step.name in self.rules.sensitive_variables:
+    def assignment(self, step: Assignment, origin: str = "the command") -> None:
+        if self.rules.sensitive(step.name):
             self.approve(
                 f"shell.sensitiveVariable: {step.name}",
-                f"setting {step.name} changes what later commands run or load",
+                f"{origin} sets {step.name}, which can change what commands run or load",
             )
 
     def redirect(self, step: Redirect) -> None:

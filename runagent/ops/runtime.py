@@ -251,7 +251,7 @@ class Runtime:
         if isinstance(op, Message):
             return None
         if isinstance(op, Shell):
-            return self.policy.check_command(op.command)
+            return self.policy.check_command(op.command, dict(op.env))
         return self.policy.check_path(op.type.value, op.path)
 
     def _execute(self, op: Operation) -> Event:
