@@ -15,10 +15,19 @@ from runagent.errors import ConfigError, UsageError
 # Spellings of one flag: `rm -R`, `rm --recursive` and `rm -r` are one rule.
 FLAG_ALIASES: Mapping[str, Mapping[str, str]] = {
     "rm": {"-R": "-r", "--recursive": "-r", "--force": "-f"},
-    "cp": {"-R": "-r", "--recursive": "-r", "--force": "-f"},
+    "cp": {
+        "-R": "-r",
+        "--recursive": "-r",
+        "--force": "-f",
+        "--symbolic-link": "-s",
+        "--link": "-l",
+        "--target-directory": "-t",
+    },
     "chmod": {"--recursive": "-R"},
     "chown": {"--recursive": "-R"},
     "git": {"--force": "-f"},
+    "ln": {"--symbolic": "-s", "--force": "-f", "--target-directory": "-t"},
+    "sed": {"--in-place": "-i"},
 }
 # Commands whose options are long names after one dash (`find -delete`): never split into letters.
 SINGLE_DASH_LONG = frozenset({"find"})
