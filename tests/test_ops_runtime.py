@@ -13,6 +13,7 @@ import pytest
 from runagent.ops import approval as approvals
 from runagent.ops.policy import Decision, Verdict
 from runagent.ops.runtime import Runtime
+from runagent.ops.sandbox import Sandbox
 from runagent.ops.shell import OUTPUT_CAP
 from runagent.runfolder import RunPaths
 from tests.conftest import alive, wait_for
@@ -33,7 +34,9 @@ def root(tmp_path: Path) -> Path:
 
 
 def new(tmp_path: Path, preset: str = "permissive", **kw: Any) -> Runtime:
-    return Runtime.create(tmp_path / "run", tmp_path / "ws", preset, **kw)
+    """A runtime without the OS sandbox: these tests look at processes and files of the host
+    (tests/test_ops_sandbox.py is where the sandbox is)."""
+    return Runtime.create(tmp_path / "run", tmp_path / "ws", preset, Sandbox.NONE, **kw)
 
 
 def test_files_round_trip(tmp_path: Path, root: Path) -> None:
