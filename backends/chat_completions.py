@@ -142,6 +142,7 @@ def converse(request: Request, run: RunPaths, prompt: str) -> int:
     from runagent.ops.conversation import Conversation, unattended_policy
     from runagent.ops.policy import Policy
     from runagent.ops.runtime import Runtime
+    from runagent.ops.sandbox import Sandbox
     from runagent.ops.waiting import HEARTBEAT_MAX
 
     def ask(chat: list[dict[str, str]]) -> str:
@@ -157,8 +158,9 @@ def converse(request: Request, run: RunPaths, prompt: str) -> int:
         if approvals is Approvals.DENY:
             policy = unattended_policy(policy)
         runtime = Runtime.create(
-            run.folder, Path.cwd(), policy.name, rules=ops.get("rules"), policy=policy
-        )
+            run.folder, Path.cwd(), policy.name, Sandbox(ops.get("sandbox", "auto")),
+            rules=ops.get("rules"), policy=policy,
+        )  # fmt: skip
         max_turns = int(os.environ.get("RUN_AGENT_MAX_TURNS", "20"))
     except (RunAgentError, ValueError, TypeError, AttributeError) as exc:
         report(Failed(Reason.EXIT_CODE, f"agent mode cannot start: {exc}"))

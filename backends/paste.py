@@ -78,6 +78,7 @@ def main(argv: list[str]) -> int:
     from runagent.errors import RunAgentError
     from runagent.ops.policy import Policy
     from runagent.ops.runtime import Runtime
+    from runagent.ops.sandbox import Sandbox
     from runagent.ops.waiting import HEARTBEAT_MAX, Waiter
     from runagent.paste import clipboard
     from runagent.paste.apply import Applier
@@ -108,8 +109,8 @@ def main(argv: list[str]) -> int:
         paste = json.loads(env.get("RUN_AGENT_PASTE") or "{}")
         policy = Policy.from_config(ops)
         runtime = Runtime.create(
-            run.folder, Path.cwd(), policy.name, rules=ops.get("rules"), shell="/bin/sh",
-            policy=policy,
+            run.folder, Path.cwd(), policy.name, Sandbox(ops.get("sandbox", "auto")),
+            rules=ops.get("rules"), shell="/bin/sh", policy=policy,
         )  # fmt: skip
     except (RunAgentError, ValueError, TypeError, AttributeError) as exc:
         report_failure(Reason.EXIT_CODE, f"the paste channel cannot start: {exc}")

@@ -50,9 +50,15 @@ class OpsSettings:
     policy: str = "standard"  # a preset: restrictive, standard, permissive
     rules: Mapping[str, object] = field(default_factory=dict)  # as Policy.from_config takes
     approvals: Approvals = Approvals.DENY
+    sandbox: str = "auto"  # where shell operations run: auto (bwrap where it works), bwrap, none
 
     def to_dict(self) -> dict[str, object]:
-        return {"policy": self.policy, "rules": dict(self.rules), "approvals": self.approvals.value}
+        return {
+            "policy": self.policy,
+            "rules": dict(self.rules),
+            "approvals": self.approvals.value,
+            "sandbox": self.sandbox,
+        }
 
 
 @dataclass(frozen=True)

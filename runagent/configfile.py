@@ -181,8 +181,9 @@ def _ops(s: Section) -> OpsSettings:
     import json
 
     from runagent.ops.policy import Policy  # only a config with an `ops:` section pays for it
+    from runagent.ops.sandbox import Sandbox
 
-    s.only("policy", "rules", "approvals")
+    s.only("policy", "rules", "approvals", "sandbox")
     rules = s.data.get("rules") or {}
     if not isinstance(rules, dict):
         raise ConfigError(f"{s.key('rules')}: {rules!r} is not a mapping such as {{deny: [sudo]}}")
@@ -196,6 +197,7 @@ def _ops(s: Section) -> OpsSettings:
         policy=policy,
         rules=MappingProxyType(rules),
         approvals=s.choice("approvals", Approvals, Approvals.DENY),
+        sandbox=s.choice("sandbox", Sandbox, Sandbox.AUTO).value,
     )
 
 

@@ -136,6 +136,18 @@ def check_port(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> Section:
     return Section("server port", (finding,))
 
 
+def check_sandbox(choice: str) -> Section:
+    """Which sandbox shell operations get here under the config's `ops.sandbox`: a `bwrap` that
+    cannot run is a failure; `auto` without it is not, but the line says why it is not in force."""
+    from runagent.ops.sandbox import Bwrap, InForce, Sandbox
+
+    if Sandbox(choice) is Sandbox.BWRAP and (problem := Bwrap(Path.cwd()).problem()):
+        line = Finding(False, f"shell operations: not sandboxed: {problem}", "")
+    else:
+        line = Finding(True, "shell operations: " + InForce.of(Sandbox(choice), Path.cwd()).line)
+    return Section("sandbox", (line,))
+
+
 def check_environment() -> Section:
     home = Path.home()
     ok = os.access(home, os.W_OK)

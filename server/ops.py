@@ -151,7 +151,7 @@ class OpsApi:
         policy = body.get("policy", "standard")
         if policy not in POLICIES:
             raise HTTPException(400, f"policy {policy!r} is not one of {', '.join(POLICIES)}")
-        sandbox = body.get("sandbox", "none")
+        sandbox = body.get("sandbox", "auto")
         if sandbox not in SANDBOXES:
             raise HTTPException(400, f"sandbox {sandbox!r} is not one of {', '.join(SANDBOXES)}")
         try:

@@ -20,6 +20,7 @@ from runagent.ops.operation import BadMessage, Batch, Invalid, read_message
 from runagent.ops.policy import Decision, Verdict
 from runagent.ops.protocol import MAX_FILE_BYTES
 from runagent.ops.runtime import Runtime
+from runagent.ops.sandbox import Sandbox
 
 SCHEMA = json.loads(resources.files("runagent.ops").joinpath("schema.json").read_text())
 SPEC = Path("/work/shared/spec/operations-protocol.md")
@@ -233,7 +234,7 @@ class Permit:
     def check_path(self, operation: str, path: str) -> Decision:
         return Decision(Verdict.ALLOW, "test.files", "files are fine")
 
-    def check_command(self, command: str) -> Decision:
+    def check_command(self, command: str, env: object = None) -> Decision:
         return Decision(Verdict.ALLOW, "test.fixed", "a fixed, harmless command")
 
 
@@ -243,7 +244,7 @@ class NoShell:
     def check_path(self, operation: str, path: str) -> Decision:
         return Decision(Verdict.ALLOW, "test.files", "files are fine")
 
-    def check_command(self, command: str) -> Decision:
+    def check_command(self, command: str, env: object = None) -> Decision:
         return Decision(Verdict.DENY, "test.noShell", "no commands in this test", "do not")
 
 
@@ -268,12 +269,13 @@ def bun(tmp_path: Path) -> dict[str, str]:
 
 def runtime(root: Path, preset: str = "permissive", **kw: Any) -> Runtime:
     (root / "ws").mkdir(exist_ok=True)
-    return Runtime.create(root / "runs" / "run_abc123", root / "ws", preset, **kw)
+    # Unconfined: the examples' `bun` is a script of the test's, outside the workspace.
+    return Runtime.create(root / "runs" / "run_abc123", root / "ws", preset, Sandbox.NONE, **kw)
 
 
 def untimed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The events without what the spec's examples leave to the clock."""
-    drop = {"timestamp", "durationMs"}
+    drop = {"timestamp", "durationMs", "sandbox"}
     return [{k: v for k, v in e.items() if k not in drop and v is not None} for e in events]
 
 

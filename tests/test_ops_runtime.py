@@ -13,6 +13,7 @@ import pytest
 from runagent.ops import approval as approvals
 from runagent.ops.policy import Decision, Verdict
 from runagent.ops.runtime import Runtime
+from runagent.ops.sandbox import Sandbox
 from runagent.ops.shell import OUTPUT_CAP
 from runagent.runfolder import RunPaths
 from tests.conftest import alive, wait_for
@@ -33,7 +34,9 @@ def root(tmp_path: Path) -> Path:
 
 
 def new(tmp_path: Path, preset: str = "permissive", **kw: Any) -> Runtime:
-    return Runtime.create(tmp_path / "run", tmp_path / "ws", preset, **kw)
+    """A runtime without the OS sandbox: these tests look at processes and files of the host
+    (tests/test_ops_sandbox.py is where the sandbox is)."""
+    return Runtime.create(tmp_path / "run", tmp_path / "ws", preset, Sandbox.NONE, **kw)
 
 
 def test_files_round_trip(tmp_path: Path, root: Path) -> None:
@@ -133,7 +136,7 @@ def test_long_output_is_cut_and_marked(tmp_path: Path, root: Path) -> None:
 class Gate:
     """A policy that denies `curl`, holds `rm` for approval and allows the rest."""
 
-    def check_command(self, command: str) -> Decision:
+    def check_command(self, command: str, env: object = None) -> Decision:
         if command.startswith("curl"):
             return Decision(Verdict.DENY, "net", "no network", "download it beforehand")
         if command.startswith("rm"):
@@ -283,3 +286,36 @@ def test_a_command_that_floods_its_output_is_stopped(tmp_path: Path, root: Path)
     event = new(tmp_path).receive(ops(sh("yes"))).events[0]
     assert event["success"] is False and "was stopped" in event["error"]
     assert event["durationMs"] < 20000 and "[output cut:" in event["stdout"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("BASH_ENV", "evil.sh"),
+        ("PATH", "bin:/usr/bin:/bin"),
+        ("BASH_FUNC_true%%", "() { ./bin/ls; }"),
+    ],
+)
+def test_an_operations_env_passes_the_same_gate_as_an_assignment(
+    tmp_path: Path, root: Path, variable: str, value: str
+) -> None:
+    """`env` is judged as `NAME=value command` would be: what changes what runs is held, so
+    neither the workspace's own `ls` nor a BASH_ENV file runs before a person says so."""
+    (root / "bin").mkdir()
+    for script in (root / "evil.sh", root / "bin" / "ls"):
+        script.write_text("#!/bin/sh\necho ran > ran.txt\n")
+        script.chmod(0o755)
+    rt = new(tmp_path, "standard", environment={"PATH": "/usr/bin:/bin"})
+    held = rt.receive(ops(sh("true; ls", id="s1", env={variable: value})))
+    assert held.status.value == "awaiting_approval"
+    assert held.events[0]["details"]["policy"] == f"shell.sensitiveVariable: {variable}"
+    assert variable in held.events[0]["reason"] and not (root / "ran.txt").exists()
+    assert rt.receive({"approval": {"decision": "denied"}}).status.value == "completed"
+    assert not (root / "ran.txt").exists()
+    # The same assignment written in the command is held by the same rule.
+    written = rt.receive(ops(sh("BASH_ENV=evil.sh true", id="s2")))
+    assert written.events[0]["details"]["policy"] == "shell.sensitiveVariable: BASH_ENV"
+    rt.receive({"approval": {"decision": "denied"}})
+    # A variable that changes nothing of what runs passes.
+    plain = rt.receive(ops(sh("echo $GREETING", env={"GREETING": "hi", "LANG": "C.UTF-8"})))
+    assert plain.status.value == "completed" and plain.events[0]["stdout"] == "hi\n"

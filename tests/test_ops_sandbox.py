@@ -20,6 +20,7 @@ from runagent.ops.protocol import Status
 from runagent.ops.runtime import Runtime
 from runagent.ops.sandbox import Bwrap, Sandbox
 from tests.conftest import Workspace, wait_for
+from tests.test_policy import RUN_TIME_PATHS
 
 UNUSABLE = Bwrap(Path("/")).problem()
 # Skipped, with the reason, where bwrap cannot build a sandbox (no user namespaces); in CI, which
@@ -87,7 +88,7 @@ def test_nothing_outside_the_workspace_is_visible(tmp_path: Path, project: Path)
         assert not event["success"] and event["exitCode"] != 0, (command, event)
         assert "outside" not in event["stdout"]
     # The same read unconfined succeeds: the sandbox is what stops it.
-    open_rt = Runtime.create(tmp_path / "runs" / "r2", project, "permissive")
+    open_rt = Runtime.create(tmp_path / "runs" / "r2", project, "permissive", Sandbox.NONE)
     assert shell(open_rt, f"cat {secret}")["stdout"] == "outside"
     # System folders are there, read-only.
     assert shell(rt, "ls /usr/bin/env")["success"]
@@ -100,7 +101,7 @@ def test_no_network_not_even_the_hosts_loopback(
     tmp_path: Path, project: Path, listener: int
 ) -> None:
     connect = f"exec 3<>/dev/tcp/127.0.0.1/{listener} && echo connected"
-    unconfined = Runtime.create(tmp_path / "runs" / "r2", project, "permissive")
+    unconfined = Runtime.create(tmp_path / "runs" / "r2", project, "permissive", Sandbox.NONE)
     assert shell(unconfined, connect)["stdout"] == "connected\n"  # the test can tell
     event = shell(runtime(tmp_path, project), connect)
     assert not event["success"] and "connected" not in event["stdout"], event
@@ -173,3 +174,94 @@ def test_a_sandboxed_run_whose_bwrap_broke_since_runs_nothing(
     event = shell(Runtime.open(folder, environment={"PATH": "/usr/bin:/bin"}), "echo x > ran.txt")
     assert not event["success"] and "the command was not run" in event["error"]
     assert not (project / "ran.txt").exists()
+
+
+@needs_bwrap
+def test_by_default_shell_operations_run_sandboxed_and_the_events_say_so(
+    tmp_path: Path, project: Path
+) -> None:
+    rt = Runtime.create(tmp_path / "runs" / "r1", project, "permissive")
+    assert rt.settings.sandbox is Sandbox.BWRAP
+    assert json.loads(rt.paths.ops_settings.read_text())["sandbox"] == "bwrap"
+    event = shell(rt, f"touch {tmp_path}/escaped; echo in > inside.txt")
+    assert event["sandbox"] == "sandboxed (bubblewrap)"
+    assert (project / "inside.txt").exists() and not (tmp_path / "escaped").exists()
+    # A later process goes on under the same sandbox.
+    assert shell(Runtime.open(rt.paths.folder), "true")["sandbox"] == "sandboxed (bubblewrap)"
+
+
+def test_auto_without_a_usable_bwrap_runs_unsandboxed_and_says_why(
+    tmp_path: Path, project: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "nobin").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "nobin"))  # no bwrap to be found
+    rt = Runtime.create(
+        tmp_path / "runs" / "r1", project, "permissive", environment={"PATH": "/usr/bin:/bin"}
+    )
+    assert rt.settings.sandbox is Sandbox.NONE
+    event = shell(rt, "echo ran")
+    assert event["stdout"] == "ran\n"
+    assert event["sandbox"].startswith("not sandboxed: sandbox bwrap: 'bwrap' not found on PATH")
+    chosen = Runtime.create(tmp_path / "runs" / "r2", project, "permissive", Sandbox.NONE)
+    assert shell(chosen, "true")["sandbox"] == "not sandboxed: the sandbox is set to none"
+
+
+def test_doctor_says_which_sandbox_is_in_force(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runagent import doctor
+
+    (line,) = doctor.check_sandbox("none").findings
+    assert line.ok and line.what == "shell operations: not sandboxed: the sandbox is set to none"
+    if UNUSABLE is None:
+        (line,) = doctor.check_sandbox("auto").findings
+        assert line.ok and line.what == "shell operations: sandboxed (bubblewrap)"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap here
+    (line,) = doctor.check_sandbox("auto").findings
+    assert line.ok and line.what.startswith("shell operations: not sandboxed: sandbox bwrap:")
+    (line,) = doctor.check_sandbox("bwrap").findings
+    assert not line.ok and "not found on PATH" in line.what
+
+
+@needs_bwrap
+@pytest.mark.parametrize("command", RUN_TIME_PATHS)
+def test_what_the_policy_holds_still_cannot_write_outside_once_approved(
+    tmp_path: Path, project: Path, command: str
+) -> None:
+    """The policy holds these (tests/test_policy.py); a person who approves one anyway still
+    gets nothing written outside the workspace, since the sandbox is on by default."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "keep").write_text("kept")
+    (project / "notes.txt").write_text("a line\n")
+    rt = Runtime.create(
+        tmp_path / "runs" / "r1", project, "standard", environment={"PATH": "/usr/bin:/bin"}
+    )
+
+    def host() -> set[Path]:
+        return {
+            p for p in tmp_path.rglob("*") if project not in p.parents and p != project
+            and tmp_path / "runs" not in (p, *p.parents)
+        }  # fmt: skip
+
+    before = host()
+    held = rt.receive(batch({"type": "shell", "command": command.replace("OUT", str(outside))}))
+    assert held.status is Status.AWAITING_APPROVAL, held.events
+    (event,) = rt.receive({"approval": {"decision": "approved"}}).events
+    assert event["sandbox"] == "sandboxed (bubblewrap)"
+    assert host() == before and (outside / "keep").read_text() == "kept", event
+
+
+def test_the_config_chooses_the_sandbox(tmp_path: Path) -> None:
+    from runagent.configfile import load_config
+    from runagent.errors import ConfigError
+    from tests.test_config import BACKENDS
+
+    path = tmp_path / "config.yaml"
+    assert load_config(None, BACKENDS, tmp_path).ops.sandbox == "auto"
+    path.write_text("ops:\n  sandbox: none\n")
+    assert load_config(path, BACKENDS, tmp_path).ops.sandbox == "none"
+    path.write_text("ops:\n  sandbox: docker\n")
+    with pytest.raises(ConfigError, match=r"ops\.sandbox.*'docker'") as info:
+        load_config(path, BACKENDS, tmp_path)
+    assert "\n" not in str(info.value)

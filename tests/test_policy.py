@@ -37,7 +37,7 @@ COMMAND_CASES: list[tuple[str, str, Verdict]] = [
     ("cd sub && echo x > ../y.txt", S, A),
     ("find . -name '*.py' -ls", S, A),
     ("ls | xargs grep foo", S, A),
-    ("python3 -c 'print(1)'", S, A),
+    ("python3 script.py --flag", S, A),
     ("ls", R, A),
     ("git status", R, A),
     ("cat a.txt | grep b | sort | uniq -c", R, A),
@@ -248,6 +248,87 @@ PATH_CASES: list[tuple[str, str, str, Verdict]] = [
 def test_command_corpus(command: str, preset: str, expected: Verdict) -> None:
     decision = Policy.preset(preset).check_command(command)
     assert decision.verdict is expected, decision
+
+
+# Commands whose effect on paths is only known when they run, each writing to OUT (a folder
+# outside the workspace; the workspace holds notes.txt): every one is held for approval, never
+# allowed. tests/test_ops_sandbox.py approves them anyway under bubblewrap.
+RUN_TIME_PATHS: list[str] = [
+    "python3 -c \"open('OUT/x', 'w')\"",
+    "python3 -c \"import shutil; shutil.rmtree('OUT')\"",
+    "python3 -W ignore -c \"open('OUT/x', 'w')\"",
+    "env python3.12 -c \"open('OUT/x', 'w')\"",
+    "python3 <<'EOF'\nopen('OUT/x', 'w')\nEOF",
+    'perl -e \'open(my $f, ">", "OUT/x")\'',
+    "perl -le 'print 1' > /dev/null; perl -E 'open(F, \">OUT/x\")'",
+    'ruby -e \'File.write("OUT/x", "")\'',
+    'node -e \'require("fs").writeFileSync("OUT/x", "")\'',
+    "awk 'BEGIN{system(\"touch OUT/x\")}'",
+    'awk \'BEGIN{print "x" > "OUT/x"}\'',
+    "awk 'BEGIN{\"touch OUT/x\" | getline}'",
+    "gawk -i inplace '{print}' notes.txt",
+    "sed -n '1w OUT/x' notes.txt",
+    "sed -e 's/a/b/' -e '1W OUT/x' notes.txt",
+    "sed 's/a/b/w OUT/x' notes.txt",
+    "sed '1e touch OUT/x' notes.txt",
+    "sed 's/.*/touch OUT\\/x/e' notes.txt",
+    "echo OUT/x | xargs touch",
+    "echo OUT/x | xargs -I{} cp notes.txt {}",
+    "X=OUT; touch $X/x",
+    'touch "$PWD/../x"',
+    "mkdir -p $(echo OUT)/d",
+    "ln -s OUT l && touch l/x",
+    "ln -s ../.. l && touch l/x",
+    "cp -s OUT/x l",
+    "cp --target-directory=OUT notes.txt",
+    "sort -o OUT/x notes.txt",
+    "find . -maxdepth 0 -fprint OUT/x",
+]
+
+
+@pytest.mark.parametrize("command", RUN_TIME_PATHS)
+def test_what_only_running_shows_about_paths_is_held(command: str) -> None:
+    decision = Policy.preset(S).check_command(command.replace("OUT", "/elsewhere"))
+    assert decision.verdict is Verdict.APPROVE, decision
+    assert decision.rule.startswith("shell."), decision
+
+
+SAFE_COMMANDS = [
+    "ls",
+    "ls -la src",
+    "cat notes.txt",
+    "grep -rn TODO .",
+    "python3 script.py",
+    "python3 -m pytest -q",
+    "python3 -m json.tool data.json",
+    "git status",
+    "git diff HEAD~1 -- src",
+    "pytest -q tests/test_x.py",
+    "sed 's/a/b/g' notes.txt",
+    "sed -n '1,5p' notes.txt",
+    "sed -i 's|/usr|/opt|g' notes.txt",
+    "sed ':a;N;$!ba;s/\\n/ /g' notes.txt",
+    "awk '{print $1}' notes.txt",
+    "awk -F: 'NR > 1 {print $2}' notes.txt",
+    "awk '$3 > 10 || $4 == \"x\"' notes.txt",
+    "find . -name '*.py' | xargs grep -n foo",
+    "ln -s notes.txt link",
+    "ln -s ../notes.txt sub/link",
+    "cp a.txt b.txt",
+    "mkdir -p build && touch build/x",
+    "curl -fsSL -o out.json https://example.invalid/x",
+    "sort -o sorted.txt notes.txt",
+    "tar -xzf a.tgz -C vendor",
+    "bash build.sh",
+    "npm test",
+    "make -j2",
+]
+
+
+@pytest.mark.parametrize("command", SAFE_COMMANDS)
+def test_ordinary_commands_stay_allowed(command: str) -> None:
+    decision = Policy.preset(S).check_command(command)
+    assert decision.verdict is Verdict.ALLOW, decision
 
 
 @pytest.mark.parametrize(("operation", "path", "preset", "expected"), PATH_CASES)

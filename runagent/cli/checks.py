@@ -76,6 +76,7 @@ def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     sections += [
         doctor.check_root(s.root),
         doctor.check_port(port=port),
+        doctor.check_sandbox(s.config.ops.sandbox),
         doctor.check_environment(),
     ]
     if print_sections(sections):

@@ -49,8 +49,9 @@ def ops() -> None:
     "--sandbox",
     type=click.Choice([s.value for s in Sandbox]),
     default=None,
-    help="Run shell operations under bubblewrap (bwrap): no network, only the workspace "
-    "writable. Refused in one line where bwrap is missing or unusable (default: none).",
+    help="Where shell operations run: bwrap (bubblewrap: no network, only the workspace "
+    "writable; refused in one line where bwrap is unusable), none, or auto: bwrap where it "
+    "works here (default: the config's ops.sandbox, else auto).",
 )
 @click.option("--run", "run_id", help="Continue this operations run (its workspace and policy).")
 @click.option(
@@ -94,7 +95,7 @@ def apply(
             task.run_folder(new_run_id()),
             workspace,
             policy or "standard",
-            Sandbox(sandbox or Sandbox.NONE),
+            Sandbox(sandbox or s.config.ops.sandbox),
         )
     _print(runtime.receive_text(file.read()))
 

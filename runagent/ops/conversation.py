@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -114,8 +114,8 @@ class DenyingApprovals(Policy):
     """A policy for unattended runs that nobody answers: what needs approval is denied, and the
     denial says which rule asked for a person and that none is there."""
 
-    def check_command(self, command: str) -> Decision:
-        return _unattended(super().check_command(command))
+    def check_command(self, command: str, env: Mapping[str, str] | None = None) -> Decision:
+        return _unattended(super().check_command(command, env))
 
     def check_path(self, operation: str, path: str) -> Decision:
         return _unattended(super().check_path(operation, path))

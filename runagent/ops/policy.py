@@ -4,16 +4,16 @@ denied, and which rule said so."""
 from __future__ import annotations
 
 import enum
-import itertools
 import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from runagent.errors import ConfigError
+from runagent.ops import inlinecode
 from runagent.ops import rules as rulebook
 from runagent.ops.rules import Argv, CommandRule, Rules
 from runagent.ops.shellsyntax import Assignment, Redirect, SimpleCommand, Stdin, Word, parse
-from runagent.ops.wrapper import INTERPRETERS, PRIVILEGED, SHELLS, unwrap
+from runagent.ops.wrapper import PRIVILEGED, SHELLS, unwrap
 
 # `bash -c "bash -c '...'"` nests; past this depth the command is not worth reading.
 MAX_DEPTH = 8
@@ -22,9 +22,34 @@ _COMPUTED = "\0"
 # Commands whose operands are files they change: every operand, or the last (a destination).
 # Redirections are judged apart; these are the common ways to write without one.
 _WRITES_EVERY_OPERAND = frozenset(
-    {"tee", "touch", "mkdir", "rm", "rmdir", "unlink", "truncate", "shred", "mv", "chmod", "chown"}
-)
+    {"tee", "touch", "mkdir", "rm", "rmdir", "unlink", "truncate", "shred", "mv", "chmod", "chown",
+     "chgrp", "mkfifo"}
+)  # fmt: skip
 _WRITES_LAST_OPERAND = frozenset({"cp", "ln", "install", "rsync"})
+# Options whose value is a file or folder the command writes: `curl -o F`, `sort --output=F`.
+_WRITE_OPTIONS: Mapping[str, frozenset[str]] = {
+    name: frozenset(options.split())
+    for name, options in {
+        "sort": "-o --output",
+        "curl": "-o --output --output-dir -c --cookie-jar -D --dump-header",
+        "wget": "-O --output-document -P --directory-prefix -o --output-file -a --append-output",
+        "tar": "-C --directory",
+        "unzip": "-d",
+        "patch": "-o --output",
+        "find": "-fprint -fprint0 -fprintf -fls",
+        "cp": "-t --target-directory",
+        "mv": "-t --target-directory",
+        "ln": "-t --target-directory",
+        "install": "-t --target-directory",
+        "git": "-C",
+        "make": "-C --directory",
+        "gcc": "-o",
+        "cc": "-o",
+        "clang": "-o",
+    }.items()
+}
+# cp -s and cp -l make links as ln does.
+_CP_LINKS = frozenset({"-s", "-l"})
 _WRITES_IN_PLACE = frozenset({"sed", "perl"})  # with -i: every operand
 _STDIN_FILES = frozenset({"-", "/dev/stdin", "/dev/fd/0", "/proc/self/fd/0"})
 
@@ -104,10 +129,14 @@ class Policy:
             raise ConfigError(f"ops.rules is {extra!r}; use a mapping such as {{deny: [sudo]}}.")
         return cls(name, Rules.from_mapping(extra, rulebook.preset(name)))
 
-    def check_command(self, command: str) -> Decision:
-        """The decision on a shell command: every simple command in it is judged, and the
-        strictest verdict wins. What cannot be read needs approval; it is never allowed."""
+    def check_command(self, command: str, env: Mapping[str, str] | None = None) -> Decision:
+        """The decision on a shell command run with the variables `env` (a shell operation's own,
+        judged as the same assignments written before the command would be): every simple
+        command in it is judged, and the strictest verdict wins. What cannot be read needs
+        approval; it is never allowed."""
         judgement = _Judgement(self.rules)
+        for name, value in (env or {}).items():
+            judgement.assignment(Assignment(name, value), "the operation's env")
         judgement.script(command, 0)
         return judgement.decision(command)
 
@@ -210,11 +239,11 @@ class _Judgement:
             else:
                 self.command(step.words, step, depth)
 
-    def assignment(self, step: Assignment) -> None:
-        if step.name in self.rules.sensitive_variables:
+    def assignment(self, step: Assignment, origin: str = "the command") -> None:
+        if self.rules.sensitive(step.name):
             self.approve(
                 f"shell.sensitiveVariable: {step.name}",
-                f"setting {step.name} changes what later commands run or load",
+                f"{origin} sets {step.name}, which can change what commands run or load",
             )
 
     def redirect(self, step: Redirect) -> None:
@@ -229,6 +258,9 @@ class _Judgement:
 
     def write(self, target: str, origin: str) -> None:
         """Judge a file the command line writes, named as the shell sees it."""
+        if target == _COMPUTED:
+            self.approve("shell.computedWrite", f"{origin} writes a file only known at run time")
+            return
         if _matching(self.rules.writable_outside, target) is not None:
             return
         inside = _inside(self.cwd, target) if self.cwd is not None else None
@@ -263,6 +295,7 @@ class _Judgement:
         if unwrapped is None:
             self.match(words)
             self.interpreter(base, words, step, depth)
+            self.program(base, words)
             return
         if unwrapped.problem is not None:
             self.approve("shell.wrapper", f"{unwrapped.problem}, so what it runs is not known")
@@ -281,8 +314,12 @@ class _Judgement:
                 )
             else:
                 self.script(script, depth + 1)
+        placeholder = _xargs_placeholder(unwrapped.own) if unwrapped.appends else None
         for inner in unwrapped.commands:
-            # xargs adds words it reads from its input: nobody knows them yet.
+            # xargs adds words it reads from its input (or puts them in place of -I's string):
+            # nobody knows them yet.
+            if placeholder is not None:
+                inner = tuple(None if w is None or placeholder in w else w for w in inner)
             argv = inner + ((None,) if unwrapped.appends else ())
             self.command(argv, step, depth + 1)
         if base in SHELLS and not unwrapped.scripts:
@@ -298,8 +335,9 @@ class _Judgement:
                 "shell.pipeToShell", "`source` runs its input as a program nobody has read"
             )
 
-    def operands(self, argv: Argv) -> None:
-        """The files a command's operands name: the ones it writes, the private ones it reads."""
+    def operands(self, argv: Argv, words: tuple[Word, ...]) -> None:
+        """The files a command's operands and options name: the ones it writes (one only known
+        at run time needs approval), the links it makes, the private ones it reads."""
         origin = f"`{argv.command}`"
         every = argv.command in _WRITES_EVERY_OPERAND or (
             argv.command in _WRITES_IN_PLACE and "-i" in argv.flags
@@ -309,10 +347,42 @@ class _Judgement:
             every = every or "-t" in argv.flags
             targets = argv.operands if every else argv.operands[-1:]
             for target in targets:
-                if target != _COMPUTED and (every or len(argv.operands) > 1):
+                if every or len(argv.operands) > 1:
                     self.write(target, origin)
+        for value in _option_values(argv.command, words, _WRITE_OPTIONS.get(argv.command)):
+            self.write(_COMPUTED if value is None else value, f"{origin} {value or ''}".strip())
+        if argv.command == "ln" or (argv.command == "cp" and argv.flags & _CP_LINKS):
+            self.links(argv)
         for operand in argv.operands:
             self.read(operand, origin)
+
+    def links(self, argv: Argv) -> None:
+        """A link to a file outside the workspace lets a later write inside reach it
+        (`ln -s /elsewhere l && touch l/x`): a link must point inside, and be known."""
+        operands = argv.operands
+        targets = operands if "-t" in argv.flags or len(operands) == 1 else operands[:-1]
+        where = "." if "-t" in argv.flags or len(operands) == 1 else operands[-1]
+        symbolic = "-s" in argv.flags
+        for target in targets:
+            if target == _COMPUTED:
+                self.approve(
+                    "shell.computedLink", f"`{argv.command}` links to a file only known at run time"
+                )
+                continue
+            if _matching(self.rules.writable_outside, target) is not None:
+                continue
+            # A relative symbolic link is read from the link's folder (or from the link named
+            # when that is a folder): from either, it must stay inside. A hard link's is ours.
+            relative = symbolic and not target.startswith(("/", "~"))
+            folders = (posixpath.dirname(where) or ".", where) if relative else (".",)
+            if self.cwd is None or any(
+                folder == _COMPUTED or _inside(self.cwd, posixpath.join(folder, target)) is None
+                for folder in folders
+            ):
+                self.approve(
+                    "shell.linkOutsideWorkspace",
+                    f"`{argv.command}` makes a link to {target!r}, outside the workspace",
+                )
 
     def read(self, target: str, origin: str) -> None:
         inside = _inside(self.cwd, target) if self.cwd is not None else None
@@ -331,28 +401,39 @@ class _Judgement:
     def interpreter(
         self, base: str, words: tuple[Word, ...], step: SimpleCommand, depth: int
     ) -> None:
-        """A shell or interpreter reading its program from stdin: the program is judged if its
-        text is known (a heredoc into bash), and needs approval if it comes down a pipe."""
-        if base not in INTERPRETERS:
+        """A shell or interpreter given its program in its words or on stdin. A shell's program
+        is judged if its text is known (a heredoc into bash); another language's cannot be
+        (what `open('/elsewhere/x', 'w')` writes is only known when it runs), so it needs
+        approval; and any program coming down a pipe needs approval."""
+        language = inlinecode.interpreter(base)
+        if base not in SHELLS and language is None:
             return
-        # Program text given inline (python -c, perl -e, php -r); a shell's -c was unwrapped
-        # before, and its -e means "stop on error".
-        code_flags = () if base in SHELLS else ("-c", "-e", "-E", "-r", "-p")
         operands = [w for w in words[1:] if w is None or not w.startswith("-") or w == "-"]
-        computed = operands[:1] == [None]  # python3 <(curl x)
-        if computed or any(f in code_flags and w is None for f, w in itertools.pairwise(words[1:])):
+        if operands[:1] == [None]:  # python3 <(curl x)
             self.approve("shell.computedScript", f"`{base}` runs code only known at run time")
+            return
+        if language is not None and inlinecode.has_inline_code(
+            inlinecode.LANGUAGES[language], words
+        ):
+            self.approve(
+                "shell.inlineCode",
+                f"`{base}` runs code given inline; what it writes is only known at run time",
+            )
             return
         operands = ["-" if w in _STDIN_FILES else w for w in operands]
         # sh -s reads the program from stdin even when operands follow (they become $1...).
         from_stdin = base in SHELLS and any(
             w is not None and w[:1] == "-" and w[1:2] != "-" and "s" in w[1:] for w in words[1:]
         )
-        inline = any(w in code_flags for w in words[1:])
-        if not from_stdin and (inline or (operands and operands != ["-"])):
+        if not from_stdin and operands and operands != ["-"]:
             return
         if step.stdin is Stdin.TEXT and base in SHELLS and step.stdin_text is not None:
             self.script(step.stdin_text, depth + 1)
+        elif step.stdin is Stdin.TEXT:
+            self.approve(
+                "shell.inlineCode",
+                f"`{base}` runs code from a heredoc; what it writes is only known at run time",
+            )
         elif step.stdin in (Stdin.PIPE, Stdin.COMPUTED):
             source = next((w for w in step.upstream if w in ("curl", "wget", "fetch")), None)
             what = f"a download ({source})" if source else "its input"
@@ -360,6 +441,17 @@ class _Judgement:
                 "shell.pipeToShell",
                 f"`{base}` runs {what} as a program nobody has read",
             )
+
+    def program(self, base: str, words: tuple[Word, ...]) -> None:
+        """awk and sed: their programs are read, since most only filter text; one that writes
+        files or runs commands needs approval."""
+        why = None
+        if base in inlinecode.AWKS:
+            why = inlinecode.awk_acts(words)
+        elif base == "sed":
+            why = inlinecode.sed_acts(words)
+        if why is not None:
+            self.approve("shell.inlineCode", f"`{base}`: {why}")
 
     def match(self, words: tuple[Word, ...], *, transparent: bool = False) -> None:
         literal = [_COMPUTED if w is None else w for w in words]
@@ -398,7 +490,7 @@ class _Judgement:
                 "shell.computedArguments",
                 f"rules apply to `{argv.command}` and some of its words are only known at run time",
             )
-        self.operands(argv)
+        self.operands(argv, words)
         allow = self.rules.allow
         if allow is not None and not transparent and not any(r.permits(argv) for r in allow):
             self.approve("shell.notAllowed", f"`{argv.command}` is not on the allowlist")
@@ -416,3 +508,55 @@ def _denial(rule: CommandRule, shown: str) -> Decision:
         f"{shown!r} matches the blocked command {rule.text!r}",
         suggestion,
     )
+
+
+def _xargs_placeholder(own: tuple[Word, ...]) -> str | None:
+    """The string xargs -I (or -i, --replace) replaces with each input line, if it is given."""
+    for index, word in enumerate(own):
+        if word is None:
+            continue
+        if word in ("-i", "--replace"):
+            return "{}"
+        if word.startswith("--replace="):
+            return word.partition("=")[2] or "{}"
+        if word.startswith("-i") and not word.startswith("--"):
+            return word[2:]
+        if word == "-I":
+            following = own[index + 1] if index + 1 < len(own) else None
+            return following or "{}"
+        if word.startswith("-I"):
+            return word[2:]
+    return None
+
+
+def _option_values(
+    command: str, words: tuple[Word, ...], options: frozenset[str] | None
+) -> list[Word]:
+    """The values `words` gives the `options` of `command` (None for one only known at run
+    time): `-o F`, `-oF`, `-so F` (the last letter of a cluster), `--output F`, `--output=F`."""
+    found: list[Word] = []
+    if not options:
+        return found
+    index = 1
+    while index < len(words):
+        word = words[index]
+        following = words[index + 1] if index + 1 < len(words) else None
+        if word is None or word == "--":
+            if word == "--":
+                break
+        elif word in options:
+            found.append(following)
+            index += 1
+        elif word.startswith("--") or command in rulebook.SINGLE_DASH_LONG:
+            name, equals, value = word.partition("=")
+            if equals and name in options:
+                found.append(value)
+        elif word.startswith("-") and len(word) > 2:
+            for position, letter in enumerate(word[1:], 1):
+                if "-" + letter in options:
+                    rest = word[position + 1 :]
+                    found.append(rest or following)
+                    index += 0 if rest else 1
+                    break
+        index += 1
+    return found

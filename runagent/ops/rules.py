@@ -15,13 +15,25 @@ from runagent.errors import ConfigError, UsageError
 # Spellings of one flag: `rm -R`, `rm --recursive` and `rm -r` are one rule.
 FLAG_ALIASES: Mapping[str, Mapping[str, str]] = {
     "rm": {"-R": "-r", "--recursive": "-r", "--force": "-f"},
-    "cp": {"-R": "-r", "--recursive": "-r", "--force": "-f"},
+    "cp": {
+        "-R": "-r",
+        "--recursive": "-r",
+        "--force": "-f",
+        "--symbolic-link": "-s",
+        "--link": "-l",
+        "--target-directory": "-t",
+    },
     "chmod": {"--recursive": "-R"},
     "chown": {"--recursive": "-R"},
     "git": {"--force": "-f"},
+    "ln": {"--symbolic": "-s", "--force": "-f", "--target-directory": "-t"},
+    "sed": {"--in-place": "-i"},
 }
 # Commands whose options are long names after one dash (`find -delete`): never split into letters.
 SINGLE_DASH_LONG = frozenset({"find"})
+
+
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def _names(text: str) -> frozenset[str]:
@@ -115,14 +127,32 @@ class Rules:
         "/dev/tty",
         "/dev/fd/*",
     )
-    # Setting these changes what later commands are or do (`PATH=/tmp/bad:$PATH cat`).
+    # Setting these changes what later commands are or do (`PATH=/tmp/bad:$PATH cat`), whether
+    # written in the command or sent in a shell operation's `env`.
     sensitive_variables: frozenset[str] = field(
         default_factory=lambda: _names(
-            "PATH LD_PRELOAD LD_LIBRARY_PATH LD_AUDIT DYLD_INSERT_LIBRARIES BASH_ENV ENV "
-            "PROMPT_COMMAND IFS SHELLOPTS BASHOPTS PYTHONPATH PYTHONSTARTUP NODE_OPTIONS "
-            "PERL5OPT RUBYOPT GIT_SSH_COMMAND GIT_EXTERNAL_DIFF GIT_PAGER PAGER EDITOR"
+            "PATH ENV PROMPT_COMMAND IFS SHELLOPTS BASHOPTS CDPATH PS4 HOME ZDOTDIR INPUTRC "
+            "SHELL TMPDIR PAGER EDITOR VISUAL BROWSER MANPAGER TERMINFO LOCPATH NLSPATH "
+            "HOSTALIASES CLASSPATH TCLLIBPATH CC CXX CPP LD AR CFLAGS CXXFLAGS LDFLAGS MAKEFLAGS "
+            "GOFLAGS RUSTFLAGS SUDO_ASKPASS SSH_ASKPASS GCONV_PATH GLIBC_TUNABLES"
         )
     )
+    # ... and every variable of these families: the loader's, the shell's exported functions
+    # (BASH_FUNC_f%%), git's, and the search paths and start-up options of interpreters.
+    sensitive_prefixes: tuple[str, ...] = (
+        "LD_", "DYLD_", "BASH_", "GIT_", "PYTHON", "PERL", "RUBY", "NODE_", "NPM_CONFIG_",
+        "npm_config_", "LUA_", "JAVA_", "_JAVA_", "JDK_", "GEM_", "BUNDLE_", "PIP_", "UV_",
+        "CARGO_", "RUSTC", "XDG_", "SSH_", "LESS", "OPENSSL_", "MALLOC_", "DOTNET_", "PHP",
+    )  # fmt: skip
+
+    def sensitive(self, name: str) -> bool:
+        """Whether setting `name` can change what runs or what it loads; a name the shell could
+        not assign (`BASH_FUNC_f%%`, `a-b`) counts, since only exec can pass it."""
+        return (
+            name in self.sensitive_variables
+            or name.startswith(self.sensitive_prefixes)
+            or _VARIABLE.fullmatch(name) is None
+        )
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, object], base: Rules | None = None) -> Rules:

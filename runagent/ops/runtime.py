@@ -37,7 +37,7 @@ from runagent.ops.operation import (
 )
 from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.protocol import Clock, Encoding, ErrorCategory, EventType, Status, iso, utc_now
-from runagent.ops.sandbox import Bwrap, Sandbox
+from runagent.ops.sandbox import SANDBOXED, Bwrap, InForce, Sandbox
 from runagent.ops.shell import run_shell, shell_environment
 from runagent.ops.workspace import Workspace, WorkspaceError
 from runagent.runfolder import RunPaths
@@ -49,15 +49,18 @@ class Settings:
 
     workspace: Path
     policy: str
-    sandbox: Sandbox = Sandbox.NONE
+    sandbox: Sandbox = Sandbox.NONE  # what is in force: never AUTO, which create resolves
     rules: Mapping[str, object] = dataclasses.field(default_factory=dict)  # added to the preset
     shell: str | None = None  # what runs shell commands with -c (None: bash, else sh)
+    # The line every shell event carries: "sandboxed (bubblewrap)" or "not sandboxed: <why>".
+    sandbox_line: str = ""
 
     def to_dict(self) -> dict[str, object]:
         found: dict[str, object] = {
             "workspace": str(self.workspace),
             "policy": self.policy,
             "sandbox": self.sandbox.value,
+            "sandbox_line": self.sandbox_line,
         }
         if self.rules:
             found["rules"] = dict(self.rules)
@@ -91,19 +94,20 @@ class Runtime:
 
     @classmethod
     def create(
-        cls, folder: Path, workspace: Path, preset: str, sandbox: Sandbox = Sandbox.NONE,
+        cls, folder: Path, workspace: Path, preset: str, sandbox: Sandbox = Sandbox.AUTO,
         rules: Mapping[str, object] | None = None, shell: str | None = None, **kw: Any,
     ) -> Runtime:  # fmt: skip
         """A new run in `folder`, acting in `workspace` under the policy `preset` (with `rules`
-        added to it, as the config's `ops.rules`) and the OS `sandbox`, which must be usable
-        here (else MissingDependencyError, nothing written); `shell` runs shell commands."""
-        settings = Settings(
-            Workspace(workspace).root, preset, Sandbox(sandbox), dict(rules or {}), shell
-        )
+        added to it, as the config's `ops.rules`) and the OS `sandbox`: `bwrap` must be usable
+        here (else MissingDependencyError, nothing written), `auto` uses it where it is; `shell`
+        runs shell commands."""
+        root = Workspace(workspace).root
+        if Sandbox(sandbox) is Sandbox.BWRAP:
+            Bwrap(root).check()
+        in_force = InForce.of(Sandbox(sandbox), root)
+        settings = Settings(root, preset, in_force.sandbox, dict(rules or {}), shell, in_force.line)
         settings.make_policy()  # a bad name or rule is refused before anything is written
         _refuse_inside(settings.workspace, folder)
-        if settings.sandbox is Sandbox.BWRAP:
-            Bwrap(settings.workspace).check()
         folder.mkdir(parents=True, exist_ok=True)
         paths = RunPaths(folder)
         runfolder.atomic_write(paths.ops_settings, json.dumps(settings.to_dict()))
@@ -114,12 +118,17 @@ class Runtime:
         paths = RunPaths(folder)
         try:
             data = json.loads(paths.ops_settings.read_text(encoding="utf-8"))
+            sandbox = Sandbox(data.get("sandbox", "none"))
+            if sandbox is Sandbox.AUTO:
+                raise ValueError("sandbox auto was never resolved")
             settings = Settings(
                 Path(data["workspace"]),
                 str(data["policy"]),
-                Sandbox(data.get("sandbox", "none")),
+                sandbox,
                 dict(data.get("rules") or {}),
                 str(data["shell"]) if data.get("shell") else None,
+                # A run from before the line was kept: its sandbox was chosen explicitly.
+                str(data.get("sandbox_line") or _line(sandbox)),
             )
         except FileNotFoundError:
             raise NotFoundError(
@@ -251,7 +260,7 @@ class Runtime:
         if isinstance(op, Message):
             return None
         if isinstance(op, Shell):
-            return self.policy.check_command(op.command)
+            return self.policy.check_command(op.command, dict(op.env))
         return self.policy.check_path(op.type.value, op.path)
 
     def _execute(self, op: Operation) -> Event:
@@ -315,6 +324,7 @@ class Runtime:
             success=result.exit_code == 0 and not result.timed_out and result.error is None,
             exitCode=result.exit_code, stdout=result.stdout, stderr=result.stderr,
             durationMs=result.duration_ms, error=result.error, timedOut=result.timed_out or None,
+            sandbox=self.settings.sandbox_line or None,
         )  # fmt: skip
 
     def _edit(self, op: EditFile) -> int:
@@ -362,6 +372,10 @@ def _refuse_inside(workspace: Path, folder: Path) -> None:
             f"the run folder {folder} is inside the workspace {workspace}, where the operations "
             "could rewrite it; keep the runs root out of the workspace"
         )
+
+
+def _line(sandbox: Sandbox) -> str:
+    return SANDBOXED if sandbox is Sandbox.BWRAP else InForce.of(Sandbox.NONE, Path()).line
 
 
 def _meant_for(answer: Answer, waiting: Pending) -> bool:

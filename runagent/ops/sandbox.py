@@ -1,13 +1,14 @@
-"""The optional OS sandbox of shell operations: bubblewrap, with no network and only the workspace
-writable.
+"""The OS sandbox of shell operations: bubblewrap, with no network and only the workspace writable.
 
-Under `sandbox: bwrap` a command sees the system folders (/usr and the /bin, /lib links, a few
+It is on by default where bwrap works (`auto`); `bwrap` insists on it, `none` turns it off. Under
+bwrap a command sees the system folders (/usr and the /bin, /lib links, a few
 files of /etc a program needs to start: the loader cache, certificates, passwd) read-only, its
 workspace read-write at the same path, an empty /tmp (also its HOME), its own /proc and /dev, and
 nothing else of the host: no home folder, no runs root, no other project. It has its own network
 namespace with only a loopback of its own, so nothing outside is reachable, 127.0.0.1 of the host
 included. Where bwrap is missing or cannot make its namespaces (user namespaces disallowed), the
-command is not run: one line says why, never an unconfined run.
+command is not run under `bwrap`: one line says why, never an unconfined run; under `auto` it
+runs unconfined, and the line saying why is in every shell event and in `doctor`.
 """
 
 from __future__ import annotations
@@ -34,10 +35,35 @@ PROBE_TIMEOUT = 20.0  # seconds bwrap may take to show it can build a sandbox he
 
 
 class Sandbox(enum.StrEnum):
-    """Where a shell operation runs: as the runtime's user (`none`), or under bubblewrap."""
+    """Where a shell operation runs: as the runtime's user (`none`), under bubblewrap (`bwrap`),
+    or under bubblewrap where it works here and as the user elsewhere (`auto`, the default)."""
 
+    AUTO = "auto"
     NONE = "none"
     BWRAP = "bwrap"
+
+
+SANDBOXED = "sandboxed (bubblewrap)"
+
+
+@dataclass(frozen=True)
+class InForce:
+    """The sandbox a choice comes to on this machine, and the line that says so."""
+
+    sandbox: Sandbox  # NONE or BWRAP, never AUTO
+    line: str  # "sandboxed (bubblewrap)" or "not sandboxed: <why>"
+
+    @classmethod
+    def of(cls, choice: Sandbox, workspace: Path) -> InForce:
+        """What `choice` comes to here: `auto` probes bwrap once (the answer is cached)."""
+        if choice is Sandbox.BWRAP:
+            return cls(Sandbox.BWRAP, SANDBOXED)
+        if choice is Sandbox.NONE:
+            return cls(Sandbox.NONE, "not sandboxed: the sandbox is set to none")
+        problem = Bwrap(workspace).problem()
+        if problem is None:
+            return cls(Sandbox.BWRAP, SANDBOXED)
+        return cls(Sandbox.NONE, f"not sandboxed: {problem}")
 
 
 @dataclass(frozen=True)
