@@ -120,8 +120,13 @@ def schedule_run(tick: float, config_path: Path | None, root: Path | None) -> No
     import threading
 
     s = setup(config_path, root)
+    if not s.config.schedules:
+        raise UsageError("no schedules in the config; add a `schedules:` section")
     if not any(c.enabled for c in s.config.schedules.values()):
-        raise UsageError("no enabled schedules in the config; add a `schedules:` section")
+        names = ", ".join(s.config.schedules)
+        raise UsageError(
+            f"every schedule in the config is disabled ({names}); set `enabled: true` on one"
+        )
     scheduler = scheduler_for(s, stamped)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
