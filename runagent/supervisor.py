@@ -39,6 +39,7 @@ class _Tally:
     failures: int = 0  # failed runs, which spend the restart budget
     quick: int = 0  # failed runs in a row that ended within crash_loop_seconds
     rate_limited: int = 0  # rate-limited runs in a row, which do not
+    first: int = 1  # the loop's first attempt number (numbers go on across a task's loops)
 
 
 class Supervisor:
@@ -126,7 +127,7 @@ class Supervisor:
         # Attempt numbers go on across the task's loops (a resume does not start again at 1).
         numbered = previous.attempt if previous is not None else 0
         runs: list[RunInfo] = []
-        tally = _Tally(delay=self.settings.restart_delay)
+        tally = _Tally(delay=self.settings.restart_delay, first=numbered + 1)
         while not self.stop_signal.requested:  # a stop before an attempt began: do not begin it
             number = numbered + len(runs) + 1
             ended = Attempt.prepare(self._lent, number, previous, first=numbered + 1).run()
@@ -200,18 +201,21 @@ class Supervisor:
             hint = f" ({_DOCTOR})" if info.exit_code == ExitCode.MISSING_DEPENDENCY else ""
             return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting{hint}"
         if s.crash_loop_runs and tally.quick >= s.crash_loop_runs:
-            return Outcome.FAILED, (
-                f"{why}; {tally.quick} runs in a row ended within "
-                f"{s.crash_loop_seconds:g}s: a crash loop, not restarting"
-            )
+            within = f"{tally.quick} runs in a row ended within {s.crash_loop_seconds:g}s"
+            if info.reason in (Reason.NO_DONE_FILE, Reason.NO_READY_MARKER):
+                # Clean exits that did not do the work: no crash, but no use repeating either.
+                return (
+                    Outcome.FAILED,
+                    f"{why}; {within} without completing the task, not restarting",
+                )
+            return Outcome.FAILED, f"{why}; {within}: a crash loop, not restarting"
         if tally.failures > s.max_restarts:
             outcome = Outcome.TIMED_OUT if info.status is RunStatus.TIMED_OUT else Outcome.FAILED
-            return (
-                outcome,
-                f"{why}; gave up after {tally.failures} failed "
-                f"{'attempt' if tally.failures == 1 else 'attempts'} "
-                f"(max_restarts {s.max_restarts})",
-            )
+            failed = f"{tally.failures} failed {'attempt' if tally.failures == 1 else 'attempts'}"
+            if tally.first > 1:  # a resumed loop: its console counted from the task's attempts
+                span = f"{tally.first}-{info.attempt}" if info.attempt > tally.first else ""
+                failed += f" in this loop (attempt{'s' if span else ''} {span or info.attempt})"
+            return outcome, f"{why}; gave up after {failed} (max_restarts {s.max_restarts})"
         return None
 
     def _next_wait(self, ended: Ended, tally: _Tally) -> tuple[float, str]:

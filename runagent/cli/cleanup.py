@@ -9,11 +9,12 @@ from pathlib import Path
 import click
 
 from runagent import cleanup, schedule
-from runagent.cli.group import cli
+from runagent.cli.group import cli, fail
 from runagent.cli.options import common, existing_task, setup
+from runagent.cli.show import plural
 from runagent.context import validate_id
 from runagent.duration import parse_duration
-from runagent.errors import UsageError
+from runagent.errors import ExitCode, UsageError
 
 
 def human(size: int) -> str:
@@ -29,24 +30,29 @@ def human(size: int) -> str:
 @cli.command()
 @click.option("--project", "-p", "project_id", help="Only this project's tasks.")
 @click.option("--older-than", help="Remove runs that ended longer ago than this, e.g. 30d.")
-@click.option("--keep-last", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--keep-last", type=click.IntRange(min=0),
               help="Keep each task's last N runs whatever their age.")  # fmt: skip
 @click.option("--keep-failed", is_flag=True, help="Keep runs that failed, timed out or were lost.")
 @click.option("--dry-run", is_flag=True, help="List what would be removed, and remove nothing.")
 @common
 def gc(
-    project_id: str | None, older_than: str | None, keep_last: int, keep_failed: bool,
+    project_id: str | None, older_than: str | None, keep_last: int | None, keep_failed: bool,
     dry_run: bool, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Remove old runs of tasks that are not running (never a running task's)."""
     s = setup(config_path, root)
-    if older_than is None and not keep_last:
+    if older_than is None and keep_last is None:
         raise UsageError(
             "say what to keep: --older-than DURATION and/or --keep-last N (gc never removes "
             "every run by default)"
         )
+    if older_than is None and keep_last == 0:
+        raise UsageError(
+            "--keep-last 0 alone keeps no run: it would remove every run of every task that is "
+            "not running; add --older-than DURATION, or keep more (--keep-last 1)"
+        )
     age = parse_duration(older_than, "--older-than") if older_than is not None else None
-    keep = cleanup.Retention(timedelta(seconds=age) if age else None, keep_last, keep_failed)
+    keep = cleanup.Retention(timedelta(seconds=age) if age else None, keep_last or 0, keep_failed)
     project = validate_id("project", project_id) if project_id else None
     planned = cleanup.gc_plan(s.root, keep, schedule.utc_now(), project)
     plan = planned.doomed
@@ -57,10 +63,11 @@ def gc(
         click.echo(f"{'would remove' if dry_run else 'removing'} {doomed.label} "
                    f"({human(doomed.size)})")  # fmt: skip
     if dry_run:
-        click.echo(f"run-agent: {len(plan)} runs, {human(total)}, would be removed", err=True)
+        click.echo(f"run-agent: {plural(len(plan), 'run')}, {human(total)}, would be removed",
+                   err=True)  # fmt: skip
         return
     freed = cleanup.carry_out(plan, s.root)
-    click.echo(f"run-agent: removed {len(plan)} runs, {human(freed)} freed", err=True)
+    click.echo(f"run-agent: removed {plural(len(plan), 'run')}, {human(freed)} freed", err=True)
 
 
 @cli.command()
@@ -78,10 +85,18 @@ def delete(
     """Delete a task that is not running: its TASK.md, its runs, everything in its folder."""
     s, task = existing_task(config_path, root, project_id, task_id)
     doomed = cleanup.delete_plan(task, force)
-    what = f"task {doomed.label} ({human(doomed.size)}, {len(task.run_ids())} runs)"
+    what = f"task {doomed.label} ({human(doomed.size)}, {plural(len(task.run_ids()), 'run')})"
     if not yes:
         if not sys.stdin.isatty():
             raise UsageError(f"deleting {what} needs --yes when not asked in a terminal")
-        click.confirm(f"Delete {what}?", abort=True)
+        try:
+            agreed = click.confirm(f"Delete {what}?")
+        except click.Abort as exc:  # click's word for Ctrl-C and for the end of input
+            click.echo("", err=True)
+            if isinstance(exc.__context__, KeyboardInterrupt):  # stopped, as anywhere else
+                fail(f"interrupted; {doomed.label} is not deleted", ExitCode.STOPPED)
+            agreed = False
+        if not agreed:
+            fail(f"{doomed.label} is not deleted", ExitCode.FAILED)
     cleanup.carry_out([doomed], s.root)
     click.echo(f"run-agent: deleted {what}", err=True)

@@ -72,6 +72,18 @@ class RunAgentGroup(click.Group):
                 ExitCode.USAGE,
             )
 
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The group's own options, then those every command takes (`parse_args` moves them
+        after the command's name, so they are no option of the group's), then the commands."""
+        from runagent.cli.options import common
+
+        click.Command.format_options(self, ctx, formatter)
+        shared = click.command("shared")(common(lambda **_: None))
+        rows = [r for p in shared.params if (r := p.get_help_record(ctx)) is not None]
+        with formatter.section("Options of every command (before or after its name)"):
+            formatter.write_dl(rows)
+        self.format_commands(ctx, formatter)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -92,6 +104,27 @@ class RunAgentGroup(click.Group):
             fail(f"{exc.strerror or exc}{where}", ExitCode.FAILED)
         except KeyboardInterrupt:
             sys.exit(ExitCode.STOPPED)
+
+
+class SubGroup(click.Group):
+    """A group under `run-agent` (`schedule`, `ops`, `paste`): an unknown sub-command is one
+    line with "did you mean", or the list of its commands, as at the top level."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        word = args[0] if args else ""
+        if word in self.commands or word.startswith("-") or ctx.resilient_parsing:
+            return super().resolve_command(ctx, args)
+        close = difflib.get_close_matches(word.lower(), list(self.commands), 1, TYPO_CUTOFF)
+        if close:
+            fail(f"unknown command {word!r}; did you mean `{ctx.command_path} {close[0]}`?",
+                 ExitCode.USAGE)  # fmt: skip
+        fail(f"unknown command {word!r}; `{ctx.command_path}` has: "
+             f"{', '.join(sorted(self.commands))}", ExitCode.USAGE)  # fmt: skip
+
+
+RunAgentGroup.group_class = SubGroup  # every `@cli.group()` is one
 
 
 IMPLICIT_RUN = "run-agent.implicit-run"  # ctx.meta: the command line had no command name

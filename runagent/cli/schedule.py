@@ -11,11 +11,12 @@ from pathlib import Path
 
 import click
 
-from runagent import runfolder, taskfolder
 from runagent import schedule as sched
+from runagent import taskfolder
 from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, json_option, setup, usable_backend
 from runagent.cli.run import STOP_SIGNALS, executable_dir
+from runagent.cli.show import plural
 from runagent.config import ScheduleConfig
 from runagent.context import validate_id, validate_prompt
 from runagent.errors import UsageError
@@ -119,8 +120,13 @@ def schedule_run(tick: float, config_path: Path | None, root: Path | None) -> No
     import threading
 
     s = setup(config_path, root)
+    if not s.config.schedules:
+        raise UsageError("no schedules in the config; add a `schedules:` section")
     if not any(c.enabled for c in s.config.schedules.values()):
-        raise UsageError("no enabled schedules in the config; add a `schedules:` section")
+        names = ", ".join(s.config.schedules)
+        raise UsageError(
+            f"every schedule in the config is disabled ({names}); set `enabled: true` on one"
+        )
     scheduler = scheduler_for(s, stamped)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in STOP_SIGNALS}
@@ -148,26 +154,48 @@ def schedule_now(name: str, config_path: Path | None, root: Path | None) -> None
 
 
 @schedule.command(name="crontab")
+@click.option(
+    "--install",
+    "action",
+    flag_value="install",
+    help="Put the lines into your crontab, replacing only run-agent's block.",
+)
+@click.option(
+    "--uninstall",
+    "action",
+    flag_value="uninstall",
+    help="Take run-agent's block of this config out of your crontab.",
+)
 @common
-def schedule_crontab(config_path: Path | None, root: Path | None) -> None:
-    """Print crontab lines equivalent to the config's schedules."""
-    import shlex
+def schedule_crontab(action: str | None, config_path: Path | None, root: Path | None) -> None:
+    """Print crontab lines equivalent to the config's schedules, or install them."""
+    from runagent import crontab
 
     s = setup(config_path, root)
     if s.config.source is None:
         raise UsageError("no config file: crontab lines need one (pass --config)")
+    config = s.config.source.resolve()
+    if action == "uninstall":
+        rest, found = crontab.without_block(crontab.read(), config)
+        if found:
+            crontab.write(rest)
+        click.echo(f"run-agent: {'removed' if found else 'no'} run-agent block of {config} "
+                   f"{'from' if found else 'in'} your crontab", err=True)  # fmt: skip
+        return
     launcher = executable_dir() / "run-agent"
     command = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "runagent"]
-    config = str(s.config.source.resolve())
-    log = runfolder.schedule_log_path(s.root)
-    click.echo("# run-agent schedules; install with: run-agent schedule crontab | crontab -")
-    click.echo("# CRON_TZ needs a cron that supports it (cronie); others use the system zone.")
-    click.echo(f"PATH={os.environ.get('PATH', '/usr/bin:/bin')}")
-    for c in s.config.schedules.values():
-        if not c.enabled:
-            continue
-        argv = [*command, "schedule", "now", c.name, "--config", config, "--root", str(s.root)]
-        click.echo(f"CRON_TZ={c.timezone}")
-        click.echo(f"{c.cron} mkdir -p {shlex.quote(str(s.root))} && "
-                   f"cd {shlex.quote(str(Path.cwd()))} && {shlex.join(argv)} "
-                   f">> {shlex.quote(str(log))} 2>&1")  # fmt: skip
+    path = os.environ.get("PATH", "/usr/bin:/bin")
+    block = crontab.block(s.config.schedules, config, s.root, Path.cwd(), command, path)
+    left_out = f"; left out, disabled: {', '.join(block.left_out)}" if block.left_out else ""
+    if action == "install":
+        crontab.write(crontab.with_block(crontab.read(), block))
+        count = plural(len(block.installed), "schedule")
+        click.echo(f"run-agent: installed {count} in your crontab{left_out}", err=True)
+        return
+    click.echo("# run-agent schedules: install with `run-agent schedule crontab --install`, which "
+               "replaces only this block in your crontab")  # fmt: skip
+    click.echo("# (`| crontab -` would replace your whole crontab). CRON_TZ needs a cron that "
+               "supports it (cronie); others use the system zone.")  # fmt: skip
+    click.echo(block.text, nl=False)
+    if left_out:
+        click.echo(f"run-agent: {left_out[2:]}", err=True)
