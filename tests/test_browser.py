@@ -284,6 +284,40 @@ def test_an_agent_modes_approval_is_answered_from_the_page(
     assert ws.task().run(ws.runs()[0].run_id).output.read_text().startswith("cleaned")
 
 
+def test_an_operations_run_awaiting_approval_shows_so_with_a_link_to_answer_it(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    import json
+
+    (ws.path / "project" / "victim").mkdir(parents=True)  # `rm -r` of it awaits approval
+    message = {"protocolVersion": "1.0", "operations": [
+        {"type": "shell", "id": "clean", "command": "rm -r victim"}]}  # fmt: skip
+    paused = ws.cli("ops", "apply", "-", "-w", "project", input=json.dumps(message))
+    assert paused.returncode == 0 and "awaiting_approval" in paused.stdout, paused.stderr
+    page.goto(server.url)
+    row = page.locator("nav a[data-task='ops/ops']")
+    expect(row.locator(".badge")).to_have_text("awaiting approval", timeout=10000)
+    page.select_option("#status-filter", "awaiting_approval")
+    expect(page.locator("nav a[data-task]")).to_have_count(1)
+    row.click()
+    expect(page.locator("#task-status")).to_have_text("awaiting approval")
+    waiting = page.locator("#task-approvals")
+    expect(waiting).to_contain_text("rm -r victim")
+    expect(waiting).to_contain_text("operation clean")
+    waiting.locator("a", has_text="approve or deny").click()
+    approve = page.locator("#approvals .approval[data-operation=clean] button.approve")
+    expect(approve).to_be_focused()
+    expect(page).to_have_url(re.compile("#ops/ops$"))  # the link leaves the address alone
+    shot(page, "ops-awaiting-approval")
+    approve.click()
+    expect(page.locator("#approvals")).to_be_hidden(timeout=10000)
+    expect(page.locator("#task-approvals")).to_be_hidden()
+    expect(page.locator("#task-status")).not_to_have_text("awaiting approval")
+    page.select_option("#status-filter", "")
+    expect(row.locator(".badge")).not_to_have_text("awaiting approval")
+    assert not (ws.path / "project" / "victim").exists()
+
+
 def shots(page: Page, name: str) -> None:
     """Screenshots of the view at 1400 px and at 420 px wide (a phone)."""
     for width in (1400, 420):

@@ -14,6 +14,7 @@ const state = {
   autoTab: true, // the tab was chosen by the page (a failed run opens where it failed)
   agents: null, // /api/agents
   schedules: [], // /api/schedules
+  awaiting: new Map(), // "P/T" -> its operations awaiting approval (from approvals.js)
 };
 const TABS = ["stdout", "stderr", "output", "prompt"];
 const FAILED = new Set(["failed", "timed_out", "lost"]);
@@ -69,8 +70,60 @@ const key = (row) => `${row.project_id}/${row.task_id}`;
 function badge(status) {
   const span = document.createElement("span");
   span.className = `badge ${status}`;
-  span.textContent = status;
+  span.textContent = status === AWAITING ? "awaiting approval" : status;
   return span;
+}
+
+// A task with an operation awaiting approval shows that, whatever its loop's status: an
+// operations run (`run-agent ops`) has no run-info, so its task would read "pending".
+const AWAITING = "awaiting_approval";
+const shownStatus = (row) => (state.awaiting.has(key(row)) ? AWAITING : row.status);
+
+document.addEventListener("approvals", (e) => {
+  const awaiting = new Map();
+  for (const row of e.detail) {
+    const label = key(row);
+    if (!awaiting.has(label)) awaiting.set(label, []);
+    awaiting.get(label).push(row);
+  }
+  const before = JSON.stringify([...state.awaiting]);
+  state.awaiting = awaiting;
+  if (JSON.stringify([...awaiting]) === before) return;
+  renderTasks();
+  if (state.task) {
+    const row = state.tasks.get(state.task);
+    setTaskStatus(state.detail ? state.detail.status : row ? row.status : "");
+  }
+});
+
+// The task view's status badge, and what its awaited operations are with a link to answer them.
+function setTaskStatus(status) {
+  const waiting = state.awaiting.get(state.task) || [];
+  const shown = waiting.length ? AWAITING : status;
+  const el = $("#task-status");
+  el.className = `badge ${shown}`;
+  el.textContent = shown === AWAITING ? "awaiting approval" : shown;
+  const box = $("#task-approvals");
+  box.replaceChildren();
+  box.hidden = !waiting.length;
+  for (const row of waiting) {
+    const d = row.details || {};
+    const p = document.createElement("p");
+    const asked = document.createElement("code");
+    asked.textContent = d.command || d.path || row.operationType || row.operationId;
+    const answer = document.createElement("a");
+    answer.href = `#approval-${row.runId}-${row.operationId}`;
+    answer.textContent = "approve or deny";
+    answer.addEventListener("click", (event) => {
+      event.preventDefault(); // the address stays the task's
+      const item = document.getElementById(`approval-${row.runId}-${row.operationId}`);
+      if (!item) return;
+      item.scrollIntoView({ block: "center" });
+      item.querySelector("button.approve").focus();
+    });
+    p.append(`run ${row.runId} waits for approval of operation ${row.operationId}: `, asked, " — ", answer);
+    box.append(p);
+  }
 }
 
 function renderTasks() {
@@ -83,7 +136,7 @@ function renderTasks() {
   const words = $("#task-filter").value.trim().toLowerCase().split(/\s+/).filter(Boolean);
   const status = $("#status-filter").value;
   const shown = [...state.tasks.values()].filter((row) =>
-    (!status || row.status === status) && words.every((w) => key(row).toLowerCase().includes(w)));
+    (!status || shownStatus(row) === status) && words.every((w) => key(row).toLowerCase().includes(w)));
   if (shown.length === 0) {
     const p = document.createElement("p");
     p.className = "empty";
@@ -129,7 +182,7 @@ function taskLink(row, prefix = "") {
   const shown = prefix && row.task_id.startsWith(prefix) ? row.task_id.slice(prefix.length) : row.task_id;
   name.textContent = `${shown} (${row.runs})`;
   name.title = row.task_id;
-  a.append(name, badge(row.status));
+  a.append(name, badge(shownStatus(row)));
   return a;
 }
 
@@ -317,9 +370,7 @@ async function refreshTask() {
   const detail = await response.json();
   state.detail = detail;
   $("#task-title").textContent = label;
-  const status = $("#task-status");
-  status.className = `badge ${detail.status}`;
-  status.textContent = detail.status;
+  setTaskStatus(detail.status);
   $("#task-prompt").textContent = detail.prompt || "";
   $("#stop-button").disabled = detail.status !== "running";
   $("#delete-button").disabled = detail.status === "running";
@@ -499,9 +550,7 @@ function renderRuns(runs) {
 }
 
 function onTaskChanged(before, row) {
-  const status = $("#task-status");
-  status.className = `badge ${row.status}`;
-  status.textContent = row.status;
+  setTaskStatus(row.status);
   const newRun = row.latest_run && (!before || !before.latest_run ||
     before.latest_run.run_id !== row.latest_run.run_id || before.latest_run.status !== row.latest_run.status);
   if (newRun || !before || before.status !== row.status) refreshTask();
