@@ -5,6 +5,8 @@ Builds a runs root with one finished run whose stdout is LINES lines of about 90
 18 MB), serves it, and drives Debian's chromium (Playwright) to the run's address, then times:
 
 - open: from asking for the page at the run's address to its last line on screen;
+- numbers: from asking for the page to its last line's number shown (the server counts the
+  lines before the tail; `--lines 1000000` is the 84 MB log whose numbers once never came);
 - search: from Enter in the search box to the count of matches shown (in the browser, and the
   search alone measured inside the page);
 - `run-agent output --file stdout` of the same file to /dev/null (a whole process).
@@ -76,7 +78,8 @@ def main() -> None:
             started = time.perf_counter()
             subprocess.run(cli, cwd=tmp, stdout=subprocess.DEVNULL, check=True)
             cli_ms.append((time.perf_counter() - started) * 1000)
-        open_ms, search_ms, inside_ms = [], [], []
+        open_ms, numbers_ms, search_ms, inside_ms = [], [], [], []
+        size = stdout.stat().st_size
         with serving(root, tmp) as base, sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, headless=True,
                                         args=["--no-sandbox", "--disable-gpu"])  # fmt: skip
@@ -86,8 +89,13 @@ def main() -> None:
                 page.goto(f"{base}/#p/big/{RUN_ID}/stdout")
                 page.locator("#log .line", has_text=last).wait_for(state="visible", timeout=60000)
                 open_ms.append((time.perf_counter() - started) * 1000)
-                # The file's start arrives by itself; search once every line is there.
                 page.locator(f"#log .line .ln[data-ln='{args.lines}']").wait_for(timeout=60000)
+                numbers_ms.append((time.perf_counter() - started) * 1000)
+                # Earlier parts arrive by themselves (up to 64 MiB); search once they are there.
+                page.wait_for_function(
+                    f"log.from === 0 || (!log.loading && {size} - log.from >= 64 * 1024 * 1024)",
+                    timeout=120000,
+                )
                 page.fill("#search", query)
                 started = time.perf_counter()
                 page.press("#search", "Enter")
@@ -103,12 +111,13 @@ def main() -> None:
         print(f"{'':<44} {'median':>8} {'max':>8}")
         for name, ms in (
             ("page: open at the run, last line on screen", open_ms),
+            ("page: the last line's number shown", numbers_ms),
             ("page: search, Enter to the count shown", search_ms),
             ("  of which the search itself (in the page)", inside_ms),
             ("run-agent output --file stdout (process)", cli_ms),
         ):
             print(f"{name:<44} {statistics.median(ms):>6.0f}ms {max(ms):>6.0f}ms")
-        print("goal: last line under 1 s, search under 300 ms")
+        print("goal: last line and its number under 1 s, search under 300 ms")
 
 
 if __name__ == "__main__":

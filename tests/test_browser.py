@@ -284,6 +284,40 @@ def test_an_agent_modes_approval_is_answered_from_the_page(
     assert ws.task().run(ws.runs()[0].run_id).output.read_text().startswith("cleaned")
 
 
+def test_an_operations_run_awaiting_approval_shows_so_with_a_link_to_answer_it(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    import json
+
+    (ws.path / "project" / "victim").mkdir(parents=True)  # `rm -r` of it awaits approval
+    message = {"protocolVersion": "1.0", "operations": [
+        {"type": "shell", "id": "clean", "command": "rm -r victim"}]}  # fmt: skip
+    paused = ws.cli("ops", "apply", "-", "-w", "project", input=json.dumps(message))
+    assert paused.returncode == 0 and "awaiting_approval" in paused.stdout, paused.stderr
+    page.goto(server.url)
+    row = page.locator("nav a[data-task='ops/ops']")
+    expect(row.locator(".badge")).to_have_text("awaiting approval", timeout=10000)
+    page.select_option("#status-filter", "awaiting_approval")
+    expect(page.locator("nav a[data-task]")).to_have_count(1)
+    row.click()
+    expect(page.locator("#task-status")).to_have_text("awaiting approval")
+    waiting = page.locator("#task-approvals")
+    expect(waiting).to_contain_text("rm -r victim")
+    expect(waiting).to_contain_text("operation clean")
+    waiting.locator("a", has_text="approve or deny").click()
+    approve = page.locator("#approvals .approval[data-operation=clean] button.approve")
+    expect(approve).to_be_focused()
+    expect(page).to_have_url(re.compile("#ops/ops$"))  # the link leaves the address alone
+    shot(page, "ops-awaiting-approval")
+    approve.click()
+    expect(page.locator("#approvals")).to_be_hidden(timeout=10000)
+    expect(page.locator("#task-approvals")).to_be_hidden()
+    expect(page.locator("#task-status")).not_to_have_text("awaiting approval")
+    page.select_option("#status-filter", "")
+    expect(row.locator(".badge")).not_to_have_text("awaiting approval")
+    assert not (ws.path / "project" / "victim").exists()
+
+
 def shots(page: Page, name: str) -> None:
     """Screenshots of the view at 1400 px and at 420 px wide (a phone)."""
     for width in (1400, 420):
@@ -555,10 +589,11 @@ def test_a_200000_line_log_opens_at_its_end_and_is_searched_numbered_and_linked(
     log = page.locator("#log")
     expect(log.locator(".line", has_text="entry 200000")).to_be_visible()  # opens at its end
     assert log.locator(".line").count() < 200  # only the rows on screen (and a margin) exist
-    # The file's start is read by itself, and then every line has its number.
+    # Every line has its number (counted by the server), and the file's start is read by itself.
     expect(log.locator(".line", has_text="entry 200000").locator(".ln")).to_have_attribute(
         "data-ln", "200000", timeout=30000
     )
+    wait_for(lambda: page.evaluate("() => log.from") == 0, 30, "the file's start to be read")
     page.fill("#search", "entry 12345")
     page.press("#search", "Enter")
     expect(page.locator("#search-count")).to_have_text("10 of 10")  # 123450 to 123459
@@ -592,7 +627,6 @@ def test_a_log_beyond_what_is_read_ahead_loads_its_earlier_parts_on_scroll(
     log = page.locator("#log")
     last = log.locator(".line", has_text="entry 200000")
     expect(last).to_be_visible()
-    assert last.locator(".ln").get_attribute("data-ln") is None  # its place is not known yet
     held = page.evaluate("() => log.lines.length")
     assert held < 10_000  # only the tail was read
     tops = 0
@@ -613,6 +647,86 @@ def test_a_log_beyond_what_is_read_ahead_loads_its_earlier_parts_on_scroll(
     expect(log.locator(".line", has_text="entry 000001").locator(".ln")).to_have_attribute(
         "data-ln", "1"
     )
+
+
+def test_a_huge_logs_tail_is_numbered_before_its_start_is_read(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    run_id = big_log(ws)
+    page.add_init_script("window.runAgentPrefetchBytes = 0")  # nothing read ahead by itself
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    last = log.locator(".line", has_text="entry 200000")
+    # The server counts the lines before the tail: the numbers come without the file's start.
+    expect(last.locator(".ln")).to_have_attribute("data-ln", "200000")
+    expect(log.locator(".line", has_text="entry 199990").locator(".ln")).to_have_attribute(
+        "data-ln", "199990"
+    )
+    assert page.evaluate("() => log.from") > 0  # only the tail was read
+    # Scrolling up joins earlier parts under the same numbers.
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    wait_for(lambda: page.evaluate("() => log.lines.length") > 10_000, what="an earlier part")
+    first = page.evaluate("() => log.lines[0]")
+    number = int(first.split()[1])
+    assert page.evaluate("() => log.base") == number - 1
+    # A link to a line before what is read reads back to it.
+    fresh = page.context.new_page()
+    fresh.add_init_script("window.runAgentPrefetchBytes = 0")
+    fresh.goto(f"{server.url}/#p/big/{run_id}/stdout/L100")
+    target = fresh.locator("#log .line.target")
+    expect(target).to_contain_text("entry 000100", timeout=30000)
+    expect(target.locator(".ln")).to_have_attribute("data-ln", "100")
+    expect(target).to_be_in_viewport()
+    fresh.close()
+
+
+def test_the_search_box_is_emptied_when_another_task_is_shown(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "5"])
+    for task in ("one", "two"):
+        assert ws.cli("-p", "p", "-t", task, "print").returncode == 0
+    page.goto(f"{server.url}/#p/one")
+    expect(page.locator("#log")).to_contain_text("line 5")
+    page.fill("#search", "line 3")
+    page.press("#search", "Enter")
+    expect(page.locator("#search-count")).to_have_text("1 of 1")
+    expect(page.locator("#log mark")).to_have_count(1)
+    page.click("nav a[data-task='p/two']")
+    expect(page.locator("#task-title")).to_have_text("p/two")
+    expect(page.locator("#log")).to_contain_text("line 5")
+    expect(page.locator("#search")).to_have_value("")
+    expect(page.locator("#search-count")).to_have_text("")
+    expect(page.locator("#log mark")).to_have_count(0)
+    expect(page.locator("#log .current-match")).to_have_count(0)
+
+
+def test_the_forms_until_offers_ready_marker_and_the_loop_completes_on_a_marked_commit(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.gitrepo import GIT_ENV, git, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    (ws.path / "plain").mkdir()
+    ws.write_config(["--commit", "work", "--ready-from", "1"], env=GIT_ENV, max_restarts=0)
+    page.goto(server.url)
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "marked")
+    page.fill("textarea[name=prompt]", "commit when ready")
+    page.select_option("select[name=until]", "ready-marker")
+    page.fill("input[name=cwd]", "plain")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("not in a git repository")
+    assert not ws.task("p", "marked").folder.exists()  # refused before anything was made
+    page.fill("input[name=cwd]", "repo")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/marked")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    expect(page.locator("#git-marker")).to_have_text("ready marker seen")
+    (run,) = ws.runs("p", "marked")
+    assert run.reason is not None and run.reason.value == "ready_marker"
+    assert "cocode ready for check" in git(repo, "log", "-1", "--format=%B")
 
 
 def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:

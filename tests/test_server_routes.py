@@ -349,6 +349,33 @@ def test_a_length_past_the_end_is_the_rest_of_the_file(
     assert client.get(url, params={"offset": 10**18}).text == ""
 
 
+def test_the_lines_before_an_offset_are_counted_without_reading_them_out(
+    client: TestClient, done_task: Workspace
+) -> None:
+    run_id = done_task.runs()[-1].run_id
+    url = f"/api/projects/p/tasks/t/runs/{run_id}/files/stdout/lines"  # "line 1\nline 2\nline 3\n"
+    assert client.get(url, params={"offset": 0}).json() == {"offset": 0, "newlines": 0}
+    assert client.get(url, params={"offset": 7}).json() == {"offset": 7, "newlines": 1}
+    assert client.get(url, params={"offset": 10}).json() == {"offset": 10, "newlines": 1}
+    assert client.get(url, params={"offset": 10**18}).json() == {"offset": 21, "newlines": 3}
+    bad = client.get(url, params={"offset": "x"})
+    assert bad.status_code == 400 and "'x'" in bad.json()["error"]
+    missing = client.get(url.replace("/stdout/", "/nope/"))
+    assert missing.status_code == 404 and "'nope'" in missing.json()["error"]
+
+
+def test_a_big_files_lines_are_counted_across_chunks(tmp_path: Path) -> None:
+    from server.app import COUNT_CHUNK, newlines_before
+
+    path = tmp_path / "big.txt"
+    line = b"x" * 99 + b"\n"
+    lines = 3 * COUNT_CHUNK // len(line) + 7  # several chunks, none ending on a line
+    path.write_bytes(line * lines)
+    assert newlines_before(path, path.stat().st_size) == lines
+    assert newlines_before(path, 250) == 2
+    assert newlines_before(tmp_path / "gone.txt", 100) == 0
+
+
 def test_a_deeply_nested_body_is_a_400(client: TestClient) -> None:
     body = "[" * 100_000 + "]" * 100_000
     response = client.post(

@@ -14,6 +14,7 @@ const state = {
   autoTab: true, // the tab was chosen by the page (a failed run opens where it failed)
   agents: null, // /api/agents
   schedules: [], // /api/schedules
+  awaiting: new Map(), // "P/T" -> its operations awaiting approval (from approvals.js)
 };
 const TABS = ["stdout", "stderr", "output", "prompt"];
 const FAILED = new Set(["failed", "timed_out", "lost"]);
@@ -69,8 +70,60 @@ const key = (row) => `${row.project_id}/${row.task_id}`;
 function badge(status) {
   const span = document.createElement("span");
   span.className = `badge ${status}`;
-  span.textContent = status;
+  span.textContent = status === AWAITING ? "awaiting approval" : status;
   return span;
+}
+
+// A task with an operation awaiting approval shows that, whatever its loop's status: an
+// operations run (`run-agent ops`) has no run-info, so its task would read "pending".
+const AWAITING = "awaiting_approval";
+const shownStatus = (row) => (state.awaiting.has(key(row)) ? AWAITING : row.status);
+
+document.addEventListener("approvals", (e) => {
+  const awaiting = new Map();
+  for (const row of e.detail) {
+    const label = key(row);
+    if (!awaiting.has(label)) awaiting.set(label, []);
+    awaiting.get(label).push(row);
+  }
+  const before = JSON.stringify([...state.awaiting]);
+  state.awaiting = awaiting;
+  if (JSON.stringify([...awaiting]) === before) return;
+  renderTasks();
+  if (state.task) {
+    const row = state.tasks.get(state.task);
+    setTaskStatus(state.detail ? state.detail.status : row ? row.status : "");
+  }
+});
+
+// The task view's status badge, and what its awaited operations are with a link to answer them.
+function setTaskStatus(status) {
+  const waiting = state.awaiting.get(state.task) || [];
+  const shown = waiting.length ? AWAITING : status;
+  const el = $("#task-status");
+  el.className = `badge ${shown}`;
+  el.textContent = shown === AWAITING ? "awaiting approval" : shown;
+  const box = $("#task-approvals");
+  box.replaceChildren();
+  box.hidden = !waiting.length;
+  for (const row of waiting) {
+    const d = row.details || {};
+    const p = document.createElement("p");
+    const asked = document.createElement("code");
+    asked.textContent = d.command || d.path || row.operationType || row.operationId;
+    const answer = document.createElement("a");
+    answer.href = `#approval-${row.runId}-${row.operationId}`;
+    answer.textContent = "approve or deny";
+    answer.addEventListener("click", (event) => {
+      event.preventDefault(); // the address stays the task's
+      const item = document.getElementById(`approval-${row.runId}-${row.operationId}`);
+      if (!item) return;
+      item.scrollIntoView({ block: "center" });
+      item.querySelector("button.approve").focus();
+    });
+    p.append(`run ${row.runId} waits for approval of operation ${row.operationId}: `, asked, " — ", answer);
+    box.append(p);
+  }
 }
 
 function renderTasks() {
@@ -83,7 +136,7 @@ function renderTasks() {
   const words = $("#task-filter").value.trim().toLowerCase().split(/\s+/).filter(Boolean);
   const status = $("#status-filter").value;
   const shown = [...state.tasks.values()].filter((row) =>
-    (!status || row.status === status) && words.every((w) => key(row).toLowerCase().includes(w)));
+    (!status || shownStatus(row) === status) && words.every((w) => key(row).toLowerCase().includes(w)));
   if (shown.length === 0) {
     const p = document.createElement("p");
     p.className = "empty";
@@ -129,7 +182,7 @@ function taskLink(row, prefix = "") {
   const shown = prefix && row.task_id.startsWith(prefix) ? row.task_id.slice(prefix.length) : row.task_id;
   name.textContent = `${shown} (${row.runs})`;
   name.title = row.task_id;
-  a.append(name, badge(row.status));
+  a.append(name, badge(shownStatus(row)));
   return a;
 }
 
@@ -269,6 +322,7 @@ async function route() {
   $("#placeholder").hidden = where.view !== "home";
   if (where.view !== "task") {
     closeLog();
+    clearSearch();
     state.task = null;
     state.detail = null;
     pastePanel.hide();
@@ -289,6 +343,7 @@ async function route() {
     state.detail = null;
     state.run = where.run;
     closeLog();
+    clearSearch(); // a search belongs to the log it was typed over, not to the next task's
     $("#run-view").hidden = true;
     renderTasks();
   }
@@ -315,9 +370,7 @@ async function refreshTask() {
   const detail = await response.json();
   state.detail = detail;
   $("#task-title").textContent = label;
-  const status = $("#task-status");
-  status.className = `badge ${detail.status}`;
-  status.textContent = detail.status;
+  setTaskStatus(detail.status);
   $("#task-prompt").textContent = detail.prompt || "";
   $("#stop-button").disabled = detail.status !== "running";
   $("#delete-button").disabled = detail.status === "running";
@@ -497,9 +550,7 @@ function renderRuns(runs) {
 }
 
 function onTaskChanged(before, row) {
-  const status = $("#task-status");
-  status.className = `badge ${row.status}`;
-  status.textContent = row.status;
+  setTaskStatus(row.status);
   const newRun = row.latest_run && (!before || !before.latest_run ||
     before.latest_run.run_id !== row.latest_run.run_id || before.latest_run.status !== row.latest_run.status);
   if (newRun || !before || before.status !== row.status) refreshTask();
@@ -644,7 +695,7 @@ async function openFile(name) {
     if (state.opened !== opened) return;
     log.append(text, true);
     log.ended = true;
-    log.whenWhole();
+    log.showTarget();
     return;
   }
   const size = await log.open(`${runUrl()}/files/${name}`);
@@ -668,7 +719,8 @@ function applyLine() {
   const target = state.line ? state.line - 1 : -1;
   if (target === log.target) return;
   log.target = target;
-  if (target >= 0 && log.numbered()) log.scrollTo(target);
+  log.targetShown = false;
+  log.showTarget();
   log.draw(true);
 }
 
@@ -753,8 +805,9 @@ function describeEvent(ev) {
 // over SSE from where that read stopped. Earlier parts are read in CHUNK_BYTES steps, by
 // themselves up to PREFETCH_BYTES, and beyond that as the reader scrolls up. Each line is one
 // row of LINE_HEIGHT px (long lines scroll sideways), so the page holds only the rows on screen
-// whatever the file's size. Line numbers (and links to a line) appear once the file's start is
-// read; before, a line's place in the file is not known.
+// whatever the file's size. Line numbers (and links to a line) appear as soon as the server has
+// counted the lines before the first byte read (GET .../files/NAME/lines?offset=), long before
+// the file's start is read: a line's number is then that count plus its place in what is read.
 
 const LINE_HEIGHT = 17;
 const TAIL_BYTES = 256 * 1024;
@@ -785,7 +838,10 @@ const log = {
     this.loading = false;
     this.ended = false;
     this.failure = -1; // the line where the run failed
-    this.target = -1; // the line the address names
+    this.target = -1; // the file's line (from 0) the address names
+    this.targetShown = false;
+    this.base = 0; // the file's line number (from 0) of lines[0]; null while not known
+    this.shift = 0; // lines prepended since the count of lines before `from` was asked for
     this.shown = "";
     this.following = true; // stay at the end as lines arrive (until the reader scrolls up)
     this.el.replaceChildren();
@@ -806,7 +862,7 @@ const log = {
     return i < this.lines.length ? this.lines[i] : this.partial;
   },
   numbered() {
-    return this.from === 0 && this.head === null;
+    return this.base !== null;
   },
   atBottom() {
     return this.el.scrollHeight - this.el.scrollTop - this.el.clientHeight < 40;
@@ -826,6 +882,8 @@ const log = {
       const cut = bytes.indexOf(NEWLINE);
       this.head = cut < 0 ? bytes : bytes.slice(0, cut);
       rest = cut < 0 ? new Uint8Array() : bytes.slice(cut + 1);
+      this.base = null;
+      this.countBefore(generation, from);
     }
     const parts = decoder.decode(rest).split("\n");
     this.partial = parts.pop();
@@ -836,11 +894,29 @@ const log = {
     this.prefetch(generation);
     return size;
   },
+  // The number of the first line read: the server counts the newlines before `from` (the line
+  // cut at `from` is one more), while earlier parts may be prepended meanwhile (`shift`).
+  async countBefore(generation, from) {
+    this.shift = 0;
+    let answer = null;
+    try {
+      const response = await fetch(`${this.url}/lines?offset=${from}`);
+      if (response.ok) answer = await response.json();
+    } catch {
+      answer = null; // the server is away: numbers come when the file's start is read
+    }
+    if (!answer || generation !== this.generation || this.base !== null) return;
+    this.base = answer.newlines + 1 - this.shift;
+    this.draw(true);
+    this.showTarget();
+  },
   // Earlier parts by themselves, up to PREFETCH_BYTES from the end; the rest on scroll.
   async prefetch(generation) {
     let read = 0;
     while (generation === this.generation && this.from > 0 && read < PREFETCH_BYTES) {
-      read += await this.loadEarlier();
+      const got = await this.loadEarlier();
+      if (!got) break; // a read the reader's scroll began is under way: it goes on from there
+      read += got;
     }
   },
   async loadEarlier() {
@@ -878,11 +954,14 @@ const log = {
     const top = this.el.scrollTop;
     this.lines = earlier.concat(this.lines);
     if (this.failure >= 0) this.failure += earlier.length;
+    if (this.base !== null) this.base = Math.max(0, this.base - earlier.length);
+    else this.shift += earlier.length;
+    if (this.from === 0 && this.head === null) this.base = 0; // the start is read: exact
     search.shifted(earlier.length);
     this.draw(true);
     this.el.scrollTop = stick ? this.el.scrollHeight : top + earlier.length * LINE_HEIGHT;
     this.draw();
-    if (this.numbered()) this.whenWhole();
+    this.showTarget();
   },
   append(text, whole = false) {
     const stick = this.following;
@@ -901,9 +980,19 @@ const log = {
     if (this.partial) this.lines.push(this.partial);
     this.partial = "";
   },
-  // Called once every line from the file's start is read: the address's line, the failure.
-  whenWhole() {
-    if (this.target >= 0) this.scrollTo(this.target);
+  // The address's line, once lines are numbered: scrolled to once, earlier parts read first
+  // when it lies before what is read.
+  showTarget() {
+    if (this.target < 0 || this.targetShown || this.base === null) return;
+    const at = this.target - this.base;
+    if (at < 0 && this.from > 0) {
+      const generation = this.generation;
+      setTimeout(() => { if (generation === this.generation) this.loadEarlier(); }, 0);
+      return;
+    }
+    if (at < 0 || at >= this.count) return;
+    this.targetShown = true;
+    this.scrollTo(at);
   },
   scrollTo(i) {
     this.following = false;
@@ -915,7 +1004,7 @@ const log = {
     this.sizer.style.height = `${this.count * LINE_HEIGHT}px`;
     const first = Math.max(0, Math.floor(this.el.scrollTop / LINE_HEIGHT) - OVERSCAN);
     const last = Math.min(this.count, first + Math.ceil((this.el.clientHeight || 600) / LINE_HEIGHT) + 2 * OVERSCAN);
-    const key = `${first}:${last}:${this.numbered()}`;
+    const key = `${first}:${last}:${this.base}`;
     if (!force && key === this.shown) return;
     this.shown = key;
     this.rows.style.transform = `translateY(${first * LINE_HEIGHT}px)`;
@@ -929,14 +1018,15 @@ const log = {
     div.className = "line";
     div.dataset.index = i;
     if (i === this.failure) div.classList.add("failure");
-    if (i === this.target) div.classList.add("target");
+    if (this.base !== null && i + this.base === this.target) div.classList.add("target");
     if (search.isCurrent(i)) div.classList.add("current-match");
     const number = document.createElement("a");
     number.className = "ln";
     if (this.numbered()) {
-      number.dataset.ln = i + 1;
-      number.href = hashFor(state.task, state.run, state.file) + `/L${i + 1}`;
-      number.title = `link to line ${i + 1}`;
+      const n = this.base + i + 1;
+      number.dataset.ln = n;
+      number.href = hashFor(state.task, state.run, state.file) + `/L${n}`;
+      number.title = `link to line ${n}`;
     }
     const text = document.createElement("span");
     text.className = "text";
@@ -991,6 +1081,14 @@ async function copyLog() {
     button.textContent = "copy refused";
   }
   setTimeout(() => { button.textContent = "copy"; }, 2000);
+}
+
+// A search box emptied, with its count and marks (a new task's log starts unsearched).
+function clearSearch() {
+  clearTimeout(searchTimer);
+  $("#search").value = "";
+  search.reset();
+  log.draw(true);
 }
 
 // Search: every line that holds the words (the file's text, any case), a count, next and

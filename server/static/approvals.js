@@ -43,6 +43,7 @@
     for (const row of rows) {
       const item = document.createElement("div");
       item.className = "approval";
+      item.id = `approval-${row.runId}-${row.operationId}`;
       item.dataset.run = row.runId;
       item.dataset.operation = row.operationId;
       const d = row.details || {};
@@ -65,7 +66,11 @@
   async function refresh() {
     try {
       const response = await fetch("/api/ops/approvals");
-      if (response.ok) render(await response.json());
+      if (!response.ok) return;
+      const rows = await response.json();
+      render(rows);
+      // The task list and the task view show which tasks wait (app.js listens).
+      document.dispatchEvent(new CustomEvent("approvals", { detail: rows }));
     } catch (_) {
       // The server is away: the page's own connection badge says so; try again later.
     }
