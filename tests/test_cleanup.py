@@ -106,7 +106,7 @@ def test_a_hard_linked_output_md_is_counted_once(ws: Workspace) -> None:
     assert f"({human(cleanup.folder_size(run.folder))})" in gc.stdout
     assert cleanup.folder_size(run.folder) < 2 * run.stdout.stat().st_size
     deleted = ws.invoke("delete", "-p", "p", "-t", "t", "--yes")
-    assert f"deleted task p/t ({human(once)}, 1 runs)" in deleted.stderr
+    assert f"deleted task p/t ({human(once)}, 1 run)" in deleted.stderr
 
 
 def test_a_run_whose_run_info_cannot_be_read_is_shown_and_never_removed(ws: Workspace) -> None:
