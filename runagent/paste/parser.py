@@ -205,13 +205,15 @@ def _attributes(head: str) -> tuple[dict[str, str], dict[str, list[str]]]:
     """The attributes of a tag by their spec names, and every value of each name given more
     than once (`startLine` and `start_line` are one name)."""
     found: dict[str, str] = {}
-    values: dict[str, list[str]] = {}
+    repeated: dict[str, list[str]] = {}
     for match in ATTRIBUTE.finditer(head):
         key = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", match.group(1)).replace("-", "_").lower()
         value = next(v for v in match.groups()[1:] if v is not None)
-        found.setdefault(key, value)
-        values.setdefault(key, []).append(value)
-    return found, {k: v for k, v in values.items() if len(v) > 1}
+        if key in found:
+            repeated.setdefault(key, [found[key]]).append(value)
+        else:
+            found[key] = value
+    return found, repeated
 
 
 def _checked(command: Command, line: int, repeated: Mapping[str, list[str]]) -> Item:
