@@ -74,6 +74,10 @@ class AlreadyCompletedError(UsageError):
     """A completed task asked to run without being asked to run again."""
 
 
+class DuplicateReplyError(UsageError):
+    """A paste reply handed in again: the run would move it aside unapplied, so it is not saved."""
+
+
 def error_for_exit(code: int, message: str) -> RunAgentError:
     """The error a run-agent process that exited `code` after saying `message` stands for, as
     the class of its exit code (so a caller can tell a refusal from a failure)."""

@@ -33,6 +33,7 @@ from runagent.errors import (
     AlreadyCompletedError,
     AlreadyRunningError,
     ConfigError,
+    DuplicateReplyError,
     MissingDependencyError,
     NotFoundError,
     OutsideRootError,
@@ -66,6 +67,7 @@ COUNT_CHUNK = 4 * 1024 * 1024  # bytes read at a time when counting lines: memor
 # What each kind of run-agent error is to an HTTP client; any other is the server's own failure.
 # The first class that matches counts: a subclass comes before its base.
 ERROR_STATUS: dict[type[RunAgentError], int] = {
+    DuplicateReplyError: 409,
     PromptConflictError: 409,
     AlreadyCompletedError: 409,
     NotFoundError: 404,

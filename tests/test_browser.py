@@ -879,6 +879,16 @@ def test_a_paste_run_is_copied_answered_and_done_from_the_page(
             assert (work / "hello.txt").read_text() == "    hi there\n"  # indentation kept
             shots(page, "paste-results")  # wide, and as narrow as a phone
 
+            # The same reply again is refused as a duplicate, and stays in the box.
+            panel.locator("#paste-reply").fill(reply)
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_have_text(
+                "the reply is a duplicate of the last one (the answer to outbox 1), which was "
+                "already applied: it was not saved nor applied again; paste the chat's answer to "
+                "outbox 2"
+            )
+            expect(panel.locator("#paste-reply")).to_have_value(reply)
+
             panel.locator("#paste-reply").fill(DONE)
             panel.locator("#paste-reply").press("Control+Enter")  # the keyboard's Send
             expect(panel.locator("#paste-summary")).to_have_text(

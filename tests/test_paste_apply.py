@@ -67,46 +67,87 @@ def test_files_are_created_read_edited_and_deleted(tmp_path: Path) -> None:
     assert (ws / "src/deep/a.py").read_text() == "new\n"
 
 
-def test_line_ranges_of_one_reply_all_refer_to_the_file_before_it(tmp_path: Path) -> None:
+def test_two_edits_of_one_file_in_one_reply_are_numbered_as_the_spec_runs_them(
+    tmp_path: Path,
+) -> None:
     a = applier(tmp_path)
     ws = tmp_path / "ws"
     (ws / "f.txt").write_text("".join(f"line{i}\n" for i in range(1, 11)))
     done = a.apply(
         parse(
-            # Lines 2-3 become four lines; line 5 goes; lines 8-9 become one: each range is
-            # read in the numbers of the file as it was before this reply.
+            # Written to the spec (commands run in order): lines 2-3 become four lines, so
+            # line5 is then line 7; once it is gone, line8-line9 are lines 9-10.
             '[EDIT_FILE path="f.txt" start_line="2" end_line="3"]\nA\nB\nC\nD\n[/EDIT_FILE]\n'
-            '[EDIT_FILE path="f.txt" start_line="5" end_line="5"]\n[/EDIT_FILE]\n'
-            '[EDIT_FILE path="f.txt" start_line="8" end_line="9"]\nE\n[/EDIT_FILE]\n'
+            '[EDIT_FILE path="f.txt" start_line="7" end_line="7"]\n[/EDIT_FILE]\n'
+            '[EDIT_FILE path="f.txt" start_line="9" end_line="10"]\nE\n[/EDIT_FILE]\n'
             '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nFIRST\n[/EDIT_FILE]\n'
         )
     )
-    assert all(r.success for r in done.results), done.results
+    assert lines(done.results) == [
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 2-3",
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 7-7",
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 9-10",
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 1-1",
+    ]
     assert (ws / "f.txt").read_text().split() == [
         "FIRST", "A", "B", "C", "D", "line4", "line6", "line7", "E", "line10",
     ]  # fmt: skip
 
 
-def test_an_edit_overlapping_an_earlier_one_or_past_the_end_changes_nothing(tmp_path: Path) -> None:
+def test_an_end_line_past_the_end_means_to_the_end_and_the_result_says_so(tmp_path: Path) -> None:
     a = applier(tmp_path)
     ws = tmp_path / "ws"
     (ws / "f.txt").write_text("1\n2\n3\n4\n")
     done = a.apply(
         parse(
             '[EDIT_FILE path="f.txt" start_line="2" end_line="3"]\nX\n[/EDIT_FILE]\n'
-            '[EDIT_FILE path="f.txt" start_line="3" end_line="4"]\nY\n[/EDIT_FILE]\n'
-            '[EDIT_FILE path="f.txt" start_line="4" end_line="9"]\nZ\n[/EDIT_FILE]\n'
+            '[EDIT_FILE path="f.txt" start_line="3" end_line="9"]\nY\nZ\n[/EDIT_FILE]\n'
+            '[EDIT_FILE path="f.txt" start_line="5" end_line="9"]\nW\n[/EDIT_FILE]\n'
             '[EDIT_FILE path="nope.txt" start_line="1" end_line="1"]\nZ\n[/EDIT_FILE]\n'
         )
     )
     assert lines(done.results) == [
         "[OK] EDIT_FILE: Edited 'f.txt' lines 2-3",
-        "[FAILED] EDIT_FILE: lines 3-4 of 'f.txt' overlap lines 2-3, edited earlier in this "
-        "reply; nothing was changed",
-        "[FAILED] EDIT_FILE: lines 4-9 are not in 'f.txt', which had 4 lines before this reply",
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 3-3 (end_line 9 is past its last line, 3: "
+        "replaced to the end)",
+        "[FAILED] EDIT_FILE: start_line 5 is past the end of 'f.txt', which has 4 lines; nothing "
+        "was changed (read it again for its line numbers)",
         "[FAILED] EDIT_FILE: File 'nope.txt' not found",
     ]
-    assert (ws / "f.txt").read_text() == "1\nX\n4\n"
+    assert (ws / "f.txt").read_text() == "1\nX\nY\nZ\n"
+
+
+def test_a_delete_tag_with_text_after_it_deletes_nothing(tmp_path: Path) -> None:
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "x").write_text("kept\n")
+    done = a.apply(parse('To delete a file, write:\n[DELETE_FILE path="x"] <- like this\n'))
+    assert (ws / "x").read_text() == "kept\n"
+    assert lines(done.results) == [
+        "[FAILED] DELETE_FILE: [DELETE_FILE] has text after its tag ('<- like this'), so it is "
+        "not a command and was not carried out; put a command's tag alone on its line (line 2)"
+    ]
+
+
+def test_an_attribute_given_twice_is_refused_with_a_failed_result_naming_it(
+    tmp_path: Path,
+) -> None:
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "f.txt").write_text("1\n2\n3\n")
+    done = a.apply(
+        parse(
+            '[EDIT_FILE path="f.txt" start_line="1" end_line="1" end_line="3"]\nX\n[/EDIT_FILE]\n'
+            '[DELETE_FILE path="f.txt" path="g.txt"]\n'
+        )
+    )
+    assert lines(done.results) == [
+        '[FAILED] EDIT_FILE: [EDIT_FILE] gives the attribute end_line 2 times (end_line="1", '
+        'end_line="3"), so it was not carried out; give each attribute once (line 1)',
+        '[FAILED] DELETE_FILE: [DELETE_FILE] gives the attribute path 2 times (path="f.txt", '
+        'path="g.txt"), so it was not carried out; give each attribute once (line 4)',
+    ]
+    assert (ws / "f.txt").read_text() == "1\n2\n3\n"
 
 
 def test_an_edit_keeps_crlf_line_ends_and_a_missing_final_newline(tmp_path: Path) -> None:
@@ -224,7 +265,7 @@ def test_a_reply_resumed_after_a_restart_runs_only_what_had_not_begun(tmp_path: 
     reply = parse(
         '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nA\nB\n[/EDIT_FILE]\n'
         "[RUN_COMMAND]\necho ran >> log.txt\n[/RUN_COMMAND]\n"
-        '[EDIT_FILE path="f.txt" start_line="3" end_line="3"]\nC\n[/EDIT_FILE]\n'
+        '[EDIT_FILE path="f.txt" start_line="4" end_line="4"]\nC\n[/EDIT_FILE]\n'
     )
     seen: list[Applied] = []
     a.apply(reply[:1], checkpoint=seen.append)
@@ -235,14 +276,14 @@ def test_a_reply_resumed_after_a_restart_runs_only_what_had_not_begun(tmp_path: 
     assert [r.lines()[0] for r in done.results] == [
         "[OK] EDIT_FILE: Edited 'f.txt' lines 1-1",
         f"[FAILED] RUN_COMMAND: {INTERRUPTED}",
-        "[OK] EDIT_FILE: Edited 'f.txt' lines 3-3",
+        "[OK] EDIT_FILE: Edited 'f.txt' lines 4-4",
     ]
     assert not (ws / "log.txt").exists()  # the interrupted command is not run again
-    # The first edit is not applied twice, and the last range still refers to the old file.
+    # The first edit is not applied twice: the last range refers to the file as it left it.
     assert (ws / "f.txt").read_text() == "A\nB\n2\nC\n"
 
 
-def test_one_file_reached_by_two_names_keeps_one_line_map(tmp_path: Path) -> None:
+def test_an_edit_through_a_link_sees_what_an_edit_by_the_file_name_left(tmp_path: Path) -> None:
     a = applier(tmp_path)
     ws = tmp_path / "ws"
     (ws / "f.txt").write_text("1\n2\n3\n4\n5\n")
@@ -250,7 +291,7 @@ def test_one_file_reached_by_two_names_keeps_one_line_map(tmp_path: Path) -> Non
     a.apply(
         parse(
             '[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\nA\nB\nC\n[/EDIT_FILE]\n'
-            '[EDIT_FILE path="link.txt" start_line="5" end_line="5"]\nFIVE\n[/EDIT_FILE]\n'
+            '[EDIT_FILE path="link.txt" start_line="7" end_line="7"]\nFIVE\n[/EDIT_FILE]\n'
         )
     )
     assert (ws / "f.txt").read_text().split() == ["A", "B", "C", "2", "3", "4", "FIVE"]

@@ -275,6 +275,48 @@ def test_a_closing_tag_after_a_self_closing_command_belongs_to_it() -> None:
     assert [(i.name, i.path) for i in items] == [(Name.READ_FILE, "a"), (Name.DELETE_FILE, "b")]  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    "line", ['[DELETE_FILE path="x"] <- like this', '[READ_FILE path="x"] and then edit it']
+)
+def test_a_self_closing_tag_with_text_after_it_on_its_line_is_not_a_command(line: str) -> None:
+    item = only(f"Write it like this:\n{line}\n")
+    assert isinstance(item, Problem)
+    assert "has text after its tag" in item.message and "not carried out" in item.message
+
+
+@pytest.mark.parametrize("after", ["", "  ", "[/READ_FILE]", " [/READ_FILE]", "```", " ``` "])
+def test_a_self_closing_tag_followed_only_by_its_closing_tag_or_a_fence_is_read(
+    after: str,
+) -> None:
+    item = only(f'[READ_FILE path="a"]{after}')
+    assert isinstance(item, Command) and item.path == "a"
+
+
+@pytest.mark.parametrize(
+    ("tag", "named"),
+    [
+        ('[DELETE_FILE path="a" path="b"]', 'path 2 times (path="a", path="b")'),
+        ('[READ_FILE path="a" path="a"]', 'path 2 times (path="a", path="a")'),
+        (
+            '[EDIT_FILE path="f" start_line="1" startLine="5" end_line="5"]\nx\n[/EDIT_FILE]',
+            'start_line 2 times (start_line="1", start_line="5")',
+        ),
+    ],
+)
+def test_an_attribute_given_twice_is_a_problem_naming_it(tag: str, named: str) -> None:
+    item = only(tag)
+    assert isinstance(item, Problem) and named in item.message, item
+
+
+def test_an_attribute_given_twice_in_a_block_still_ends_at_its_closing_tag() -> None:
+    items = parse(
+        '[CREATE_FILE path="a" path="b"]\n[DELETE_FILE path="c"]\n[/CREATE_FILE]\n'
+        "[MESSAGE]\nnext\n[/MESSAGE]"
+    )
+    assert isinstance(items[0], Problem)
+    assert [getattr(i, "name", None) for i in items[1:]] == [Name.MESSAGE]
+
+
 def test_a_block_on_one_line_is_read() -> None:
     item = only("[MESSAGE]All done here.[/MESSAGE]")
     assert isinstance(item, Command) and item.body == "All done here."

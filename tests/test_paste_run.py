@@ -131,6 +131,50 @@ def test_the_same_reply_twice_is_applied_once(ws: Workspace) -> None:
     assert "b.txt is the same reply as the last one (the answer to outbox 1)" in err
 
 
+def test_paste_reply_of_a_reply_already_applied_says_it_is_a_duplicate(ws: Workspace) -> None:
+    work = configure(ws)
+    proc = start(ws)
+    outbox(ws, 1)
+    reply = ws.path / "reply.txt"
+    reply.write_text("[RUN_COMMAND]\necho x >> log.txt\n[/RUN_COMMAND]\n")
+    sent = ws.cli("paste", "reply", str(reply))
+    assert sent.returncode == 0 and "saved as" in sent.stdout, sent.stderr
+    outbox(ws, 2, timeout=30)  # a loaded machine: the settle second, then the command
+    again = ws.cli("paste", "reply", str(reply))  # the same answer, handed in twice
+    assert again.returncode == 2, (again.stdout, again.stderr)
+    assert again.stdout == ""
+    assert again.stderr.splitlines() == [
+        "run-agent: the reply is a duplicate of the last one (the answer to outbox 1), which was "
+        "already applied: it was not saved nor applied again; paste the chat's answer to outbox 2"
+    ]
+    assert list(Folders.of(ws.task()).inbox.iterdir()) == []
+    sent = ws.cli("paste", "reply", "-", input="[DONE]\nok\n[/DONE]\n")
+    assert sent.returncode == 0, sent.stderr
+    assert finish(proc)[0] == 0
+    assert (work / "log.txt").read_text() == "x\n"
+
+
+def test_paste_reply_of_a_reply_waiting_in_the_inbox_says_it_is_a_duplicate(
+    ws: Workspace,
+) -> None:
+    configure(ws)
+    folders = Folders.of(ws.task())
+    folders.make()
+    save(folders, Session.new(TASK))  # no run reads the inbox: the first copy stays there
+    text = "[MESSAGE]\nhi\n[/MESSAGE]\n"
+    first = ws.cli("paste", "reply", "-", input=text)
+    assert first.returncode == 0, first.stderr
+    (waiting,) = folders.inbox.iterdir()
+    again = ws.cli("paste", "reply", "-", input="\n" + text.replace("\n", "\r\n"))
+    assert again.returncode == 2 and again.stderr.splitlines() == [
+        f"run-agent: the reply is a duplicate of {waiting.name}, which waits in the inbox: it was "
+        "not saved, so the reply is applied once"
+    ]
+    other = ws.cli("paste", "reply", "-", input="[MESSAGE]\nbye\n[/MESSAGE]\n")
+    assert other.returncode == 0, other.stderr
+    assert len(list(folders.inbox.iterdir())) == 2
+
+
 def test_a_reply_asked_for_again_later_is_applied_again(ws: Workspace) -> None:
     work = configure(ws)
     proc = start(ws)

@@ -15,7 +15,7 @@ import yaml
 from starlette.testclient import TestClient
 
 from runagent.paste import state
-from runagent.paste.session import Folders, Session, save
+from runagent.paste.session import Folders, Session, digest, save
 from server.actions import MAX_PASTE_BODY
 from server.app import Settings, create_app
 from tests import sse
@@ -235,6 +235,31 @@ def test_a_complete_session_takes_no_reply(ws: Workspace, client: TestClient) ->
     refused = client.post(URL, json={"reply": REPLY})
     assert refused.status_code == 409 and "complete" in refused.json()["error"]
     assert not list(Folders.of(ws.task()).inbox.iterdir())
+
+
+def test_a_reply_handed_in_twice_is_a_409_saying_it_is_a_duplicate(
+    ws: Workspace, client: TestClient
+) -> None:
+    paste_session(ws)
+    sent = client.post(URL, json={"reply": REPLY})
+    assert sent.status_code == 201
+    again = client.post(URL, json={"reply": REPLY})
+    assert again.status_code == 409, again.text
+    assert again.json()["error"] == (
+        f"the reply is a duplicate of {sent.json()['file']}, which waits in the inbox: it was not "
+        "saved, so the reply is applied once"
+    )
+    inbox = Folders.of(ws.task()).inbox
+    assert [p.name for p in inbox.iterdir()] == [sent.json()["file"]]
+    # Once the run has carried it out (its digest is the session's last), it is still refused.
+    (inbox / sent.json()["file"]).unlink()
+    folders = Folders.of(ws.task())
+    session = state.current(ws.task())
+    assert session is not None
+    save(folders, session.touched(sequence_number=2, replies=(digest(REPLY),)))
+    applied = client.post(URL, json={"reply": REPLY.replace("\n", "\r\n")})
+    assert applied.status_code == 409 and "already applied" in applied.json()["error"]
+    assert not list(inbox.iterdir())
 
 
 def test_the_key_guards_the_paste_routes(ws: Workspace) -> None:

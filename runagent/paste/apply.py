@@ -7,9 +7,9 @@ file with its line range spliced, DELETE_FILE deleteFile, READ_FILE readFile, RU
 operation of 30 s (/bin/sh -c), MESSAGE a message. What the policy holds for approval waits for
 the person at the keyboard.
 
-Line ranges of several EDIT_FILE blocks on one file refer to the file as it was before the reply:
-each range is moved by the lines that earlier edits of the reply added or removed above it, and
-an edit that overlaps an earlier one is refused rather than guessed at.
+Commands run in order, as the spec says: an EDIT_FILE's line range refers to the file as the
+commands before it left it (so two edits of one file in one reply are numbered as CodingAgent
+numbers them), and an end_line past the file's last line means "to the end", as there.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import posixpath
 import stat
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,8 @@ Resolve = Callable[[EventsMessage], EventsMessage]
 class Applied:
     """What a reply did: a result per command, the files it asked to read, the messages it
     showed, and DONE's summary if it ended the task. While a reply is being carried out, it is
-    also its progress: `started` commands begun (the last may not have finished when a restart
-    came) and the line-range edits made so far, kept in the session after every step."""
+    also its progress, kept in the session after every step: `started` commands begun (the last
+    may not have finished when a restart came)."""
 
     results: tuple[Result, ...] = ()
     read_requests: tuple[str, ...] = ()
@@ -61,7 +61,6 @@ class Applied:
     summary: str | None = None
     ignored_after_done: int = 0
     started: int = 0
-    edits: Mapping[str, tuple[int, tuple[tuple[int, int, int], ...]]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -69,33 +68,16 @@ class Applied:
             "results": [r.to_dict() for r in self.results],
             "readFileRequests": list(self.read_requests),
             "messages": list(self.messages),
-            "edits": {
-                k: [before, [list(e) for e in done]] for k, (before, done) in self.edits.items()
-            },
         }
 
     @classmethod
     def from_dict(cls, data: Any) -> Applied:
-        edits = {
-            str(k): (int(v[0]), tuple((int(a), int(b), int(c)) for a, b, c in v[1]))
-            for k, v in (data.get("edits") or {}).items()
-        }
         return cls(
             results=tuple(Result.from_dict(r) for r in data.get("results") or ()),
             read_requests=tuple(str(p) for p in data.get("readFileRequests") or ()),
             messages=tuple(str(m) for m in data.get("messages") or ()),
             started=int(data.get("started", 0)),
-            edits=edits,
         )
-
-
-@dataclass
-class _Edits:
-    """The edits a reply has made to one file: (first line, last line, lines put in), in the
-    numbers of the file as it was before the reply."""
-
-    lines_before: int
-    done: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 MAX_COMMANDS = 500  # commands carried out from one reply; later ones are reported, not run
@@ -133,13 +115,12 @@ class Applier:
         results = list(state.results)
         reads = list(state.read_requests)
         messages = list(state.messages)
-        edits = {k: _Edits(before, list(done)) for k, (before, done) in state.edits.items()}
         items = list(items)
 
         def progress(started: int, summary: str | None = None, ignored: int = 0) -> Applied:
             return Applied(
                 tuple(results), tuple(dict.fromkeys(reads)), tuple(messages), summary, ignored,
-                started, {k: (e.lines_before, tuple(e.done)) for k, e in edits.items()},
+                started,
             )  # fmt: skip
 
         for n, item in enumerate(items):
@@ -160,15 +141,12 @@ class Applier:
             lasting = isinstance(item, Command) and item.name in LASTING
             if lasting:
                 checkpoint(progress(n + 1))
-            results.append(self._step(item, f"{ids}-{n + 1}", edits, reads, messages))
+            results.append(self._step(item, f"{ids}-{n + 1}", reads, messages))
             if lasting:
                 checkpoint(progress(n + 1))
         return progress(len(items))
 
-    def _step(
-        self, item: Item, op_id: str, edits: dict[str, _Edits], reads: list[str],
-        messages: list[str],
-    ) -> Result:  # fmt: skip
+    def _step(self, item: Item, op_id: str, reads: list[str], messages: list[str]) -> Result:
         if isinstance(item, Problem):
             return Result(item.command, False, f"{item.message} (line {item.line})")
         if item.name is Name.MESSAGE:
@@ -177,7 +155,7 @@ class Applier:
             self.show(text)
         self._id = op_id
         try:
-            result = self._one(item, edits)
+            result = self._one(item)
         except Exception as exc:  # a fault of run-agent's, never of the reply: said, not fatal
             why = f"run-agent could not carry this out ({type(exc).__name__}: {exc})"
             result = Result(item.name, False, why)
@@ -187,11 +165,9 @@ class Applier:
 
     # One command -----------------------------------------------------------------------------
 
-    def _one(self, command: Command, edits: dict[str, _Edits]) -> Result:
+    def _one(self, command: Command) -> Result:
         name = command.name
         if name is Name.RUN_COMMAND:
-            # A command may change any file: later line numbers refer to what it left.
-            edits.clear()
             return self._run(command.body or "")
         if name is Name.MESSAGE:
             message = {"type": "message", "content": command.body or ""}
@@ -207,21 +183,21 @@ class Applier:
         if problem is not None:
             return Result(name, False, f"the path {_shown(path)} {problem}")
         if name is Name.CREATE_FILE:
-            edits.pop(self._key(path), None)  # later edits of the reply refer to the new content
             lines = command.lines or ()
             content = "\n".join(lines) + "\n" if lines else ""
             op: dict[str, Any] = {"type": "createFile", "path": path, "content": content}
             op["overwrite"] = True  # the spec's CREATE_FILE replaces
             return self._result(name, op, f"Created '{path}'")
         if name is Name.DELETE_FILE:
-            edits.pop(self._key(path), None)
             return self._result(name, {"type": "deleteFile", "path": path}, f"Deleted '{path}'")
         if name is Name.READ_FILE:
             op = {"type": "readFile", "path": path}
             return self._result(name, op, f"Read '{path}'")
-        return self._edit(command, path, edits)
+        return self._edit(command, path)
 
-    def _edit(self, command: Command, path: str, edits: dict[str, _Edits]) -> Result:
+    def _edit(self, command: Command, path: str) -> Result:
+        """Lines start_line to end_line of the file as it is now replaced; an end_line past its
+        last line reaches to the end (as in CodingAgent), and the result says so."""
         name = Name.EDIT_FILE
         try:
             text = self.runtime.workspace.read(path).decode("utf-8")
@@ -235,42 +211,34 @@ class Applier:
         final_newline = text.endswith("\n")
         if final_newline:
             lines.pop()
-        record = edits.setdefault(self._key(path), _Edits(len(lines)))
-        if not record.lines_before:
+        if not lines:
             why = f"'{path}' is empty: it has no lines to replace; write it with CREATE_FILE"
             return Result(name, False, why)
         first, last = command.number("start_line"), command.number("end_line")
-        if last > record.lines_before:
+        if first > len(lines):
             return Result(
                 name, False,
-                f"lines {first}-{last} are not in '{path}', which had {record.lines_before} "
-                "lines before this reply",
+                f"start_line {first} is past the end of '{path}', which has {len(lines)} lines; "
+                "nothing was changed (read it again for its line numbers)",
             )  # fmt: skip
-        shift = 0
-        for done_first, done_last, put in record.done:
-            if first <= done_last and done_first <= last:
-                return Result(
-                    name, False,
-                    f"lines {first}-{last} of '{path}' overlap lines {done_first}-{done_last}, "
-                    "edited earlier in this reply; nothing was changed",
-                )  # fmt: skip
-            if done_last < first:
-                shift += put - (done_last - done_first + 1)
+        done = f"Edited '{path}' lines {first}-{last}"
+        if last > len(lines):
+            done = (
+                f"Edited '{path}' lines {first}-{len(lines)} (end_line {last} is past its last "
+                f"line, {len(lines)}: replaced to the end)"
+            )
+            last = len(lines)
         ending = "\r" if lines and all(line.endswith("\r") for line in lines) else ""
         new = [line + ending for line in command.lines or ()]
-        at = first - 1 + shift
-        lines[at : last + shift] = new
+        lines[first - 1 : last] = new
         result_text = "\n".join(lines) + ("\n" if final_newline and lines else "")
         op = {
             "type": "editFile", "path": path,
             "edits": [{"oldContent": text, "newContent": result_text}],
         }  # fmt: skip
         if text == result_text:
-            return Result(name, True, f"Edited '{path}' lines {first}-{last} (no change)")
-        result = self._result(name, op, f"Edited '{path}' lines {first}-{last}")
-        if result.success:
-            record.done.append((first, last, len(new)))
-        return result
+            return Result(name, True, f"{done} (no change)")
+        return self._result(name, op, done)
 
     def _run(self, command: str) -> Result:
         name = Name.RUN_COMMAND
@@ -293,11 +261,6 @@ class Applier:
         if event.get("error"):
             return Result(name, False, f"'{shown}': {event['error']}", output or None)
         return Result(name, code == 0, f"Ran '{shown}' (exit code {code})", output or None)
-
-    def _key(self, path: str) -> str:
-        """The file a path names, whatever links lead to it: the key of its line-range edits.
-        Only a key: every access still goes through the workspace sandbox."""
-        return os.path.realpath(self.runtime.workspace.root / path)
 
     # The runtime -----------------------------------------------------------------------------
 

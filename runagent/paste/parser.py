@@ -5,6 +5,9 @@ The rules: an opening tag is `[NAME` at the start of a trimmed line; attributes 
 a body is every line after the opening tag, verbatim, up to the line that is exactly `[/NAME]`
 once trimmed; DELETE_FILE and READ_FILE have no body; text between blocks is ignored.
 
+Refused, never guessed at: an attribute given twice, and text after a self-closing tag on its
+line (a tag shown, as in `[DELETE_FILE path="x"] <- like this`, not a command).
+
 Tolerated: CRLF and lone CR line ends, a byte-order mark, typographic or single quotes around
 attribute values, `startLine`/`start-line` for `start_line`, a block or the whole reply inside a
 markdown code fence (fence lines outside blocks are text), a closing tag after a self-closing
@@ -122,9 +125,17 @@ def _block(name: Name, rest: str, lines: list[str], i: int) -> tuple[Item, int]:
     """The block whose opening tag was line `i` (1-based), and the index after it."""
     closing = f"[/{name}]"
     head, after = _split_tag(rest)
-    attributes = _attributes(head)
+    attributes, repeated = _attributes(head)
     if name in SELF_CLOSING:
-        command = _checked(Command(name, attributes, None, i), i)
+        command = _checked(Command(name, attributes, None, i), i, repeated)
+        if after is not None and not _alone(after, closing):
+            # `[DELETE_FILE path="x"] <- like this` shows a tag; it does not ask for one.
+            command = Problem(
+                name,
+                f"[{name}] has text after its tag ({_short(after.strip())!r}), so it is not a "
+                "command and was not carried out; put a command's tag alone on its line",
+                i,
+            )
         # A closing tag the model added anyway (the next non-blank line) belongs to the block.
         j = i
         while j < len(lines) and not lines[j].strip():
@@ -132,12 +143,13 @@ def _block(name: Name, rest: str, lines: list[str], i: int) -> tuple[Item, int]:
         return command, (j + 1 if j < len(lines) and _closes(lines[j], closing) else i)
     if after is not None and after.strip().endswith(closing):  # [MESSAGE]hi[/MESSAGE]
         inline = after.strip()[: -len(closing)]
-        return _checked(Command(name, attributes, (inline,), i), i), i
+        return _checked(Command(name, attributes, (inline,), i), i, repeated), i
     opened = i
     body: list[str] = []
     while i < len(lines):
         if _closes(lines[i], closing):
-            return _checked(Command(name, attributes, tuple(body), opened), opened), i + 1
+            command = Command(name, attributes, tuple(body), opened)
+            return _checked(command, opened, repeated), i + 1
         body.append(lines[i])
         i += 1
     attributes_shown = head.strip() if len(head.strip()) <= 100 else head.strip()[:97] + "..."
@@ -155,6 +167,18 @@ def _closes(line: str, closing: str) -> bool:
     return stripped == closing or (
         stripped.startswith(closing) and FENCE_AFTER.fullmatch(stripped[len(closing) :]) is not None
     )
+
+
+def _alone(after: str, closing: str) -> bool:
+    """Whether what follows a self-closing tag's `]` leaves it alone on its line: nothing, its
+    closing tag, or a code fence's backticks (a chat window's rendering)."""
+    stripped = after.strip()
+    return not stripped or _closes(stripped, closing) or FENCE_AFTER.fullmatch(stripped) is not None
+
+
+def _short(text: str, limit: int = 60) -> str:
+    """`text` at most `limit` characters long, for a problem's message."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _split_tag(rest: str) -> tuple[str, str | None]:
@@ -177,17 +201,32 @@ def _split_tag(rest: str) -> tuple[str, str | None]:
     return rest, None
 
 
-def _attributes(head: str) -> dict[str, str]:
+def _attributes(head: str) -> tuple[dict[str, str], dict[str, list[str]]]:
+    """The attributes of a tag by their spec names, and every value of each name given more
+    than once (`startLine` and `start_line` are one name)."""
     found: dict[str, str] = {}
+    repeated: dict[str, list[str]] = {}
     for match in ATTRIBUTE.finditer(head):
         key = re.sub(r"(?<=[a-z])(?=[A-Z])", "_", match.group(1)).replace("-", "_").lower()
         value = next(v for v in match.groups()[1:] if v is not None)
-        found.setdefault(key, value)
-    return found
+        if key in found:
+            repeated.setdefault(key, [found[key]]).append(value)
+        else:
+            found[key] = value
+    return found, repeated
 
 
-def _checked(command: Command, line: int) -> Item:
-    """The command, or a Problem naming the attribute that is missing or not a number."""
+def _checked(command: Command, line: int, repeated: Mapping[str, list[str]]) -> Item:
+    """The command, or a Problem naming the attribute that is given twice, missing or not a
+    number. Of an attribute given twice neither value is taken: which one was meant is a guess."""
+    for key, values in repeated.items():
+        shown = ", ".join(f'{key}="{_short(v, 40)}"' for v in values)
+        return Problem(
+            command.name,
+            f"[{command.name}] gives the attribute {key} {len(values)} times ({shown}), so it "
+            "was not carried out; give each attribute once",
+            line,
+        )
     for key in REQUIRED.get(command.name, ()):
         value = command.attributes.get(key, "")
         if not value.strip():

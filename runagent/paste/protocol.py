@@ -64,18 +64,18 @@ the whole content of the file
 replacement lines
 [/EDIT_FILE]
   Replaces lines N to M (1-based, both included) of an existing file with the lines between the
-  tags, which may be more or fewer lines. Line numbers refer to the file as it was before this
-  reply: when you edit one file several times in one reply, do not shift the numbers of later
-  edits by the lines earlier edits added or removed, and do not let two edits overlap. After a
-  RUN_COMMAND, or a CREATE_FILE or DELETE_FILE of that file, in the same reply, line numbers
-  refer to the file as that left it.
+  tags, which may be more or fewer lines. Commands are carried out in order, so line numbers
+  refer to the file as the commands before this one left it: when you edit one file several
+  times in one reply, number each edit in the file as the earlier edits changed it (or edit
+  from the last lines up, so that the numbers above stay the same). An end_line past the last
+  line of the file means "to the end of the file".
 
 [DELETE_FILE path="relative/path"]
-  Deletes a file. No closing tag.
+  Deletes a file. No closing tag, and nothing else on the tag's line.
 
 [READ_FILE path="relative/path"]
   Asks for a file's content; it is shown to you in the next message, under "Requested File
-  Contents". No closing tag.
+  Contents". No closing tag, and nothing else on the tag's line.
 
 [RUN_COMMAND]
 command line
@@ -100,7 +100,8 @@ Rules:
   the workspace is rejected.
 - Write command blocks as plain text. Do not put them inside markdown code fences, and do not
   wrap the content of a file in a code fence: everything between the tags is the content.
-- Write attribute values in straight double quotes: path="src/main.py".
+- Write attribute values in straight double quotes: path="src/main.py". Write each attribute
+  of a tag once.
 - Read a file before you edit it by line numbers, so that the numbers are right.
 - Work in steps: act, read the results in the next message, act again. Fix what failed.
 - When the task is complete, send [DONE] with a summary."""

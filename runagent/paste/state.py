@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from runagent import runfolder
-from runagent.errors import NotFoundError, UsageError
+from runagent.errors import DuplicateReplyError, NotFoundError, UsageError
 from runagent.paste import inbox
-from runagent.paste.session import Folders, Session, latest
+from runagent.paste.session import Folders, Session, digest, latest
 from runagent.runfolder import TaskPaths
 
 MAX_REPLY = inbox.MAX_REPLY  # bytes of one reply handed in: what the channel reads at most
@@ -82,10 +82,50 @@ def submit(task: TaskPaths, reply: str) -> Path:
         raise UsageError(
             f"the inbox {folder} leads out of the runs root (a link); replace it with a folder"
         )
+    duplicate = _duplicate(session, folder, reply)
+    if duplicate is not None:
+        raise DuplicateReplyError(duplicate)
     name = f"reply-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}.txt"
     target = folder / name
     runfolder.atomic_write(target, reply)
     return target
+
+
+def _duplicate(session: Session, folder: Path, reply: str) -> str | None:
+    """Why `reply` is not saved, if the run would take it for a duplicate (the channel's rule:
+    the same text as the reply before it is a paste made twice). The reply before it is the newest
+    one waiting in the inbox, else the one being carried out, else the last one carried out."""
+    seen = digest(reply)
+    waiting = []
+    for entry in inbox.candidates(folder):
+        try:
+            waiting.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+        except OSError:
+            continue
+    for _, name in sorted(waiting, reverse=True):
+        text = inbox.read(folder / name).text
+        if text is None:  # an unreadable file is moved aside, never applied
+            continue
+        if digest(text) != seen:
+            return None
+        return (
+            f"the reply is a duplicate of {name}, which waits in the inbox: it was not saved, so "
+            "the reply is applied once"
+        )
+    if session.applying is not None:
+        if session.applying.get("digest") != seen:
+            return None
+        return (
+            "the reply is a duplicate of the one being carried out now: it was not saved, so the "
+            "reply is applied once"
+        )
+    if not session.replies or session.replies[-1] != seen:
+        return None
+    return (
+        f"the reply is a duplicate of the last one (the answer to outbox "
+        f"{session.sequence_number - 1}), which was already applied: it was not saved nor applied "
+        f"again; paste the chat's answer to outbox {session.sequence_number}"
+    )
 
 
 def waiting_tasks(root: Path) -> list[TaskPaths]:
