@@ -84,6 +84,7 @@ class Tail:
         self._chunks: OrderedDict[int, Chunk] = OrderedDict()
         self._bytes = 0
         self._size: tuple[int, int] | None = None  # (hub generation, size then)
+        self.reads = 0  # chunks read from the file (the rest were shared)
 
     def size(self, generation: int, fresh: bool = False) -> int:
         """The file's size, looked at once per hub generation (an append moves it), or now."""
@@ -102,6 +103,7 @@ class Tail:
         # No further than `size`, so every client at this offset in this generation gets the
         # same chunk, whatever was appended since.
         data = read_at(self.path, offset, min(CHUNK, size - offset))
+        self.reads += 1
         text, used = decode(data, final=False)
         if used == 0:
             return None  # only the first bytes of a character so far
