@@ -3,6 +3,8 @@
 Starts `run-agent serve` on 127.0.0.1, makes a running run, appends timestamped lines to its
 stdout, and measures when each line reaches every SSE client (1, then 100 at once), and when a
 tail that polls every 500 ms (the interval of the most used tool of this kind) would see it.
+The clients run in this process, on the same cores as the server, so their own parsing (about as
+much CPU as the server's sending, by py-spy) is in the figures: a browser elsewhere costs nothing.
 
     python bench/sse_latency.py [--lines 200] [--interval 0.02] [--clients 1 100]
 """

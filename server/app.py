@@ -172,6 +172,7 @@ def create_app(settings: Settings) -> Starlette:
         ],
         exception_handlers={HTTPException: _http_error, RunAgentError: _run_agent_error},
     )
+    app.state.hub = hub  # its streams' shared tails, for the tests of the fan-out
     app.state.hub = hub
     return app
 

@@ -1,8 +1,9 @@
 """The change hub: one watchfiles watcher over the runs root that wakes every waiting stream.
 
-Streams do not receive data from the hub, only a wake-up: each one then reads its own file from
-its own offset. So the hub holds no per-client buffer, and a slow client costs nothing but its
-own socket.
+Streams do not receive data from the hub, only a wake-up: each one then takes its file's bytes
+from its own offset, through the file's shared `Tail` (kept here, one per streamed file), which
+reads and encodes them once for every client at that offset. So the hub holds no per-client
+buffer, and a slow client costs nothing but its own socket.
 
 A wake-up is a future that is resolved and replaced on every change. Waiters share it without a
 lock, so a client whose wait is cancelled (it went away) touches nothing any other client or the
@@ -15,11 +16,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from pathlib import Path
 
 import watchfiles
 
 from runagent import runfolder
+from server.tail import Tail
 
 log = logging.getLogger("run-agent.server")
 
@@ -46,6 +49,18 @@ class Hub:
         self._changed: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
+        # A tail lives while a stream holds it: the last client to go takes its chunks along.
+        self._tails: weakref.WeakValueDictionary[tuple[Path, str], Tail] = (
+            weakref.WeakValueDictionary()
+        )
+
+    def tail(self, path: Path, id_prefix: str) -> Tail:
+        """The tail of `path` shared by every stream of it with this id prefix."""
+        key = (path, id_prefix)
+        tail = self._tails.get(key)
+        if tail is None:
+            tail = self._tails[key] = Tail(path, id_prefix)
+        return tail
 
     async def start(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)

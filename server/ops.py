@@ -292,11 +292,11 @@ async def message_events(hub: Hub, path: Path, offset: int) -> AsyncIterator[str
     """events.jsonl from `offset` as one SSE event per whole line (events message)."""
     held = ""
     async for item in streams.run_file_events(hub, path.parent, path.name, offset):
-        if item["event"] != "data":
+        if not isinstance(item, streams.Chunk):  # every data event is a chunk
             continue
-        held += json.loads(item["data"])
+        held += json.loads(item.data)
         *lines, held = held.split("\n")
-        at = int(item["id"]) - len(held.encode("utf-8"))
+        at = item.end - len(held.encode("utf-8"))
         at -= sum(len(line.encode("utf-8")) + 1 for line in lines)
         for line in lines:
             at += len(line.encode("utf-8")) + 1

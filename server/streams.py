@@ -4,17 +4,16 @@ A run file stream sends the file from the client's offset on: `data` events whos
 byte offset after their data, so a client that reconnects with Last-Event-ID gets exactly what it
 missed. Text is JSON-encoded in `data` (SSE would turn a lone \\r into a line break), and a
 UTF-8 character split across writes is held back until it is whole, so offsets always fall on
-character boundaries. Each client reads at most CHUNK bytes at a time from its own offset.
+character boundaries. The bytes come through the file's shared `Tail`: clients at the same
+offset share one read and one encoding of them, and each client is at an offset of its own.
 """
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import json
 import os
-import stat
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,48 +25,23 @@ from runagent import follow, runfolder, tasks
 from runagent.runfolder import TaskPaths
 from runagent.runinfo import RunInfo, RunStatus
 from server.hub import Hub
+from server.tail import Chunk as Chunk  # re-exported: the app and ops read run files here
+from server.tail import Tail, decode
+from server.tail import file_size as file_size
+from server.tail import read_at as read_at
 
-CHUNK = 64 * 1024
 RECHECK = 5.0  # seconds between checks when nothing changes (a supervisor killed by SIGKILL)
 
-Event = dict[str, Any]
+# One SSE event: a dict of sse-starlette's fields, or (every `data` event of a run file) a chunk
+# of the file, framed once for all its clients.
+Event = dict[str, Any] | Chunk
 
 
-def event(kind: str, data: Any, event_id: str | None = None) -> Event:
-    out: Event = {"event": kind, "data": json.dumps(data, ensure_ascii=False)}
+def event(kind: str, data: Any, event_id: str | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"event": kind, "data": json.dumps(data, ensure_ascii=False)}
     if event_id is not None:
         out["id"] = event_id
     return out
-
-
-def decode(data: bytes, final: bool) -> tuple[str, int]:
-    """The text of `data` and how many bytes it used: a split character at the end waits."""
-    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-    text = decoder.decode(data, final=final)
-    return text, len(data) - len(decoder.getstate()[0])
-
-
-def read_at(path: Path, offset: int, size: int = CHUNK) -> bytes:
-    """Up to `size` bytes of a run file at `offset`. Run files are never symbolic links, so one
-    is not followed (O_NOFOLLOW): a link swapped in for a run file reads as empty."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return b""
-    with open(fd, "rb") as f:
-        try:
-            return os.pread(f.fileno(), size, offset)
-        except (OSError, OverflowError):
-            return b""
-
-
-def file_size(path: Path) -> int:
-    """The size `read_at` sees: 0 for anything but a regular file (a link is not followed)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return 0
-    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 @dataclass
@@ -75,15 +49,20 @@ class RunWatch:
     """The state one client keeps about one run file."""
 
     folder: Path
-    path: Path
+    tail: Tail
     offset: int
     status: RunStatus | None = None
     _info_key: tuple[int, int] | None = None
     _info: RunInfo | None = None
+    _meta: int | None = None
 
-    def current(self, recheck: bool) -> RunInfo | None:
+    def current(self, recheck: bool, meta_generation: int) -> RunInfo | None:
         """The run's info, re-read only when run-info.yaml changed (or on a recheck, which also
-        notices a supervisor that died without a word)."""
+        notices a supervisor that died without a word). Only a change of the hub's meta
+        generation can be one of run-info.yaml, so appends to the logs cost no look at it."""
+        if meta_generation == self._meta and not recheck:
+            return self._info
+        self._meta = meta_generation
         try:
             st = os.stat(runfolder.RunPaths(self.folder).info)
             key = (st.st_mtime_ns, st.st_size)
@@ -95,15 +74,19 @@ class RunWatch:
             self._info = tasks.effective(info, self.folder) if info is not None else None
         return self._info
 
-    def chunks(self, id_prefix: str, final: bool) -> list[Event]:
-        """Events for every whole character past the offset, advancing it."""
-        out = []
-        while data := read_at(self.path, self.offset):
-            text, used = decode(data, final=final and len(data) < CHUNK)
-            if used == 0:
-                break
-            self.offset += used
-            out.append(event("data", text, f"{id_prefix}{self.offset}"))
+    def chunks(self, size: int, final: bool) -> list[Event]:
+        """Events for every whole character past the offset up to `size`, advancing it; once
+        `final`, a character the file ends inside of is sent as a replacement character."""
+        out: list[Event] = []
+        while (chunk := self.tail.chunk_at(self.offset, size)) is not None:
+            self.offset = chunk.end
+            out.append(chunk)
+        if final and self.offset < size:
+            # The file's last bytes, never to be whole: not kept, as no one else ends here.
+            text, used = decode(read_at(self.tail.path, self.offset, size - self.offset), True)
+            if used:
+                self.offset += used
+                out.append(Chunk.of(self.offset - used, self.offset, text, self.tail.id_prefix))
         return out
 
 
@@ -111,19 +94,21 @@ async def run_file_events(
     hub: Hub, folder: Path, name: str, offset: int, id_prefix: str = ""
 ) -> AsyncIterator[Event]:
     """A run file's bytes from `offset`, `status` events, then `end` when all is sent."""
-    watch = RunWatch(folder, folder / name, offset)
+    watch = RunWatch(folder, hub.tail(folder / name, id_prefix), offset)
     seen = hub.generation
     recheck = True
     while True:
-        info = watch.current(recheck)
+        info = watch.current(recheck, hub.meta_generation)
         status = info.status if info is not None else None
         finished = status is not None and status is not RunStatus.RUNNING
-        for item in watch.chunks(id_prefix, final=finished):
+        # A recheck (or the end) looks at the file itself: nothing may have woken the hub.
+        size = watch.tail.size(seen, fresh=recheck or finished)
+        for item in watch.chunks(size, final=finished):
             yield item
         if status is not watch.status:
             watch.status = status
             yield event("status", info.to_dict() if info is not None else None)
-        if finished and file_size(watch.path) <= watch.offset:
+        if finished and size <= watch.offset:
             yield event("end", info.to_dict() if info else None, f"{id_prefix}{watch.offset}")
             return
         before = seen
@@ -155,7 +140,7 @@ async def task_events(
         async for item in run_file_events(
             hub, task.run_folder(run_id), name, offset, id_prefix=f"{run_id}:"
         ):
-            if item["event"] != "end":
+            if isinstance(item, Chunk) or item["event"] != "end":
                 yield item
         # The run is over: wait for the loop's next run, or for the loop to end.
         while True:
@@ -229,9 +214,12 @@ async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
         marks = now
 
 
-async def until(stop: anyio.Event, events: AsyncIterator[Event]) -> AsyncIterator[Event]:
+async def until(
+    stop: anyio.Event, events: AsyncIterator[Event]
+) -> AsyncIterator[dict[str, Any] | bytes]:
     """`events` until `stop` is set (the server is shutting down): the stream then ends as a
-    stream ends, with its response completed, instead of being cut off mid-response."""
+    stream ends, with its response completed, instead of being cut off mid-response. A chunk
+    goes out as the bytes it was framed in once, for every client."""
     source = aiter(events)
     stopping = asyncio.ensure_future(stop.wait())
     try:
@@ -244,8 +232,9 @@ async def until(stop: anyio.Event, events: AsyncIterator[Event]) -> AsyncIterato
                     await step
                 return
             try:
-                yield step.result()
+                item = step.result()
             except StopAsyncIteration:
                 return
+            yield item.wire if isinstance(item, Chunk) else item
     finally:
         stopping.cancel()
