@@ -28,6 +28,7 @@ from runagent.context import new_run_id, validate_id
 from runagent.errors import NotFoundError, RunAgentError, UsageError
 from runagent.ops.approval import Pending
 from runagent.ops.event import EventsMessage
+from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from runagent.ops.runtime import Runtime, find_run
 from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import RunPaths, TaskPaths, within
@@ -35,7 +36,6 @@ from server import streams
 from server.hub import Hub
 from server.security import bounded_body, cross_site_write
 
-MAX_MESSAGE = 64 * 1024 * 1024  # bytes of one message: a few files at the spec's 10 MB cap
 POLICIES = ("restrictive", "standard", "permissive")
 DECISIONS = ("approved", "denied")
 SANDBOXES = tuple(s.value for s in Sandbox)
@@ -210,11 +210,11 @@ class OpsApi:
         return JSONResponse(reply.to_dict())
 
     async def body(self, request: Request) -> bytes:
-        """The body of a write: same-origin JSON, at most MAX_MESSAGE bytes."""
+        """The body of a write: same-origin JSON, at most MAX_MESSAGE_BYTES."""
         refusal = cross_site_write(request)
         if refusal is not None:
             raise HTTPException(403, refusal)
-        return await bounded_body(request, MAX_MESSAGE)
+        return await bounded_body(request, MAX_MESSAGE_BYTES)
 
     async def exclusive(
         self, folder: Path, act: Callable[[Runtime], EventsMessage]
@@ -239,8 +239,10 @@ class OpsApi:
 def json_object(data: bytes) -> dict[str, Any]:
     try:
         body = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
+    except RecursionError as exc:
+        raise HTTPException(400, "the body is nested too deep to read") from exc
+    except ValueError as exc:
+        raise HTTPException(400, "the body is not valid JSON") from exc
     if not isinstance(body, dict):
         raise HTTPException(400, "the body must be a JSON object")
     return body

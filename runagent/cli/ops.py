@@ -5,14 +5,16 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import click
 
+from runagent import userfile
 from runagent.cli.group import cli
 from runagent.cli.options import PathValue, common, setup
 from runagent.context import new_run_id, validate_id
 from runagent.errors import ExitCode, UsageError
+from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import TaskPaths, confine
 
@@ -32,7 +34,7 @@ def ops() -> None:
 
 
 @ops.command()
-@click.argument("file", type=click.File("r", encoding="utf-8", errors="surrogateescape"))
+@click.argument("file", metavar="FILE|-")
 @click.option(
     "--workspace",
     "-w",
@@ -66,7 +68,7 @@ def ops() -> None:
 )
 @common
 def apply(
-    file: TextIO, workspace: Path | None, policy: str | None, sandbox: str | None,
+    file: str, workspace: Path | None, policy: str | None, sandbox: str | None,
     run_id: str | None, project_id: str, task_id: str, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Apply the operations message in FILE ('-' reads standard input) and print the events.
@@ -77,6 +79,7 @@ def apply(
     from runagent.ops.runtime import Runtime, find_run  # only this command pays for the runtime
 
     s = setup(config_path, root)
+    text = _message(file)  # read, and refused if too large, before any run is made
     if run_id is not None:
         if workspace is not None or policy is not None or sandbox is not None:
             raise UsageError(
@@ -96,7 +99,7 @@ def apply(
             policy or "standard",
             Sandbox(sandbox or Sandbox.NONE),
         )
-    _print(runtime.receive_text(file.read()))
+    _print(runtime.receive_text(text))
 
 
 @ops.command()
@@ -142,6 +145,16 @@ def _answer(
         )
     answer = {"operationId": operation_id, "decision": decision, "reason": reason}
     _print(runtime.receive({"approval": {k: v for k, v in answer.items() if v is not None}}))
+
+
+def _message(file: str) -> str:
+    """The operations message in `file` ('-': standard input), at most MAX_MESSAGE_BYTES; bytes
+    that are not UTF-8 are kept as they are, for the runtime to answer."""
+    if file == "-":
+        data = userfile.read_stream(sys.stdin.buffer, MAX_MESSAGE_BYTES, "the message on stdin")
+    else:
+        data = userfile.read_file(Path(file), MAX_MESSAGE_BYTES, "message file")
+    return data.decode("utf-8", errors="surrogateescape")
 
 
 def _print(reply: EventsMessage) -> None:

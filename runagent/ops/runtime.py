@@ -141,7 +141,11 @@ class Runtime:
         """Answer one message as sent: JSON text (what is not JSON gets an error event)."""
         try:
             value = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep to read
+        except RecursionError:  # valid JSON, maybe, but deeper than the parser goes
+            self._record(text)
+            why = "the message is nested too deep to read; nest objects and arrays less deeply"
+            return self._answered(self._reply(Status.ERROR, [self._invalid(why)]))
+        except ValueError as exc:
             self._record(text)
             why = f"the message is not JSON ({type(exc).__name__}: {str(exc)[:200]})"
             return self._answered(self._reply(Status.ERROR, [self._invalid(why)]))
