@@ -5,15 +5,15 @@ A workspace named by a request must resolve, links and all, inside one of the fo
 was configured to let operations act in (`server.ops_workspaces`, by default the folder it was
 started in): whoever holds the API key may run shell commands in a workspace, so the key must not
 also choose any folder of the machine (a home folder, /etc). One message at a time per run: a
-second one sent while the first runs gets a 409, so two batches never interleave in one run.
+second one sent while the first runs, here or by any process (the run's turn lock), gets a 409,
+so two batches never interleave in one run.
 """
 
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from runagent import runfolder
 from runagent.context import new_run_id, validate_id
-from runagent.errors import NotFoundError, RunAgentError, UsageError
+from runagent.errors import AlreadyRunningError, NotFoundError, RunAgentError, UsageError
 from runagent.ops.approval import Pending
 from runagent.ops.event import EventsMessage
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
@@ -49,8 +49,6 @@ class OpsApi:
     workspaces: tuple[Path, ...]
     hub: Hub
     sse: Callable[[AsyncIterator[streams.Event]], Response]
-    _busy: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def routes(self) -> list[Route]:
         return [
@@ -219,21 +217,18 @@ class OpsApi:
     async def exclusive(
         self, folder: Path, act: Callable[[Runtime], EventsMessage]
     ) -> EventsMessage:
-        """`act` on the run's runtime in a worker thread, unless a message is already being
-        answered in that run (409)."""
-        with self._lock:
-            if str(folder) in self._busy:
-                raise HTTPException(409, f"run {folder.name} is answering another message; retry")
-            self._busy.add(str(folder))
+        """`act` on the run's runtime in a worker thread, holding the run's turn, unless a
+        message is already being answered in that run, by this server or any process (409)."""
 
         def work() -> EventsMessage:
-            return act(Runtime.open(folder))
+            runtime = Runtime.open(folder, on_busy=None)
+            try:
+                with runtime.turn():
+                    return act(runtime)
+            except AlreadyRunningError as exc:
+                raise HTTPException(409, f"{exc}; retry") from None
 
-        try:
-            return await run_in_threadpool(work)
-        finally:
-            with self._lock:
-                self._busy.discard(str(folder))
+        return await run_in_threadpool(work)
 
 
 def json_object(data: bytes) -> dict[str, Any]:

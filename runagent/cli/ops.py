@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +15,7 @@ import click
 from runagent import userfile
 from runagent.cli.group import cli
 from runagent.cli.options import PathValue, common, setup
+from runagent.cli.run import STOP_SIGNALS
 from runagent.context import new_run_id, validate_id
 from runagent.errors import ExitCode, UsageError
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
@@ -20,6 +24,7 @@ from runagent.runfolder import TaskPaths, confine
 
 if TYPE_CHECKING:
     from runagent.ops.event import EventsMessage
+    from runagent.ops.runtime import Runtime
 
 POLICIES = ("restrictive", "standard", "permissive")
 
@@ -99,7 +104,16 @@ def apply(
             policy or "standard",
             Sandbox(sandbox or Sandbox.NONE),
         )
-    _print(runtime.receive_text(text))
+    with _turn(runtime):
+        waiting = runtime.pending
+        if waiting is not None and not _answers(text):
+            raise UsageError(
+                f"run {runtime.run_id} awaits approval of operation {waiting.operation_id!r} "
+                "from an earlier message; answer it first (run-agent ops approve|deny "
+                f"{runtime.run_id} {waiting.operation_id}): this message was not applied"
+            )
+        reply = runtime.receive_text(text)
+    _print(reply)
 
 
 @ops.command()
@@ -136,15 +150,61 @@ def _answer(
 
     s = setup(config_path, root)
     runtime = Runtime.open(find_run(s.root, validate_id("run", run_id)))
-    waiting = runtime.pending
-    if waiting is None:
-        raise UsageError(f"run {run_id} awaits no approval")
-    if waiting.operation_id != operation_id:
-        raise UsageError(
-            f"run {run_id} awaits approval of {waiting.operation_id!r}, not {operation_id!r}"
-        )
-    answer = {"operationId": operation_id, "decision": decision, "reason": reason}
-    _print(runtime.receive({"approval": {k: v for k, v in answer.items() if v is not None}}))
+    with _turn(runtime):
+        waiting = runtime.pending
+        if waiting is None:
+            raise UsageError(f"run {run_id} awaits no approval")
+        if waiting.operation_id != operation_id:
+            raise UsageError(
+                f"run {run_id} awaits approval of {waiting.operation_id!r}, not {operation_id!r}"
+            )
+        answer = {"operationId": operation_id, "decision": decision, "reason": reason}
+        reply = runtime.receive({"approval": {k: v for k, v in answer.items() if v is not None}})
+    _print(reply)
+
+
+@contextlib.contextmanager
+def _turn(runtime: Runtime) -> Iterator[None]:
+    """Hold the run's turn, waiting for it (and saying so) while another process answers a
+    message; a stop signal (SIGINT, SIGTERM, SIGHUP) ends the batch recorded, with exit 130.
+
+    SIGINT is set here even when it was ignored: a shell starts a background job (`&`) with
+    SIGINT ignored, and such an `ops apply` must still stop on it, recorded."""
+    from runagent.ops.runtime import Interrupted
+
+    def stop(signum: int, frame: object) -> None:
+        for sig in STOP_SIGNALS:  # one stop is enough: the record of it is written whole
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    runtime.on_busy = lambda why: click.echo(f"run-agent: {why}; waiting for its turn", err=True)
+    entered = False
+    try:
+        with runtime.turn():
+            entered = True
+            yield
+    except Interrupted as exc:
+        if exc.reply is not None:
+            click.echo(json.dumps(exc.reply.to_dict(), indent=2))
+            note = "; what ran is recorded in the run's folder"
+        else:
+            note = "" if entered else " while waiting for the run's turn; nothing was applied"
+        click.echo(f"run-agent: stopped by {exc.signal_name}{note}", err=True)
+        sys.exit(int(ExitCode.STOPPED))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _answers(text: str) -> bool:
+    """Whether the message is an answer to a pause (which a paused run takes)."""
+    from runagent.ops import approval
+
+    try:
+        return approval.is_answer(json.loads(text))
+    except (ValueError, RecursionError):
+        return False
 
 
 def _message(file: str) -> str:
