@@ -12,7 +12,7 @@ so two batches never interleave in one run.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,9 +26,9 @@ from starlette.routing import Route
 from runagent import runfolder
 from runagent.context import new_run_id, validate_id
 from runagent.errors import AlreadyRunningError, NotFoundError, RunAgentError, UsageError
-from runagent.ops.approval import Pending
 from runagent.ops.event import EventsMessage
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
+from runagent.ops.runs import all_runs, approval_row, describe, ids
 from runagent.ops.runtime import Runtime, find_run
 from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import RunPaths, TaskPaths, within
@@ -241,48 +241,6 @@ def json_object(data: bytes) -> dict[str, Any]:
     if not isinstance(body, dict):
         raise HTTPException(400, "the body must be a JSON object")
     return body
-
-
-def all_runs(root: Path) -> Iterator[Path]:
-    """Every operations run's folder under the runs root, oldest first within a task."""
-    for project in runfolder.project_ids(root):
-        for task_id in runfolder.task_ids(root, project):
-            task = TaskPaths(root, project, task_id)
-            for run_id in task.run_ids():
-                folder = task.run_folder(run_id)
-                if RunPaths(folder).ops_settings.is_file() and within(root, folder):
-                    yield folder
-
-
-def ids(folder: Path) -> dict[str, str]:
-    return {
-        "runId": folder.name,
-        "project_id": folder.parent.parent.parent.name,
-        "task_id": folder.parent.parent.name,
-    }
-
-
-def describe(folder: Path) -> dict[str, Any]:
-    runtime = Runtime.open(folder)
-    waiting = runtime.pending
-    return {
-        **ids(folder),
-        **runtime.settings.to_dict(),
-        "pending": approval_row(waiting) if waiting is not None else None,
-    }
-
-
-def approval_row(waiting: Pending) -> dict[str, Any]:
-    """What a person answering a pause is shown: the operation, why, the rule, its hash."""
-    asked = waiting.events[-1] if waiting.events else {}
-    return {
-        "operationId": waiting.operation_id,
-        "operationType": asked.get("operationType"),
-        "reason": asked.get("reason"),
-        "details": asked.get("details", {}),
-        "timestamp": asked.get("timestamp"),
-        "operationHash": waiting.digest,
-    }
 
 
 async def message_events(hub: Hub, path: Path, offset: int) -> AsyncIterator[streams.Event]:

@@ -191,3 +191,52 @@ def test_the_api_and_the_cli_share_the_turn(ws: Workspace) -> None:
             assert free.status_code == 200 and free.json()["status"] == "completed"
     finally:
         holding.wait()
+
+
+def test_ops_list_shows_each_runs_state(ws: Workspace) -> None:
+    done, _ = new_run(ws, policy="permissive")
+    project = ws.path / "project"
+    (project / "victim").mkdir()
+    paused = ws.cli("ops", "apply", "-", "-w", "project", input=batch(
+        shell("rm -r victim", id="rm-1"))
+    )  # fmt: skip
+    awaiting = json.loads(paused.stdout)["runId"]
+    busy, _ = new_run_in(ws)
+    holding = Apply(ws, "hold", batch(
+        shell("touch started; while [ ! -e gate ]; do sleep 0.05; done")
+    ), "--run", busy)  # fmt: skip
+    try:
+        wait_for(lambda: (project / "started").exists(), what="the batch to run")
+        listed = ws.cli("ops", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        rows = {r["runId"]: r for r in json.loads(listed.stdout)}
+        assert {k: (r["state"], r["pending"] and r["pending"]["operationId"])
+                for k, r in rows.items()} == {
+            done: ("done", None), awaiting: ("awaiting_approval", "rm-1"), busy: ("running", None),
+        }  # fmt: skip
+        table = ws.cli("ops", "list").stdout.splitlines()
+        assert table[0].split() == [
+            "RUN", "PROJECT", "TASK", "STATE", "AWAITING", "POLICY", "WORKSPACE"
+        ]  # fmt: skip
+        assert any(line.split()[:5] == [awaiting, "ops", "ops", "awaiting_approval", "rm-1"]
+                   for line in table)  # fmt: skip
+        (project / "gate").touch()
+        assert holding.wait() == 0, holding.stderr
+    finally:
+        holding.wait()
+    after = {r["runId"]: r["state"] for r in json.loads(ws.cli("ops", "list", "--json").stdout)}
+    assert after[busy] == "done"
+
+
+def new_run_in(ws: Workspace) -> tuple[str, Path]:
+    """Another run on the same workspace folder."""
+    made = ws.cli("ops", "apply", "-", "-w", "project", "--policy", "permissive", input=batch())
+    run = json.loads(made.stdout)["runId"]
+    return run, ws.root / "ops" / "ops" / "runs" / run
+
+
+def test_ops_list_with_no_runs_says_so(ws: Workspace) -> None:
+    empty = ws.invoke("ops", "list")
+    assert empty.returncode == 0 and empty.stdout == ""
+    assert empty.stderr.startswith("no operations runs")
+    assert json.loads(ws.invoke("ops", "list", "--json").stdout) == []

@@ -14,10 +14,11 @@ import click
 
 from runagent import userfile
 from runagent.cli.group import cli
-from runagent.cli.options import PathValue, common, setup
+from runagent.cli.options import PathValue, common, json_option, setup
 from runagent.cli.run import STOP_SIGNALS
+from runagent.cli.show import print_table
 from runagent.context import new_run_id, validate_id
-from runagent.errors import ExitCode, UsageError
+from runagent.errors import ExitCode, RunAgentError, UsageError
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import TaskPaths, confine
@@ -114,6 +115,37 @@ def apply(
             )
         reply = runtime.receive_text(text)
     _print(reply)
+
+
+@ops.command(name="list")
+@json_option
+@common
+def list_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
+    """List the operations runs under the runs root and what each is doing: running,
+    awaiting_approval (of which operation) or done."""
+    from runagent.ops.runs import all_runs, describe
+
+    s = setup(config_path, root)
+    rows = []
+    for folder in all_runs(s.root):
+        try:
+            rows.append(describe(folder))
+        except RunAgentError as exc:  # one unreadable run does not hide the others
+            click.echo(f"run-agent: {exc}", err=True)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"no operations runs {s.where()}", err=True)
+        return
+    table = [
+        [
+            r["runId"], r["project_id"], r["task_id"], r["state"],
+            r["pending"]["operationId"] if r["pending"] else "", r["policy"], r["workspace"],
+        ]
+        for r in rows
+    ]  # fmt: skip
+    print_table(table, ["RUN", "PROJECT", "TASK", "STATE", "AWAITING", "POLICY", "WORKSPACE"])
 
 
 @ops.command()
