@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from runagent import userfile
 from runagent.errors import UsageError
 from runagent.events import Outcome
 from runagent.issue import issue_number
@@ -52,11 +53,13 @@ class CocodeRequest:
             )
         number = issue_number(_required(env, "COCODE_ISSUE_NUMBER"), "COCODE_ISSUE_NUMBER")
         body_file = Path(_required(env, "COCODE_ISSUE_BODY_FILE"))
+        data = userfile.read_file(body_file, userfile.MAX_TEXT_BYTES, "COCODE_ISSUE_BODY_FILE")
         try:
-            body = body_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
+            body = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
             raise UsageError(
-                f"COCODE_ISSUE_BODY_FILE {str(body_file)!r} cannot be read as text ({exc})"
+                f"COCODE_ISSUE_BODY_FILE {str(body_file)!r} is not UTF-8 text ({exc.reason} at "
+                f"byte {exc.start})"
             ) from None
         if not body.strip():
             raise UsageError(f"COCODE_ISSUE_BODY_FILE {str(body_file)!r} is empty")

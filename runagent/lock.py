@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,14 +76,23 @@ class TaskLock:
         self.label = label
         self._fd: int | None = None
 
-    def acquire(self) -> Holder:
+    def acquire(self, wait: Callable[[str], None] | None = None) -> Holder:
+        """Take the lock; when another holds it, refuse (AlreadyRunningError), or with `wait`,
+        tell it why (the refusal's words) and wait for the lock."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            os.close(fd)
-            raise AlreadyRunningError(self._busy_message()) from None
+            if wait is None:
+                os.close(fd)
+                raise AlreadyRunningError(self._busy_message()) from None
+            try:
+                wait(self._busy_message())
+                fcntl.flock(fd, fcntl.LOCK_EX)  # a signal's exception ends the wait
+            except BaseException:
+                os.close(fd)
+                raise
         pid = os.getpid()
         since = datetime.now(UTC).isoformat(timespec="seconds")
         holder = Holder(pid, process_start_time(pid), since, this_host(), self.label)

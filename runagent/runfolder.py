@@ -5,7 +5,7 @@
       issue.yaml  ISSUE.md  worktree/  worktree-*.diff      (an issue run)
       runs/<run_id>/
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
-        operations.jsonl  events.jsonl  ops.json  approval-pending.json  (an operations run)
+        operations.jsonl  events.jsonl  ops.json  approval-pending.json  .ops.lock  (operations)
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
 old or the new version, never half of one; on a full disk, where the temp file gets no block, it
@@ -47,6 +47,7 @@ OPERATIONS = "operations.jsonl"  # every message an operations run received, one
 EVENTS = "events.jsonl"  # every events message it answered with, one per line
 OPS_SETTINGS = "ops.json"  # the workspace and policy an operations run acts with
 APPROVAL_PENDING = "approval-pending.json"  # the paused batch, while an approval is awaited
+OPS_LOCK = ".ops.lock"  # held by whichever process answers a message of an operations run
 ISSUE_RECORD = "issue.yaml"  # an issue run: the issue, repository, worktree, branch, fork point
 ISSUE_BODY = "ISSUE.md"  # the issue body as the agent reads it (COCODE_ISSUE_BODY_FILE)
 WORKTREE = "worktree"  # an issue run's git worktree
@@ -164,6 +165,10 @@ class RunPaths:
     @property
     def approval_pending(self) -> Path:
         return self.folder / APPROVAL_PENDING
+
+    @property
+    def ops_lock(self) -> Path:
+        return self.folder / OPS_LOCK
 
     @property
     def done(self) -> Path:

@@ -5,15 +5,15 @@ A workspace named by a request must resolve, links and all, inside one of the fo
 was configured to let operations act in (`server.ops_workspaces`, by default the folder it was
 started in): whoever holds the API key may run shell commands in a workspace, so the key must not
 also choose any folder of the machine (a home folder, /etc). One message at a time per run: a
-second one sent while the first runs gets a 409, so two batches never interleave in one run.
+second one sent while the first runs, here or by any process (the run's turn lock), gets a 409,
+so two batches never interleave in one run.
 """
 
 from __future__ import annotations
 
 import json
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,10 @@ from starlette.routing import Route
 
 from runagent import runfolder
 from runagent.context import new_run_id, validate_id
-from runagent.errors import NotFoundError, RunAgentError, UsageError
-from runagent.ops.approval import Pending
+from runagent.errors import AlreadyRunningError, NotFoundError, RunAgentError, UsageError
 from runagent.ops.event import EventsMessage
+from runagent.ops.protocol import MAX_MESSAGE_BYTES
+from runagent.ops.runs import all_runs, approval_row, describe, ids
 from runagent.ops.runtime import Runtime, find_run
 from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import RunPaths, TaskPaths, within
@@ -35,7 +36,6 @@ from server import streams
 from server.hub import Hub
 from server.security import bounded_body, cross_site_write
 
-MAX_MESSAGE = 64 * 1024 * 1024  # bytes of one message: a few files at the spec's 10 MB cap
 POLICIES = ("restrictive", "standard", "permissive")
 DECISIONS = ("approved", "denied")
 SANDBOXES = tuple(s.value for s in Sandbox)
@@ -49,8 +49,6 @@ class OpsApi:
     workspaces: tuple[Path, ...]
     hub: Hub
     sse: Callable[[AsyncIterator[streams.Event]], Response]
-    _busy: set[str] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def routes(self) -> list[Route]:
         return [
@@ -210,82 +208,39 @@ class OpsApi:
         return JSONResponse(reply.to_dict())
 
     async def body(self, request: Request) -> bytes:
-        """The body of a write: same-origin JSON, at most MAX_MESSAGE bytes."""
+        """The body of a write: same-origin JSON, at most MAX_MESSAGE_BYTES."""
         refusal = cross_site_write(request)
         if refusal is not None:
             raise HTTPException(403, refusal)
-        return await bounded_body(request, MAX_MESSAGE)
+        return await bounded_body(request, MAX_MESSAGE_BYTES)
 
     async def exclusive(
         self, folder: Path, act: Callable[[Runtime], EventsMessage]
     ) -> EventsMessage:
-        """`act` on the run's runtime in a worker thread, unless a message is already being
-        answered in that run (409)."""
-        with self._lock:
-            if str(folder) in self._busy:
-                raise HTTPException(409, f"run {folder.name} is answering another message; retry")
-            self._busy.add(str(folder))
+        """`act` on the run's runtime in a worker thread, holding the run's turn, unless a
+        message is already being answered in that run, by this server or any process (409)."""
 
         def work() -> EventsMessage:
-            return act(Runtime.open(folder))
+            runtime = Runtime.open(folder, on_busy=None)
+            try:
+                with runtime.turn():
+                    return act(runtime)
+            except AlreadyRunningError as exc:
+                raise HTTPException(409, f"{exc}; retry") from None
 
-        try:
-            return await run_in_threadpool(work)
-        finally:
-            with self._lock:
-                self._busy.discard(str(folder))
+        return await run_in_threadpool(work)
 
 
 def json_object(data: bytes) -> dict[str, Any]:
     try:
         body = json.loads(data)
-    except (ValueError, RecursionError) as exc:
-        raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
+    except RecursionError as exc:
+        raise HTTPException(400, "the body is nested too deep to read") from exc
+    except ValueError as exc:
+        raise HTTPException(400, "the body is not valid JSON") from exc
     if not isinstance(body, dict):
         raise HTTPException(400, "the body must be a JSON object")
     return body
-
-
-def all_runs(root: Path) -> Iterator[Path]:
-    """Every operations run's folder under the runs root, oldest first within a task."""
-    for project in runfolder.project_ids(root):
-        for task_id in runfolder.task_ids(root, project):
-            task = TaskPaths(root, project, task_id)
-            for run_id in task.run_ids():
-                folder = task.run_folder(run_id)
-                if RunPaths(folder).ops_settings.is_file() and within(root, folder):
-                    yield folder
-
-
-def ids(folder: Path) -> dict[str, str]:
-    return {
-        "runId": folder.name,
-        "project_id": folder.parent.parent.parent.name,
-        "task_id": folder.parent.parent.name,
-    }
-
-
-def describe(folder: Path) -> dict[str, Any]:
-    runtime = Runtime.open(folder)
-    waiting = runtime.pending
-    return {
-        **ids(folder),
-        **runtime.settings.to_dict(),
-        "pending": approval_row(waiting) if waiting is not None else None,
-    }
-
-
-def approval_row(waiting: Pending) -> dict[str, Any]:
-    """What a person answering a pause is shown: the operation, why, the rule, its hash."""
-    asked = waiting.events[-1] if waiting.events else {}
-    return {
-        "operationId": waiting.operation_id,
-        "operationType": asked.get("operationType"),
-        "reason": asked.get("reason"),
-        "details": asked.get("details", {}),
-        "timestamp": asked.get("timestamp"),
-        "operationHash": waiting.digest,
-    }
 
 
 async def message_events(hub: Hub, path: Path, offset: int) -> AsyncIterator[streams.Event]:

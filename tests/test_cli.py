@@ -466,7 +466,11 @@ HOSTILE = [
     ([*OK, "--prompt-file", "missing.txt"], "'missing.txt'"),
     ([*OK, "--prompt-file", "folder"], "'folder'"),
     ([*OK, "--prompt-file", "nul.txt"], "'nul.txt' contains a NUL byte"),
-    ([*OK, "--prompt-file", "/dev/zero"], "'/dev/zero' is larger than"),
+    ([*OK, "--prompt-file", "/dev/zero"], "'/dev/zero' is a device, not a regular file"),
+    (
+        ["--issue", "1", "--repo", "folder", "--issue-body-file", "/dev/zero", "x"],
+        "--issue-body-file '/dev/zero' is a device, not a regular file",
+    ),
     ([*OK, "--config", "folder", "x"], "'folder'"),
     ([*OK, "--config", "", "x"], "'--config': '' is empty"),
     ([*OK, "--config", "list.yaml", "x"], "list.yaml: the file: expected a mapping"),

@@ -132,6 +132,22 @@ def test_a_wrong_variable_exits_2_naming_it(
     assert proc.returncode == 2 and name in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize(
+    "body, fragment",
+    [("/dev/zero", "is a device"), ("{fifo}", "is a FIFO"), ("{folder}", "is a folder")],
+)
+def test_an_issue_body_that_is_no_regular_file_exits_2_at_once(
+    ws: Workspace, recipe: dict[str, str], body: str, fragment: str
+) -> None:
+    os.mkfifo(ws.path / "fifo")  # nobody writes to it: reading it would wait forever
+    value = body.format(fifo=ws.path / "fifo", folder=ws.path)
+    proc = cocode(ws, {**recipe, "COCODE_ISSUE_BODY_FILE": value})
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip()
+    assert len(line.splitlines()) == 1 and "Traceback" not in line, line
+    assert f"COCODE_ISSUE_BODY_FILE {value!r} {fragment}, not a regular file" in line
+
+
 def test_a_missing_agent_binary_exits_3(ws: Workspace, recipe: dict[str, str]) -> None:
     ws.config.write_text(
         "agents:\n  gone: {type: command, command: [no-such-agent-binary-here]}\n"

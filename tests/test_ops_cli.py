@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from tests.conftest import Workspace
 
 
@@ -104,3 +108,62 @@ def test_usage_errors_are_one_line_with_exit_2(ws: Workspace, tmp_path: Path) ->
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, (args, result.stderr)
         assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    "name, fragment",
+    [("/dev/zero", "is a device"), ("fifo", "is a FIFO"), ("folder", "is a folder")],
+)
+def test_a_message_file_that_is_no_regular_file_is_refused_at_once(
+    ws: Workspace, name: str, fragment: str
+) -> None:
+    (ws.path / "project").mkdir()
+    (ws.path / "folder").mkdir()
+    os.mkfifo(ws.path / "fifo")  # nobody writes to it: reading it would wait forever
+    result = ws.cli("ops", "apply", name, "-w", "project", timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert one_line(result.stderr).endswith(
+        f"message file {name!r} {fragment}, not a regular file; give a file"
+    )
+    assert not ws.root.exists() or not list(ws.root.glob("*/*/runs/*"))  # no run was made
+
+
+def test_a_message_over_the_api_limit_is_refused_whole_and_not_recorded(ws: Workspace) -> None:
+    (ws.path / "project").mkdir()
+    first = ws.cli("ops", "apply", "-", "-w", "project", input=batch())
+    run = events(first.stdout)["runId"]
+    folder = ws.root / "ops" / "ops" / "runs" / run
+    recorded = (folder / "operations.jsonl").read_bytes()
+    huge = ws.path / "huge.json"
+    with huge.open("wb") as f:  # a sparse file: its size is what is refused, before any read
+        f.truncate(MAX_MESSAGE_BYTES + 1)
+    from_file = ws.cli("ops", "apply", str(huge), "--run", run)
+    assert from_file.returncode == 2
+    assert one_line(from_file.stderr).endswith(
+        f"message file {str(huge)!r} is larger than 64 MiB; is it the right file?"
+    )
+    content = "x" * MAX_MESSAGE_BYTES  # with the JSON around it, just over the limit
+    piped = ws.cli("ops", "apply", "-", "--run", run, input=batch(message(content)))
+    assert piped.returncode == 2
+    assert "the message on stdin is larger than 64 MiB" in one_line(piped.stderr)
+    assert (folder / "operations.jsonl").read_bytes() == recorded  # neither was kept
+
+
+def test_a_message_nested_too_deep_says_so(ws: Workspace) -> None:
+    (ws.path / "project").mkdir()
+    deep = '{"protocolVersion": "1.0", "operations": [' + "[" * 200_000 + "]" * 200_000 + "]}"
+    result = ws.cli("ops", "apply", "-", "-w", "project", input=deep)
+    assert result.returncode == 1, result.stderr
+    reply = events(result.stdout)
+    assert reply["status"] == "error"
+    assert reply["events"][0]["message"].startswith("the message is nested too deep to read")
+
+
+def message(content: str) -> dict[str, str]:
+    return {"type": "message", "content": content}
+
+
+def one_line(stderr: str) -> str:
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]

@@ -236,3 +236,16 @@ def test_a_run_can_ask_for_the_bwrap_sandbox(client: TestClient, ws: Workspace) 
     url = f"/api/ops/runs/{made.json()['runId']}/messages"
     reply = client.post(url, json=batch({"type": "shell", "command": f"ls {ws.root}"})).json()
     assert reply["events"][0]["success"] is False  # the runs root is not there in the sandbox
+
+
+def test_a_body_nested_too_deep_says_so(client: TestClient) -> None:
+    deep = b'{"workspace": ' + b"[" * 200_000 + b"]" * 200_000 + b"}"
+    made = client.post("/api/ops/runs", content=deep, headers={"content-type": "application/json"})
+    assert made.status_code == 400 and made.json()["error"] == "the body is nested too deep to read"
+    run = create(client)
+    sent = client.post(
+        f"/api/ops/runs/{run['runId']}/messages", content=deep,
+        headers={"content-type": "application/json"},
+    )  # fmt: skip
+    assert sent.status_code == 200 and sent.json()["status"] == "error"
+    assert sent.json()["events"][0]["message"].startswith("the message is nested too deep")

@@ -2,22 +2,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING
 
 import click
 
+from runagent import userfile
 from runagent.cli.group import cli
-from runagent.cli.options import PathValue, common, setup
+from runagent.cli.options import PathValue, common, json_option, setup
+from runagent.cli.run import STOP_SIGNALS
+from runagent.cli.show import print_table
 from runagent.context import new_run_id, validate_id
-from runagent.errors import ExitCode, UsageError
+from runagent.errors import ExitCode, RunAgentError, UsageError
+from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from runagent.ops.sandbox import Sandbox
 from runagent.runfolder import TaskPaths, confine
 
 if TYPE_CHECKING:
     from runagent.ops.event import EventsMessage
+    from runagent.ops.runtime import Runtime
 
 POLICIES = ("restrictive", "standard", "permissive")
 
@@ -32,7 +40,7 @@ def ops() -> None:
 
 
 @ops.command()
-@click.argument("file", type=click.File("r", encoding="utf-8", errors="surrogateescape"))
+@click.argument("file", metavar="FILE|-")
 @click.option(
     "--workspace",
     "-w",
@@ -67,7 +75,7 @@ def ops() -> None:
 )
 @common
 def apply(
-    file: TextIO, workspace: Path | None, policy: str | None, sandbox: str | None,
+    file: str, workspace: Path | None, policy: str | None, sandbox: str | None,
     run_id: str | None, project_id: str, task_id: str, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Apply the operations message in FILE ('-' reads standard input) and print the events.
@@ -78,6 +86,7 @@ def apply(
     from runagent.ops.runtime import Runtime, find_run  # only this command pays for the runtime
 
     s = setup(config_path, root)
+    text = _message(file)  # read, and refused if too large, before any run is made
     if run_id is not None:
         if workspace is not None or policy is not None or sandbox is not None:
             raise UsageError(
@@ -97,7 +106,47 @@ def apply(
             policy or "standard",
             Sandbox(sandbox or s.config.ops.sandbox),
         )
-    _print(runtime.receive_text(file.read()))
+    with _turn(runtime):
+        waiting = runtime.pending
+        if waiting is not None and not _answers(text):
+            raise UsageError(
+                f"run {runtime.run_id} awaits approval of operation {waiting.operation_id!r} "
+                "from an earlier message; answer it first (run-agent ops approve|deny "
+                f"{runtime.run_id} {waiting.operation_id}): this message was not applied"
+            )
+        reply = runtime.receive_text(text)
+    _print(reply)
+
+
+@ops.command(name="list")
+@json_option
+@common
+def list_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
+    """List the operations runs under the runs root and what each is doing: running,
+    awaiting_approval (of which operation) or done."""
+    from runagent.ops.runs import all_runs, describe
+
+    s = setup(config_path, root)
+    rows = []
+    for folder in all_runs(s.root):
+        try:
+            rows.append(describe(folder))
+        except RunAgentError as exc:  # one unreadable run does not hide the others
+            click.echo(f"run-agent: {exc}", err=True)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"no operations runs {s.where()}", err=True)
+        return
+    table = [
+        [
+            r["runId"], r["project_id"], r["task_id"], r["state"],
+            r["pending"]["operationId"] if r["pending"] else "", r["policy"], r["workspace"],
+        ]
+        for r in rows
+    ]  # fmt: skip
+    print_table(table, ["RUN", "PROJECT", "TASK", "STATE", "AWAITING", "POLICY", "WORKSPACE"])
 
 
 @ops.command()
@@ -134,15 +183,71 @@ def _answer(
 
     s = setup(config_path, root)
     runtime = Runtime.open(find_run(s.root, validate_id("run", run_id)))
-    waiting = runtime.pending
-    if waiting is None:
-        raise UsageError(f"run {run_id} awaits no approval")
-    if waiting.operation_id != operation_id:
-        raise UsageError(
-            f"run {run_id} awaits approval of {waiting.operation_id!r}, not {operation_id!r}"
-        )
-    answer = {"operationId": operation_id, "decision": decision, "reason": reason}
-    _print(runtime.receive({"approval": {k: v for k, v in answer.items() if v is not None}}))
+    with _turn(runtime):
+        waiting = runtime.pending
+        if waiting is None:
+            raise UsageError(f"run {run_id} awaits no approval")
+        if waiting.operation_id != operation_id:
+            raise UsageError(
+                f"run {run_id} awaits approval of {waiting.operation_id!r}, not {operation_id!r}"
+            )
+        answer = {"operationId": operation_id, "decision": decision, "reason": reason}
+        reply = runtime.receive({"approval": {k: v for k, v in answer.items() if v is not None}})
+    _print(reply)
+
+
+@contextlib.contextmanager
+def _turn(runtime: Runtime) -> Iterator[None]:
+    """Hold the run's turn, waiting for it (and saying so) while another process answers a
+    message; a stop signal (SIGINT, SIGTERM, SIGHUP) ends the batch recorded, with exit 130.
+
+    SIGINT is set here even when it was ignored: a shell starts a background job (`&`) with
+    SIGINT ignored, and such an `ops apply` must still stop on it, recorded."""
+    from runagent.ops.runtime import Interrupted
+
+    def stop(signum: int, frame: object) -> None:
+        for sig in STOP_SIGNALS:  # one stop is enough: the record of it is written whole
+            signal.signal(sig, signal.SIG_IGN)
+        raise Interrupted(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    runtime.on_busy = lambda why: click.echo(f"run-agent: {why}; waiting for its turn", err=True)
+    entered = False
+    try:
+        with runtime.turn():
+            entered = True
+            yield
+    except Interrupted as exc:
+        if exc.reply is not None:
+            click.echo(json.dumps(exc.reply.to_dict(), indent=2))
+            note = "; what ran is recorded in the run's folder"
+        else:
+            note = "" if entered else " while waiting for the run's turn; nothing was applied"
+        click.echo(f"run-agent: stopped by {exc.signal_name}{note}", err=True)
+        sys.exit(int(ExitCode.STOPPED))
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _answers(text: str) -> bool:
+    """Whether the message is an answer to a pause (which a paused run takes)."""
+    from runagent.ops import approval
+
+    try:
+        return approval.is_answer(json.loads(text))
+    except (ValueError, RecursionError):
+        return False
+
+
+def _message(file: str) -> str:
+    """The operations message in `file` ('-': standard input), at most MAX_MESSAGE_BYTES; bytes
+    that are not UTF-8 are kept as they are, for the runtime to answer."""
+    if file == "-":
+        data = userfile.read_stream(sys.stdin.buffer, MAX_MESSAGE_BYTES, "the message on stdin")
+    else:
+        data = userfile.read_file(Path(file), MAX_MESSAGE_BYTES, "message file")
+    return data.decode("utf-8", errors="surrogateescape")
 
 
 def _print(reply: EventsMessage) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from runagent import notify, taskfolder, tasks
+from runagent import notify, taskfolder, tasks, userfile
 from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.options import (
@@ -50,7 +50,7 @@ STOP_WAIT_MARGIN = 15.0
 
 NOTIFY_DRAIN = 30.0  # seconds a finished loop waits for its notifications to go out
 
-MAX_PROMPT_BYTES = 10 << 20  # a prompt is text a person wrote; more is a wrong file (/dev/zero)
+MAX_PROMPT_BYTES = userfile.MAX_TEXT_BYTES
 
 
 @cli.command()
@@ -77,7 +77,9 @@ def run(
     # given; it defaults to completion by ready marker and the protocol's 30-minute timeout.
     if loop.overrides.working_dir is not None:
         raise UsageError("--cwd does not go with --issue: the agent works in the issue's worktree")
-    body = read_prompt(None, issue.body_file) if issue.body_file is not None else text
+    body = text
+    if issue.body_file is not None:
+        body = read_prompt(None, issue.body_file, "--issue-body-file")
     if body is None:
         raise UsageError("an issue run needs the issue's text: give a prompt or --issue-body-file")
     defaults = LoopOverrides(until=Until.READY_MARKER, timeout=ISSUE_TIMEOUT)
@@ -179,30 +181,25 @@ def remembered_issue(s: Setup, task: TaskPaths) -> Issue | None:
     return _issue(s, task, args, body)
 
 
-def read_prompt(prompt: str | None, prompt_file: Path | None) -> str | None:
-    """The prompt from the argument, `-` (stdin) or --prompt-file; None if none was given."""
+def read_prompt(
+    prompt: str | None, prompt_file: Path | None, what: str = "prompt file"
+) -> str | None:
+    """The prompt from the argument, `-` (stdin) or --prompt-file (`what` names the file in an
+    error); None if none was given."""
     if prompt is not None and prompt_file is not None:
         raise UsageError("give the prompt either as an argument or with --prompt-file, not both")
     source = "the prompt"
     try:
         if prompt_file is not None:
-            source = f"prompt file {str(prompt_file)!r}"
-            with open(prompt_file, "rb") as f:
-                prompt = _prompt_text(f.read(MAX_PROMPT_BYTES + 1), source)
+            source = f"{what} {str(prompt_file)!r}"
+            prompt = userfile.read_file(prompt_file, MAX_PROMPT_BYTES, what).decode("utf-8")
         elif prompt == "-":
             source = "the prompt on standard input"
-            prompt = _prompt_text(sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1), source)
+            data = userfile.read_stream(sys.stdin.buffer, MAX_PROMPT_BYTES, source)
+            prompt = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise UsageError(f"{source} is not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     return None if prompt is None else validate_prompt(prompt, source)
-
-
-def _prompt_text(data: bytes, source: str) -> str:
-    if len(data) > MAX_PROMPT_BYTES:
-        raise UsageError(
-            f"{source} is larger than {MAX_PROMPT_BYTES >> 20} MiB; is it the right file?"
-        )
-    return data.decode("utf-8")
 
 
 def executable_dir() -> Path:

@@ -12,6 +12,9 @@ MAX_PATH_LENGTH = 255
 MAX_FILE_BYTES = 10 * 1024 * 1024  # "Max 10MB for files": read as MiB, of the decoded bytes
 MAX_MESSAGE_LENGTH = 100_000  # the JSON Schema's maxLength for a message's content
 MAX_COMMAND_LENGTH = 4096
+# Bytes of one operations message, however it comes (a file, stdin, the API): a few files at the
+# 10 MB cap, JSON-escaped; a larger message is refused whole, never recorded.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 MIN_TIMEOUT_MS = 1000
 MAX_TIMEOUT_MS = 3_600_000
 DEFAULT_TIMEOUT_MS = 30_000

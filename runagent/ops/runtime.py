@@ -10,9 +10,10 @@ message to `events.jsonl`. Nothing a model sends makes the runtime raise.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.protocol import Clock, Encoding, ErrorCategory, EventType, Status, iso, utc_now
 from runagent.ops.sandbox import SANDBOXED, Bwrap, InForce, Sandbox
 from runagent.ops.shell import run_shell, shell_environment
+from runagent.ops.turn import TurnLock
 from runagent.ops.workspace import Workspace, WorkspaceError
 from runagent.runfolder import RunPaths
 
@@ -74,6 +76,21 @@ class Settings:
         return Policy.from_config({"policy": self.policy, "rules": self.rules})
 
 
+class Interrupted(KeyboardInterrupt):
+    """A stop signal that ends the batch: raised by the handler the command line sets for
+    SIGINT, SIGTERM and SIGHUP, and raised on by the runtime with the events message it
+    recorded (None when the signal came before any operation ran)."""
+
+    def __init__(self, signal_name: str, reply: EventsMessage | None = None) -> None:
+        super().__init__(signal_name)
+        self.signal_name = signal_name
+        self.reply = reply
+
+
+def _queue_quietly(why: str) -> None:
+    """By default a message waits for the run's turn without a word."""
+
+
 class Runtime:
     """The runtime of one run folder. `create` starts a run, `open` continues one."""
 
@@ -81,10 +98,15 @@ class Runtime:
         self, paths: RunPaths, settings: Settings, *, clock: Clock = utc_now,
         workspace: Workspace | None = None, policy: Policy | None = None,
         environment: Mapping[str, str] | None = None,
+        on_busy: Callable[[str], None] | None = _queue_quietly,
     ) -> None:  # fmt: skip
         """`workspace`, `policy` and `environment` (what shell commands start from, default a
-        few variables of this process) are seams; by default they follow `settings`."""
+        few variables of this process) are seams; by default they follow `settings`.
+        `on_busy`: while another process answers a message of this run, this one is told why
+        and waits its turn; None refuses instead (AlreadyRunningError)."""
         self.paths = paths
+        self.on_busy = on_busy
+        self._turns = 0  # how deep this runtime is in its own turn
         self.settings = settings
         self.workspace = workspace or Workspace(settings.workspace)
         _refuse_inside(self.workspace.root, paths.folder)
@@ -146,18 +168,50 @@ class Runtime:
     def pending(self) -> Pending | None:
         return approval.peek(self.paths.approval_pending)
 
+    @contextlib.contextmanager
+    def turn(self) -> Iterator[None]:
+        """Hold the run's turn (see `turn`): what is read of the run inside, such as `pending`,
+        stays true until the message is answered. Re-entrant within this runtime."""
+        if self._turns:
+            self._turns += 1
+            try:
+                yield
+            finally:
+                self._turns -= 1
+            return
+        lock = TurnLock(self.paths.ops_lock, self.run_id)
+        lock.acquire(self.on_busy)
+        self._turns = 1
+        try:
+            yield
+        finally:
+            self._turns = 0
+            lock.release()
+
     def receive_text(self, text: str) -> EventsMessage:
         """Answer one message as sent: JSON text (what is not JSON gets an error event)."""
+        with self.turn():
+            return self._receive_text(text)
+
+    def _receive_text(self, text: str) -> EventsMessage:
         try:
             value = json.loads(text)
-        except (ValueError, RecursionError) as exc:  # RecursionError: nesting too deep to read
+        except RecursionError:  # valid JSON, maybe, but deeper than the parser goes
+            self._record(text)
+            why = "the message is nested too deep to read; nest objects and arrays less deeply"
+            return self._answered(self._reply(Status.ERROR, [self._invalid(why)]))
+        except ValueError as exc:
             self._record(text)
             why = f"the message is not JSON ({type(exc).__name__}: {str(exc)[:200]})"
             return self._answered(self._reply(Status.ERROR, [self._invalid(why)]))
-        return self.receive(value)
+        return self._receive(value)
 
     def receive(self, value: object) -> EventsMessage:
         """Answer one decoded message: operations, or an answer to a pause."""
+        with self.turn():
+            return self._receive(value)
+
+    def _receive(self, value: object) -> EventsMessage:
         self._record(value)
         return self._answered(
             self._answer(value) if approval.is_answer(value) else self._apply(value)
@@ -228,33 +282,70 @@ class Runtime:
         self, raw: tuple[Any, ...], entries: list[Operation | Invalid], start: int,
         events: list[Event], approved: int | None = None,
     ) -> EventsMessage:  # fmt: skip
-        for i in range(start, len(entries)):
-            op = entries[i]
-            if isinstance(op, Invalid):
-                details = {"index": op.index, "field": op.field}
-                events.append(
-                    error(ErrorCategory.VALIDATION, op.message, self._now(), op.id, details)
-                )
-                continue
-            decision = None if i == approved else self._decide(op)
-            if decision is not None and decision.verdict is Verdict.DENY:
-                events.append(
-                    policy_denied(op.type, op.id, self._now(), decision.reason, decision.suggestion)
-                )
-                continue
-            if decision is not None and decision.verdict is Verdict.APPROVE:
-                op_id = op.id or f"operation-{i + 1}"  # ids are optional; a pause needs one
-                asked = {**_subject(op), "policy": decision.rule}
-                events.append(
-                    approval_required(op.type, op_id, self._now(), decision.reason, asked)
-                )
-                pending = Pending(
-                    op_id, i, raw, tuple(events), approval.digest(raw[i]), decision.suggestion
-                )
-                approval.save(self.paths.approval_pending, pending)
-                return self._reply(Status.AWAITING_APPROVAL, events)
-            events.append(self._execute(op))
+        at = start
+        try:
+            for at in range(start, len(entries)):
+                reply = self._step(raw, entries, at, events, approved)
+                if reply is not None:
+                    return reply
+        except KeyboardInterrupt as exc:  # a signal: what ran is recorded, then the stop goes on
+            raise self._interrupted(exc, entries, start, at, events) from exc
         return self._reply(Status.COMPLETED, events)
+
+    def _interrupted(
+        self, exc: KeyboardInterrupt, entries: list[Operation | Invalid], start: int, at: int,
+        events: list[Event],
+    ) -> Interrupted:  # fmt: skip
+        """Record a batch stopped by a signal at operation `at`: in operations.jsonl which
+        operations were answered, which one was stopped and which never ran; in events.jsonl the
+        events so far and an error event saying so."""
+        name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+        op = entries[at] if at < len(entries) else None
+        op_id = op.id if op is not None else None
+        not_run = list(range(at + 1, len(entries)))
+        note = {
+            "signal": name, "answered": list(range(start, at)), "stopped": at,
+            "operationId": op_id, "notRun": not_run,
+        }  # fmt: skip
+        runfolder.append_line(
+            self.paths.operations, json.dumps({"timestamp": self._now(), "interrupted": note})
+        )
+        why = (
+            f"interrupted by {name} during operations[{at}]"
+            + (f" ({op_id!r})" if op_id else "")
+            + (f"; operations[{not_run[0]}] to [{not_run[-1]}] were not run" if not_run else "")
+        )
+        stopped = error(ErrorCategory.SYSTEM, why, self._now(), op_id)
+        reply = self._answered(self._reply(Status.ERROR, [*events, stopped]))
+        return Interrupted(name, reply)
+
+    def _step(
+        self, raw: tuple[Any, ...], entries: list[Operation | Invalid], i: int,
+        events: list[Event], approved: int | None,
+    ) -> EventsMessage | None:  # fmt: skip
+        """Answer operation `i` into `events`; the reply when the batch stops there for approval."""
+        op = entries[i]
+        if isinstance(op, Invalid):
+            details = {"index": op.index, "field": op.field}
+            events.append(error(ErrorCategory.VALIDATION, op.message, self._now(), op.id, details))
+            return None
+        decision = None if i == approved else self._decide(op)
+        if decision is not None and decision.verdict is Verdict.DENY:
+            events.append(
+                policy_denied(op.type, op.id, self._now(), decision.reason, decision.suggestion)
+            )
+            return None
+        if decision is not None and decision.verdict is Verdict.APPROVE:
+            op_id = op.id or f"operation-{i + 1}"  # ids are optional; a pause needs one
+            asked = {**_subject(op), "policy": decision.rule}
+            events.append(approval_required(op.type, op_id, self._now(), decision.reason, asked))
+            pending = Pending(
+                op_id, i, raw, tuple(events), approval.digest(raw[i]), decision.suggestion
+            )
+            approval.save(self.paths.approval_pending, pending)
+            return self._reply(Status.AWAITING_APPROVAL, events)
+        events.append(self._execute(op))
+        return None
 
     def _decide(self, op: Operation) -> Decision | None:
         if isinstance(op, Message):

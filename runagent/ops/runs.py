@@ -1,0 +1,81 @@
+"""The operations runs under a runs root: where their folders are, and what each is doing now
+(running, awaiting approval of which operation, or done), as `run-agent ops list` and the API's
+run rows show them."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from runagent import runfolder, tasks
+from runagent.lock import live_holder
+from runagent.ops.approval import Pending
+from runagent.ops.runtime import Runtime
+from runagent.runfolder import RunPaths, TaskPaths, within
+from runagent.runinfo import RunStatus
+
+
+class RunState(enum.StrEnum):
+    RUNNING = "running"  # a message is being answered, or its agent-mode run is live
+    AWAITING_APPROVAL = "awaiting_approval"  # paused on an operation (`pending` says which)
+    DONE = "done"  # nothing under way: it takes the next message at once
+
+
+def all_runs(root: Path) -> Iterator[Path]:
+    """Every operations run's folder under the runs root, oldest first within a task."""
+    for project in runfolder.project_ids(root):
+        for task_id in runfolder.task_ids(root, project):
+            task = TaskPaths(root, project, task_id)
+            for run_id in task.run_ids():
+                folder = task.run_folder(run_id)
+                if RunPaths(folder).ops_settings.is_file() and within(root, folder):
+                    yield folder
+
+
+def ids(folder: Path) -> dict[str, str]:
+    return {
+        "runId": folder.name,
+        "project_id": folder.parent.parent.parent.name,
+        "task_id": folder.parent.parent.name,
+    }
+
+
+def state(runtime: Runtime) -> RunState:
+    """What the run is doing: a pause wins (it waits for a person, whoever runs it), then a
+    live holder of its turn, then a live agent-mode run (which holds the turn only per reply)."""
+    if runtime.pending is not None:
+        return RunState.AWAITING_APPROVAL
+    if live_holder(runtime.paths.ops_lock) is not None:
+        return RunState.RUNNING
+    info = runfolder.read_run_info(runtime.paths.folder)
+    if info is not None and tasks.effective(info, runtime.paths.folder).status is RunStatus.RUNNING:
+        return RunState.RUNNING
+    return RunState.DONE
+
+
+def describe(folder: Path) -> dict[str, Any]:
+    """The run's row: ids, workspace, policy and sandbox, `state`, and `pending` (the awaited
+    operation, or None)."""
+    runtime = Runtime.open(folder)
+    waiting = runtime.pending
+    return {
+        **ids(folder),
+        **runtime.settings.to_dict(),
+        "state": state(runtime).value,
+        "pending": approval_row(waiting) if waiting is not None else None,
+    }
+
+
+def approval_row(waiting: Pending) -> dict[str, Any]:
+    """What a person answering a pause is shown: the operation, why, the rule, its hash."""
+    asked = waiting.events[-1] if waiting.events else {}
+    return {
+        "operationId": waiting.operation_id,
+        "operationType": asked.get("operationType"),
+        "reason": asked.get("reason"),
+        "details": asked.get("details", {}),
+        "timestamp": asked.get("timestamp"),
+        "operationHash": waiting.digest,
+    }
