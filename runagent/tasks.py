@@ -19,7 +19,7 @@ from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.host import foreign_alive, is_here
 from runagent.lock import Holder, live_holder
 from runagent.process import is_alive
-from runagent.runfolder import TaskPaths
+from runagent.runfolder import RunPaths, TaskPaths
 from runagent.runinfo import RunInfo, RunStatus, Usage
 
 
@@ -32,6 +32,9 @@ class TaskStatus(enum.StrEnum):
     STOPPED = "stopped"
     LOST = "lost"
     UNREADABLE = "unreadable"  # its latest run's run-info.yaml cannot be read
+    # A task of operations runs (`run-agent ops`, which write no run-info):
+    AWAITING_APPROVAL = "awaiting_approval"  # one of its runs is paused on an operation
+    IDLE = "idle"  # every batch answered; its runs take the next message
 
 
 @dataclass(frozen=True)
@@ -123,13 +126,28 @@ def view(task: TaskPaths) -> TaskView:
     elif task.done.exists():
         status = TaskStatus.COMPLETED
     elif latest is None:
-        status = TaskStatus.PENDING
+        status = operations_status(task) or TaskStatus.PENDING
     else:
         status = TaskStatus(latest.status.value)
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
             status = TaskStatus.LOST
     used = taskfolder.read_task_usage(task)
     return TaskView(task, status, len(task.run_ids()), latest, holder, used)
+
+
+def operations_status(task: TaskPaths) -> TaskStatus | None:
+    """What a task of operations runs is doing, which no run-info says: awaiting approval while
+    one of its runs is paused, running while one answers a message, else idle; None when it has
+    no operations run."""
+    runs = [RunPaths(task.run_folder(run_id)) for run_id in task.run_ids()]
+    runs = [run for run in runs if run.ops_settings.is_file()]
+    if not runs:
+        return None
+    if any(run.approval_pending.is_file() for run in runs):
+        return TaskStatus.AWAITING_APPROVAL
+    if any(live_holder(run.ops_lock) is not None for run in runs):
+        return TaskStatus.RUNNING
+    return TaskStatus.IDLE
 
 
 def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:

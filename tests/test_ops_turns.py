@@ -240,3 +240,30 @@ def test_ops_list_with_no_runs_says_so(ws: Workspace) -> None:
     assert empty.returncode == 0 and empty.stdout == ""
     assert empty.stderr.startswith("no operations runs")
     assert json.loads(ws.invoke("ops", "list", "--json").stdout) == []
+
+
+def test_the_task_of_operations_runs_says_what_they_do(ws: Workspace) -> None:
+    """`list` and the API derive ops/ops's status from its runs, which write no run-info:
+    awaiting approval while one is paused, idle once every batch is answered, never `pending`."""
+
+    def status() -> str:
+        listed = ws.cli("list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        (row,) = [
+            r
+            for r in json.loads(listed.stdout)
+            if (r["project_id"], r["task_id"]) == ("ops", "ops")
+        ]
+        return str(row["status"])
+
+    new_run(ws, policy="permissive")
+    assert status() == "idle"
+    (ws.path / "project" / "victim").mkdir()
+    paused = ws.cli("ops", "apply", "-", "-w", "project", input=batch(
+        shell("rm -r victim", id="rm-1"))
+    )  # fmt: skip
+    awaiting = json.loads(paused.stdout)["runId"]
+    assert status() == "awaiting_approval"
+    denied = ws.cli("ops", "deny", awaiting, "rm-1")
+    assert denied.returncode == 0, denied.stderr
+    assert status() == "idle"
