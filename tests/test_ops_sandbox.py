@@ -265,3 +265,35 @@ def test_the_config_chooses_the_sandbox(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"ops\.sandbox.*'docker'") as info:
         load_config(path, BACKENDS, tmp_path)
     assert "\n" not in str(info.value)
+
+
+@needs_bwrap
+def test_git_works_in_a_sandboxed_linked_worktree_and_its_hooks_stay_out_of_reach(
+    tmp_path: Path,
+) -> None:
+    """An issue run's workspace is a linked worktree whose repository lies outside it: git must
+    commit there under the sandbox, while hooks and config, which run on the host, stay
+    read-only, in the worktree's git folders and in an ordinary checkout's."""
+    from tests.gitrepo import GIT_ENV, git, make_repo
+
+    repo = make_repo(tmp_path / "repo")
+    tree = tmp_path / "tree"
+    git(repo, "worktree", "add", "-q", "-b", "work", str(tree))
+    rt = Runtime.create(tmp_path / "runs" / "r1", tree, "permissive", environment=GIT_ENV)
+    assert rt.settings.sandbox is Sandbox.BWRAP
+    made = shell(rt, "echo done > out.txt && git add out.txt && git commit -q -m 'sandboxed'")
+    assert made["success"], made
+    assert git(repo, "log", "-1", "--format=%s", "work") == "sandboxed"
+    hooks = repo / ".git" / "hooks"
+    for target in (hooks / "post-commit", repo / ".git" / "config"):
+        tried = shell(rt, f"echo 'touch {tmp_path}/pwned' >> {target}")
+        assert not tried.get("success"), tried
+    assert not (hooks / "post-commit").exists()
+    assert "pwned" not in (repo / ".git" / "config").read_text()
+    # The same in a checkout that is the workspace itself.
+    own = Runtime.create(tmp_path / "runs" / "r2", repo, "permissive", environment=GIT_ENV)
+    # Through a variable, so the policy (which protects .git/**) only holds it, and it is
+    # approved: the sandbox is what refuses.
+    tried = shell(own, "g=.git; echo 'touch x' > $g/hooks/post-commit")
+    assert not tried.get("success") and not (hooks / "post-commit").exists(), tried
+    assert shell(own, "git status --short")["success"]

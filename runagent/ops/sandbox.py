@@ -107,8 +107,51 @@ def _arguments(workspace: Path, cwd: Path) -> list[str]:
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     # After /tmp, so a workspace under /tmp is mounted into the empty one, not hidden by it.
-    args += ["--bind", str(workspace), str(workspace), "--chdir", str(cwd)]
-    args += ["--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    args += ["--bind", str(workspace), str(workspace)]
+    args += _git_arguments(workspace)
+    args += ["--chdir", str(cwd), "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
+    return args
+
+
+def _git_arguments(workspace: Path) -> list[str]:
+    """A workspace that is a git checkout keeps git working, and git's own code out of reach.
+
+    A linked worktree (an issue run's) keeps its repository in a `.git` file's `gitdir:`, outside
+    the workspace: its folder and the repository's common folder are bound read-write, so `git
+    commit` works there as in any checkout. In every checkout, `hooks/` and `config` are bound
+    read-only over themselves: they run on the host the next time anyone uses git there
+    (`core.hooksPath`, `core.fsmonitor`), so a command in the sandbox must not write them.
+    """
+    dot_git = workspace / ".git"
+    try:
+        if dot_git.is_dir():
+            folders = [dot_git]
+        elif dot_git.is_file():
+            text = dot_git.read_text(encoding="utf-8", errors="replace")[:4096]
+            line = next((s for s in text.splitlines() if s.startswith("gitdir:")), None)
+            if line is None:
+                return []
+            own = (workspace / line.removeprefix("gitdir:").strip()).resolve()
+            common_file = own / "commondir"
+            common = (
+                (own / common_file.read_text(encoding="utf-8").strip()).resolve()
+                if common_file.is_file()
+                else own
+            )
+            folders = [common, own] if common != own else [own]
+        else:
+            return []
+    except OSError:
+        return []
+    args: list[str] = []
+    for folder in folders:
+        if folder.is_dir() and not folder.is_relative_to(workspace):
+            args += ["--bind", str(folder), str(folder)]
+    for folder in dict.fromkeys(folders):
+        for name in ("hooks", "config"):
+            path = folder / name
+            if path.exists() and not path.is_symlink():
+                args += ["--ro-bind", str(path), str(path)]
     return args
 
 
