@@ -10,8 +10,10 @@ message, supervisor or host fields.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from runagent.errors import ExitCode
@@ -133,6 +135,9 @@ def test_a_live_conductor_loop_run_is_running_and_kept_then_lost(ws: Workspace) 
         task = TaskPaths(ws.root, "conductor", TASK)
         folder = task.run_folder(f"20260205-1251540000-{agent.pid}")
         write_run(ws.root, RUNNING.format(pid=agent.pid, folder=folder))
+        # A running run has no end: gc dates it by its folder, which must be older than the
+        # rule below however fast the test gets there.
+        os.utime(folder, (time.time() - 3600, time.time() - 3600))
         (run,) = listed(ws)
         assert run["status"] == "running" and run["exit_code"] is None
         assert run["end_time"] is None  # Go's zero time is no end

@@ -218,4 +218,5 @@ def test_schedule_run_starts_logs_and_stops_cleanly_on_ctrl_c(ws: Workspace) -> 
 def test_schedule_run_without_schedules_is_one_line(ws: Workspace) -> None:
     proc = ws.cli("schedule", "run")
     assert proc.returncode == 2
-    assert "no enabled schedules" in proc.stderr and "Traceback" not in proc.stderr
+    assert "no schedules in the config; add a `schedules:` section" in proc.stderr
+    assert "Traceback" not in proc.stderr
