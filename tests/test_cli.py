@@ -590,7 +590,7 @@ def test_shell_completion_completes_commands_as_the_readme_says(ws: Workspace) -
     done = subprocess.run(ws.cli_argv(), env=env, capture_output=True, text=True, timeout=60)
     words = {line.split(",")[-1] for line in done.stdout.splitlines()}
     assert {"status", "stop"} <= words, done.stdout + done.stderr
-    readme = (REPO / "README.md").read_text()
+    readme = (REPO / "docs" / "reference" / "cli.md").read_text()
     assert "_RUN_AGENT_COMPLETE=bash_source run-agent" in readme
 
 

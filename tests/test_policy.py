@@ -480,7 +480,7 @@ def test_no_soup_of_shell_tokens_makes_the_gate_raise() -> None:
 
 
 def test_the_config_example_in_the_docs_builds_the_policy_it_describes() -> None:
-    doc = (REPO / "docs" / "ops-policy.md").read_text(encoding="utf-8")
+    doc = (REPO / "docs" / "guides" / "ops-policy.md").read_text(encoding="utf-8")
     (block,) = re.findall(r"```yaml\n(.*?)```", doc, re.S)
     policy = Policy.from_config(yaml.safe_load(block)["ops"])
     assert policy.check_command("terraform destroy").verdict is Verdict.DENY
