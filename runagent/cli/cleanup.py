@@ -10,7 +10,7 @@ import click
 
 from runagent import cleanup, schedule
 from runagent.cli.group import cli
-from runagent.cli.options import common, existing_task, setup
+from runagent.cli.options import common, existing_task, service_for, setup
 from runagent.context import validate_id
 from runagent.duration import parse_duration
 from runagent.errors import UsageError
@@ -77,11 +77,14 @@ def delete(
 ) -> None:  # fmt: skip
     """Delete a task that is not running: its TASK.md, its runs, everything in its folder."""
     s, task = existing_task(config_path, root, project_id, task_id)
-    doomed = cleanup.delete_plan(task, force)
-    what = f"task {doomed.label} ({human(doomed.size)}, {len(task.run_ids())} runs)"
-    if not yes:
-        if not sys.stdin.isatty():
-            raise UsageError(f"deleting {what} needs --yes when not asked in a terminal")
-        click.confirm(f"Delete {what}?", abort=True)
-    cleanup.carry_out([doomed], s.root)
-    click.echo(f"run-agent: deleted {what}", err=True)
+    what: list[str] = []  # said before the runs go, as they are counted then
+
+    def confirm(doomed: cleanup.Doomed) -> None:
+        what.append(f"task {doomed.label} ({human(doomed.size)}, {len(task.run_ids())} runs)")
+        if not yes:
+            if not sys.stdin.isatty():
+                raise UsageError(f"deleting {what[0]} needs --yes when not asked in a terminal")
+            click.confirm(f"Delete {what[0]}?", abort=True)
+
+    service_for(s).delete(task, force, confirm)
+    click.echo(f"run-agent: deleted {what[0]}", err=True)
