@@ -2,7 +2,7 @@
 
 Imported only when `executor.type` is `ray` (control.ray_executor), so nothing else pays for
 Ray. The actor, named `project/task` in the configured namespace, starts today's detached
-supervisor on its host (control.start_local) and watches it; the supervisor runs the loop
+supervisor on its host (localexecutor.start_local) and watches it; the supervisor runs the loop
 unchanged (restarts, timeouts, rate-limit waits, the reaper's tree kill). The actor's name is
 the cluster-wide lock: a second start anywhere is refused, naming the host that holds the task.
 
@@ -29,7 +29,7 @@ from typing import Any
 import ray
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 
-from runagent import control, host, runfolder, taskfolder
+from runagent import host, localexecutor, runfolder, taskfolder
 from runagent.config import ExecutorSettings
 from runagent.errors import (
     AlreadyRunningError,
@@ -153,14 +153,16 @@ class TaskLoop:
         if s.prompt is not None and taskfolder.read_task_prompt(task) is None:
             task.folder.mkdir(parents=True, exist_ok=True)
             taskfolder.write_task_prompt(task, s.prompt)
-        argv = control.loop_argv(s.command, task, s.overrides, s.config_path, s.schedule, s.again)
+        argv = localexecutor.loop_argv(
+            s.command, task, s.overrides, s.config_path, s.schedule, s.again
+        )
         # Restarted after its host died: on a shared root over NFS, the dead host's flock holds
         # until the NFS server drops its lease; wait for that rather than give the loop up.
         moved = ray.get_runtime_context().was_current_actor_reconstructed
         deadline = time.monotonic() + (LEASE_WAIT if moved else 0)
         while True:
             try:
-                started = control.start_local(
+                started = localexecutor.start_local(
                     task, argv, cwd=s.cwd, wait=s.wait, die_with_parent=True
                 )
                 break
@@ -203,7 +205,7 @@ class TaskLoop:
         """Stop the loop through its supervisor (whose reaper kills the agent's tree)."""
         self._stop_asked.set()
         try:
-            control.stop_local(self.task, wait)
+            localexecutor.stop_local(self.task, wait)
         finally:
             self._stop_answered.set()
         return self.where
@@ -349,7 +351,7 @@ class RayExecutor:
     def start(
         self, task: TaskPaths, command: str, overrides: LoopOverrides, *,
         config_path: Path | None, cwd: Path, schedule: str | None, again: bool, wait: float,
-    ) -> control.Started:  # fmt: skip
+    ) -> localexecutor.Started:  # fmt: skip
         s = self.settings
         spec = LoopSpec(
             task.project_id, task.task_id, task.root.resolve(), s.shared_root, command, overrides,
@@ -389,7 +391,7 @@ class RayExecutor:
             actor.forget.remote()
             code = where.exit_code if where.exit_code is not None else 1
             raise error_for_exit(code, where.error)
-        return control.Started(where.pid, where.holder(task.label))
+        return localexecutor.Started(where.pid, where.holder(task.label))
 
     def _actor(self, label: str) -> Any | None:
         try:

@@ -5,26 +5,25 @@ before anything is created."""
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 
-from runagent import cleanup, control, taskfolder, tasks
+from runagent import tasks
 from runagent.context import new_task_id, validate_prompt
-from runagent.errors import AlreadyCompletedError, RunAgentError, UsageError
+from runagent.errors import AlreadyCompletedError, UsageError
 from runagent.overrides import LoopOverrides
 from runagent.paste import state as paste_state
-from runagent.runfolder import TaskPaths
+from runagent.service import Command, Service, StartRequest
+from server.paths import Paths
+from server.schedules import ScheduleRunner
 from server.security import bounded_body, cross_site_write
-
-if TYPE_CHECKING:
-    from server.app import Settings
-    from server.schedules import ScheduleRunner
+from server.settings import Settings
 
 STOP_WAIT = 30.0
 # Bytes of a paste reply's request body: the reply's own limit, with room for JSON's escapes.
@@ -32,21 +31,29 @@ MAX_PASTE_BODY = 2 * paste_state.MAX_REPLY + 64 * 1024
 
 
 class Actions:
-    """The write handlers of the API; `Api` gives them `task_paths` and its settings."""
+    """The write handlers of the API (and the schedules and agents they start with), each
+    through the one door; `routes()` mounts them."""
 
-    settings: Settings
-    root: Path
-    runner: ScheduleRunner
+    def __init__(
+        self, settings: Settings, service: Service, runner: ScheduleRunner, paths: Paths
+    ) -> None:
+        self.settings = settings
+        self.service = service
+        self.runner = runner
+        self.paths = paths
 
-    def task_paths(
-        self, request: Request, must_exist: bool = True, task_id: str | None = None
-    ) -> TaskPaths:
-        raise NotImplementedError  # Api's
-
-    def paste_task(self, request: Request) -> TaskPaths:
-        raise NotImplementedError  # Api's
-
-    # Actions -------------------------------------------------------------------------------------
+    def routes(self) -> list[Route]:
+        task = "/api/projects/{project}/tasks/{task}"
+        return [
+            Route("/api/schedules", self.schedules),
+            Route("/api/agents", self.agents),
+            Route("/api/schedules/{name}/run", self.run_schedule, methods=["POST"]),
+            Route("/api/projects/{project}/tasks", self.start, methods=["POST"]),
+            Route(task, self.delete, methods=["DELETE"]),
+            Route(f"{task}/stop", self.stop, methods=["POST"]),
+            Route(f"{task}/resume", self.resume, methods=["POST"]),
+            Route(f"{task}/paste", self.paste_reply, methods=["POST"]),
+        ]
 
     async def _body(self, request: Request, limit: int | None = None) -> dict[str, Any]:
         """The JSON object a same-origin write sends; a body over `limit` bytes is a 413."""
@@ -64,29 +71,14 @@ class Actions:
             raise HTTPException(400, "the body must be a JSON object")
         return body
 
-    async def _start(
-        self, task: TaskPaths, command: str, overrides: LoopOverrides, body: dict[str, Any]
-    ) -> Response:
-        again = body.get("again") is True
+    async def _start(self, request: StartRequest) -> Response:
         try:
-            await run_in_threadpool(lambda: tasks.refuse_completed(tasks.view(task), again))
+            started = await run_in_threadpool(self.service.start, request)
         except AlreadyCompletedError as exc:
             raise AlreadyCompletedError(f'{exc} (send "again": true)') from exc
-        started = await run_in_threadpool(
-            lambda: control.start_detached(
-                task,
-                command,
-                overrides,
-                config_path=self.settings.config_path,
-                cwd=self.settings.workdir,
-                env=self.settings.env if self.settings.env is not None else dict(os.environ),
-                again=again,
-                executor=self.settings.executor,
-            )
-        )
         body = {
-            "project_id": task.project_id,
-            "task_id": task.task_id,
+            "project_id": request.task.project_id,
+            "task_id": request.task.task_id,
             "supervisor_pid": started.pid,
             "host": started.holder.host if started.holder is not None else None,
         }
@@ -110,7 +102,7 @@ class Actions:
 
     async def start(self, request: Request) -> Response:
         body = await self._body(request)
-        task = self.task_paths(
+        task = self.paths.task(
             request, must_exist=False, task_id=str(body.get("task_id") or "") or new_task_id()
         )
         prompt = body.get("prompt")
@@ -118,40 +110,28 @@ class Actions:
             raise HTTPException(400, "prompt is required: say what the agent should do")
         validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
         overrides = self._overrides(body)
-        if self.settings.check_start is not None:
-            await run_in_threadpool(self.settings.check_start, task, overrides)
-        created = not task.folder.exists()
-        taskfolder.claim_task_prompt(task, prompt, "resume it, or start a new task")
-        try:
-            return await self._start(task, "run", overrides, body)
-        except RunAgentError:
-            if created:  # a refused start leaves no task behind
-                taskfolder.discard_new_task(task)
-            raise
+        return await self._start(
+            StartRequest(task, prompt, overrides=overrides, again=body.get("again") is True)
+        )
 
     async def resume(self, request: Request) -> Response:
         body = await self._body(request)
-        task = self.task_paths(request)
+        task = self.paths.task(request)
         overrides = self._overrides(body)
-        if self.settings.check_start is not None:
-            await run_in_threadpool(self.settings.check_start, task, overrides)
-        return await self._start(task, "resume", overrides, body)
+        again = body.get("again") is True
+        return await self._start(
+            StartRequest(task, command=Command.RESUME, overrides=overrides, again=again)
+        )
 
     async def agents(self, request: Request) -> Response:
-        if self.settings.agents is None:
-            return JSONResponse({"default": None, "agents": []})
-        return JSONResponse(await run_in_threadpool(self.settings.agents))
+        return JSONResponse(await run_in_threadpool(self.service.agent_choices))
 
     async def delete(self, request: Request) -> Response:
         """Remove a finished task's folder with all its runs; 409 while its loop runs."""
         await self._body(request)
-        task = self.task_paths(request)
-
-        def remove() -> dict[str, Any]:
-            plan = cleanup.delete_plan(task)  # AlreadyRunningError (409) while it runs
-            return {"deleted": task.label, "freed_bytes": cleanup.carry_out([plan], self.root)}
-
-        return JSONResponse(await run_in_threadpool(remove))
+        task = self.paths.task(request)
+        _, freed = await run_in_threadpool(self.service.delete, task)
+        return JSONResponse({"deleted": task.label, "freed_bytes": freed})
 
     async def schedules(self, request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(self.runner.describe))
@@ -167,15 +147,15 @@ class Actions:
 
     async def stop(self, request: Request) -> Response:
         await self._body(request)
-        task = self.task_paths(request)
-        holder = await run_in_threadpool(control.stop, task, STOP_WAIT, self.settings.executor)
+        task = self.paths.task(request)
+        holder = await run_in_threadpool(self.service.stop, task, STOP_WAIT)
         return JSONResponse({"stopped": holder is not None, "status": tasks.view(task).status})
 
     async def paste_reply(self, request: Request) -> Response:
         """`{"reply": TEXT}`: the chat's answer into the task's paste inbox, where the run reads
         it (as a file saved there by hand would be). 201 with the file's name."""
         body = await self._body(request, MAX_PASTE_BODY)
-        task = self.paste_task(request)
+        task = self.paths.paste_task(request)
         reply = body.get("reply")
         if "reply" not in body:
             raise HTTPException(400, "reply is required: the chat's whole answer, as a string")

@@ -9,9 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,8 +24,7 @@ from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from runagent import __version__, cleanup, control, runfolder, taskfolder, tasks, worktree
-from runagent.config import ExecutorSettings, ScheduleConfig
+from runagent import __version__, cleanup, runfolder, taskfolder, tasks, worktree
 from runagent.context import validate_id
 from runagent.errors import (
     AlreadyCompletedError,
@@ -41,26 +38,21 @@ from runagent.errors import (
     RunAgentError,
     UsageError,
 )
-from runagent.overrides import LoopOverrides
 from runagent.paste import state as paste_state
 from runagent.paste.session import Folders as PasteFolders
 from runagent.runfolder import TaskPaths, within
-from runagent.schedule import Launch, utc_now
 from server import streams
 from server.actions import Actions
 from server.hub import Hub
 from server.ops import OpsApi
+from server.paths import Paths
 from server.schedules import ScheduleRunner
-from server.security import (
-    HostMiddleware,
-    KeyMiddleware,
-    allowed_hosts,
-)
+from server.security import HostMiddleware, KeyMiddleware
+from server.settings import Settings as Settings  # where the callers have found it
 
 STATIC = Path(__file__).with_name("static")
 RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
 STREAM_FILES = ("stdout", "stderr", "output")
-HEARTBEAT = 15
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
 COUNT_CHUNK = 4 * 1024 * 1024  # bytes read at a time when counting lines: memory stays bounded
@@ -79,30 +71,6 @@ ERROR_STATUS: dict[type[RunAgentError], int] = {
 }
 
 
-@dataclass(frozen=True)
-class Settings:
-    root: Path
-    api_key: str | None = None
-    config_path: Path | None = None
-    workdir: Path = field(default_factory=Path.cwd)
-    env: dict[str, str] | None = None
-    schedules: Mapping[str, ScheduleConfig] = field(default_factory=dict)
-    launch: Launch | None = None  # starts a schedule's firing; None: schedules are not run
-    run_schedules: bool = True
-    clock: Callable[[], datetime] = utc_now  # the scheduler's clock (a seam for tests)
-    heartbeat: float = HEARTBEAT  # seconds between SSE comments on a quiet stream
-    # Checks a start before anything is created (the agent exists and can run); raises a
-    # RunAgentError saying why not. The CLI hands it in, so the server imports no backend.
-    check_start: Callable[[TaskPaths, LoopOverrides], None] | None = None
-    allowed_hosts: frozenset[str] = field(default_factory=lambda: allowed_hosts("127.0.0.1"))
-    ops_workspaces: tuple[Path, ...] = ()  # where API-created operations may act; () = workdir
-    # The config's agents for the start form: {"default": name, "agents": [{name, type, ...}]},
-    # read from the config file the server was started with. The CLI hands it in (no backend
-    # is imported here); None: the page offers a free-text agent.
-    agents: Callable[[], dict[str, Any]] | None = None
-    executor: ExecutorSettings | None = None  # what runs the loops it starts (None: here)
-
-
 def byte_count(name: str, raw: str) -> int:
     """A byte offset or length from a request: ASCII digits, at most MAX_BYTES; else a 400."""
     if not (raw.isascii() and raw.isdigit()):
@@ -114,13 +82,14 @@ def byte_count(name: str, raw: str) -> int:
 
 def create_app(settings: Settings) -> Starlette:
     hub = Hub(settings.root)
+    service = settings.service()
     runner = ScheduleRunner(
         settings.schedules,
         settings.root,
-        settings.launch,
+        service.fire,
         settings.run_schedules,
         settings.clock,
-        leader=lambda: control.hold_scheduler(settings.executor),
+        leader=service.hold_scheduler,
     )
 
     @contextlib.asynccontextmanager
@@ -133,7 +102,8 @@ def create_app(settings: Settings) -> Starlette:
             await run_in_threadpool(runner.stop)
             await hub.stop()
 
-    api = Api(settings, hub, runner)
+    paths = Paths(settings.root)
+    api = Api(settings, hub, paths)
     routes = [
         Route("/", api.index),
         Route("/favicon.ico", api.favicon),
@@ -141,23 +111,16 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/projects", api.projects),
         Route("/api/tasks", api.all_tasks),
         Route("/api/events", api.events),
-        Route("/api/schedules", api.schedules),
-        Route("/api/agents", api.agents),
-        Route("/api/schedules/{name}/run", api.run_schedule, methods=["POST"]),
         Route("/api/projects/{project}/tasks", api.project_tasks, methods=["GET"]),
-        Route("/api/projects/{project}/tasks", api.start, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}", api.task, methods=["GET"]),
-        Route("/api/projects/{project}/tasks/{task}", api.delete, methods=["DELETE"]),
-        Route("/api/projects/{project}/tasks/{task}/stop", api.stop, methods=["POST"]),
-        Route("/api/projects/{project}/tasks/{task}/resume", api.resume, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}/paste", api.paste, methods=["GET"]),
-        Route("/api/projects/{project}/tasks/{task}/paste", api.paste_reply, methods=["POST"]),
         Route("/api/projects/{project}/tasks/{task}/stream", api.task_stream),
         Route("/api/projects/{project}/tasks/{task}/runs", api.runs),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}", api.run),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/files/{name}", api.file),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/files/{name}/lines", api.lines),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/stream/{name}", api.run_stream),
+        *Actions(settings, service, runner, paths).routes(),
         *OpsApi(
             settings.root, settings.ops_workspaces or (settings.workdir,), hub, api._sse
         ).routes(),
@@ -188,45 +151,17 @@ async def _run_agent_error(request: Request, exc: Exception) -> Response:
     return JSONResponse({"error": str(exc)}, status_code=status)
 
 
-class Api(Actions):
-    """The routes' handlers: reading run folders and streaming them (writes are `Actions`')."""
+class Api:
+    """The read API's handlers: reading run folders and streaming them (writes are `Actions`')."""
 
-    def __init__(self, settings: Settings, hub: Hub, runner: ScheduleRunner) -> None:
+    def __init__(self, settings: Settings, hub: Hub, paths: Paths) -> None:
         self.settings = settings
         self.root = settings.root
         self.hub = hub
-        self.runner = runner
+        self.task_paths = paths.task
+        self.paste_task = paths.paste_task
 
     # Paths from requests ---------------------------------------------------------------------
-
-    def task_paths(
-        self, request: Request, must_exist: bool = True, task_id: str | None = None
-    ) -> TaskPaths:
-        """The task a request names (in its path, else `task_id`); 404 for a bad id, a missing
-        task, or a path out of the root."""
-        try:
-            project = validate_id("project", request.path_params["project"])
-            task_id = validate_id("task", task_id or request.path_params["task"])
-        except UsageError as exc:
-            raise HTTPException(404, str(exc)) from exc
-        task = TaskPaths(self.root, project, task_id)
-        try:
-            runfolder.confine(task)
-        except OutsideRootError as exc:
-            raise HTTPException(404, f"task {project}/{task_id} not found") from exc
-        if must_exist and not task.folder.is_dir():
-            raise HTTPException(404, f"task {project}/{task_id} not found")
-        return task
-
-    def paste_task(self, request: Request) -> TaskPaths:
-        """The task a request names, if its paste folders (those that exist) stay inside the
-        runs root; a link out is a task without a paste session (404)."""
-        task = self.task_paths(request)
-        folders = PasteFolders.of(task)
-        for path in (folders.root, folders.outbox, folders.inbox, folders.sessions):
-            if os.path.lexists(path) and not within(self.root, path):
-                raise HTTPException(404, f"task {task.label} has no paste session")
-        return task
 
     def run_folder(self, request: Request) -> tuple[TaskPaths, Path]:
         task = self.task_paths(request)

@@ -1,7 +1,7 @@
 """The server's scheduler: `run-agent serve` fires the config's schedules in a background thread.
 
-Firing goes through the `launch` function the command line hands in (it checks the agent and
-starts a detached supervisor), so the server itself never imports a backend.
+Firing goes through the `launch` function it is given: the one door's (runagent.service), which
+checks the agent with the check the command line hands in and starts a detached supervisor.
 """
 
 from __future__ import annotations

@@ -70,3 +70,64 @@ def test_the_checks_see_relative_imports_and_imports_inside_functions(tmp_path: 
         "from . import cli\n\ndef f():\n    from .. import backends\n    import server.app\n"
     )
     assert {"runagent.cli", "backends", "server.app"} <= imports(probe, tmp_path)
+
+
+def module_name(path: Path, root: Path = REPO) -> str:
+    parts = path.relative_to(root).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_cycle(root: Path = REPO) -> list[str]:
+    """One import cycle among the project's modules (its modules in import order, the first
+    repeated at the end), or [] when there is none. An import inside a function counts: it
+    ties the two modules together as surely as one at the top."""
+    paths = [p for package in PACKAGES for p in sorted((root / package).rglob("*.py"))]
+    modules = {module_name(p, root): p for p in paths}
+    graph = {
+        name: sorted(m for m in imports(path, root) if m in modules and m != name)
+        for name, path in modules.items()
+    }
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str]:
+        state[name] = 1
+        stack.append(name)
+        for target in graph[name]:
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state:
+                found = visit(target)
+                if found:
+                    return found
+        stack.pop()
+        state[name] = 2
+        return []
+
+    for name in sorted(graph):
+        if name not in state:
+            found = visit(name)
+            if found:
+                return found
+    return []
+
+
+PACKAGES = ("runagent", "server", "backends")
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    cycle = import_cycle()
+    assert not cycle, f"import cycle: {' -> '.join(cycle)}"
+
+
+def test_the_cycle_check_finds_a_cycle_and_names_its_modules(tmp_path: Path) -> None:
+    (tmp_path / "runagent").mkdir()
+    (tmp_path / "server").mkdir()
+    (tmp_path / "backends").mkdir()
+    (tmp_path / "runagent" / "a.py").write_text("from runagent import b\n")
+    (tmp_path / "runagent" / "b.py").write_text("def f():\n    from server.c import x\n")
+    (tmp_path / "server" / "c.py").write_text("import runagent.a\n")
+    (tmp_path / "server" / "d.py").write_text("import runagent.b\n")
+    assert import_cycle(tmp_path) == ["runagent.a", "runagent.b", "server.c", "runagent.a"]
+    (tmp_path / "server" / "c.py").write_text("x = 1\n")
+    assert import_cycle(tmp_path) == []

@@ -468,27 +468,26 @@ def test_a_task_says_what_it_used_how_its_loop_ended_and_its_size(ws: Workspace)
     assert usage == {"tokens_in": 15, "tokens_out": 2, "cost_usd": 1.0}
 
 
-def test_the_agents_for_the_start_form_come_from_what_the_cli_hands_in(ws: Workspace) -> None:
-    listing = {"default": "fake", "agents": [{"name": "fake", "type": "command", "model": None}]}
-    app = create_app(Settings(root=ws.root, agents=lambda: listing))
-    with TestClient(app, base_url=LOCAL) as c:
-        assert c.get("/api/agents").json() == listing
-    with TestClient(create_app(Settings(root=ws.root)), base_url=LOCAL) as c:
-        assert c.get("/api/agents").json() == {"default": None, "agents": []}
-
-
-def test_the_served_agents_are_the_config_files(ws: Workspace) -> None:
-    from runagent.cli.options import setup
-    from runagent.cli.serve import agent_choices
+def test_the_agents_for_the_start_form_are_the_config_files(ws: Workspace) -> None:
+    import backends
+    from runagent.cli.options import usable_backend
 
     ws.write_config(agents={"other": ["--lines", "1"]})
-    choices = agent_choices(setup(ws.config, None).config)
-    assert choices["default"] == "fake"
-    assert [(a["name"], a["type"]) for a in choices["agents"]] == [
-        ("fake", "command"),
-        ("other", "command"),
-        ("paste", "paste"),  # a built-in needing no config: the page can start one
-    ]
+    app = create_app(Settings(root=ws.root, config_path=ws.config, check_agent=usable_backend,
+                              backend_names=backends.known()))  # fmt: skip
+    with TestClient(app, base_url=LOCAL) as c:
+        choices = c.get("/api/agents").json()
+        assert choices["default"] == "fake"
+        assert [(a["name"], a["type"]) for a in choices["agents"]] == [
+            ("fake", "command"),
+            ("other", "command"),
+            ("paste", "paste"),  # a built-in needing no config: the page can start one
+        ]
+        ws.write_config(agents={"third": ["--lines", "1"]})  # read afresh, as a start reads it
+        assert "third" in [a["name"] for a in c.get("/api/agents").json()["agents"]]
+    # A server not handed the backends cannot read the config: it offers a free-text agent.
+    with TestClient(create_app(Settings(root=ws.root)), base_url=LOCAL) as c:
+        assert c.get("/api/agents").json() == {"default": None, "agents": []}
 
 
 def test_delete_removes_a_finished_task_and_refuses_a_running_one(ws: Workspace) -> None:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import yaml
 from starlette.testclient import TestClient
 
 from runagent.configfile import load_config
-from runagent.schedule import Firing, seconds_to_next_minute
+from runagent.schedule import seconds_to_next_minute
 from server.app import Settings, create_app
 from tests.conftest import LOCAL, Workspace, wait_for
 
@@ -24,24 +23,21 @@ def config_with_schedule(ws: Workspace, cron: str = "* * * * *", **extra: object
     ws.config.write_text(yaml.safe_dump(config))
 
 
-def app_for(ws: Workspace, launch: Callable[[Firing], int], **settings: object) -> TestClient:
+def app_for(ws: Workspace, **settings: object) -> TestClient:
+    """The server as `run-agent serve` wires it: firings go through the one door, with the
+    backends' agent check, to detached supervisors."""
+    import backends
+    from runagent.cli.options import usable_backend
+
     config = load_config(ws.config, ["command"], ws.path)
     return TestClient(
         create_app(
             Settings(root=ws.root, config_path=ws.config, schedules=config.schedules,
-                     launch=launch, workdir=ws.path, **settings)  # type: ignore[arg-type]
+                     workdir=ws.path, check_agent=usable_backend, backend_names=backends.known(),
+                     **settings)  # type: ignore[arg-type]
         ),
         base_url=LOCAL,
     )  # fmt: skip
-
-
-def cli_launch(ws: Workspace) -> Callable[[Firing], int]:
-    """The real launch path, as `run-agent serve` wires it: a detached supervisor."""
-    from runagent.cli.options import Setup
-    from runagent.cli.schedule import launch_firing
-
-    config = load_config(ws.config, ["command"], ws.path)
-    return lambda firing: launch_firing(Setup(config, ws.root), firing)
 
 
 def test_the_server_fires_a_due_schedule_in_the_background(ws: Workspace) -> None:
@@ -49,7 +45,7 @@ def test_the_server_fires_a_due_schedule_in_the_background(ws: Workspace) -> Non
     real = datetime.now(UTC)
     # A clock one second short of a minute boundary: the schedule is due a second from now.
     offset = timedelta(seconds=seconds_to_next_minute(real) - 1)
-    with app_for(ws, cli_launch(ws), clock=lambda: datetime.now(UTC) + offset) as client:
+    with app_for(ws, clock=lambda: datetime.now(UTC) + offset) as client:
         wait_for(lambda: client.get("/api/schedules").json()[0]["last_task"], timeout=20,
                  what="the schedule to fire")  # fmt: skip
         (row,) = client.get("/api/schedules").json()
@@ -64,7 +60,7 @@ def test_run_now_from_the_api_and_overlap_refusal(ws: Workspace) -> None:
     config = yaml.safe_load(ws.config.read_text())
     config["agents"]["fake"]["command"] = ws.agent_argv(["--sleep", "60"])
     ws.config.write_text(yaml.safe_dump(config))
-    with app_for(ws, cli_launch(ws), run_schedules=False) as client:
+    with app_for(ws, run_schedules=False) as client:
         (row,) = client.get("/api/schedules").json()
         assert row["scheduler"] == "off" and len(row["next"]) == 3
         fired = client.post("/api/schedules/tick/run", json={})
@@ -78,13 +74,11 @@ def test_run_now_from_the_api_and_overlap_refusal(ws: Workspace) -> None:
 
 def test_no_schedules_keeps_the_scheduler_off(ws: Workspace) -> None:
     config_with_schedule(ws)
-    fired: list[Firing] = []
     real = datetime.now(UTC)
     offset = timedelta(seconds=seconds_to_next_minute(real) - 0.5)
-    with app_for(ws, lambda f: fired.append(f) or 1, run_schedules=False,
-                 clock=lambda: datetime.now(UTC) + offset) as client:  # fmt: skip
+    with app_for(ws, run_schedules=False, clock=lambda: datetime.now(UTC) + offset) as client:
         import time
 
         time.sleep(1.5)  # past the due minute: an active scheduler would have fired by now
         assert client.get("/api/schedules").json()[0]["scheduler"] == "off"
-    assert fired == []
+    assert not (ws.root / "p").exists()  # nothing was fired

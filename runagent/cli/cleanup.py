@@ -10,7 +10,7 @@ import click
 
 from runagent import cleanup, schedule
 from runagent.cli.group import cli, fail
-from runagent.cli.options import common, existing_task, setup
+from runagent.cli.options import common, existing_task, service_for, setup
 from runagent.cli.show import plural
 from runagent.context import validate_id
 from runagent.duration import parse_duration
@@ -84,13 +84,18 @@ def delete(
 ) -> None:  # fmt: skip
     """Delete a task that is not running: its TASK.md, its runs, everything in its folder."""
     s, task = existing_task(config_path, root, project_id, task_id)
-    doomed = cleanup.delete_plan(task, force)
-    what = f"task {doomed.label} ({human(doomed.size)}, {plural(len(task.run_ids()), 'run')})"
-    if not yes:
+    what: list[str] = []  # said before the runs go, as they are counted then
+
+    def confirm(doomed: cleanup.Doomed) -> None:
+        what.append(
+            f"task {doomed.label} ({human(doomed.size)}, {plural(len(task.run_ids()), 'run')})"
+        )
+        if yes:
+            return
         if not sys.stdin.isatty():
-            raise UsageError(f"deleting {what} needs --yes when not asked in a terminal")
+            raise UsageError(f"deleting {what[0]} needs --yes when not asked in a terminal")
         try:
-            agreed = click.confirm(f"Delete {what}?")
+            agreed = click.confirm(f"Delete {what[0]}?")
         except click.Abort as exc:  # click's word for Ctrl-C and for the end of input
             click.echo("", err=True)
             if isinstance(exc.__context__, KeyboardInterrupt):  # stopped, as anywhere else
@@ -98,5 +103,6 @@ def delete(
             agreed = False
         if not agreed:
             fail(f"{doomed.label} is not deleted", ExitCode.FAILED)
-    cleanup.carry_out([doomed], s.root)
-    click.echo(f"run-agent: deleted {what}", err=True)
+
+    service_for(s).delete(task, force, confirm)
+    click.echo(f"run-agent: deleted {what[0]}", err=True)

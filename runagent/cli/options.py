@@ -28,6 +28,7 @@ from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootEr
 from runagent.issue import issue_number
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
+from runagent.service import Service
 from runagent.worktree import working_trees
 
 
@@ -120,6 +121,15 @@ def existing_task(
         raise
     except NotFoundError as exc:  # say where the root came from: it may not be the one meant
         raise NotFoundError(f"{exc} (the runs root from {s.root_from})") from exc
+
+
+def service_for(s: Setup) -> Service:
+    """The one door, for a command of this command line: its config as its options made it,
+    the backends' agent check, loops working where the command was typed unless told."""
+    return Service(
+        s.root, usable_backend, config=s.config, config_path=s.config.source,
+        executor=s.config.executor, workdir=Path.cwd(),
+    )  # fmt: skip
 
 
 def task_option(required: bool) -> Callable[..., Any]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import click
 
-from runagent import notify, taskfolder, tasks, userfile
+from runagent import notify, taskfolder, userfile
 from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.options import (
@@ -23,17 +23,19 @@ from runagent.cli.options import (
     loop_options,
     one_run_options,
     prompt_options,
+    service_for,
     setup,
     task_option,
     usable_backend,
 )
 from runagent.config import ExecutorType, Until
 from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id, validate_prompt
-from runagent.errors import ExitCode, NotFoundError, RunAgentError, UsageError
+from runagent.errors import ExitCode, UsageError
 from runagent.events import Event, Outcome
 from runagent.issue import ISSUE_TIMEOUT, Issue, issue_number
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
+from runagent.service import Command, StartRequest
 from runagent.supervisor import Supervisor
 
 OUTCOME_EXIT = {
@@ -49,6 +51,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_WAIT_MARGIN = 15.0
 
 NOTIFY_DRAIN = 30.0  # seconds a finished loop waits for its notifications to go out
+
+CONFLICT_HINT = "use `run-agent resume` or a new --task"
 
 MAX_PROMPT_BYTES = userfile.MAX_TEXT_BYTES
 
@@ -126,12 +130,11 @@ def resume(
 ) -> None:
     """Run a task's loop again from its TASK.md."""
     s, task = existing_task(config_path, root, project_id, task_id)
-    tasks.refuse_completed(tasks.view(task), loop.again)
-    prompt = taskfolder.read_task_prompt(task)
-    if prompt is None:
-        raise NotFoundError(f"task {task.label} has no TASK.md to resume from ({task.task_md})")
-    text = validate_prompt(prompt, f"the task's prompt in {task.task_md}")
-    foreground_loop(s, task, text, loop, remembered_issue(s, task), command="resume")
+    request = StartRequest(
+        task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
+        schedule=loop.schedule, conflict_hint=CONFLICT_HINT,
+    )  # fmt: skip
+    enter(s, request, loop, remembered_issue(s, task))
 
 
 def start_loop(
@@ -148,16 +151,31 @@ def start_loop(
     )
     while generated and task.folder.exists():  # a generated id never joins an existing task
         task = TaskPaths(s.root, project_id, new_task_id())
-    if text is None:
-        existing = taskfolder.read_task_prompt(task)
-        if existing is None:
-            raise UsageError('no prompt: give it as an argument, "-" for stdin, or --prompt-file')
-        text = validate_prompt(existing, f"the task's prompt in {task.task_md}")
-    taskfolder.check_task_prompt(task, text, "use `run-agent resume` or a new --task")
-    tasks.refuse_completed(tasks.view(task), loop.again)
+    request = StartRequest(
+        task, text, overrides=loop.overrides, again=loop.again, schedule=loop.schedule,
+        conflict_hint=CONFLICT_HINT,
+    )  # fmt: skip
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
-    foreground_loop(s, task, text, loop, _issue(s, task, *issue) if issue else None)
+    enter(s, request, loop, _issue(s, task, *issue) if issue else None)
+
+
+def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) -> None:
+    """Through the one door: a loop for another executor is started there (detached); one for
+    this machine is admitted by the same checks and run here, in the foreground."""
+    if s.config.executor.type is not ExecutorType.LOCAL:
+        if issue is not None:
+            raise UsageError("an issue run needs its worktree here; run it with --executor local")
+        if loop.one_run:
+            raise UsageError(
+                "`job` runs in the foreground; use `run --max-restarts 0` on a cluster"
+            )
+        dispatch(s, request)
+        return
+    if issue is not None:  # not a repository, or a config or runs root inside it: refused
+        s.refuse_inside(issue.repo)  # before anything (a resume finds the repository only now)
+    prompt = service_for(s).admit(request)
+    foreground_loop(s, request.task, prompt, loop, issue)
 
 
 def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
@@ -210,25 +228,10 @@ def executable_dir() -> Path:
     return Path(sys.executable).parent
 
 
-def dispatch(s: Setup, task: TaskPaths, command: str, prompt: str, loop: LoopArgs) -> None:
+def dispatch(s: Setup, request: StartRequest) -> None:
     """Hand the task's loop to the configured executor (a cluster) instead of running it here."""
-    from runagent import control
-
-    if loop.one_run:
-        raise UsageError("`job` runs in the foreground; use `run --max-restarts 0` on a cluster")
-    usable_backend(s.config, loop.overrides.agent)  # a bad --agent is refused before dispatch
-    created = not task.folder.exists()
-    taskfolder.claim_task_prompt(task, prompt, "use `run-agent resume` or a new --task")
-    try:
-        started = control.start_detached(
-            task, command, loop.overrides, config_path=s.config.source,
-            cwd=(loop.overrides.working_dir or Path.cwd()).resolve(), schedule=loop.schedule,
-            again=loop.again, executor=s.config.executor,
-        )  # fmt: skip
-    except RunAgentError:
-        if created:  # a refused dispatch leaves no task behind
-            taskfolder.discard_new_task(task)
-        raise
+    task = request.task
+    started = service_for(s).start(request)
     where = started.holder.describe() if started.holder is not None else f"pid {started.pid}"
     click.echo(
         f"run-agent: task {task.label} dispatched to {s.config.executor.type} (supervisor "
@@ -238,17 +241,10 @@ def dispatch(s: Setup, task: TaskPaths, command: str, prompt: str, loop: LoopArg
 
 
 def foreground_loop(
-    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None,
-    command: str = "run",
-) -> None:  # fmt: skip
-    if s.config.executor.type is not ExecutorType.LOCAL:
-        if issue is not None:
-            raise UsageError("an issue run needs its worktree here; run it with --executor local")
-        dispatch(s, task, command, prompt, loop)
-        return
+    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None
+) -> None:
+    """Run an admitted task's loop here, in the foreground, until it ends; exit with its code."""
     # What the task was started with before, with what this command says put in its place.
-    if issue is not None:  # not a repository, or a config or runs root inside it: refused
-        s.refuse_inside(issue.repo)  # before anything (a resume finds the repository only now)
     remembered = LoopOverrides.remembered(task)
     overrides = remembered.merged(loop.overrides)
     agent, backend = usable_backend(s.config, overrides.agent)
@@ -307,11 +303,9 @@ def stop(
     project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None
 ) -> None:
     """Stop a task's loop: its agent tree is killed and nothing restarts."""
-    from runagent import control
-
     s, task = existing_task(config_path, root, project_id, task_id)
     grace = s.config.defaults.kill_grace + STOP_WAIT_MARGIN
-    stopped = control.stop(task, grace if wait else None, s.config.executor)
+    stopped = service_for(s).stop(task, grace if wait else None)
     if stopped is None:
         click.echo(f"run-agent: task {task.label} is not running")
     elif wait:

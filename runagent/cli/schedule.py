@@ -12,16 +12,12 @@ from pathlib import Path
 import click
 
 from runagent import schedule as sched
-from runagent import taskfolder
 from runagent.cli.group import cli
-from runagent.cli.options import Setup, common, json_option, setup, usable_backend
+from runagent.cli.options import Setup, common, json_option, service_for, setup
 from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.cli.show import plural
 from runagent.config import ScheduleConfig
-from runagent.context import validate_id, validate_prompt
 from runagent.errors import UsageError
-from runagent.overrides import LoopOverrides
-from runagent.runfolder import TaskPaths
 
 
 @cli.group()
@@ -37,45 +33,12 @@ def schedule_named(s: Setup, name: str) -> ScheduleConfig:
     return s.config.schedules[name]
 
 
-def launch_firing(s: Setup, firing: sched.Firing) -> int:
-    """Start a firing's loop as a detached supervisor, after checking its agent can start."""
-    from runagent import control
-
-    config = firing.schedule
-    usable_backend(s.config, config.agent, who=f"schedule {config.name}: ")
-    if config.prompt_file is not None:
-        try:
-            prompt = config.prompt_file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(
-                f"schedules.{config.name}.prompt_file {str(config.prompt_file)!r} cannot be "
-                f"read as text ({exc}); fix the path"
-            ) from exc
-    else:
-        prompt = config.prompt or ""
-    validate_prompt(prompt, f"the prompt of schedules.{config.name}")
-    task = TaskPaths(s.root, validate_id("project", config.project), firing.task_id)
-    taskfolder.claim_task_prompt(task, prompt, "use {datetime} in the schedule's task")
-    overrides = LoopOverrides(
-        agent=config.agent,
-        max_restarts=config.max_restarts,
-        timeout=config.timeout,
-        until=config.until,
-    )
-    return control.start_detached(
-        task, "run", overrides, config_path=s.config.source, cwd=Path.cwd(),
-        schedule=config.name, again=True,  # a firing of a task it fired before runs it again
-        executor=s.config.executor,
-    ).pid  # fmt: skip
-
-
 def scheduler_for(s: Setup, log: Callable[[str], None]) -> sched.Scheduler:
-    from runagent import control
-
+    """The scheduler, firing through the one door."""
+    service = service_for(s)
     return sched.Scheduler(
-        s.config.schedules, s.root, launch=lambda firing: launch_firing(s, firing), log=log,
-        leader=lambda: control.hold_scheduler(s.config.executor),
-    )  # fmt: skip
+        s.config.schedules, s.root, launch=service.fire, log=log, leader=service.hold_scheduler
+    )
 
 
 def stamped(line: str) -> None:

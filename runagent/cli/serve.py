@@ -8,13 +8,11 @@ from pathlib import Path
 
 import click
 
+import backends
 from runagent.cli.group import cli
-from runagent.cli.options import Setup, common, setup, usable_backend
-from runagent.cli.schedule import launch_firing
-from runagent.config import Config, ExecutorType
+from runagent.cli.options import common, setup, usable_backend
+from runagent.config import ExecutorType
 from runagent.errors import UsageError
-from runagent.overrides import LoopOverrides
-from runagent.runfolder import TaskPaths
 
 
 @cli.command()
@@ -55,16 +53,14 @@ def serve(
             api_key=key,
             config_path=s.config.source,
             schedules=s.config.schedules,
-            launch=lambda firing: launch_firing(s, firing),
             run_schedules=not no_schedules,
             allowed_hosts=allowed_hosts(host, s.config.server.allowed_hosts),
             ops_workspaces=s.config.server.ops_workspaces,
-            # Read afresh, as the detached supervisor it checks for will read it.
-            check_start=lambda task, overrides: check_agent(
-                setup(config_path, root), task, overrides
-            ),
-            agents=lambda: agent_choices(setup(config_path, root).config),
             executor=s.config.executor,
+            # The one thing of the backends the server runs; it reads the config afresh with
+            # these names, as the detached supervisor it starts will.
+            check_agent=usable_backend,
+            backend_names=backends.known(),
         )
     )
     enabled = [c.name for c in s.config.schedules.values() if c.enabled]
@@ -81,18 +77,3 @@ def serve(
     click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
     click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
-
-
-def check_agent(s: Setup, task: TaskPaths, overrides: LoopOverrides) -> None:
-    """What the server asks before it starts a task: the agent it will run (as given, else as
-    the task was started before) exists and can run here."""
-    usable_backend(s.config, LoopOverrides.remembered(task).merged(overrides).agent)
-
-
-def agent_choices(config: Config) -> dict[str, object]:
-    """The config's agents as the start form offers them: each one's name, backend and model,
-    and the default; and `paste`, which needs no config (a person carries the text)."""
-    agents = [{"name": a.name, "type": a.type, "model": a.model} for a in config.agents.values()]
-    if "paste" not in config.agents:
-        agents.append({"name": "paste", "type": "paste", "model": None})
-    return {"default": config.defaults.agent, "agents": agents}

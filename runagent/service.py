@@ -1,0 +1,204 @@
+"""The one door through which work starts and stops: start, resume, stop, delete and a schedule's
+firing, with the same checks in the same order and the same leftovers whatever starts a task.
+
+The command line, the scheduler, the server and the loop an executor starts all come through
+here. A start is admitted in one order (the prompt, TASK.md's rule, a completed task, the agent),
+TASK.md is claimed, the loop is started on the executor, and a task folder that the start made is
+discarded when the start is refused. What the next issues put in front of a start (a concurrency
+cap with its queue, dependencies, budgets) belongs in `admit` and `start`, so every face gets it.
+The agent check needs the backends, which the core never imports: it is handed in.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from runagent import taskfolder, tasks
+from runagent.config import Config, ExecutorSettings
+from runagent.context import validate_id, validate_prompt
+from runagent.errors import NotFoundError, RunAgentError, UsageError
+from runagent.overrides import LoopOverrides
+from runagent.runfolder import TaskPaths
+
+if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
+    from runagent.cleanup import Doomed
+    from runagent.localexecutor import Started
+    from runagent.lock import Holder
+    from runagent.schedule import Firing
+
+# Raises a RunAgentError (MissingDependencyError, UsageError) unless the agent NAME of CONFIG
+# (None: its default) can run here; WHO begins the message. The command line hands in the
+# backends' check; anything else it returns is not used.
+AgentCheck = Callable[[Config, str | None, str], object]
+
+
+class Command(StrEnum):
+    """What the started loop does first: run the task's prompt, or resume from TASK.md."""
+
+    RUN = "run"
+    RESUME = "resume"
+
+
+@dataclass(frozen=True)
+class StartRequest:
+    """One start of a task's loop, whatever face asked for it."""
+
+    task: TaskPaths
+    prompt: str | None = None  # RUN: the prompt (None: TASK.md's); RESUME: always TASK.md's
+    command: Command = Command.RUN
+    overrides: LoopOverrides = field(default_factory=LoopOverrides)
+    again: bool = False  # a completed task runs again only when asked in so many words
+    schedule: str | None = None  # the schedule that fired it
+    conflict_hint: str = "resume it, or start a new task"  # what to do about another prompt
+
+
+@dataclass(frozen=True)
+class Service:
+    """The door, for one runs root. `config` is a snapshot (the command line's, with its options
+    applied); without one, the config file is read afresh for each start, as the loop started
+    will read it, with `backend_names` (a server is long-lived; its config file may change)."""
+
+    root: Path
+    check_agent: AgentCheck | None = None  # None: no agent is checked (nothing to check with)
+    config: Config | None = None
+    config_path: Path | None = None
+    backend_names: Collection[str] = ()
+    executor: ExecutorSettings | None = None  # None: this machine
+    workdir: Path = field(default_factory=Path.cwd)  # where a loop works unless told otherwise
+    env: Mapping[str, str] | None = None  # the started loop's environment (None: this one's)
+
+    def current_config(self) -> Config | None:
+        """The config a loop started now runs with; None when this service cannot read one."""
+        if self.config is not None:
+            return self.config
+        if not self.backend_names:
+            return None
+        from runagent.configfile import load_config
+
+        return load_config(self.config_path, self.backend_names, self.workdir)
+
+    def admit(self, request: StartRequest) -> str:
+        """Check a start in the one order, before anything is created; the prompt it runs.
+
+        Raises UsageError or NotFoundError (no prompt), PromptConflictError (TASK.md holds
+        another), AlreadyCompletedError (unless `again`), and what the agent check raises.
+        """
+        task = request.task
+        prompt = request.prompt if request.command is Command.RUN else None
+        if prompt is None:
+            existing = taskfolder.read_task_prompt(task)
+            if existing is None and request.command is Command.RESUME:
+                raise NotFoundError(
+                    f"task {task.label} has no TASK.md to resume from ({task.task_md})"
+                )
+            if existing is None:
+                raise UsageError(
+                    'no prompt: give it as an argument, "-" for stdin, or --prompt-file'
+                )
+            prompt = validate_prompt(existing, f"the task's prompt in {task.task_md}")
+        taskfolder.check_task_prompt(task, prompt, request.conflict_hint)
+        tasks.refuse_completed(tasks.view(task), request.again)
+        self.check(request, LoopOverrides.remembered(task).merged(request.overrides).agent)
+        return prompt
+
+    def check(self, request: StartRequest, agent: str | None) -> None:
+        """The agent the loop will run (as given, else as the task was started before) exists
+        and can run here."""
+        config = self.current_config() if self.check_agent is not None else None
+        if self.check_agent is not None and config is not None:
+            who = f"schedule {request.schedule}: " if request.schedule is not None else ""
+            self.check_agent(config, agent, who)
+
+    def start(self, request: StartRequest) -> Started:
+        """Start the task's loop on the executor as a detached supervisor, once admitted; a task
+        folder this start made is gone again when the executor refuses it."""
+        from runagent import control
+
+        prompt = self.admit(request)
+        task = request.task
+        created = not task.folder.exists()
+        taskfolder.claim_task_prompt(task, prompt, request.conflict_hint)
+        overrides = request.overrides
+        if overrides.working_dir is not None:  # as meant here, wherever the loop starts
+            overrides = replace(
+                overrides, working_dir=(self.workdir / overrides.working_dir).resolve()
+            )
+        try:
+            return control.start_detached(
+                task, request.command.value, overrides,
+                config_path=self.config_path, cwd=self.workdir.resolve(),
+                env=self.env if self.env is not None else dict(os.environ),
+                schedule=request.schedule, again=request.again, executor=self.executor,
+            )  # fmt: skip
+        except RunAgentError:
+            if created:  # a refused start leaves no task behind
+                taskfolder.discard_new_task(task)
+            raise
+
+    def fire(self, firing: Firing) -> int:
+        """Start a schedule's firing (the scheduler's launch); its supervisor's pid."""
+        config = firing.schedule
+        if config.prompt_file is not None:
+            try:
+                prompt = config.prompt_file.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise UsageError(
+                    f"schedules.{config.name}.prompt_file {str(config.prompt_file)!r} cannot be "
+                    f"read as text ({exc}); fix the path"
+                ) from exc
+        else:
+            prompt = config.prompt or ""
+        validate_prompt(prompt, f"the prompt of schedules.{config.name}")
+        task = TaskPaths(self.root, validate_id("project", config.project), firing.task_id)
+        overrides = LoopOverrides(
+            agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout,
+            until=config.until,
+        )  # fmt: skip
+        request = StartRequest(
+            task, prompt, overrides=overrides, schedule=config.name,
+            again=True,  # a firing of a task it fired before runs it again
+            conflict_hint="use {datetime} in the schedule's task",
+        )  # fmt: skip
+        return self.start(request).pid
+
+    def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
+        """Stop the task's loop wherever it runs (control.stop); the holder asked, or None."""
+        from runagent import control
+
+        return control.stop(task, wait, self.executor)
+
+    def delete(
+        self, task: TaskPaths, force: bool = False, confirm: Callable[[Doomed], None] | None = None
+    ) -> tuple[Doomed, int]:
+        """Remove a task that is not running, with all its runs (after `confirm`, which may
+        raise to refuse); what was removed and the bytes freed."""
+        from runagent import cleanup
+
+        doomed = cleanup.delete_plan(task, force)  # AlreadyRunningError while its loop runs
+        if confirm is not None:
+            confirm(doomed)
+        return doomed, cleanup.carry_out([doomed], self.root)
+
+    def hold_scheduler(self) -> bool:
+        """Whether this process may fire schedules (on a cluster, only one does)."""
+        from runagent import control
+
+        return control.hold_scheduler(self.executor)
+
+    def agent_choices(self) -> dict[str, object]:
+        """The config's agents as a start form offers them: each one's name, backend and model,
+        and the default; and `paste`, which needs no config (a person carries the text)."""
+        config = self.current_config()
+        if config is None:
+            return {"default": None, "agents": []}
+        agents: list[dict[str, object]] = [
+            {"name": a.name, "type": a.type, "model": a.model} for a in config.agents.values()
+        ]
+        if "paste" not in config.agents:
+            agents.append({"name": "paste", "type": "paste", "model": None})
+        return {"default": config.defaults.agent, "agents": agents}

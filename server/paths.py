@@ -1,0 +1,52 @@
+"""Which task a request names, kept inside the runs root: a bad id, a missing task or a path that
+leads out of the root is a 404, for the read API and the actions alike."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+
+from runagent import runfolder
+from runagent.context import validate_id
+from runagent.errors import OutsideRootError, UsageError
+from runagent.paste.session import Folders as PasteFolders
+from runagent.runfolder import TaskPaths, within
+
+
+class Paths:
+    """The tasks of one runs root, as requests name them."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def task(
+        self, request: Request, must_exist: bool = True, task_id: str | None = None
+    ) -> TaskPaths:
+        """The task a request names (in its path, else `task_id`); 404 for a bad id, a missing
+        task, or a path out of the root."""
+        try:
+            project = validate_id("project", request.path_params["project"])
+            task_id = validate_id("task", task_id or request.path_params["task"])
+        except UsageError as exc:
+            raise HTTPException(404, str(exc)) from exc
+        task = TaskPaths(self.root, project, task_id)
+        try:
+            runfolder.confine(task)
+        except OutsideRootError as exc:
+            raise HTTPException(404, f"task {project}/{task_id} not found") from exc
+        if must_exist and not task.folder.is_dir():
+            raise HTTPException(404, f"task {project}/{task_id} not found")
+        return task
+
+    def paste_task(self, request: Request) -> TaskPaths:
+        """The task a request names, if its paste folders (those that exist) stay inside the
+        runs root; a link out is a task without a paste session (404)."""
+        task = self.task(request)
+        folders = PasteFolders.of(task)
+        for path in (folders.root, folders.outbox, folders.inbox, folders.sessions):
+            if os.path.lexists(path) and not within(self.root, path):
+                raise HTTPException(404, f"task {task.label} has no paste session")
+        return task
