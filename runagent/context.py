@@ -138,6 +138,15 @@ def validate_prompt(text: str, source: str) -> str:
     return text
 
 
+# The run id's one format: what RunIdClock writes, and what a run id from outside must match.
+RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
+
+
+def is_run_id(text: str) -> bool:
+    """Whether `text` has the form RunIdClock gives (so it names no other path)."""
+    return RUN_ID.fullmatch(text) is not None
+
+
 class RunIdClock:
     """Issues run ids `YYYYMMDD-HHMMSSmmm-PID` (UTC) that sort in start order and never repeat.
 

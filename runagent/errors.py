@@ -1,4 +1,5 @@
-"""The exception root of run-agent and the exit codes the command line returns."""
+"""The exception root of run-agent: each class carries the exit code the command line returns and
+the HTTP status the server answers with (as click's exceptions carry their exit code)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ class RunAgentError(Exception):
     """Root of every error run-agent raises on purpose.
 
     The message is one line that names the bad value and says what to do; `exit_code` is what
-    the command line exits with when the error reaches it.
+    the command line exits with when the error reaches it, `http_status` what the server answers
+    (a subclass inherits both from its nearest base that sets them).
     """
 
     exit_code: ExitCode = ExitCode.FAILED
+    http_status: int = 500  # not the client's doing: the server's own failure
 
     def __init__(self, message: str, *, exit_code: ExitCode | None = None) -> None:
         super().__init__(message)
@@ -36,30 +39,35 @@ class UsageError(RunAgentError):
     """A bad argument, id or option value."""
 
     exit_code = ExitCode.USAGE
+    http_status = 400
 
 
 class ConfigError(RunAgentError):
     """A bad config.yaml: the message carries the key path and the value."""
 
     exit_code = ExitCode.USAGE
+    http_status = 400
 
 
 class MissingDependencyError(RunAgentError):
     """An executable, file or credential the run needs is not there."""
 
     exit_code = ExitCode.MISSING_DEPENDENCY
+    http_status = 424
 
 
 class AlreadyRunningError(RunAgentError):
     """Another supervisor holds the task's lock."""
 
     exit_code = ExitCode.ALREADY_RUNNING
+    http_status = 409
 
 
 class NotFoundError(RunAgentError):
     """A project, task or run that does not exist."""
 
     exit_code = ExitCode.USAGE
+    http_status = 404
 
 
 class OutsideRootError(NotFoundError):
@@ -69,13 +77,19 @@ class OutsideRootError(NotFoundError):
 class PromptConflictError(UsageError):
     """A task already exists with another prompt in its TASK.md."""
 
+    http_status = 409  # the request is sound; the task is not in a state to take it
+
 
 class AlreadyCompletedError(UsageError):
     """A completed task asked to run without being asked to run again."""
 
+    http_status = 409  # the request is sound; the task is not in a state to take it
+
 
 class DuplicateReplyError(UsageError):
     """A paste reply handed in again: the run would move it aside unapplied, so it is not saved."""
+
+    http_status = 409  # the reply is sound; the run already has it
 
 
 def error_for_exit(code: int, message: str) -> RunAgentError:

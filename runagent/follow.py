@@ -16,7 +16,7 @@ from runagent.lock import live_holder
 from runagent.runfolder import TaskPaths
 from runagent.runinfo import RunStatus
 
-CHUNK = 1 << 16
+CHUNK = 64 * 1024  # bytes of a run file read at a time, here and by the server's streams
 RECHECK_MS = 1000  # a change can go unseen (a supervisor killed by SIGKILL writes nothing)
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,19 +24,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from runagent import __version__, cleanup, runfolder, taskfolder, tasks, worktree
-from runagent.context import validate_id
-from runagent.errors import (
-    AlreadyCompletedError,
-    AlreadyRunningError,
-    ConfigError,
-    DuplicateReplyError,
-    MissingDependencyError,
-    NotFoundError,
-    OutsideRootError,
-    PromptConflictError,
-    RunAgentError,
-    UsageError,
-)
+from runagent.context import is_run_id, validate_id
+from runagent.errors import RunAgentError, UsageError
 from runagent.paste import state as paste_state
 from runagent.paste.session import Folders as PasteFolders
 from runagent.runfolder import TaskPaths, within
@@ -51,24 +39,10 @@ from server.security import HostMiddleware, KeyMiddleware
 from server.settings import Settings as Settings  # where the callers have found it
 
 STATIC = Path(__file__).with_name("static")
-RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
 STREAM_FILES = ("stdout", "stderr", "output")
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
 COUNT_CHUNK = 4 * 1024 * 1024  # bytes read at a time when counting lines: memory stays bounded
-# What each kind of run-agent error is to an HTTP client; any other is the server's own failure.
-# The first class that matches counts: a subclass comes before its base.
-ERROR_STATUS: dict[type[RunAgentError], int] = {
-    DuplicateReplyError: 409,
-    PromptConflictError: 409,
-    AlreadyCompletedError: 409,
-    NotFoundError: 404,
-    OutsideRootError: 404,
-    UsageError: 400,
-    ConfigError: 400,
-    AlreadyRunningError: 409,
-    MissingDependencyError: 424,
-}
 
 
 def byte_count(name: str, raw: str) -> int:
@@ -147,8 +121,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
 
 async def _run_agent_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RunAgentError)
-    status = next((s for kind, s in ERROR_STATUS.items() if isinstance(exc, kind)), 500)
-    return JSONResponse({"error": str(exc)}, status_code=status)
+    return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
 
 
 class Api:
@@ -167,7 +140,7 @@ class Api:
         task = self.task_paths(request)
         run_id = request.path_params["run"]
         folder = task.run_folder(run_id)
-        if not RUN_ID.fullmatch(run_id) or not folder.is_dir() or not within(self.root, folder):
+        if not is_run_id(run_id) or not folder.is_dir() or not within(self.root, folder):
             raise HTTPException(404, f"run {run_id!r} not found")
         return task, folder
 
@@ -327,7 +300,7 @@ class Api:
         run_id, offset = None, 0
         if cursor and ":" in cursor:
             run_id, _, raw = cursor.rpartition(":")
-            if not RUN_ID.fullmatch(run_id):
+            if not is_run_id(run_id):
                 raise HTTPException(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
             offset = byte_count("the cursor's offset", raw)
         elif cursor:

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from sse_starlette import ServerSentEvent
 
-CHUNK = 64 * 1024  # the most bytes one event carries
+from runagent import follow
+
+CHUNK = follow.CHUNK  # the most bytes one event carries: the core's read size, one owner
 # Framed bytes kept per file: several chunks, so a client a step behind still shares.
 KEEP_BYTES = 1024 * 1024
 SEP = "\r\n"  # the line separator of sse-starlette's EventSourceResponse, which sends these frames
