@@ -3,10 +3,8 @@ error becomes its one line and its exit code. Only the CLI prints or exits."""
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
-import shlex
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -102,6 +100,9 @@ class RunAgentGroup(click.Group):
     def refuse_typo(self, word: str, as_prompt: bool = False) -> None:
         """Exit 2 when `word` is, or is close to, a command name (or, as a first word, is no
         command at all); else return."""
+        import difflib  # only on the way to an error
+        import shlex
+
         if word in self.names():
             close = [word]
         else:
@@ -203,6 +204,8 @@ class SubGroup(click.Group):
         word = args[0] if args else ""
         if word in self.commands or word.startswith("-") or ctx.resilient_parsing:
             return super().resolve_command(ctx, args)
+        import difflib  # only on the way to an error
+
         close = difflib.get_close_matches(word.lower(), list(self.commands), 1, TYPO_CUTOFF)
         if close:
             fail(f"unknown command {word!r}; did you mean `{ctx.command_path} {close[0]}`?",
