@@ -15,11 +15,13 @@ from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from importlib.machinery import PathFinder
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from runagent.backend import Backend
 from runagent.config import AgentConfig, Mode
 from runagent.errors import ConfigError, MissingDependencyError, RunAgentError
+
+if TYPE_CHECKING:  # the interface loads with the first backend, not with the registry
+    from runagent.backend import Backend
 
 ENTRY_POINT_GROUP = "runagent.backends"
 

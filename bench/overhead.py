@@ -2,6 +2,8 @@
 
 Runs `true` directly and through `run-agent job` (a fresh task each time: run folder, reaper,
 run-info written three times), interleaved, and prints median and p90 of both and the difference.
+Beside them, in the same rounds, `run-agent --version` and `run-agent list` on an empty root
+against a bare `python -c pass`, each with its goal, and the load of the machine while it ran.
 Then shows where the time goes: a bare interpreter, importing run-agent's command line, the
 reaper's interpreter, and the run itself as run-info.yaml's start_time -> end_time records it.
 
@@ -22,7 +24,8 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-GOAL_MS = 100.0
+GOAL_MS = 100.0  # a no-op job over the agent spawned directly
+START_GOAL_MS = 60.0  # --version, and list on an empty root, over a bare interpreter
 
 
 def run_agent() -> list[str]:
@@ -91,8 +94,11 @@ def main() -> None:
     true = shutil.which("true") or "/bin/true"
     env = bench_env()
     py = sys.executable
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         config, root = Path(tmp, "config.yaml"), Path(tmp, "runs")
+        empty = Path(tmp, "empty")
+        empty.mkdir()
         config.write_text(
             f"agents:\n  noop:\n    type: command\n    command: [{true}]\n"
             "defaults:\n  agent: noop\n  idle_timeout: 0\n  timeout: 0\n"
@@ -105,7 +111,10 @@ def main() -> None:
             "  python -c pass": lambda i: [py, "-c", "pass"],
             "  python -c 'import runagent.cli'": lambda i: [py, "-c", "import runagent.cli"],
             "  python -I -S -c pass (reaper's)": lambda i: [py, "-I", "-S", "-c", "pass"],
-        }
+            "run-agent --version": lambda i: [*run_agent(), "--version"],
+            "run-agent list (empty root)": lambda i: [*run_agent(), "list", "--config",
+                                                      str(config), "--root", str(empty)],
+        }  # fmt: skip
         for make in cases.values():  # warm the page cache and write bytecode; not counted
             clock(make(0), tmp, env)
         times: dict[str, list[float]] = {name: [] for name in cases}
@@ -119,9 +128,11 @@ def main() -> None:
             start, end = (datetime.fromisoformat(stamps[k]) for k in ("start_time", "end_time"))
             inside.append((end - start).total_seconds() * 1000)
 
+    load_after = os.getloadavg()
     site, imports_by_module = import_profile(env)
     med = {name: statistics.median(values) for name, values in times.items()}
-    print(f"{args.repeat} repetitions each, interleaved")
+    print(f"{args.repeat} repetitions each, interleaved, on {os.cpu_count()} cores; load average "
+          f"{load_before[0]:.1f} before, {load_after[0]:.1f} after")  # fmt: skip
     print(f"{'':<40} {'median':>9} {'p90':>9}")
     for name, values in times.items():
         print(f"{name:<40} {med[name]:7.1f}ms {p90(values):7.1f}ms")
@@ -132,6 +143,10 @@ def main() -> None:
     print(f"run-agent job adds {added:.1f} ms median, {p90(whole) - p90(direct):.1f} ms p90 "
           f"to a no-op agent (goal: under {GOAL_MS:g} ms)")  # fmt: skip
     interp = med["  python -c pass"]
+    for name in ("run-agent --version", "run-agent list (empty root)"):
+        over, over90 = med[name] - interp, p90(times[name]) - p90(times["  python -c pass"])
+        print(f"{name} adds {over:.1f} ms median, {over90:.1f} ms p90 to a bare "
+              f"`python -c pass` (goal: under {START_GOAL_MS:g} ms)")  # fmt: skip
     imports = med["  python -c 'import runagent.cli'"] - interp
     the_run = statistics.median(inside)
     rest = med["run-agent job (agent: true)"] - interp - imports - the_run

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import enum
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
@@ -267,6 +266,8 @@ class Config:
             return self.agents[name]
         if name in backend_names:
             return AgentConfig(name=name, type=name, ops=self.ops, paste=self.paste)
+        import difflib  # only a mistake pays for it
+
         names = [*self.agents, *backend_names]
         close = difflib.get_close_matches(name, names, 1, 0.6)
         hint = f"did you mean {close[0]!r}? " if close else ""

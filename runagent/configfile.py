@@ -40,25 +40,29 @@ from runagent.config import (
 )
 from runagent.configsection import Section, did_you_mean
 from runagent.errors import ConfigError
-from runagent.runfolder import within
+from runagent.runfolder import LOADER, within
 
 CONFIG_NAME = "config.yaml"
 
 
-class ConfigLoader(yaml.SafeLoader):
-    """YAML as config.yaml is written: only true and false are booleans (as in YAML 1.2), so a
-    key such as `on:` (notify's events) stays the word it reads as, not True."""
+def config_loader(base: type[Any]) -> type[Any]:
+    """`base` (a safe loader) reading YAML as config.yaml is written: only true and false are
+    booleans (as in YAML 1.2), so a key such as `on:` (notify's events) stays the word it reads
+    as, not True."""
+    loader: type[Any] = type("ConfigLoader", (base,), {})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool",
+        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        list("tTfF"),
+    )
+    return loader
 
 
-ConfigLoader.yaml_implicit_resolvers = {
-    first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-ConfigLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:bool",
-    re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-    list("tTfF"),
-)
+ConfigLoader = config_loader(LOADER)  # libyaml's parser where it is there
 # The keys of `defaults:` are LoopSettings' fields, so a new setting needs no second list.
 LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
 
@@ -117,7 +121,8 @@ def load_config(
             runs_dir_from="the default, as no config.yaml was found",
         )
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=ConfigLoader)
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=ConfigLoader)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
@@ -125,17 +130,28 @@ def load_config(
             f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
         ) from exc
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
+        said = _python_parser_error(text) or exc
+        where = getattr(said, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
-        problem = getattr(exc, "problem", None)
+        problem = getattr(said, "problem", None)
         detail = f" ({problem})" if problem else ""
-        raise ConfigError(f"{path}: not valid YAML{line}{detail}; fix the syntax") from exc
+        raise ConfigError(f"{path}: not valid YAML{line}{detail}; fix the syntax") from said
     try:
         return parse_config(
             data or {}, base_dir=path.resolve().parent, backend_names=backend_names, source=path
         )
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+
+
+def _python_parser_error(text: str) -> yaml.YAMLError | None:
+    """PyYAML's own words for a syntax error, the same whether or not libyaml is there (whose
+    words differ): a config with a mistake may take the slower parser."""
+    try:
+        yaml.load(text, Loader=config_loader(yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        return exc
+    return None
 
 
 def parse_config(

@@ -19,6 +19,7 @@ import yaml
 from runagent.errors import AlreadyRunningError
 from runagent.host import foreign_alive, is_here, this_host
 from runagent.process import is_alive, process_start_time
+from runagent.runfolder import dump_yaml, load_yaml
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ class Holder:
 def read_holder(path: Path, label: str = "") -> Holder | None:
     """Who the lock file says holds it (alive or not), or None if it names nobody."""
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"))
         host = data.get("host")
         return Holder(
             int(data["pid"]),
@@ -96,7 +97,7 @@ class TaskLock:
         pid = os.getpid()
         since = datetime.now(UTC).isoformat(timespec="seconds")
         holder = Holder(pid, process_start_time(pid), since, this_host(), self.label)
-        note = yaml.safe_dump(
+        note = dump_yaml(
             {
                 "pid": holder.pid,
                 "process_start": holder.process_start,

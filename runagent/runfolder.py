@@ -18,10 +18,10 @@ from __future__ import annotations
 import errno
 import os
 import resource
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -58,8 +58,20 @@ UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml coul
 # The files of a run a reader may ask for by a short name.
 RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT}
 
-_Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-_Dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+# libyaml's safe loader and dumper where PyYAML was built with it: the same results
+# (tests/test_startup.py) several times faster; else PyYAML's own, in Python.
+LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+DUMPER: type[Any] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, with libyaml where it is there."""
+    return yaml.load(text, Loader=LOADER)
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """`yaml.safe_dump` to a string, with libyaml where it is there."""
+    return str(yaml.dump(data, Dumper=DUMPER, **options))
 
 
 @dataclass(frozen=True)
@@ -232,6 +244,8 @@ def atomic_write(path: Path, text: str) -> None:
 
     An OSError names `path`, not the temporary file it failed on.
     """
+    import tempfile  # only writers need it, and a listing writes nothing
+
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     except OSError as exc:
@@ -264,7 +278,7 @@ def append_line(path: Path, line: str) -> None:
 
 def write_run_info(run_folder: Path, info: RunInfo) -> None:
     """Write the run's record atomically; on a full disk, over the old record in place."""
-    text = yaml.dump(info.to_dict(), Dumper=_Dumper, sort_keys=False, allow_unicode=True)
+    text = dump_yaml(info.to_dict(), sort_keys=False, allow_unicode=True)
     path = RunPaths(run_folder).info
     try:
         atomic_write(path, text)
@@ -398,7 +412,7 @@ def read_run_record(run_folder: Path) -> RunInfo | None:
             run_folder, str(exc.strerror or exc) if isinstance(exc, OSError) else "not UTF-8 text"
         )
     try:
-        data = yaml.load(text, Loader=_Loader)
+        data = load_yaml(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""

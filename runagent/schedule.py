@@ -133,7 +133,7 @@ class ScheduleState:
 
 def load_state(root: Path) -> dict[str, ScheduleState]:
     try:
-        data = yaml.safe_load(runfolder.schedule_state_path(root).read_text(encoding="utf-8"))
+        data = runfolder.load_yaml(runfolder.schedule_state_path(root).read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError):
         return {}
     if not isinstance(data, dict):
@@ -156,7 +156,7 @@ def locked_state(root: Path) -> Iterator[dict[str, ScheduleState]]:
 
 def save_state(root: Path, state: Mapping[str, ScheduleState]) -> None:
     root.mkdir(parents=True, exist_ok=True)
-    text = yaml.safe_dump({k: v.to_dict() for k, v in state.items()}, sort_keys=True)
+    text = runfolder.dump_yaml({k: v.to_dict() for k, v in state.items()}, sort_keys=True)
     runfolder.atomic_write(runfolder.schedule_state_path(root), text)
 
 

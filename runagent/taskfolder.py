@@ -42,14 +42,14 @@ def add_task_usage(task: TaskPaths, used: Usage) -> None:
 
 def write_task_settings(task: TaskPaths, settings: Mapping[str, object]) -> None:
     """Remember how the task was started (replacing what an earlier start remembered)."""
-    text = yaml.safe_dump(dict(settings), sort_keys=False, allow_unicode=True)
+    text = runfolder.dump_yaml(dict(settings), sort_keys=False, allow_unicode=True)
     runfolder.atomic_write(task.folder / runfolder.TASK_SETTINGS, text)
 
 
 def read_task_settings(task: TaskPaths) -> dict[str, object]:
     """How the task was last started; {} when it never was (or the file is unreadable)."""
     try:
-        data = yaml.safe_load(
+        data = runfolder.load_yaml(
             (runfolder.confine(task).folder / runfolder.TASK_SETTINGS).read_text(encoding="utf-8")
         )
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
@@ -59,14 +59,14 @@ def read_task_settings(task: TaskPaths) -> dict[str, object]:
 
 def write_issue_record(task: TaskPaths, record: Mapping[str, object]) -> None:
     """Write down an issue run's issue, repository, worktree and branch (issue.yaml)."""
-    text = yaml.safe_dump(dict(record), sort_keys=False, allow_unicode=True)
+    text = runfolder.dump_yaml(dict(record), sort_keys=False, allow_unicode=True)
     runfolder.atomic_write(runfolder.confine(task).issue_record, text)
 
 
 def read_issue_record(task: TaskPaths) -> dict[str, object]:
     """An issue run's record; {} for a task that is not one (or an unreadable record)."""
     try:
-        data = yaml.safe_load(runfolder.confine(task).issue_record.read_text(encoding="utf-8"))
+        data = runfolder.load_yaml(runfolder.confine(task).issue_record.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, UnicodeDecodeError):
         return {}
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}

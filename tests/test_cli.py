@@ -601,7 +601,10 @@ def test_every_option_of_every_command_has_help() -> None:
 
     def commands(group: click.Group, path: str) -> list[tuple[str, click.Command]]:
         found = []
-        for name, command in group.commands.items():
+        context = click.Context(group)
+        for name in group.list_commands(context):  # imports each lazily registered command
+            command = group.get_command(context, name)
+            assert command is not None, name
             found.append((f"{path} {name}", command))
             if isinstance(command, click.Group):
                 found += commands(command, f"{path} {name}")

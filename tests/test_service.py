@@ -14,9 +14,9 @@ import backends
 from runagent.cli.options import usable_backend
 from runagent.config import ExecutorSettings, ExecutorType
 from runagent.configfile import load_config
-from runagent.errors import AlreadyCompletedError, ExitCode, PromptConflictError
+from runagent.errors import AlreadyCompletedError, ExitCode, PromptConflictError, RunAgentError
 from runagent.service import Command, Service, StartRequest
-from server.app import ERROR_STATUS, Settings, create_app
+from server.app import Settings, create_app
 from tests.conftest import LOCAL, Workspace
 
 UNREACHABLE = {"type": "ray", "address": "127.0.0.1:9"}  # nothing listens on discard
@@ -48,8 +48,8 @@ def folder_state(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-def status_of(error: type[Exception]) -> int:
-    return next(s for kind, s in ERROR_STATUS.items() if issubclass(error, kind))
+def status_of(error: type[RunAgentError]) -> int:
+    return error.http_status
 
 
 def test_a_completed_task_is_refused_alike_by_every_face_and_left_as_it_was(

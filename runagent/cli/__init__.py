@@ -5,14 +5,11 @@
 
 from __future__ import annotations
 
-from runagent.cli import checks, cleanup, issues, ops, paste, run, schedule, serve, show, watch
-from runagent.cli import usage as usage_command
 from runagent.cli.group import cli
 
 __all__ = ["cli", "main"]
 
-# Imported for the commands they register.
-_COMMANDS = (checks, cleanup, issues, ops, paste, run, schedule, serve, show, usage_command, watch)
+# Each command's module is imported when that command runs (group.LAZY), not here.
 
 
 def main() -> None:

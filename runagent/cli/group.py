@@ -3,11 +3,11 @@ error becomes its one line and its exit code. Only the CLI prints or exits."""
 
 from __future__ import annotations
 
-import difflib
+import importlib
 import os
-import shlex
 import sys
-from typing import Any, NoReturn
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
@@ -17,6 +17,58 @@ from runagent.errors import ExitCode, RunAgentError
 HELP = ("--help", "-h", "--version")
 COMMON = ("--config", "--root", "--executor")  # options every command takes, before or after
 TYPO_CUTOFF = 0.6  # how close a word must be to a command name to be taken for a typo of it
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A command not imported yet: the module whose import registers it on `cli`, and the first
+    sentence of its help, so that `--help` and completion list it without importing it."""
+
+    module: str
+    short_help: str
+
+
+# Every command, imported only when it is invoked: start-up stays the interpreter, click and
+# what that one command needs (a no-op `job` loads no server, `--version` loads nothing of
+# ours). tests/test_startup.py keeps each short help equal to its command's own.
+LAZY: dict[str, Lazy] = {
+    "backends": Lazy("runagent.cli.checks",
+                     "List every backend and agent, and whether it can run here."),
+    "cocode": Lazy("runagent.cli.issues", "Be a cocode agent: resolve the issue the COCODE_* "
+                   "variables name, in COCODE_REPO_PATH."),
+    "delete": Lazy("runagent.cli.cleanup", "Delete a task that is not running: its TASK.md, its "
+                   "runs, everything in its folder."),
+    "doctor": Lazy("runagent.cli.checks", "Check config, agent CLIs, versions, keys, the runs "
+                   "root and the server port."),
+    "gc": Lazy("runagent.cli.cleanup",
+               "Remove old runs of tasks that are not running (never a running task's)."),
+    "job": Lazy("runagent.cli.run", "Run the agent once: one run, no restarts."),
+    "list": Lazy("runagent.cli.show", "List tasks (all, or one project's), or one task's runs."),
+    "ops": Lazy("runagent.cli.ops", "Run JSON operations from a model in a workspace (files, "
+                "shell) under a policy."),
+    "output": Lazy("runagent.cli.show", "Print a run's output, stdout, stderr or prompt."),
+    "paste": Lazy("runagent.cli.paste", "The copy-paste channel of `--agent paste` runs "
+                  "(spec/copy-paste-protocol.md)."),
+    "resume": Lazy("runagent.cli.run", "Run a task's loop again from its TASK.md."),
+    "run": Lazy("runagent.cli.run", "Run a task in a loop: restart the agent until it completes "
+                "or the loop gives up."),
+    "schedule": Lazy("runagent.cli.schedule", "Cron schedules from config.yaml: list them, run "
+                     "the scheduler, fire one now, or print equivalent crontab lines."),
+    "serve": Lazy("runagent.cli.serve",
+                  "Serve a live view of every run in a browser (REST, SSE and a page)."),
+    "status": Lazy("runagent.cli.show", "Show a task's status and its latest run."),
+    "stop": Lazy("runagent.cli.run",
+                 "Stop a task's loop: its agent tree is killed and nothing restarts."),
+    "usage": Lazy("runagent.cli.usage", "Tokens and cost of the runs, as their agents reported "
+                  "them, summed by project, task, agent or day (UTC), with a total."),
+    "watch": Lazy("runagent.cli.watch",
+                  "Show the tasks and their latest runs, updating in place until Ctrl-C."),
+    "worktrees": Lazy("runagent.cli.issues", "List issue runs' worktrees, or prune those whose "
+                      "tasks are done with them."),
+}  # fmt: skip
 
 
 class RunAgentGroup(click.Group):
@@ -34,8 +86,8 @@ class RunAgentGroup(click.Group):
         if not args:
             args = ["--help"] if not common else []
         first = args[0] if args else ""
-        if first in self.commands:
-            args = _after_command(self, args, common)
+        if first in self.names():
+            args = _after_command(self, ctx, args, common)
         elif first in HELP:
             args = [*args, *common]
         else:
@@ -48,10 +100,13 @@ class RunAgentGroup(click.Group):
     def refuse_typo(self, word: str, as_prompt: bool = False) -> None:
         """Exit 2 when `word` is, or is close to, a command name (or, as a first word, is no
         command at all); else return."""
-        if word in self.commands:
+        import difflib  # only on the way to an error
+        import shlex
+
+        if word in self.names():
             close = [word]
         else:
-            close = difflib.get_close_matches(word.lower(), list(self.commands), 1, TYPO_CUTOFF)
+            close = difflib.get_close_matches(word.lower(), self.names(), 1, TYPO_CUTOFF)
         run_it = f"`run-agent run ... {shlex.quote(word)}`"
         if close and as_prompt:
             fail(
@@ -67,10 +122,43 @@ class RunAgentGroup(click.Group):
             )
         if not as_prompt:
             fail(
-                f"unknown command {word!r}; commands: {', '.join(sorted(self.commands))} "
+                f"unknown command {word!r}; commands: {', '.join(self.names())} "
                 '(a task runs as `run-agent -p P -t T "prompt"`)',
                 ExitCode.USAGE,
             )
+
+    def names(self) -> list[str]:
+        """Every command's name, imported or not."""
+        return sorted({*LAZY, *self.commands})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return self.names()
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in LAZY:
+            importlib.import_module(LAZY[cmd_name].module)  # its decorators register it on `cli`
+        return self.commands.get(cmd_name)
+
+    def brief(self, name: str, limit: int = 45) -> str:
+        """A command's short help, from the table while its module is not imported."""
+        if name in self.commands:
+            return self.commands[name].get_short_help_str(limit)
+        return click.Command(name, help=LAZY[name].short_help).get_short_help_str(limit)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's list of commands, without importing every command to read its help."""
+        names = [n for n in self.names() if n in LAZY or not self.commands[n].hidden]
+        limit = formatter.width - 6 - max(len(n) for n in names)
+        with formatter.section("Commands"):
+            formatter.write_dl([(n, self.brief(n, limit)) for n in names])
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        """click's completion of a command's name, without importing every command."""
+        from click.shell_completion import CompletionItem
+
+        names = [n for n in self.names() if n.startswith(incomplete)]
+        items = [CompletionItem(n, help=self.brief(n)) for n in names]
+        return [*items, *click.Command.shell_complete(self, ctx, incomplete)]
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The group's own options, then those every command takes (`parse_args` moves them
@@ -116,6 +204,8 @@ class SubGroup(click.Group):
         word = args[0] if args else ""
         if word in self.commands or word.startswith("-") or ctx.resilient_parsing:
             return super().resolve_command(ctx, args)
+        import difflib  # only on the way to an error
+
         close = difflib.get_close_matches(word.lower(), list(self.commands), 1, TYPO_CUTOFF)
         if close:
             fail(f"unknown command {word!r}; did you mean `{ctx.command_path} {close[0]}`?",
@@ -144,9 +234,11 @@ def _leading_common(args: list[str]) -> tuple[list[str], list[str]]:
     return common, args[i:]
 
 
-def _after_command(group: click.Group, args: list[str], common: list[str]) -> list[str]:
+def _after_command(
+    group: click.Group, ctx: click.Context, args: list[str], common: list[str]
+) -> list[str]:
     """`args` with `common` placed after the command name (and a sub-command's name)."""
-    command = group.commands[args[0]]
+    command = group.get_command(ctx, args[0])
     at = 1
     if isinstance(command, click.Group) and len(args) > 1 and args[1] in command.commands:
         at = 2

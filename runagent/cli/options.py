@@ -8,13 +8,12 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 import backends
 from runagent import tasks
-from runagent.backend import Backend
 from runagent.config import AgentConfig, Config, ExecutorType, Until
 from runagent.configfile import (
     find_config,
@@ -29,7 +28,9 @@ from runagent.issue import issue_number
 from runagent.overrides import LoopOverrides
 from runagent.runfolder import TaskPaths
 from runagent.service import Service
-from runagent.worktree import working_trees
+
+if TYPE_CHECKING:  # loaded with the first backend, by the commands that run one
+    from runagent.backend import Backend
 
 
 class PathValue(click.Path):
@@ -53,6 +54,8 @@ class Setup:
 
     def refuse_inside(self, repository: Path) -> None:
         """Refuse a config or runs root inside the repository a task works on (one line)."""
+        from runagent.worktree import working_trees  # only for work on a repository
+
         folders = working_trees(repository, os.environ)
         refuse_config_inside(self.config.source, folders, os.environ)
         refuse_root_inside(self.root, self.root_from, folders)
@@ -93,6 +96,8 @@ def setup(config_path: Path | None, root: Path | None, works_on: Path | None = N
     cwd = Path.cwd()
     path = find_config(config_path, cwd, os.environ)
     if works_on is not None:
+        from runagent.worktree import working_trees
+
         refuse_config_inside(path, working_trees(works_on, os.environ), os.environ)
     config = load_config(path, backends.known(), cwd)
     ctx = click.get_current_context(silent=True)

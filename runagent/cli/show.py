@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from runagent import follow as following
 from runagent import runfolder, taskfolder, tasks
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
@@ -196,6 +195,8 @@ def output(
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Print a run's output, stdout, stderr or prompt."""
+    from runagent import follow as following  # threads and watching: not for `list`
+
     if run_id is not None:
         validate_id("run", run_id)
     _, task = existing_task(config_path, root, project_id, task_id)

@@ -1,0 +1,128 @@
+"""Start-up: each command imports what it uses, and `--help` and completion still list every
+command with its short help. Guarded by what gets imported, never by a stopwatch."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+import pytest
+import yaml
+
+import backends
+import runagent.cli
+from runagent import configfile, runfolder
+from runagent.cli.group import LAZY, cli
+from runagent.configfile import parse_config
+from runagent.runinfo import RunStatus
+from tests.conftest import REPO, Workspace
+
+
+def test_the_lazy_table_names_every_command_with_its_own_short_help() -> None:
+    for module in pkgutil.iter_modules(runagent.cli.__path__):
+        importlib.import_module(f"runagent.cli.{module.name}")  # registers all there is
+    assert set(cli.commands) == set(LAZY)
+    context = click.Context(cli)
+    for name, lazy in LAZY.items():
+        command = cli.get_command(context, name)
+        assert command is not None and command.callback is not None, name
+        assert command.callback.__module__ == lazy.module, name
+        for width in (20, 45, 60, 80, 200):
+            table = click.Command(name, help=lazy.short_help).get_short_help_str(width)
+            assert table == command.get_short_help_str(width), (name, width)
+
+
+# Runs `run-agent ARGS` inside one interpreter, then writes every module it had imported.
+PROBE = """
+import json, sys
+out, *args = sys.argv[1:]
+sys.argv = ["run-agent", *args]
+try:
+    from runagent.cli import main
+    main()
+except SystemExit:
+    pass
+finally:
+    with open(out, "w") as f:
+        json.dump(sorted(sys.modules), f)
+"""
+
+# Heavy or needless on the way to a version, a listing or a one-run job. Those click itself
+# imports (inspect, uuid, and urllib through pathlib) are left out below: no path avoids them.
+NEVER = {"starlette", "uvicorn", "sse_starlette", "watchfiles", "psutil", "ray", "server",
+         "zoneinfo", "urllib", "uuid", "inspect", "runagent.schedule", "runagent.control",
+         "runagent.rayexecutor", "runagent.ops", "runagent.paste", "runagent.doctor"}  # fmt: skip
+
+
+def imported(tmp_path: Path, *args: str, cwd: Path | None = None) -> set[str]:
+    out = tmp_path / f"modules-{len(list(tmp_path.glob('modules-*')))}.json"
+    done = subprocess.run([sys.executable, "-c", PROBE, str(out), *args], cwd=cwd or tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return set(json.loads(out.read_text()))
+
+
+def beyond_click(tmp_path: Path, modules: set[str]) -> set[str]:
+    """The forbidden packages (and their modules) among `modules` that click does not import."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import click, json, sys; print(json.dumps(sorted(sys.modules)))"],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    click_needs = set(json.loads(done.stdout))
+    return {m for m in modules - click_needs if m.split(".")[0] in NEVER or m in NEVER
+            or any(m.startswith(f"{n}.") for n in NEVER)}  # fmt: skip
+
+
+def test_version_imports_none_of_the_commands(tmp_path: Path) -> None:
+    modules = imported(tmp_path, "--version")
+    ours = {m for m in modules if m.split(".")[0] in ("runagent", "backends", "server")}
+    assert ours <= {"runagent", "runagent.cli", "runagent.cli.group", "runagent.errors"}, ours
+    assert "yaml" not in modules
+    assert not beyond_click(tmp_path, modules)
+
+
+def test_list_on_an_empty_root_loads_no_backend(ws: Workspace) -> None:
+    (ws.path / "empty").mkdir()
+    modules = imported(ws.path, "list", "--root", str(ws.path / "empty"), cwd=ws.path)
+    assert "runagent.cli.show" in modules and "runagent.config" in modules
+    assert not {m for m in modules if m.startswith("backends.")}
+    loaded = {"runagent.backend", "runagent.supervisor", "runagent.follow", "runagent.worktree",
+              "runagent.cli.run", "runagent.cli.serve", "tempfile"} & modules  # fmt: skip
+    assert not loaded
+    assert not beyond_click(ws.path, modules)
+
+
+def test_a_job_loads_its_one_backend_and_no_server(ws: Workspace) -> None:
+    modules = imported(ws.path, "job", "-q", "-p", "p", "-t", "t", "go", cwd=ws.path)
+    assert ws.runs()[0].status is RunStatus.COMPLETED
+    assert {m for m in modules if m.startswith("backends.")} == {"backends.command"}
+    assert not {"runagent.cli.serve", "runagent.cli.schedule", "runagent.cli.issues"} & modules
+    assert not beyond_click(ws.path, modules)
+
+
+@pytest.mark.skipif(not yaml.__with_libyaml__, reason="PyYAML built without libyaml")
+def test_libyaml_reads_the_config_and_a_run_info_as_pyyaml_does(ws: Workspace) -> None:
+    assert runfolder.LOADER is yaml.CSafeLoader and runfolder.DUMPER is yaml.CSafeDumper
+    text = (REPO / "config.yaml").read_text(encoding="utf-8")
+    fast = yaml.load(text, Loader=configfile.ConfigLoader)
+    slow = yaml.load(text, Loader=configfile.config_loader(yaml.SafeLoader))
+    assert fast == slow and fast["agents"]
+    for loader in (configfile.ConfigLoader, configfile.config_loader(yaml.SafeLoader)):
+        assert yaml.load("on: [yes, true]", Loader=loader) == {"on": ["yes", True]}
+    names = backends.known()
+    assert parse_config(fast, base_dir=REPO, backend_names=names) == parse_config(
+        slow, base_dir=REPO, backend_names=names
+    )
+    assert ws.cli("job", "-q", "-p", "p", "-t", "t", "go").returncode == 0
+    (run,) = (ws.task().folder / "runs").iterdir()
+    info = (run / runfolder.RUN_INFO).read_text(encoding="utf-8")
+    assert yaml.load(info, Loader=yaml.CSafeLoader) == yaml.safe_load(info)
+    record = yaml.safe_load(info)
+    assert runfolder.dump_yaml(record, sort_keys=False, allow_unicode=True) == yaml.safe_dump(
+        record, sort_keys=False, allow_unicode=True
+    )
