@@ -23,8 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from runagent import __version__, cleanup, control, runfolder, taskfolder, tasks, worktree
 from runagent.config import ExecutorSettings, ScheduleConfig
@@ -47,6 +46,7 @@ from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
 from server import streams
 from server.actions import Actions
+from server.assets import STATIC, asset
 from server.hub import Hub
 from server.ops import OpsApi
 from server.schedules import ScheduleRunner
@@ -56,7 +56,6 @@ from server.security import (
     allowed_hosts,
 )
 
-STATIC = Path(__file__).with_name("static")
 RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
 STREAM_FILES = ("stdout", "stderr", "output")
 HEARTBEAT = 15
@@ -159,7 +158,7 @@ def create_app(settings: Settings) -> Starlette:
         *OpsApi(
             settings.root, settings.ops_workspaces or (settings.workdir,), hub, api._sse
         ).routes(),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/static/{name}", asset),
     ]
     app = Starlette(
         routes=routes,

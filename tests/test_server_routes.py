@@ -214,6 +214,7 @@ def test_the_page_and_its_assets_are_served(client: TestClient) -> None:
 
 # `<script type="module" src="/static/X">` in the page, and `import ... from "./X"` in a module.
 MODULE_SCRIPT = re.compile(r'<script type="module" src="/static/([^"]+)"></script>')
+PRELOAD = re.compile(r'<link rel="modulepreload" href="/static/([^"]+)">')
 IMPORT = re.compile(r'^import\s[^;]*?\bfrom\s+"\./([^"]+)";', re.M | re.S)
 
 
@@ -241,6 +242,8 @@ def test_every_module_of_the_page_is_reached_from_index_html(client: TestClient)
         imports[name] = IMPORT.findall(response.text)
         todo += imports[name]
     assert set(imports) == {p.name for p in STATIC.glob("*.js")}
+    # All asked for at once as the page opens, not one import level after another.
+    assert sorted(PRELOAD.findall(page)) == sorted(imports)
 
     def visit(name: str, path: tuple[str, ...]) -> None:
         assert name not in path, f"import cycle: {' -> '.join((*path[path.index(name) :], name))}"
@@ -248,6 +251,20 @@ def test_every_module_of_the_page_is_reached_from_index_html(client: TestClient)
             visit(imported, (*path, name))
 
     visit("app.js", ())
+
+
+def test_the_pages_files_are_served_with_their_type_and_revalidated(client: TestClient) -> None:
+    """Each module is sent as JavaScript whatever the system's table of types says, with an ETag
+    the browser revalidates on each load (so an upgrade never mixes old and new modules)."""
+    first = client.get("/static/app.js")
+    assert first.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert first.text == (STATIC / "app.js").read_text()
+    assert first.headers["cache-control"] == "no-cache"
+    again = client.get("/static/app.js", headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    assert client.get("/static/style.css").headers["content-type"].startswith("text/css")
+    for missing in ("nothing.js", ".hidden.js", "%2E%2E", "..%2Fassets.py", "index.py"):
+        assert client.get(f"/static/{missing}").status_code == 404, missing
 
 
 def test_serve_refuses_a_public_address_without_a_key(ws: Workspace) -> None:
