@@ -46,7 +46,7 @@ from runagent.runfolder import TaskPaths, within
 from runagent.schedule import Launch, utc_now
 from server import streams
 from server.actions import Actions
-from server.assets import STATIC, asset
+from server.assets import STATIC, asset, page_file
 from server.hub import Hub
 from server.ops import OpsApi
 from server.schedules import ScheduleRunner
@@ -245,7 +245,7 @@ class Api(Actions):
     # Reading -------------------------------------------------------------------------------------
 
     async def index(self, request: Request) -> Response:
-        return FileResponse(STATIC / "index.html")
+        return page_file("index.html", request)
 
     async def favicon(self, request: Request) -> Response:
         """Browsers ask for /favicon.ico whatever the page says; answer it, not a 404."""

@@ -27,7 +27,11 @@ TYPES = {
 
 async def asset(request: Request) -> Response:
     """GET /static/NAME: the file, or 304 when the browser's copy is current (by its ETag)."""
-    name = request.path_params["name"]
+    return page_file(request.path_params["name"], request)
+
+
+def page_file(name: str, request: Request) -> Response:
+    """The file NAME of static/ as an answer to `request` (the page itself is one too)."""
     path = STATIC / name
     kind = TYPES.get(path.suffix)
     if kind is None or name.startswith(".") or not path.is_file():
