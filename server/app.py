@@ -20,8 +20,7 @@ from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
-from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
+from starlette.routing import Route
 
 from runagent import __version__, cleanup, runfolder, taskfolder, tasks, worktree
 from runagent.context import is_run_id, validate_id
@@ -31,6 +30,7 @@ from runagent.paste.session import Folders as PasteFolders
 from runagent.runfolder import TaskPaths, within
 from server import streams
 from server.actions import Actions
+from server.assets import STATIC, asset, page_file
 from server.hub import Hub
 from server.ops import OpsApi
 from server.paths import Paths
@@ -38,7 +38,6 @@ from server.schedules import ScheduleRunner
 from server.security import HostMiddleware, KeyMiddleware
 from server.settings import Settings as Settings  # where the callers have found it
 
-STATIC = Path(__file__).with_name("static")
 STREAM_FILES = ("stdout", "stderr", "output")
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
@@ -98,7 +97,7 @@ def create_app(settings: Settings) -> Starlette:
         *OpsApi(
             settings.root, settings.ops_workspaces or (settings.workdir,), hub, api._sse
         ).routes(),
-        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+        Route("/static/{name}", asset),
     ]
     app = Starlette(
         routes=routes,
@@ -157,7 +156,7 @@ class Api:
     # Reading -------------------------------------------------------------------------------------
 
     async def index(self, request: Request) -> Response:
-        return FileResponse(STATIC / "index.html")
+        return page_file("index.html", request)
 
     async def favicon(self, request: Request) -> Response:
         """Browsers ask for /favicon.ico whatever the page says; answer it, not a 404."""

@@ -100,6 +100,34 @@ def test_watch_a_task_live_then_stop_it_from_the_page(
     assert ws.runs()[0].status == "stopped"
 
 
+def test_the_page_runs_as_es_modules_with_no_console_error(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The browser loads the page's modules itself (no build step): every module in static/ is
+    fetched, and the task list, a task's log, the search and the start form work with nothing
+    said on the console (a missing export or a module served as the wrong type is an error)."""
+    said: list[str] = []
+    page.on("console", lambda m: said.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: said.append(str(e)))
+    fetched: set[str] = set()
+    page.on(
+        "request", lambda r: fetched.add(r.url.rsplit("/", 1)[1]) if r.url.endswith(".js") else None
+    )
+    ws.write_config(["--lines", "3", "--line-text", "said"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "t", "say three lines").returncode == 0
+    page.goto(server.url)
+    expect(page.locator("#connection")).to_have_text("live")
+    page.click("#tasks a[data-task='p/t']")
+    expect(page.locator("#log")).to_contain_text("said 3")
+    page.fill("#search", "said 2")
+    expect(page.locator("#search-count")).to_have_text("1 of 1")
+    page.click("#new-task-button")
+    expect(page.locator("#new-task")).to_be_visible()
+    expect(page.locator("#agent-choice option").first).to_contain_text("config default (")
+    assert said == []
+    assert fetched == {p.name for p in (REPO / "server" / "static").glob("*.js")}
+
+
 def test_claude_stream_is_shown_readably_with_a_raw_toggle(
     ws: Workspace, server: Server, page: Page
 ) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from runagent.errors import (
     UsageError,
     error_for_exit,
 )
-from server.app import Settings, create_app
+from server.app import STATIC, Settings, create_app
 from tests.conftest import LOCAL, Workspace, wait_for
 
 KEY = "test-key-0123456789"
@@ -209,6 +210,61 @@ def test_the_page_and_its_assets_are_served(client: TestClient) -> None:
         .startswith(("application/javascript", "text/javascript"))
     )
     assert client.get("/static/style.css").status_code == 200
+
+
+# `<script type="module" src="/static/X">` in the page, and `import ... from "./X"` in a module.
+MODULE_SCRIPT = re.compile(r'<script type="module" src="/static/([^"]+)"></script>')
+PRELOAD = re.compile(r'<link rel="modulepreload" href="/static/([^"]+)">')
+IMPORT = re.compile(r'^import\s[^;]*?\bfrom\s+"\./([^"]+)";', re.M | re.S)
+
+
+def test_every_module_of_the_page_is_reached_from_index_html(client: TestClient) -> None:
+    """The page is ES modules with no build step: each module in static/ is loaded through the
+    import graph that starts at the page's module script (none is dead), each is served as
+    JavaScript (a browser refuses to run a module served as anything else), each opens with a
+    comment saying what it owns, and no two modules import each other, directly or round about."""
+    page = client.get("/").text
+    assert "<script" not in MODULE_SCRIPT.sub("", page)  # no classic script left
+    entries = MODULE_SCRIPT.findall(page)
+    assert entries == ["app.js"]
+    imports: dict[str, list[str]] = {}
+    todo = list(entries)
+    while todo:
+        name = todo.pop()
+        if name in imports:
+            continue
+        response = client.get(f"/static/{name}")
+        assert response.status_code == 200, name
+        # Either JavaScript type runs a module; which one depends on the system's table of types.
+        javascript = ("text/javascript", "application/javascript")
+        assert response.headers["content-type"].startswith(javascript), name
+        assert response.text.startswith("// "), f"{name} opens without saying what it owns"
+        imports[name] = IMPORT.findall(response.text)
+        todo += imports[name]
+    assert set(imports) == {p.name for p in STATIC.glob("*.js")}
+    # All asked for at once as the page opens, not one import level after another.
+    assert sorted(PRELOAD.findall(page)) == sorted(imports)
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert name not in path, f"import cycle: {' -> '.join((*path[path.index(name) :], name))}"
+        for imported in imports[name]:
+            visit(imported, (*path, name))
+
+    visit("app.js", ())
+
+
+def test_the_pages_files_are_served_with_their_type_and_revalidated(client: TestClient) -> None:
+    """Each module is sent as JavaScript whatever the system's table of types says, with an ETag
+    the browser revalidates on each load (so an upgrade never mixes old and new modules)."""
+    first = client.get("/static/app.js")
+    assert first.headers["content-type"] == "text/javascript; charset=utf-8"
+    assert first.text == (STATIC / "app.js").read_text()
+    assert first.headers["cache-control"] == "no-cache"
+    again = client.get("/static/app.js", headers={"If-None-Match": first.headers["etag"]})
+    assert again.status_code == 304 and again.content == b""
+    assert client.get("/static/style.css").headers["content-type"].startswith("text/css")
+    for missing in ("nothing.js", ".hidden.js", "%2E%2E", "..%2Fassets.py", "index.py"):
+        assert client.get(f"/static/{missing}").status_code == 404, missing
 
 
 def test_serve_refuses_a_public_address_without_a_key(ws: Workspace) -> None:

@@ -1,0 +1,55 @@
+// The router: the view the address names (the start form, a task, or the list alone), shown
+// whenever the address changes.
+
+import { parseHash, routeWith } from "./address.js";
+import { $ } from "./dom.js";
+import { pastePanel } from "./paste.js";
+import { closeLog } from "./runview.js";
+import { clearSearch } from "./search.js";
+import { loadAgents } from "./startform.js";
+import { state } from "./state.js";
+import { renderTasks } from "./tasklist.js";
+import { refreshTask } from "./taskview.js";
+
+export async function route() {
+  const where = parseHash();
+  document.body.classList.toggle("nav-open", where.view === "home");
+  $("#new-task").hidden = where.view !== "new";
+  $("#task-view").hidden = where.view !== "task";
+  $("#placeholder").hidden = where.view !== "home";
+  if (where.view !== "task") {
+    closeLog();
+    clearSearch();
+    state.task = null;
+    state.detail = null;
+    pastePanel.hide();
+    renderTasks();
+    if (where.view === "new") {
+      loadAgents();
+      $("#new-task textarea[name=prompt]").focus();
+    }
+    return;
+  }
+  state.followLoop = where.run === null;
+  state.autoTab = where.tab === null;
+  if (where.run) state.run = where.run;
+  if (where.tab) state.file = where.tab;
+  state.line = where.line;
+  if (state.task !== where.task) {
+    state.task = where.task;
+    state.detail = null;
+    state.run = where.run;
+    closeLog();
+    clearSearch(); // a search belongs to the log it was typed over, not to the next task's
+    $("#run-view").hidden = true;
+    renderTasks();
+  }
+  await refreshTask();
+}
+
+window.addEventListener("hashchange", () => {
+  state.cameInApp = true;
+  route();
+});
+
+routeWith(route);

@@ -1,0 +1,198 @@
+// One task: its status and what it waits for, summary, git work, runs, and Stop, Resume and Delete.
+
+import { hashFor, navigate, taskUrl } from "./address.js";
+import { $, badge } from "./dom.js";
+import { bytesText, usageText } from "./format.js";
+import { pastePanel } from "./paste.js";
+import { showRun } from "./runview.js";
+import { AWAITING, state } from "./state.js";
+import { renderTimeline } from "./timeline.js";
+
+// The task view's status badge, and what its awaited operations are with a link to answer them.
+export function setTaskStatus(status) {
+  const waiting = state.awaiting.get(state.task) || [];
+  const shown = waiting.length ? AWAITING : status;
+  const el = $("#task-status");
+  el.className = `badge ${shown}`;
+  el.textContent = shown === AWAITING ? "awaiting approval" : shown;
+  const box = $("#task-approvals");
+  box.replaceChildren();
+  box.hidden = !waiting.length;
+  for (const row of waiting) {
+    const d = row.details || {};
+    const p = document.createElement("p");
+    const asked = document.createElement("code");
+    asked.textContent = d.command || d.path || row.operationType || row.operationId;
+    const answer = document.createElement("a");
+    answer.href = `#approval-${row.runId}-${row.operationId}`;
+    answer.textContent = "approve or deny";
+    answer.addEventListener("click", (event) => {
+      event.preventDefault(); // the address stays the task's
+      const item = document.getElementById(`approval-${row.runId}-${row.operationId}`);
+      if (!item) return;
+      item.scrollIntoView({ block: "center" });
+      item.querySelector("button.approve").focus();
+    });
+    p.append(`run ${row.runId} waits for approval of operation ${row.operationId}: `, asked, " — ", answer);
+    box.append(p);
+  }
+}
+
+export async function refreshTask() {
+  const label = state.task;
+  const response = await fetch(taskUrl(label));
+  if (label !== state.task) return; // the reader moved on meanwhile
+  if (!response.ok) {
+    $("#task-title").textContent = label;
+    $("#task-summary").textContent = (await response.json()).error;
+    pastePanel.show(label, null);
+    return;
+  }
+  const detail = await response.json();
+  state.detail = detail;
+  $("#task-title").textContent = label;
+  setTaskStatus(detail.status);
+  $("#task-prompt").textContent = detail.prompt || "";
+  $("#stop-button").disabled = detail.status !== "running";
+  $("#delete-button").disabled = detail.status === "running";
+  const resume = $("#resume-button");
+  resume.disabled = detail.status === "running";
+  // A completed task runs again only when asked to, in so many words (the CLI's --again).
+  resume.textContent = detail.status === "completed" ? "Run again" : "Resume";
+  resume.dataset.again = detail.status === "completed" ? "1" : "";
+  renderSummary(detail);
+  renderTimeline(detail.runs_list);
+  renderRuns(detail.runs_list);
+  renderGit(detail.git, detail.status);
+  pastePanel.show(label, detail);
+  const latest = detail.runs_list.at(-1);
+  if (!latest) {
+    $("#run-view").hidden = true;
+    return;
+  }
+  const wanted = state.followLoop || !state.run ? latest.run_id : state.run;
+  const run = detail.runs_list.find((r) => r.run_id === wanted) || latest;
+  await showRun(run);
+}
+
+function renderSummary(detail) {
+  const parts = [];
+  const latest = detail.runs_list.at(-1);
+  if (detail.status === "running") {
+    parts.push(`running attempt ${latest ? latest.attempt : 1}`);
+  } else if (detail.loop_message || latest) {
+    parts.push(detail.loop_message || (latest.message ? `last run: ${latest.message}` : `last run ${latest.status}`));
+  }
+  parts.push(`${detail.runs_list.length} ${detail.runs_list.length === 1 ? "run" : "runs"}`);
+  if (detail.usage) parts.push(`all runs: ${usageText(detail.usage)}`);
+  if (detail.disk_bytes != null) parts.push(`${bytesText(detail.disk_bytes)} on disk`);
+  $("#task-summary").textContent = parts.join(" · ");
+}
+
+// An issue run's git work: the issue and its link, the branch, whether a commit carries the
+// ready marker, and the commits since the base (newest first). Commits land without a run
+// ending, so a running task's view is refreshed every few seconds while it shows them.
+let gitTimer = null;
+function renderGit(git, status) {
+  const section = $("#task-git");
+  section.hidden = !git;
+  clearTimeout(gitTimer);
+  if (!git) return;
+  const issue = $("#git-issue");
+  issue.replaceChildren();
+  if (git.issue) {
+    const number = `issue #${git.issue.number}`;
+    if (git.issue.url && /^https?:\/\//.test(git.issue.url)) {
+      const a = document.createElement("a");
+      a.href = git.issue.url;
+      a.rel = "noopener noreferrer";
+      a.target = "_blank";
+      a.textContent = number;
+      issue.append(a);
+    } else {
+      issue.append(number);
+    }
+  }
+  $("#git-branch").textContent = git.branch || "";
+  const marker = $("#git-marker");
+  marker.className = `badge ${git.marker_seen ? "completed" : "pending"}`;
+  marker.textContent = git.marker_seen ? "ready marker seen" : "no ready marker yet";
+  const list = $("#git-commits");
+  list.replaceChildren();
+  for (const commit of git.commits) {
+    const li = document.createElement("li");
+    const sha = document.createElement("code");
+    sha.textContent = commit.sha.slice(0, 8);
+    li.append(sha, ` ${commit.subject}`);
+    list.append(li);
+  }
+  if (status === "running") {
+    const shown = state.task;
+    gitTimer = setTimeout(() => { if (state.task === shown) refreshTask(); }, 5000);
+  }
+}
+
+function renderRuns(runs) {
+  const list = $("#runs");
+  list.replaceChildren();
+  for (const run of runs) {
+    const li = document.createElement("li");
+    if (run.previous_run_id) {
+      const chain = document.createElement("span");
+      chain.className = "chain";
+      chain.textContent = "→";
+      li.append(chain);
+    }
+    const b = document.createElement("button");
+    b.type = "button";
+    b.dataset.run = run.run_id;
+    b.title = `${run.run_id}: ${run.message || run.status}` + (run.host ? ` (on ${run.host})` : "");
+    if (run.run_id === state.run) b.classList.add("selected");
+    b.append(`#${run.attempt} `, badge(run.status));
+    li.append(b);
+    list.append(li);
+  }
+}
+
+export function onTaskChanged(before, row) {
+  setTaskStatus(row.status);
+  const newRun = row.latest_run && (!before || !before.latest_run ||
+    before.latest_run.run_id !== row.latest_run.run_id || before.latest_run.status !== row.latest_run.status);
+  if (newRun || !before || before.status !== row.status) refreshTask();
+}
+
+async function action(name, body = {}) {
+  $("#action-error").textContent = "";
+  const response = await fetch(`${taskUrl(state.task)}/${name}`, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  if (!response.ok) $("#action-error").textContent = (await response.json()).error;
+  await refreshTask();
+}
+
+async function deleteTask() {
+  const label = state.task;
+  const size = state.detail ? ` (${bytesText(state.detail.disk_bytes)})` : "";
+  if (!confirm(`Delete task ${label} and all its runs${size}? This cannot be undone.`)) return;
+  $("#action-error").textContent = "";
+  const response = await fetch(taskUrl(label), {
+    method: "DELETE", headers: { "Content-Type": "application/json" }, body: "{}",
+  });
+  if (!response.ok) {
+    $("#action-error").textContent = (await response.json()).error;
+    return;
+  }
+  state.tasks.delete(label);
+  navigate("#");
+}
+
+for (const list of ["#runs", "#timeline"]) {
+  $(list).addEventListener("click", (e) => {
+    const b = e.target.closest("button[data-run]");
+    if (b) navigate(hashFor(state.task, b.dataset.run));
+  });
+}
+$("#stop-button").addEventListener("click", () => action("stop"));
+$("#resume-button").addEventListener("click", (event) =>
+  action("resume", event.currentTarget.dataset.again ? { again: true } : {}));
+$("#delete-button").addEventListener("click", deleteTask);
