@@ -17,7 +17,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from runagent.config import AgentConfig, Mode
+from runagent.config.settings import AgentConfig, Mode
 from runagent.errors import ConfigError, MissingDependencyError, RunAgentError
 
 if TYPE_CHECKING:  # the interface loads with the first backend, not with the registry

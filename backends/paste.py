@@ -74,7 +74,7 @@ class PasteBackend(ChildBackend):
 
 
 def main(argv: list[str]) -> int:
-    from runagent.config import Approvals
+    from runagent.config.settings import Approvals
     from runagent.errors import RunAgentError
     from runagent.ops.policy import Policy
     from runagent.ops.runtime import Runtime

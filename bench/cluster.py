@@ -35,10 +35,11 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from runagent import control, taskfolder  # noqa: E402
-from runagent.config import ExecutorSettings, ExecutorType  # noqa: E402
-from runagent.overrides import LoopOverrides  # noqa: E402
-from runagent.runfolder import TaskPaths  # noqa: E402
+from runagent.config.overrides import LoopOverrides  # noqa: E402
+from runagent.config.settings import ExecutorSettings, ExecutorType  # noqa: E402
+from runagent.executors import control  # noqa: E402
+from runagent.store import taskfolder  # noqa: E402
+from runagent.store.runfolder import TaskPaths  # noqa: E402
 
 AGENT = 'printf "%s\\n" "$EPOCHREALTIME" > "$TASK_FOLDER/started"; exec sleep 3600'
 
@@ -149,7 +150,7 @@ def main() -> None:
 
     from ray.cluster_utils import Cluster
 
-    from runagent import rayexecutor
+    from runagent.executors import ray as rayexecutor
 
     work = Path(tempfile.mkdtemp(prefix="bench-cluster-"))
     os.environ["RAY_TMPDIR"] = str(work / "ray")

@@ -22,9 +22,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.serving import serving  # noqa: E402
-from runagent import runfolder, taskfolder  # noqa: E402
-from runagent.runfolder import TaskPaths  # noqa: E402
-from runagent.runinfo import Reason, RunInfo, RunStatus  # noqa: E402
+from runagent.store import runfolder, taskfolder  # noqa: E402
+from runagent.store.runfolder import TaskPaths  # noqa: E402
+from runagent.store.runinfo import Reason, RunInfo, RunStatus  # noqa: E402
 
 
 def build(root: Path, tasks: int, runs: int) -> None:

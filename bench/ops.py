@@ -5,7 +5,7 @@ Sends the runtime (a real run folder and workspace in a temporary folder) batche
 createFile operations, then 1,000 readFile operations of those files, and prints operations per
 second (median over --repeat batches; each batch is validated, judged by the policy, executed,
 and recorded in operations.jsonl and events.jsonl, as a model's would be). Then the policy
-decision per command over the corpus of tests/test_policy.py (a small built-in list if that is
+decision per command over the corpus of tests/ops/test_policy.py (a small built-in list if that is
 not importable), p50 and p99, interleaved with spawning `true` directly and with one `shell`
 operation running `true` through the runtime. No assertion on speed.
 
@@ -34,10 +34,10 @@ FALLBACK = [("ls -la", "standard"), ("git status && git diff", "standard"),
 
 def corpus() -> tuple[list[tuple[str, str]], str]:
     try:
-        from tests.test_policy import COMMAND_CASES
+        from tests.ops.test_policy import COMMAND_CASES
     except ImportError:
-        return FALLBACK, "a built-in list (tests/test_policy.py not importable)"
-    return [(c, p) for c, p, _ in COMMAND_CASES], "the corpus of tests/test_policy.py"
+        return FALLBACK, "a built-in list (tests/ops/test_policy.py not importable)"
+    return [(c, p) for c, p, _ in COMMAND_CASES], "the corpus of tests/ops/test_policy.py"
 
 
 def percentile(values: list[float], fraction: float) -> float:

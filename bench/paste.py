@@ -27,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from runagent.config import Approvals
+from runagent.config.settings import Approvals
 from runagent.ops.runtime import Runtime
 from runagent.ops.waiting import Waiter
 from runagent.paste import inbox

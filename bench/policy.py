@@ -1,7 +1,7 @@
 """What the policy gate costs per shell command, beside what starting the command costs anyway.
 
-Judges every command of the policy corpus (tests/test_policy.py) with its preset and spawns `true`
-right after each one, interleaved, then prints p50, p99 and max of both. The first decision,
+Judges every command of the policy corpus (tests/ops/test_policy.py) with its preset and spawns
+`true` right after each one, interleaved, then prints p50, p99 and max of both. The first decision,
 which loads the bash grammar, is shown apart. No assertion on speed.
 
     python bench/policy.py [--repeat 20]
@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from runagent.ops.policy import Policy
-from tests.test_policy import COMMAND_CASES
+from tests.ops.test_policy import COMMAND_CASES
 
 
 def percentile(values: list[float], fraction: float) -> float:

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from runagent import runfolder
-from runagent.config import ScheduleConfig
+from runagent.config.settings import ScheduleConfig
 from runagent.errors import MissingDependencyError, RunAgentError, UsageError
+from runagent.store import runfolder
 
 BEGIN = "# BEGIN run-agent schedules of "
 END = "# END run-agent schedules of "

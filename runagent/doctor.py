@@ -16,9 +16,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from runagent.backend import Backend, Finding
-from runagent.config import AgentConfig, Config
+from runagent.config.settings import AgentConfig, Config
 from runagent.errors import RunAgentError
+from runagent.loop.backend import Backend, Finding
 
 MIN_FREE_BYTES = 1 << 30
 DEFAULT_PORT = 14355

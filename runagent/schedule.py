@@ -20,11 +20,11 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
-from runagent import runfolder, tasks
-from runagent.config import CRON_ALIASES, Overlap, ScheduleConfig
-from runagent.context import validate_id
+from runagent.config.settings import CRON_ALIASES, Overlap, ScheduleConfig
 from runagent.errors import AlreadyRunningError, RunAgentError
-from runagent.runfolder import TaskPaths
+from runagent.loop.context import validate_id
+from runagent.store import runfolder, tasks
+from runagent.store.runfolder import TaskPaths
 
 
 @dataclass(frozen=True)
@@ -283,7 +283,7 @@ class Scheduler:
 
     def _retain(self, schedule: ScheduleConfig, now: datetime) -> None:
         """Let go of the firings its `keep:` no longer keeps (never a running one)."""
-        from runagent import cleanup
+        from runagent.store import cleanup
 
         for task in expired(self.root, schedule, now):
             try:

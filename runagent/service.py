@@ -18,18 +18,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runagent import taskfolder, tasks
-from runagent.config import Config, ExecutorSettings
-from runagent.context import validate_id, validate_prompt
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import Config, ExecutorSettings
 from runagent.errors import NotFoundError, RunAgentError, UsageError
-from runagent.overrides import LoopOverrides
-from runagent.runfolder import TaskPaths
+from runagent.loop.context import validate_id, validate_prompt
+from runagent.store import taskfolder, tasks
+from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
-    from runagent.cleanup import Doomed
-    from runagent.localexecutor import Started
-    from runagent.lock import Holder
+    from runagent.executors.local import Started
     from runagent.schedule import Firing
+    from runagent.store.cleanup import Doomed
+    from runagent.store.lock import Holder
 
 # Raises a RunAgentError (MissingDependencyError, UsageError) unless the agent NAME of CONFIG
 # (None: its default) can run here; WHO begins the message. The command line hands in the
@@ -78,7 +78,7 @@ class Service:
             return self.config
         if not self.backend_names:
             return None
-        from runagent.configfile import load_config
+        from runagent.config.file import load_config
 
         return load_config(self.config_path, self.backend_names, self.workdir)
 
@@ -117,7 +117,7 @@ class Service:
     def start(self, request: StartRequest) -> Started:
         """Start the task's loop on the executor as a detached supervisor, once admitted; a task
         folder this start made is gone again when the executor refuses it."""
-        from runagent import control
+        from runagent.executors import control
 
         prompt = self.admit(request)
         task = request.task
@@ -168,7 +168,7 @@ class Service:
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
         """Stop the task's loop wherever it runs (control.stop); the holder asked, or None."""
-        from runagent import control
+        from runagent.executors import control
 
         return control.stop(task, wait, self.executor)
 
@@ -177,7 +177,7 @@ class Service:
     ) -> tuple[Doomed, int]:
         """Remove a task that is not running, with all its runs (after `confirm`, which may
         raise to refuse); what was removed and the bytes freed."""
-        from runagent import cleanup
+        from runagent.store import cleanup
 
         doomed = cleanup.delete_plan(task, force)  # AlreadyRunningError while its loop runs
         if confirm is not None:
@@ -186,7 +186,7 @@ class Service:
 
     def hold_scheduler(self) -> bool:
         """Whether this process may fire schedules (on a cluster, only one does)."""
-        from runagent import control
+        from runagent.executors import control
 
         return control.hold_scheduler(self.executor)
 

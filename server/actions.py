@@ -14,12 +14,12 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runagent import tasks
-from runagent.context import new_task_id, validate_prompt
+from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyCompletedError, UsageError
-from runagent.overrides import LoopOverrides
+from runagent.loop.context import new_task_id, validate_prompt
 from runagent.paste import state as paste_state
 from runagent.service import Command, Service, StartRequest
+from runagent.store import tasks
 from server.paths import Paths
 from server.schedules import ScheduleRunner
 from server.security import bounded_body, cross_site_write

@@ -22,12 +22,14 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from runagent import __version__, cleanup, runfolder, taskfolder, tasks, worktree
-from runagent.context import is_run_id, validate_id
+from runagent import __version__
 from runagent.errors import RunAgentError, UsageError
+from runagent.issues import worktree
+from runagent.loop.context import is_run_id, validate_id
 from runagent.paste import state as paste_state
 from runagent.paste.session import Folders as PasteFolders
-from runagent.runfolder import TaskPaths, within
+from runagent.store import cleanup, runfolder, taskfolder, tasks
+from runagent.store.runfolder import TaskPaths, within
 from server import streams
 from server.actions import Actions
 from server.assets import STATIC, asset, page_file

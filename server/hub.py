@@ -21,7 +21,7 @@ from pathlib import Path
 
 import watchfiles
 
-from runagent import runfolder
+from runagent.store import runfolder
 from server.tail import Tail
 
 log = logging.getLogger("run-agent.server")

@@ -23,15 +23,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runagent import runfolder
-from runagent.context import new_run_id, validate_id
 from runagent.errors import AlreadyRunningError, NotFoundError, RunAgentError, UsageError
+from runagent.loop.context import new_run_id, validate_id
 from runagent.ops.event import EventsMessage
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from runagent.ops.runs import all_runs, approval_row, describe, ids
 from runagent.ops.runtime import Runtime, find_run
 from runagent.ops.sandbox import Sandbox
-from runagent.runfolder import RunPaths, TaskPaths, within
+from runagent.store import runfolder
+from runagent.store.runfolder import RunPaths, TaskPaths, within
 from server import streams
 from server.hub import Hub
 from server.security import bounded_body, cross_site_write

@@ -9,11 +9,11 @@ from pathlib import Path
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from runagent import runfolder
-from runagent.context import validate_id
 from runagent.errors import OutsideRootError, UsageError
+from runagent.loop.context import validate_id
 from runagent.paste.session import Folders as PasteFolders
-from runagent.runfolder import TaskPaths, within
+from runagent.store import runfolder
+from runagent.store.runfolder import TaskPaths, within
 
 
 class Paths:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent import schedule as sched
-from runagent.config import ScheduleConfig
+from runagent.config.settings import ScheduleConfig
 
 log = logging.getLogger("run-agent.schedules")
 TICK = 15.0

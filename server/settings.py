@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from runagent.config import ExecutorSettings, ScheduleConfig
+from runagent.config.settings import ExecutorSettings, ScheduleConfig
 from runagent.schedule import utc_now
 from runagent.service import AgentCheck, Service
 from server.security import allowed_hosts

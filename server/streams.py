@@ -21,9 +21,9 @@ from typing import Any
 
 import anyio
 
-from runagent import follow, runfolder, tasks
-from runagent.runfolder import TaskPaths
-from runagent.runinfo import RunInfo, RunStatus
+from runagent.store import follow, runfolder, tasks
+from runagent.store.runfolder import TaskPaths
+from runagent.store.runinfo import RunInfo, RunStatus
 from server.hub import Hub
 from server.tail import Chunk as Chunk  # re-exported: the app and ops read run files here
 from server.tail import Tail, decode

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from sse_starlette import ServerSentEvent
 
-from runagent import follow
+from runagent.store import follow
 
 CHUNK = follow.CHUNK  # the most bytes one event carries: the core's read size, one owner
 # Framed bytes kept per file: several chunks, so a client a step behind still shares.

@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 from backends.command import CommandBackend
-from runagent.backend import Backend
-from runagent.config import AgentConfig, LoopSettings
-from runagent.context import LoopRequest
-from runagent.events import Event
-from runagent.runfolder import TaskPaths, read_run_info
-from runagent.runinfo import RunInfo
-from runagent.supervisor import Supervisor
+from runagent.config.settings import AgentConfig, LoopSettings
+from runagent.loop.backend import Backend
+from runagent.loop.context import LoopRequest
+from runagent.loop.events import Event
+from runagent.loop.supervisor import Supervisor
+from runagent.store.runfolder import TaskPaths, read_run_info
+from runagent.store.runinfo import RunInfo
 
 FAKE_AGENT = Path(__file__).with_name("fake_agent.py")
 REPO = Path(__file__).resolve().parent.parent

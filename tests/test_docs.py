@@ -54,7 +54,7 @@ def test_every_yaml_block_of_the_docs_is_a_valid_config(
     where: str, block: str, tmp_path: Path
 ) -> None:
     """What the README and the docs show is accepted as written (`on:` included)."""
-    from runagent.configfile import load_config
+    from runagent.config.file import load_config
 
     config = tmp_path / "config.yaml"
     config.write_text(block)

@@ -41,7 +41,7 @@ def under(module: str, *packages: str) -> bool:
 
 def test_the_core_list_is_not_empty() -> None:
     names = {p.name for p in CORE}
-    assert {"supervisor.py", "config.py", "backend.py"} <= names and "cli.py" not in names
+    assert {"supervisor.py", "settings.py", "backend.py"} <= names and "cli.py" not in names
 
 
 @pytest.mark.parametrize("path", CORE, ids=lambda p: str(p.relative_to(REPO)))
@@ -58,7 +58,7 @@ def test_the_server_imports_no_backend() -> None:
 
 def test_the_reaper_imports_only_the_standard_library() -> None:
     # It is the one process between a supervisor and its agent, started with `python -I -S`.
-    found = imports(REPO / "runagent" / "reaper.py")
+    found = imports(REPO / "runagent" / "loop" / "reaper.py")
     foreign = {m for m in found if m.split(".")[0] not in sys.stdlib_module_names}
     assert found and not foreign, sorted(foreign)
 

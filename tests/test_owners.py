@@ -13,9 +13,10 @@ import pytest
 
 import runagent
 import server
-from runagent import errors, follow
-from runagent.context import RunIdClock, is_run_id
+from runagent import errors
 from runagent.errors import ExitCode, RunAgentError, UsageError
+from runagent.loop.context import RunIdClock, is_run_id
+from runagent.store import follow
 from server import app, tail
 
 

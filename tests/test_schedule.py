@@ -9,11 +9,9 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from runagent.config import Overlap, ScheduleConfig
-from runagent.configfile import load_config
+from runagent.config.file import load_config
+from runagent.config.settings import Overlap, ScheduleConfig
 from runagent.errors import AlreadyRunningError, ConfigError, RunAgentError
-from runagent.lock import TaskLock
-from runagent.runfolder import TaskPaths
 from runagent.schedule import (
     Firing,
     Scheduler,
@@ -23,6 +21,8 @@ from runagent.schedule import (
     save_state,
     task_id,
 )
+from runagent.store.lock import TaskLock
+from runagent.store.runfolder import TaskPaths
 
 BERLIN = ZoneInfo("Europe/Berlin")
 
@@ -290,10 +290,10 @@ def test_every_firing_gets_its_own_task_even_within_one_second(tmp_path: Path) -
 
 
 def test_a_schedules_keep_lets_go_of_old_firings_but_never_a_running_one(tmp_path: Path) -> None:
-    from runagent import runfolder as rf
-    from runagent import taskfolder
-    from runagent.config import ScheduleKeep
-    from runagent.runinfo import RunInfo, RunStatus
+    from runagent.config.settings import ScheduleKeep
+    from runagent.store import runfolder as rf
+    from runagent.store import taskfolder
+    from runagent.store.runinfo import RunInfo, RunStatus
 
     keep = ScheduleKeep(last=2, older_than=3600.0)
     nightly = schedule(keep=keep)

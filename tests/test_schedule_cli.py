@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from runagent.notify import SIGNATURE_HEADER, signature
+from runagent.loop.notify import SIGNATURE_HEADER, signature
 from tests.conftest import FAKE_AGENT, Workspace, wait_for
 
 SECRET = "webhook-secret-for-tests"

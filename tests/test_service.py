@@ -12,8 +12,8 @@ from starlette.testclient import TestClient
 
 import backends
 from runagent.cli.options import usable_backend
-from runagent.config import ExecutorSettings, ExecutorType
-from runagent.configfile import load_config
+from runagent.config.file import load_config
+from runagent.config.settings import ExecutorSettings, ExecutorType
 from runagent.errors import AlreadyCompletedError, ExitCode, PromptConflictError, RunAgentError
 from runagent.service import Command, Service, StartRequest
 from server.app import Settings, create_app

@@ -16,10 +16,11 @@ import yaml
 
 import backends
 import runagent.cli
-from runagent import configfile, runfolder
 from runagent.cli.group import LAZY, cli
-from runagent.configfile import parse_config
-from runagent.runinfo import RunStatus
+from runagent.config import file as configfile
+from runagent.config.file import parse_config
+from runagent.store import runfolder
+from runagent.store.runinfo import RunStatus
 from tests.conftest import REPO, Workspace
 
 
@@ -55,8 +56,8 @@ finally:
 # Heavy or needless on the way to a version, a listing or a one-run job. Those click itself
 # imports (inspect, uuid, and urllib through pathlib) are left out below: no path avoids them.
 NEVER = {"starlette", "uvicorn", "sse_starlette", "watchfiles", "psutil", "ray", "server",
-         "zoneinfo", "urllib", "uuid", "inspect", "runagent.schedule", "runagent.control",
-         "runagent.rayexecutor", "runagent.ops", "runagent.paste", "runagent.doctor"}  # fmt: skip
+         "zoneinfo", "urllib", "uuid", "inspect", "runagent.schedule", "runagent.executors.control",
+         "runagent.executors.ray", "runagent.ops", "runagent.paste", "runagent.doctor"}  # fmt: skip
 
 
 def imported(tmp_path: Path, *args: str, cwd: Path | None = None) -> set[str]:
@@ -89,10 +90,11 @@ def test_version_imports_none_of_the_commands(tmp_path: Path) -> None:
 def test_list_on_an_empty_root_loads_no_backend(ws: Workspace) -> None:
     (ws.path / "empty").mkdir()
     modules = imported(ws.path, "list", "--root", str(ws.path / "empty"), cwd=ws.path)
-    assert "runagent.cli.show" in modules and "runagent.config" in modules
+    assert "runagent.cli.show" in modules and "runagent.config.settings" in modules
     assert not {m for m in modules if m.startswith("backends.")}
-    loaded = {"runagent.backend", "runagent.supervisor", "runagent.follow", "runagent.worktree",
-              "runagent.cli.run", "runagent.cli.serve", "tempfile"} & modules  # fmt: skip
+    loaded = {"runagent.loop.backend", "runagent.loop.supervisor", "runagent.store.follow",
+              "runagent.issues.worktree", "runagent.cli.run", "runagent.cli.serve",
+              "tempfile"} & modules  # fmt: skip
     assert not loaded
     assert not beyond_click(ws.path, modules)
 

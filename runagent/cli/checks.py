@@ -11,7 +11,7 @@ import click
 import backends
 from runagent.cli.group import cli, fail
 from runagent.cli.options import common, json_option, setup
-from runagent.config import AgentConfig, Config
+from runagent.config.settings import AgentConfig, Config
 from runagent.errors import ExitCode
 
 

@@ -8,13 +8,14 @@ from pathlib import Path
 
 import click
 
-from runagent import cleanup, schedule
+from runagent import schedule
 from runagent.cli.group import cli, fail
 from runagent.cli.options import common, existing_task, service_for, setup
 from runagent.cli.show import plural
-from runagent.context import validate_id
-from runagent.duration import parse_duration
+from runagent.config.duration import parse_duration
 from runagent.errors import ExitCode, UsageError
+from runagent.loop.context import validate_id
+from runagent.store import cleanup
 
 
 def human(size: int) -> str:

@@ -9,9 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
-from runagent import runfolder
-from runagent.events import Event, EventKind, Outcome
-from runagent.runinfo import RunInfo
+from runagent.loop.events import Event, EventKind, Outcome
+from runagent.store import runfolder
+from runagent.store.runinfo import RunInfo
 
 # An agent's own colours and cursor moves (CSI and OSC sequences), which would garble the line.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")

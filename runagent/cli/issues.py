@@ -12,22 +12,23 @@ from pathlib import Path
 
 import click
 
-from runagent import pruning, taskfolder
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup, usable_backend
 from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.cli.show import print_table
-from runagent.cocode import OUTCOME_EXIT, CocodeRequest, commit_work, log_line, ready_commit
-from runagent.config import Until
-from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import Until
 from runagent.errors import RunAgentError, UsageError
-from runagent.events import Event, EventKind, LoopResult, Outcome
-from runagent.issue import ISSUE_TIMEOUT
-from runagent.overrides import LoopOverrides
-from runagent.repository import READY_MARKER_VARIABLE, Checkout
-from runagent.runfolder import TaskPaths
-from runagent.runinfo import RunStatus
-from runagent.supervisor import Supervisor
+from runagent.issues import pruning
+from runagent.issues.cocode import OUTCOME_EXIT, CocodeRequest, commit_work, log_line, ready_commit
+from runagent.issues.issue import ISSUE_TIMEOUT
+from runagent.issues.repository import READY_MARKER_VARIABLE, Checkout
+from runagent.loop.context import LoopRequest, new_task_id, parent_run_id, validate_id
+from runagent.loop.events import Event, EventKind, LoopResult, Outcome
+from runagent.loop.supervisor import Supervisor
+from runagent.store import taskfolder
+from runagent.store.runfolder import TaskPaths
+from runagent.store.runinfo import RunStatus
 
 
 @cli.command()

@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING
 
 import click
 
-from runagent import userfile
 from runagent.cli.group import cli
 from runagent.cli.options import PathValue, common, json_option, setup
 from runagent.cli.run import STOP_SIGNALS
 from runagent.cli.show import print_table
-from runagent.context import new_run_id, validate_id
+from runagent.config import userfile
 from runagent.errors import ExitCode, RunAgentError, UsageError
+from runagent.loop.context import new_run_id, validate_id
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from runagent.ops.sandbox import Sandbox
-from runagent.runfolder import TaskPaths, confine
+from runagent.store.runfolder import TaskPaths, confine
 
 if TYPE_CHECKING:
     from runagent.ops.event import EventsMessage

@@ -13,24 +13,24 @@ from typing import TYPE_CHECKING, Any
 import click
 
 import backends
-from runagent import tasks
-from runagent.config import AgentConfig, Config, ExecutorType, Until
-from runagent.configfile import (
+from runagent.config.file import (
     find_config,
     load_config,
     refuse_config_inside,
     refuse_root_inside,
     runs_root,
 )
-from runagent.context import validate_id
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import AgentConfig, Config, ExecutorType, Until
 from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootError, UsageError
-from runagent.issue import issue_number
-from runagent.overrides import LoopOverrides
-from runagent.runfolder import TaskPaths
+from runagent.issues.issue import issue_number
+from runagent.loop.context import validate_id
 from runagent.service import Service
+from runagent.store import tasks
+from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # loaded with the first backend, by the commands that run one
-    from runagent.backend import Backend
+    from runagent.loop.backend import Backend
 
 
 class PathValue(click.Path):
@@ -54,7 +54,7 @@ class Setup:
 
     def refuse_inside(self, repository: Path) -> None:
         """Refuse a config or runs root inside the repository a task works on (one line)."""
-        from runagent.worktree import working_trees  # only for work on a repository
+        from runagent.issues.worktree import working_trees  # only for work on a repository
 
         folders = working_trees(repository, os.environ)
         refuse_config_inside(self.config.source, folders, os.environ)
@@ -96,7 +96,7 @@ def setup(config_path: Path | None, root: Path | None, works_on: Path | None = N
     cwd = Path.cwd()
     path = find_config(config_path, cwd, os.environ)
     if works_on is not None:
-        from runagent.worktree import working_trees
+        from runagent.issues.worktree import working_trees
 
         refuse_config_inside(path, working_trees(works_on, os.environ), os.environ)
     config = load_config(path, backends.known(), cwd)
@@ -105,7 +105,7 @@ def setup(config_path: Path | None, root: Path | None, works_on: Path | None = N
     if chosen is not None:
         config = replace(config, executor=replace(config.executor, type=chosen))
     if config.executor.type is ExecutorType.RAY:
-        from runagent import control  # the command line's start-up does not pay for it
+        from runagent.executors import control  # the command line's start-up does not pay for it
 
         control.judge_foreign_hosts(config.executor)
     s = Setup(config, *runs_root(root, os.environ, config))

@@ -10,7 +10,7 @@ import click
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, setup, task_option
 from runagent.errors import NotFoundError, UsageError
-from runagent.runfolder import TaskPaths
+from runagent.store.runfolder import TaskPaths
 
 
 @cli.group()

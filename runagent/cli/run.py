@@ -10,7 +10,6 @@ from pathlib import Path
 
 import click
 
-from runagent import notify, taskfolder, userfile
 from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.options import (
@@ -28,15 +27,24 @@ from runagent.cli.options import (
     task_option,
     usable_backend,
 )
-from runagent.config import ExecutorType, Until
-from runagent.context import LoopRequest, new_task_id, parent_run_id, validate_id, validate_prompt
+from runagent.config import userfile
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import ExecutorType, Until
 from runagent.errors import ExitCode, UsageError
-from runagent.events import Event, Outcome
-from runagent.issue import ISSUE_TIMEOUT, Issue, issue_number
-from runagent.overrides import LoopOverrides
-from runagent.runfolder import TaskPaths
+from runagent.issues.issue import ISSUE_TIMEOUT, Issue, issue_number
+from runagent.loop import notify
+from runagent.loop.context import (
+    LoopRequest,
+    new_task_id,
+    parent_run_id,
+    validate_id,
+    validate_prompt,
+)
+from runagent.loop.events import Event, Outcome
+from runagent.loop.supervisor import Supervisor
 from runagent.service import Command, StartRequest
-from runagent.supervisor import Supervisor
+from runagent.store import taskfolder
+from runagent.store.runfolder import TaskPaths
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,

@@ -16,7 +16,7 @@ from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, json_option, service_for, setup
 from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.cli.show import plural
-from runagent.config import ScheduleConfig
+from runagent.config.settings import ScheduleConfig
 from runagent.errors import UsageError
 
 

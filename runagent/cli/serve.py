@@ -11,7 +11,7 @@ import click
 import backends
 from runagent.cli.group import cli
 from runagent.cli.options import common, setup, usable_backend
-from runagent.config import ExecutorType
+from runagent.config.settings import ExecutorType
 from runagent.errors import UsageError
 
 
@@ -44,7 +44,7 @@ def serve(
     if problem is not None:
         raise UsageError(f"cannot listen on {host}:{port} ({problem}); pass --port")
     if s.config.executor.type is ExecutorType.RAY and not s.config.executor.shared_root:
-        from runagent import control  # hosts send finished task folders to this root
+        from runagent.executors import control  # hosts send finished task folders to this root
 
         control.ray_executor(s.config.executor).receive_runs(s.root)
     app = create_app(

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import click
 
-from runagent import runfolder, taskfolder, tasks
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
-from runagent.context import validate_id
 from runagent.errors import NotFoundError, UsageError
-from runagent.runfolder import TaskPaths
-from runagent.runinfo import RunInfo, RunStatus, Usage
+from runagent.loop.context import validate_id
+from runagent.store import runfolder, taskfolder, tasks
+from runagent.store.runfolder import TaskPaths
+from runagent.store.runinfo import RunInfo, RunStatus, Usage
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -106,7 +106,7 @@ def status(
     view = tasks.view(task)
     used = tasks.usage(task)
     if as_json:
-        from runagent import worktree  # git is read only for a task that has git work
+        from runagent.issues import worktree  # git is read only for a task that has git work
 
         git_work = worktree.progress(task, view.latest, os.environ)
         extra = {"git": git_work} if git_work is not None else {}
@@ -148,7 +148,7 @@ def status(
 
 def _git_rows(task: TaskPaths, latest: RunInfo | None) -> list[tuple[str, object]]:
     """An issue run's issue, branch, commits since base and ready marker, for `status`."""
-    from runagent import worktree
+    from runagent.issues import worktree
 
     work = worktree.progress(task, latest, os.environ)
     if work is None:
@@ -195,7 +195,7 @@ def output(
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Print a run's output, stdout, stderr or prompt."""
-    from runagent import follow as following  # threads and watching: not for `list`
+    from runagent.store import follow as following  # threads and watching: not for `list`
 
     if run_id is not None:
         validate_id("run", run_id)

@@ -8,14 +8,14 @@ from pathlib import Path
 
 import click
 
-from runagent import spend
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup
 from runagent.cli.show import print_table
-from runagent.context import validate_id
-from runagent.duration import parse_duration
+from runagent.config.duration import parse_duration
 from runagent.errors import ConfigError, UsageError
-from runagent.spend import GroupBy, Spend
+from runagent.loop.context import validate_id
+from runagent.store import spend
+from runagent.store.spend import GroupBy, Spend
 
 
 def since_value(value: str | None) -> datetime | date | None:

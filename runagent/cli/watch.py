@@ -11,11 +11,11 @@ from pathlib import Path
 
 import click
 
-from runagent import follow, tasks
 from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, setup
-from runagent.context import validate_id
 from runagent.errors import ExitCode
+from runagent.loop.context import validate_id
+from runagent.store import follow, tasks
 
 HOME_AND_CLEAR = "\x1b[H\x1b[2J"
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder
 from runagent.errors import UsageError
 from runagent.ops.event import Event
+from runagent.store import runfolder
 
 APPROVED = frozenset({"approved", "approve", "yes"})
 DENIED = frozenset({"denied", "deny", "no"})

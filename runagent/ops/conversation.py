@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from runagent.config import Approvals
+from runagent.config.settings import Approvals
 from runagent.ops.event import EventsMessage
 from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.protocol import EventType, OperationType, Status

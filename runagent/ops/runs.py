@@ -9,12 +9,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder, tasks
-from runagent.lock import live_holder
 from runagent.ops.approval import Pending
 from runagent.ops.runtime import Runtime
-from runagent.runfolder import RunPaths, TaskPaths, within
-from runagent.runinfo import RunStatus
+from runagent.store import runfolder, tasks
+from runagent.store.lock import live_holder
+from runagent.store.runfolder import RunPaths, TaskPaths, within
+from runagent.store.runinfo import RunStatus
 
 
 class RunState(enum.StrEnum):

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder
 from runagent.errors import NotFoundError, UsageError
 from runagent.ops import approval
 from runagent.ops.approval import Answer, Pending
@@ -42,7 +41,8 @@ from runagent.ops.sandbox import SANDBOXED, Bwrap, InForce, Sandbox
 from runagent.ops.shell import run_shell, shell_environment
 from runagent.ops.turn import TurnLock
 from runagent.ops.workspace import Workspace, WorkspaceError
-from runagent.runfolder import RunPaths
+from runagent.store import runfolder
+from runagent.store.runfolder import RunPaths
 
 
 @dataclass(frozen=True)

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.ops.protocol import SHELL_EXIT_TIMED_OUT
 from runagent.ops.sandbox import Bwrap
-from runagent.process import AgentProcess, LaunchSpec, SpawnError
 
 OUTPUT_CAP = 1024 * 1024  # bytes of each stream handed back in the event
 OUTPUT_LIMIT = 64 * 1024 * 1024  # bytes of both streams on disk before the command is stopped

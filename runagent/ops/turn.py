@@ -4,7 +4,7 @@ never overwritten by another; a flock, which the kernel drops when its holder di
 
 from __future__ import annotations
 
-from runagent.lock import TaskLock, read_holder
+from runagent.store.lock import TaskLock, read_holder
 
 
 class TurnLock(TaskLock):

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from runagent import runfolder
 from runagent.paste import inbox
 from runagent.paste.apply import Applied, Applier
 from runagent.paste.parser import parse
 from runagent.paste.protocol import Result, render
 from runagent.paste.session import Folders, Session, digest, resumable, save
+from runagent.store import runfolder
 
 HEARTBEAT = 300.0  # seconds between "still waiting" lines when no idle timeout asks for more
 

@@ -18,10 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder
 from runagent.paste.parser import normalize
 from runagent.paste.protocol import Result, outbox_name
-from runagent.runfolder import TaskPaths
+from runagent.store import runfolder
+from runagent.store.runfolder import TaskPaths
 
 PASTE = "paste"
 

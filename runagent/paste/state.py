@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from runagent import runfolder
 from runagent.errors import DuplicateReplyError, NotFoundError, UsageError
 from runagent.paste import inbox
 from runagent.paste.session import Folders, Session, digest, latest
-from runagent.runfolder import TaskPaths
+from runagent.store import runfolder
+from runagent.store.runfolder import TaskPaths
 
 MAX_REPLY = inbox.MAX_REPLY  # bytes of one reply handed in: what the channel reads at most
 

@@ -1,0 +1,1 @@
+"""config.yaml read into typed, frozen settings; every error names the key and value."""

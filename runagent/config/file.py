@@ -1,0 +1,520 @@
+"""Finding and reading config.yaml into a Config; every error names the key path and the value."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import pwd
+import re
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import fields
+from datetime import datetime
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, get_type_hints
+
+import yaml
+
+from runagent.config.section import Section, did_you_mean
+from runagent.config.settings import (
+    CRON_ALIASES,
+    DEFAULT_MAX_TURNS,
+    AgentConfig,
+    Approvals,
+    Config,
+    ExecutorSettings,
+    ExecutorType,
+    IssueSettings,
+    LoopSettings,
+    Mode,
+    NotifyConfig,
+    NotifyEvent,
+    OpsSettings,
+    Overlap,
+    PasteSettings,
+    Permissions,
+    ScheduleConfig,
+    ScheduleKeep,
+    ServerSettings,
+    Until,
+)
+from runagent.errors import ConfigError
+from runagent.store.runfolder import LOADER, within
+
+CONFIG_NAME = "config.yaml"
+
+
+def config_loader(base: type[Any]) -> type[Any]:
+    """`base` (a safe loader) reading YAML as config.yaml is written: only true and false are
+    booleans (as in YAML 1.2), so a key such as `on:` (notify's events) stays the word it reads
+    as, not True."""
+    loader: type[Any] = type("ConfigLoader", (base,), {})
+    loader.yaml_implicit_resolvers = {
+        first: [(tag, regex) for tag, regex in resolvers if tag != "tag:yaml.org,2002:bool"]
+        for first, resolvers in base.yaml_implicit_resolvers.items()
+    }
+    loader.add_implicit_resolver(
+        "tag:yaml.org,2002:bool",
+        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        list("tTfF"),
+    )
+    return loader
+
+
+ConfigLoader = config_loader(LOADER)  # libyaml's parser where it is there
+# The keys of `defaults:` are LoopSettings' fields, so a new setting needs no second list.
+LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
+
+
+def user_home(env: Mapping[str, str]) -> Path:
+    """$HOME, else the user's home in the password database: a cocode host drops HOME from its
+    agent's environment, and the user's own config must still be found then."""
+    return Path(env.get("HOME") or pwd.getpwuid(os.getuid()).pw_dir)
+
+
+def user_config_file(env: Mapping[str, str]) -> Path:
+    """The user's own config: $XDG_CONFIG_HOME/run-agent/config.yaml (~/.config/...)."""
+    folder = env.get("XDG_CONFIG_HOME") or str(user_home(env) / ".config")
+    return Path(folder) / "run-agent" / CONFIG_NAME
+
+
+def find_config(explicit: Path | None, cwd: Path, env: Mapping[str, str]) -> Path | None:
+    """`--config`, then $RUN_AGENT_CONFIG, then ./config.yaml, then the user's config folder."""
+    if explicit is not None:
+        if not explicit.is_file():
+            raise ConfigError(
+                f"config file {str(explicit)!r} {_not_a_file(explicit)}; check --config"
+            )
+        return explicit
+    if env.get("RUN_AGENT_CONFIG"):
+        path = Path(env["RUN_AGENT_CONFIG"])
+        if not path.is_file():
+            raise ConfigError(
+                f"config file {str(path)!r} (from RUN_AGENT_CONFIG) {_not_a_file(path)}; "
+                "fix or unset it"
+            )
+        return path
+    for candidate in (cwd / CONFIG_NAME, user_config_file(env)):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _not_a_file(path: Path) -> str:
+    return "is a folder, not a file" if path.is_dir() else "does not exist"
+
+
+def load_config(
+    path: Path | None,
+    backend_names: Collection[str],
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Read and check `path`. With no file, the built-in defaults, and runs kept in the user's
+    data folder, so that where runs go does not depend on the folder a command is typed in."""
+    if path is None:
+        config = parse_config({}, base_dir=cwd, backend_names=backend_names)
+        return dataclasses.replace(
+            config,
+            runs_dir=default_runs_dir(os.environ if env is None else env),
+            runs_dir_from="the default, as no config.yaml was found",
+        )
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = yaml.load(text, Loader=ConfigLoader)
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
+        ) from exc
+    except yaml.YAMLError as exc:
+        said = _python_parser_error(text) or exc
+        where = getattr(said, "problem_mark", None)
+        line = f" at line {where.line + 1}" if where is not None else ""
+        problem = getattr(said, "problem", None)
+        detail = f" ({problem})" if problem else ""
+        raise ConfigError(f"{path}: not valid YAML{line}{detail}; fix the syntax") from said
+    try:
+        return parse_config(
+            data or {}, base_dir=path.resolve().parent, backend_names=backend_names, source=path
+        )
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+def _python_parser_error(text: str) -> yaml.YAMLError | None:
+    """PyYAML's own words for a syntax error, the same whether or not libyaml is there (whose
+    words differ): a config with a mistake may take the slower parser."""
+    try:
+        yaml.load(text, Loader=config_loader(yaml.SafeLoader))
+    except yaml.YAMLError as exc:
+        return exc
+    return None
+
+
+def parse_config(
+    data: Any, *, base_dir: Path, backend_names: Collection[str], source: Path | None = None
+) -> Config:
+    top = Section(data, "")
+    top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops",
+             "paste", "executor")  # fmt: skip
+    ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
+    paste = _paste(top.section("paste"))
+    agents = {
+        name: _agent(name, section, backend_names, base_dir, ops, paste)
+        for name, section in top.section("agents").items_as_sections()
+    }
+    defaults = _defaults(top.section("defaults"), agents, backend_names)
+    storage = top.section("storage")
+    storage.only("runs_dir")
+    given = storage.string("runs_dir")
+    runs_dir = Path(given or "runs").expanduser()
+    where = f"storage.runs_dir in {source}" if given else f"runs/ beside {source}"
+    return Config(
+        agents=MappingProxyType(agents),
+        defaults=defaults,
+        runs_dir=runs_dir if runs_dir.is_absolute() else base_dir / runs_dir,
+        source=source,
+        runs_dir_from=where,
+        server=_server(top.section("server"), base_dir),
+        schedules=MappingProxyType(
+            {
+                name: _schedule(name, section, agents, backend_names, base_dir)
+                for name, section in top.section("schedules").items_as_sections()
+            }
+        ),
+        notify=_notify(top.section("notify")) if top.has("notify") else None,
+        issues=_issues(top.section("issues")),
+        ops=ops,
+        executor=_executor(top.section("executor")),
+        paste=paste,
+    )
+
+
+def _ops(s: Section) -> OpsSettings:
+    import json
+
+    from runagent.ops.policy import Policy  # only a config with an `ops:` section pays for it
+    from runagent.ops.sandbox import Sandbox
+
+    s.only("policy", "rules", "approvals", "sandbox")
+    rules = s.data.get("rules") or {}
+    if not isinstance(rules, dict):
+        raise ConfigError(f"{s.key('rules')}: {rules!r} is not a mapping such as {{deny: [sudo]}}")
+    try:
+        json.dumps(rules)  # handed to the agent process as JSON
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{s.key('rules')}: {rules!r} holds a value that is not plain") from exc
+    policy = s.string("policy") or "standard"
+    Policy.from_config({"policy": policy, "rules": rules})  # its errors name ops.policy/ops.rules
+    return OpsSettings(
+        policy=policy,
+        rules=MappingProxyType(rules),
+        approvals=s.choice("approvals", Approvals, Approvals.DENY),
+        sandbox=s.choice("sandbox", Sandbox, Sandbox.AUTO).value,
+    )
+
+
+def _executor(s: Section) -> ExecutorSettings:
+    s.only("type", "address", "namespace", "resources", "max_restarts", "shared_root")
+    address = s.string("address") or "auto"
+    if address != "auto" and not re.fullmatch(r"(ray://)?[A-Za-z0-9.:\[\]-]+:\d{1,5}", address):
+        raise ConfigError(f"{s.key('address')}: {address!r} is not auto or HOST:PORT")
+    namespace = s.string("namespace") or "run-agent"
+    resources = s.data.get("resources", {"agent_slot": 1})
+    if (
+        not isinstance(resources, dict)
+        or not resources
+        or not all(
+            isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool) and v > 0
+            for k, v in resources.items()
+        )
+    ):
+        raise ConfigError(
+            f"{s.key('resources')}: {resources!r} is not a mapping of resource names to "
+            "amounts > 0, such as {agent_slot: 1}"
+        )
+    return ExecutorSettings(
+        type=s.choice("type", ExecutorType, ExecutorType.LOCAL),
+        address=address,
+        namespace=namespace,
+        resources=MappingProxyType({k: float(v) for k, v in resources.items()}),
+        max_restarts=s.count("max_restarts", 3),
+        shared_root=s.flag("shared_root", True),
+    )
+
+
+def _paste(s: Section) -> PasteSettings:
+    s.only("wait", "clipboard")
+    return PasteSettings(wait=s.duration("wait", None), clipboard=s.flag("clipboard", True))
+
+
+def _issues(s: Section) -> IssueSettings:
+    s.only("setup")
+    return IssueSettings(setup=s.argv("setup"))
+
+
+def _schedule(
+    name: str,
+    s: Section,
+    agents: Mapping[str, AgentConfig],
+    backend_names: Collection[str],
+    base_dir: Path,
+) -> ScheduleConfig:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from cronsim import CronSim, CronSimError
+
+    s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
+           "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
+           "keep")  # fmt: skip
+    if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
+        raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
+    cron = s.string("cron")
+    if not cron:
+        raise ConfigError(f"{s.key('cron')}: missing; give five fields, e.g. '0 2 * * *'")
+    expression = CRON_ALIASES.get(cron.strip(), cron.strip())
+    timezone = s.string("timezone") or "UTC"
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ConfigError(
+            f"{s.key('timezone')}: {timezone!r} is not a time zone; use a name like Europe/Berlin"
+        ) from exc
+    try:
+        next(iter(CronSim(expression, datetime.now(zone))))
+    except (CronSimError, StopIteration) as exc:
+        raise ConfigError(f"{s.key('cron')}: {cron!r} is not a cron expression: {exc}") from exc
+    project = s.string("project")
+    if not project:
+        raise ConfigError(f"{s.key('project')}: missing; say which project the runs belong to")
+    prompt, prompt_file = s.string("prompt"), s.string("prompt_file")
+    if bool(prompt) == bool(prompt_file):
+        raise ConfigError(f"{s.path}: give exactly one of prompt and prompt_file")
+    agent = s.string("agent")
+    if agent is not None and agent not in agents and agent not in backend_names:
+        raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}")
+    overlap = s.choice("overlap", Overlap, Overlap.SKIP)
+    path = Path(prompt_file).expanduser() if prompt_file else None
+    return ScheduleConfig(
+        name=name,
+        cron=expression,
+        timezone=timezone,
+        project=project,
+        task=s.string("task") or "{name}-{datetime}",
+        prompt=prompt,
+        prompt_file=(path if path.is_absolute() else base_dir / path) if path else None,
+        agent=agent,
+        overlap=overlap,
+        max_restarts=s.count("max_restarts", -1) if s.has("max_restarts") else None,
+        timeout=s.duration("timeout", None),
+        until=s.choice("until", Until, Until.EXIT) if s.has("until") else None,
+        enabled=s.flag("enabled", True),
+        catch_up=s.flag("catch_up", False),
+        notify=_notify(s.section("notify")) if s.has("notify") else None,
+        keep=_keep(s.section("keep")) if s.has("keep") else None,
+    )
+
+
+def _keep(s: Section) -> ScheduleKeep:
+    s.only("last", "older_than", "failed")
+    keep = ScheduleKeep(
+        last=s.count("last", 0),
+        older_than=s.duration("older_than", None),
+        failed=s.flag("failed", False),
+    )
+    if not keep.last and keep.older_than is None:
+        raise ConfigError(
+            f"{s.path}: say what to keep: last: N (the newest firings) and/or older_than: 30d"
+        )
+    return keep
+
+
+def _notify(s: Section) -> NotifyConfig:
+    s.only("command", "webhook", "secret_env", "on")
+    webhook = s.string("webhook")
+    if webhook is not None and not re.match(r"https?://", webhook):
+        raise ConfigError(f"{s.key('webhook')}: {webhook!r} is not an http(s) URL")
+    return NotifyConfig(
+        command=s.argv("command"),
+        webhook=webhook,
+        secret_env=s.string("secret_env"),
+        events=frozenset(s.choices("on", NotifyEvent) or NotifyEvent),
+    )
+
+
+HOST_NAME = re.compile(r"\*|\[?[A-Za-z0-9][A-Za-z0-9.:-]{0,252}\]?")
+
+
+def _server(s: Section, base_dir: Path) -> ServerSettings:
+    base = ServerSettings()
+    s.only("host", "port", "api_key_env", "allowed_hosts", "ops_workspaces")
+    given = s.data.get("ops_workspaces") or []
+    if not isinstance(given, list) or not all(isinstance(f, str) and f for f in given):
+        raise ConfigError(
+            f"{s.key('ops_workspaces')}: {given!r} is not a list of folders; write e.g. "
+            "['~/projects/demo']"
+        )
+    folders = [Path(f).expanduser() for f in given]
+    port = s.count("port", base.port)
+    if not 0 < port < 65536:
+        raise ConfigError(f"{s.key('port')}: {port} is not a TCP port (1-65535)")
+    hosts = s.data.get("allowed_hosts") or []
+    if isinstance(hosts, str):
+        hosts = [hosts]
+    for host in hosts if isinstance(hosts, list) else [hosts]:
+        if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
+            raise ConfigError(
+                f"{s.key('allowed_hosts')}: {host!r} is not a host name; write names such as "
+                "'runs.example.org' or '192.0.2.7', without a scheme or port"
+            )
+    return ServerSettings(
+        host=s.string("host") or base.host,
+        port=port,
+        api_key_env=s.string("api_key_env") or base.api_key_env,
+        allowed_hosts=tuple(hosts),
+        ops_workspaces=tuple(f if f.is_absolute() else base_dir / f for f in folders),
+    )
+
+
+def _agent(
+    name: str, s: Section, backend_names: Collection[str], base_dir: Path, ops: OpsSettings,
+    paste: PasteSettings,
+) -> AgentConfig:  # fmt: skip
+    s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
+           "token_env", "permissions", "pass_env", "mode", "max_turns")  # fmt: skip
+    kind = s.string("type") or name
+    if kind not in backend_names:
+        key = "type" if s.has("type") else ""
+        hint = did_you_mean(kind, backend_names) or f"one of: {', '.join(sorted(backend_names))}"
+        raise ConfigError(
+            f"{s.key(key) if key else s.path}: unknown backend {kind!r}; {hint}"
+            + ("" if key else " (set `type:` to say which backend runs this agent)")
+        )
+    token_file = s.string("token_file")
+    return AgentConfig(
+        name=name,
+        type=kind,
+        command=s.argv("command"),
+        args=s.argv("args"),
+        env=MappingProxyType(s.string_map("env")),
+        model=s.string("model"),
+        base_url=s.string("base_url"),
+        token=s.string("token"),
+        token_file=Path(token_file).expanduser() if token_file else None,
+        token_env=s.string("token_env"),
+        permissions=s.choice("permissions", Permissions, Permissions.BYPASS),
+        pass_env=s.argv("pass_env"),
+        config_dir=base_dir,
+        mode=s.choice("mode", Mode, Mode.ANSWER),
+        max_turns=_max_turns(s),
+        ops=ops,
+        paste=paste,
+    )
+
+
+def _max_turns(s: Section) -> int:
+    turns = s.count("max_turns", DEFAULT_MAX_TURNS)
+    if turns < 1:
+        raise ConfigError(f"{s.key('max_turns')}: {turns} is not a whole number >= 1")
+    return turns
+
+
+def _defaults(
+    s: Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
+) -> LoopSettings:
+    base = LoopSettings()
+    s.only(*LOOP_KEYS)
+    agent = s.string("agent")
+    if agent is not None and agent not in agents and agent not in backend_names:
+        choices = [*agents, *backend_names]
+        hint = did_you_mean(agent, choices) or "name an agent under `agents:` or a backend"
+        raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}; {hint}")
+    values: dict[str, Any] = {"agent": agent, "non_retryable_exit_codes": _exit_codes(s, base)}
+    for name, kind in get_type_hints(LoopSettings).items():
+        if name not in values:
+            values[name] = _loop_setting(s, name, kind, getattr(base, name))
+    return LoopSettings(**values)
+
+
+def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
+    """One key of `defaults:`, read by its LoopSettings field's type."""
+    if kind is int:
+        return s.count(name, default)
+    if kind is float:  # a wait that cannot be "none": 0 (or off) is no wait at all
+        return s.duration(name, default) or 0.0
+    if kind == float | None:
+        return s.duration(name, default)
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return s.choice(name, kind, default)
+    raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to configfile.py")
+
+
+def _exit_codes(s: Section, base: LoopSettings) -> frozenset[int]:
+    codes = s.get("non_retryable_exit_codes", None)
+    if codes is None:
+        return base.non_retryable_exit_codes
+    if isinstance(codes, list) and all(_is_exit_code(c) for c in codes):
+        return frozenset(codes)
+    raise ConfigError(
+        f"{s.key('non_retryable_exit_codes')}: {codes!r} is not a list of exit codes "
+        "(whole numbers 1-255, e.g. [2, 3, 126, 127])"
+    )
+
+
+def _is_exit_code(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 255
+
+
+def default_runs_dir(env: Mapping[str, str]) -> Path:
+    """Where runs go with no config file: $XDG_DATA_HOME/run-agent/runs (~/.local/share/...)."""
+    data = env.get("XDG_DATA_HOME") or str(user_home(env) / ".local/share")
+    return Path(data) / "run-agent" / "runs"
+
+
+def runs_root(cli_root: Path | None, env: Mapping[str, str], config: Config) -> tuple[Path, str]:
+    """--root, then $RUN_AGENT_ROOT, then the config's runs_dir; always absolute, with where it
+    came from in words (said whenever it matters: nothing found there, a task not found)."""
+    if cli_root is not None:
+        return cli_root.expanduser().resolve(), "--root"
+    if env.get("RUN_AGENT_ROOT"):
+        return Path(env["RUN_AGENT_ROOT"]).expanduser().resolve(), "$RUN_AGENT_ROOT"
+    return Path(os.path.abspath(config.runs_dir)), config.runs_dir_from
+
+
+def refuse_config_inside(
+    path: Path | None, folders: Sequence[Path], env: Mapping[str, str]
+) -> None:
+    """A task that works on a repository (an issue run, a cocode agent) never takes its config
+    from inside it (any of its working trees, `folders`): the repository's content would choose
+    the commands run on this machine, as whoever can push to it pleases."""
+    inside = _holder(path, folders) if path is not None else None
+    if inside is not None:
+        raise ConfigError(
+            f"config file {str(path)!r} is inside the repository {inside} this task works on, "
+            "and a repository does not choose what runs here; give --config a file outside "
+            f"it, or keep your config in {user_config_file(env)}"
+        )
+
+
+def refuse_root_inside(root: Path, root_from: str, folders: Sequence[Path]) -> None:
+    """Nor its runs root: the run folders would be committed with the work, and the agent
+    could rewrite its own records."""
+    inside = _holder(root, folders)
+    if inside is not None:
+        raise ConfigError(
+            f"runs root {str(root)!r} (from {root_from}) is inside the repository {inside} "
+            "this task works on, where its run folders would be committed with the work; give "
+            "--root (or storage.runs_dir) a folder outside it"
+        )
+
+
+def _holder(path: Path, folders: Sequence[Path]) -> Path | None:
+    """The folder `path` lies in: as written (a link in the repository is the repository's
+    choice, wherever it leads), or with its links resolved (a link into the repository)."""
+    written = Path(os.path.abspath(path))
+    return next(
+        (f for f in folders if written.is_relative_to(f.resolve()) or within(f, path)), None
+    )

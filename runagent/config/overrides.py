@@ -1,0 +1,134 @@
+"""What a person asked to change for one loop (on the command line, in an API call, in a schedule),
+typed once, applied to the config's loop settings, and carried to a detached supervisor's argv."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runagent.config.duration import parse_duration
+from runagent.config.settings import LoopSettings, Until
+from runagent.errors import RunAgentError, UsageError
+from runagent.store import taskfolder
+from runagent.store.runfolder import TaskPaths
+
+DURATIONS = ("restart_delay", "timeout", "idle_timeout")
+
+
+def flag(name: str) -> str:
+    """The command-line option of a field: `idle_timeout` -> `--idle-timeout`."""
+    return "--" + name.replace("_", "-")
+
+
+@dataclass(frozen=True)
+class LoopOverrides:
+    """None means "as the config says". A duration of 0 means "off" (for `restart_delay`: none)."""
+
+    agent: str | None = None
+    working_dir: Path | None = None
+    max_restarts: int | None = None
+    restart_delay: float | None = None
+    timeout: float | None = None
+    idle_timeout: float | None = None
+    until: Until | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        values: Mapping[str, Any],
+        where: Callable[[str], str] = flag,
+        blank_is_unset: bool = False,
+    ) -> LoopOverrides:
+        """From raw values (the CLI's strings, an API body's JSON) keyed by field name; a bad one
+        is a UsageError naming it as `where(name)` says (an option, or a body key). A form's
+        empty field is unset with `blank_is_unset`; on a command line it is an error."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        unset = (None, "") if blank_is_unset else (None,)
+        given = {k: v for k, v in values.items() if k in known and v not in unset}
+        changes: dict[str, Any] = {}
+        for name, value in given.items():
+            if name in DURATIONS:
+                changes[name] = parse_duration(value, where(name)) or 0.0
+            elif name == "max_restarts":
+                changes[name] = _count(value, where(name))
+            elif name == "until":
+                changes[name] = _until(value, where(name))
+            elif name == "working_dir":
+                changes[name] = Path(str(value))
+            elif isinstance(value, str) and value.strip():
+                changes[name] = value
+            else:
+                raise UsageError(f"{where(name)} {value!r} is empty; name one, or leave it out")
+        return cls(**changes)
+
+    def apply(self, settings: LoopSettings) -> LoopSettings:
+        """The loop settings with these overrides in place."""
+        changes: dict[str, Any] = {}
+        if self.max_restarts is not None:
+            changes["max_restarts"] = self.max_restarts
+        if self.restart_delay is not None:
+            changes["restart_delay"] = self.restart_delay
+        for name in ("timeout", "idle_timeout"):
+            value = getattr(self, name)
+            if value is not None:
+                changes[name] = value or None  # 0: off
+        if self.until is not None:
+            changes["until"] = self.until
+        return dataclasses.replace(settings, **changes)
+
+    def merged(self, given: LoopOverrides) -> LoopOverrides:
+        """These overrides with every one `given` sets put in their place."""
+        changes = {f.name: getattr(given, f.name) for f in dataclasses.fields(given)}
+        return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
+
+    def to_record(self) -> dict[str, object]:
+        """The overrides that are set, as plain values (for the task's task.yaml)."""
+        record: dict[str, object] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is not None:
+                record[field.name] = str(value) if isinstance(value, Path | Until) else value
+        return record
+
+    @classmethod
+    def remembered(cls, task: TaskPaths) -> LoopOverrides:
+        """How the task was last started; nothing when it never was, or the record is bad."""
+        try:
+            return cls.parse(taskfolder.read_task_settings(task))
+        except RunAgentError:  # an edited or damaged record is not a reason to refuse a resume
+            return cls()
+
+    def to_args(self) -> list[str]:
+        """The same overrides as `run-agent run` options, for a detached supervisor."""
+        args: list[str] = []
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None:
+                continue
+            option = "--cwd" if field.name == "working_dir" else flag(field.name)
+            text = f"{value:g}" if isinstance(value, float) else str(value)
+            args += [option, text]
+        return args
+
+
+def _count(value: object, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise UsageError(f"{where}: {value!r} is not a whole number of restarts")
+    try:
+        count = int(value)
+    except ValueError:
+        raise UsageError(f"{where}: {value!r} is not a whole number of restarts") from None
+    if count < 0:
+        raise UsageError(f"{where}: {count} is negative; give 0 or more restarts")
+    return count
+
+
+def _until(value: object, where: str) -> Until:
+    try:
+        return Until(str(value))
+    except ValueError:
+        choices = ", ".join(u.value for u in Until)
+        raise UsageError(f"{where}: {value!r} is not one of {choices}") from None

@@ -1,0 +1,124 @@
+"""Which executor runs a task's loop: the local one (localexecutor.py, a detached supervisor on
+this machine) or Ray (rayexecutor.py, imported only when configured), which starts the same
+supervisor on a host of a cluster. The service (service.py) starts and stops loops through here
+and never asks which one runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Protocol
+
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import ExecutorSettings, ExecutorType
+from runagent.errors import MissingDependencyError, RunAgentError
+from runagent.executors.local import START_WAIT, Started, loop_argv, start_local, stop_local
+from runagent.store import host
+from runagent.store.lock import Holder
+from runagent.store.runfolder import TaskPaths
+
+__all__ = ["START_WAIT", "Started", "loop_argv", "start_detached", "stop"]
+
+
+def start_detached(
+    task: TaskPaths,
+    command: str,
+    overrides: LoopOverrides,
+    *,
+    config_path: Path | None,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    schedule: str | None = None,
+    again: bool = False,
+    wait: float = START_WAIT,
+    executor: ExecutorSettings | None = None,
+) -> Started:
+    """Start `run-agent COMMAND` for `task` on `executor` (None: this machine); return once its
+    supervisor holds the task.
+
+    Raises AlreadyRunningError if another supervisor holds the task (naming its host when that
+    is another), and the error its exit code stands for (errors.error_for_exit), with the tail
+    of supervisor.log, if the new one exits before taking the lock.
+    """
+    if executor is not None and executor.type is ExecutorType.RAY:
+        return ray_executor(executor).start(
+            task, command, overrides, config_path=config_path, cwd=cwd, schedule=schedule,
+            again=again, wait=wait,
+        )  # fmt: skip
+    argv = loop_argv(command, task, overrides, config_path, schedule, again)
+    return start_local(task, argv, cwd=cwd, env=env, wait=wait)
+
+
+def stop(
+    task: TaskPaths, wait: float | None, executor: ExecutorSettings | None = None
+) -> Holder | None:
+    """Ask the task's supervisor to stop its loop, and wait up to `wait` seconds for it to exit
+    (None: do not wait). Its agent's tree is killed by run-agent's own reaper, on whatever host.
+
+    Returns the holder that was asked, or None if the task was not running. Raises
+    RunAgentError if the supervisor is still alive after `wait`.
+    """
+    if executor is not None and executor.type is ExecutorType.RAY:
+        asked = ray_executor(executor).stop(task, wait)
+        if asked is not None:
+            return asked
+    return stop_local(task, wait)
+
+
+class Executor(Protocol):
+    """What runs task loops elsewhere than in a detached supervisor on this machine."""
+
+    def start(
+        self, task: TaskPaths, command: str, overrides: LoopOverrides, *,
+        config_path: Path | None, cwd: Path, schedule: str | None, again: bool, wait: float,
+    ) -> Started: ...  # fmt: skip
+
+    def stop(self, task: TaskPaths, wait: float | None) -> Holder | None: ...
+
+    def hold_name(self, name: str) -> bool: ...
+
+    def read(self, task: TaskPaths, relative: str, offset: int, limit: int) -> bytes: ...
+
+    def receive_runs(self, root: Path) -> None: ...
+
+    def judge(self, label: str, on: str, pid: int, start: float | None) -> bool: ...
+
+
+def ray_executor(settings: ExecutorSettings) -> Executor:
+    """The Ray executor for `settings`, connected; MissingDependencyError saying how to install
+    the extra when Ray is not installed. Ray is imported here only: it costs a second."""
+    try:
+        from runagent.executors import ray as rayexecutor
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("ray"):
+            raise
+        raise MissingDependencyError(
+            "executor 'ray' needs Ray, which is not installed; install it with "
+            "pip install 'run-agent[ray]', or use --executor local"
+        ) from None
+    return rayexecutor.connect(settings)
+
+
+def hold_scheduler(executor: ExecutorSettings | None) -> bool:
+    """Whether this process may fire schedules: always on this machine; on a cluster only the
+    one process that holds the cluster-wide scheduler name (held until the process ends)."""
+    if executor is None or executor.type is not ExecutorType.RAY:
+        return True
+    return ray_executor(executor).hold_name(SCHEDULER_NAME)
+
+
+SCHEDULER_NAME = "scheduler"
+
+
+def judge_foreign_hosts(executor: ExecutorSettings) -> None:
+    """Have supervisors on other hosts judged alive by the cluster, which is joined only when
+    one is first met (a listing of local tasks never pays for Ray)."""
+
+    def judge(label: str, on: str, pid: int, start: float | None) -> bool:
+        try:
+            cluster = ray_executor(executor)
+        except RunAgentError:  # no cluster to ask: a run is never called lost on a guess
+            return True
+        return cluster.judge(label, on, pid, start)
+
+    host.set_judge(judge)

@@ -1,0 +1,128 @@
+"""The local executor: a task's loop as a detached supervisor on this machine, a `run-agent`
+process in its own session, so it outlives whoever started it (a server that restarts, a shell
+that closes); its own output goes to the task's supervisor.log. The Ray executor starts the same
+supervisor on its host through this module."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from runagent.config.overrides import LoopOverrides
+from runagent.errors import AlreadyRunningError, RunAgentError, error_for_exit
+from runagent.store import runfolder
+from runagent.store.host import is_here
+from runagent.store.lock import Holder, already_running, live_holder
+from runagent.store.runfolder import TaskPaths
+
+START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
+
+
+@dataclass(frozen=True)
+class Started:
+    pid: int
+    holder: Holder | None
+
+
+def loop_argv(
+    command: str,
+    task: TaskPaths,
+    overrides: LoopOverrides,
+    config_path: Path | None,
+    schedule: str | None = None,
+    again: bool = False,
+) -> list[str]:
+    """The one command line of a detached loop: `run-agent COMMAND` for `task` under its root."""
+    args = [command, "--project", task.project_id, "--task", task.task_id, "--root",
+            str(task.root)]  # fmt: skip
+    if config_path is not None:
+        args += ["--config", str(config_path.resolve())]
+    if schedule is not None:
+        args += ["--schedule", schedule]
+    if again:
+        args.append("--again")
+    # The loop runs where this command line is started, whatever executor the config names.
+    return [*args, *overrides.to_args(), "--executor", "local", "--quiet"]
+
+
+def start_local(
+    task: TaskPaths,
+    argv: list[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    wait: float = START_WAIT,
+    die_with_parent: bool = False,
+) -> Started:
+    """Start `run-agent ARGV` for `task` in its own session on this machine; return once it
+    holds the lock. With `die_with_parent`, the kernel kills it (and so, through its reaper, its
+    agent's tree) when the process that started it dies: an executor's worker that is killed
+    leaves nothing behind."""
+    holder = live_holder(task.lock)
+    if holder is not None:
+        raise AlreadyRunningError(already_running(task.label, holder))
+    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
+    log = runfolder.supervisor_log_path(task)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "runagent", *argv],
+            cwd=cwd,
+            env=dict(env if env is not None else os.environ),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=out,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,
+        )
+    deadline = time.monotonic() + wait
+    while time.monotonic() < deadline:
+        holder = live_holder(task.lock)
+        if holder is not None and holder.pid == proc.pid:
+            return Started(proc.pid, holder)
+        code = proc.poll()
+        if code is not None:
+            tail = runfolder.tail(log, 600).strip().splitlines()
+            why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {code}"
+            raise error_for_exit(code, why)
+        time.sleep(0.02)
+    return Started(proc.pid, None)
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def stop_local(task: TaskPaths, wait: float | None) -> Holder | None:
+    """`stop` for a supervisor on this machine."""
+    holder = live_holder(task.lock)
+    if holder is None:
+        return None
+    if not is_here(holder.host):
+        raise RunAgentError(
+            f"task {task.label} runs on host {holder.host}, which this machine cannot signal; "
+            "stop it with --executor ray (or executor.type: ray in config.yaml)"
+        )
+    try:
+        os.kill(holder.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return None
+    if wait is None:
+        return holder
+    deadline = time.monotonic() + wait
+    while holder.alive() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if holder.alive():
+        raise RunAgentError(
+            f"the supervisor of {task.label} ({holder.describe()}) did not stop "
+            f"within {wait:g}s; it may still be stopping its agent"
+        )
+    return holder

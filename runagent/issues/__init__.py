@@ -1,0 +1,1 @@
+"""Issue runs: issues, cocode, repositories, worktrees and their pruning."""

@@ -1,0 +1,209 @@
+"""Issue worktrees under a runs root, as `run-agent worktrees` lists them, and pruning those whose
+tasks are finished: a dirty one is kept unless forced (its diff saved first), a merged branch
+goes, an unmerged one stays."""
+
+from __future__ import annotations
+
+import enum
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from runagent.errors import AlreadyRunningError, RunAgentError, UsageError
+from runagent.issues.repository import dirty, git
+from runagent.issues.worktree import (
+    _stamp,
+    default_branch,
+    registration,
+    repair,
+)
+from runagent.store import runfolder, taskfolder, tasks
+from runagent.store.lock import TaskLock
+from runagent.store.runfolder import TaskPaths
+
+
+@dataclass(frozen=True)
+class IssueWorktree:
+    """An issue task's worktree as `run-agent worktrees` lists it."""
+
+    task: tasks.TaskView
+    path: Path
+    repo: Path
+    branch: str | None
+    fork: str | None  # the commit its branch was made from
+    registered: bool  # git knows it (else: a folder left behind, or already removed)
+    locked: str | None
+    ahead: int | None  # commits on its branch since the fork
+    dirty: bool | None  # uncommitted changes (None: no folder to look in)
+
+    @property
+    def finished(self) -> bool:
+        """Its task's loop has ended and completed it."""
+        return self.task.status is tasks.TaskStatus.COMPLETED
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "project_id": self.task.paths.project_id,
+            "task_id": self.task.paths.task_id,
+            "status": self.task.status.value,
+            "path": str(self.path),
+            "repo": str(self.repo),
+            "branch": self.branch,
+            "fork": self.fork,
+            "registered": self.registered,
+            "locked": self.locked,
+            "ahead": self.ahead,
+            "dirty": self.dirty,
+        }
+
+
+class PruneAction(enum.StrEnum):
+    """What pruning did with one worktree."""
+
+    REMOVED = "removed"
+    KEPT_RUNNING = "kept_running"  # its task's loop runs
+    KEPT_UNFINISHED = "kept_unfinished"  # its task is not completed (without --all)
+    KEPT_DIRTY = "kept_dirty"  # uncommitted changes (without --force)
+    KEPT_LOCKED = "kept_locked"  # locked by someone else than run-agent
+
+
+@dataclass(frozen=True)
+class Pruned:
+    worktree: IssueWorktree
+    action: PruneAction
+    saved_diff: Path | None = None  # the uncommitted work of a worktree removed by force
+    branch_deleted: bool = False  # merged into the default branch (else kept)
+
+    def describe(self) -> str:
+        label, w = self.worktree.task.label, self.worktree
+        if self.action is PruneAction.KEPT_RUNNING:
+            return f"{label}: kept, its loop is running"
+        if self.action is PruneAction.KEPT_UNFINISHED:
+            return f"{label}: kept, the task is {w.task.status.value} (--all prunes it)"
+        if self.action is PruneAction.KEPT_LOCKED:
+            return f"{label}: kept, locked by someone else ({w.locked}); unlock it to prune it"
+        if self.action is PruneAction.KEPT_DIRTY:
+            return f"{label}: kept, {w.path} has uncommitted changes (--force saves and removes)"
+        saved = f"; uncommitted changes saved to {self.saved_diff}" if self.saved_diff else ""
+        kept = (
+            f"branch {w.branch} deleted (merged)"
+            if self.branch_deleted
+            else f"branch {w.branch} kept (not merged)"
+        )
+        return f"{label}: removed {w.path}; {kept}{saved}"
+
+
+def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
+    """Every issue task's worktree under the runs root that has not been removed."""
+    found = []
+    for view in tasks.all_tasks(root):
+        record = taskfolder.read_issue_record(view.paths)
+        if not record or record.get("removed"):
+            continue
+        path, repo = view.paths.worktree, Path(str(record.get("repo")))
+        try:
+            entry = registration(repo, path, env)
+        except RunAgentError:  # the repository is gone
+            entry = None
+        exists = path.is_dir()
+        fork = str(record["fork"]) if record.get("fork") else None
+        ahead = dirty_ = None
+        if exists and entry is not None:
+            dirty_ = dirty(path)
+            if fork:
+                ahead = int(git(path, "rev-list", "--count", f"{fork}..HEAD", env=env))
+        found.append(
+            IssueWorktree(
+                task=view,
+                path=path,
+                repo=repo,
+                branch=str(record.get("branch")) if record.get("branch") else None,
+                fork=fork,
+                registered=entry is not None,
+                locked=entry.locked if entry is not None else None,
+                ahead=ahead,
+                dirty=dirty_,
+            )
+        )
+    return found
+
+
+def prune(worktree: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool) -> Pruned:
+    """Remove one issue worktree if its task is done with it (completed; with `every`, any
+    whose loop is not running), never losing work: a dirty one is kept unless `force`, and then
+    its diff is saved into the task folder first. Its branch is deleted when merged into the
+    default branch, kept otherwise."""
+    w = worktree
+    if w.task.status is tasks.TaskStatus.RUNNING:
+        return Pruned(w, PruneAction.KEPT_RUNNING)
+    # Held while pruning, so that no loop of the task starts in a worktree being removed.
+    lock = TaskLock(w.task.paths.lock, w.task.label)
+    try:
+        lock.acquire()
+    except AlreadyRunningError:
+        return Pruned(w, PruneAction.KEPT_RUNNING)
+    try:
+        return _prune(w, env, every=every, force=force)
+    finally:
+        lock.release()
+
+
+def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool) -> Pruned:
+    if not w.finished and not every:
+        return Pruned(w, PruneAction.KEPT_UNFINISHED)
+    if w.locked is not None and not w.locked.startswith("run-agent"):
+        return Pruned(w, PruneAction.KEPT_LOCKED)
+    saved = None
+    if w.dirty:
+        if not force:
+            return Pruned(w, PruneAction.KEPT_DIRTY)
+        saved = save_diff(w.task.paths, env)
+    repair(w.repo, env)
+    if registration(w.repo, w.path, env) is not None:  # repair may have pruned a stale one
+        git(w.repo, "worktree", "unlock", str(w.path), env=env, check=False)
+        forced = saved is not None or (w.path / ".gitmodules").exists()  # clean, but git asks
+        git(w.repo, "worktree", "remove", *(["--force"] if forced else []), str(w.path), env=env)
+    elif w.path.exists():  # a folder git no longer knows: kept aside, never deleted
+        w.path.rename(w.path.with_name(f"{w.path.name}.stale-{_stamp()}"))
+    git(w.repo, "worktree", "prune", env=env)
+    deleted = _delete_if_merged(w, env)
+    record = taskfolder.read_issue_record(w.task.paths)
+    taskfolder.write_issue_record(w.task.paths, {**record, "removed": runfolder.timestamp()})
+    return Pruned(w, PruneAction.REMOVED, saved, deleted)
+
+
+def save_diff(task: TaskPaths, env: Mapping[str, str]) -> Path:
+    """Save the worktree's uncommitted changes, untracked files included, as a binary diff
+    against its HEAD in the task folder (`git apply` takes it back); the worktree and its
+    index are left as they were."""
+    path = task.worktree
+    index = Path(git(path, "rev-parse", "--path-format=absolute", "--git-path", "index", env=env))
+    target = task.saved_diff(_stamp())
+    with tempfile.TemporaryDirectory() as scratch:
+        copy = Path(scratch) / "index"
+        if index.exists():
+            shutil.copyfile(index, copy)
+        private = {**env, "GIT_INDEX_FILE": str(copy)}
+        git(path, "add", "--all", env=private)
+        diff = git(path, "diff", "--cached", "--binary", "HEAD", env=private)
+    runfolder.atomic_write(target, diff + "\n")
+    return target
+
+
+def _delete_if_merged(w: IssueWorktree, env: Mapping[str, str]) -> bool:
+    if not w.branch:
+        return False
+    try:
+        target = default_branch(w.repo, env)
+    except UsageError:
+        return False
+    merged = subprocess.run(
+        ["git", "-C", str(w.repo), "merge-base", "--is-ancestor", w.branch, target],
+        env={**env}, capture_output=True, stdin=subprocess.DEVNULL,
+    ).returncode == 0  # fmt: skip
+    if merged:
+        git(w.repo, "branch", "-D", w.branch, env=env)
+    return merged

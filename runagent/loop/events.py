@@ -1,0 +1,49 @@
+"""What a loop tells its watchers: an Event as each step happens, and the LoopResult at its end."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+from runagent.store.runinfo import RunInfo
+
+
+class EventKind(enum.StrEnum):
+    """The steps of a loop a watcher hears of."""
+
+    RUN_STARTED = "run_started"
+    TICK = "tick"  # the run goes on (every tick, about a second): for a live status line
+    RUN_ENDED = "run_ended"
+    WAITING = "waiting"  # before the next attempt: a backoff, or a rate limit waited out
+    MARKED_LOST = "marked_lost"  # a run of an earlier, dead supervisor was written down as lost
+    DONE_ARCHIVED = "done_archived"  # a DONE left by an earlier loop was moved out of the way
+    LOOP_ENDED = "loop_ended"
+
+
+class Outcome(enum.StrEnum):
+    """How a whole loop ended; the command line maps it to its exit code."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    MISSING_DEPENDENCY = "missing_dependency"
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    run: RunInfo | None = None
+    run_folder: Path | None = None
+    elapsed: float = 0.0
+    delay: float = 0.0
+    message: str = ""
+    outcome: Outcome | None = None  # LOOP_ENDED only
+
+
+@dataclass(frozen=True)
+class LoopResult:
+    outcome: Outcome
+    message: str
+    runs: tuple[RunInfo, ...] = ()

@@ -1,0 +1,279 @@
+"""Agent processes: spawned with stdio on files, in their own session, stopped as a whole tree.
+
+Each agent runs under a reaper (`runagent/loop/reaper.py`), a tiny process in its own session that
+holds a pipe from the supervisor. The reaper stops the agent's whole tree when asked, when the agent
+exits leaving children behind, and when the pipe closes because the supervisor died, even by a
+SIGKILL of its whole process group. The agent's stdout and stderr are file descriptors of the run
+folder: no copy loop sits in between.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from runagent.errors import RunAgentError
+
+REAPER = Path(__file__).with_name("reaper.py")
+START_TIME_TOLERANCE = 0.05  # seconds; psutil derives create_time from boot time and ticks
+STOP_MARGIN = 10.0  # seconds the reaper gets beyond the grace period before it is overruled
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to start: the whole environment, not an overlay. `stdin=None` means /dev/null.
+
+    `files` are written (when their content differs) just before the start: settings files an
+    agent CLI needs, so that building a LaunchSpec stays free of side effects.
+    """
+
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: Path = field(default_factory=Path.cwd)
+    stdin: Path | None = None
+    files: Mapping[Path, str] = field(default_factory=dict)
+
+
+class SpawnError(RunAgentError):
+    """The agent could not be started; `exit_code` follows the shell (126, 127)."""
+
+    def __init__(self, message: str, code: int) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def resolve_executable(argv0: str, env: Mapping[str, str], cwd: Path) -> str | None:
+    """The absolute path `argv0` names under `env`'s PATH, or None if there is none."""
+    if os.sep in argv0:
+        path = Path(argv0) if os.path.isabs(argv0) else cwd / argv0
+        return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    return shutil.which(argv0, path=env.get("PATH", os.defpath))
+
+
+class AgentProcess:
+    """A running agent under its reaper. Use `start`, then `wait` until it returns a code."""
+
+    def __init__(self, reaper: subprocess.Popen[bytes], lifeline: int, report: int) -> None:
+        self._reaper = reaper
+        self._lifeline = lifeline
+        self._report = report
+        self._buffer = b""
+        self.pid = 0
+        self.exit_code: int | None = None
+
+    @classmethod
+    def start(cls, spec: LaunchSpec, stdout: Path, stderr: Path, *, grace: float) -> AgentProcess:
+        """Start the agent; raise SpawnError when it cannot be executed."""
+        if not spec.argv:
+            raise SpawnError("the agent's command line is empty", 127)
+        exe = resolve_executable(spec.argv[0], spec.env, spec.cwd)
+        if exe is None:
+            raise SpawnError(f"{spec.argv[0]!r} not found on PATH", 127)
+        if not spec.cwd.is_dir():
+            raise SpawnError(f"working folder {str(spec.cwd)!r} does not exist", 127)
+        for path, content in spec.files.items():
+            _write_if_changed(path, content)
+        lifeline_r, lifeline_w = os.pipe()
+        report_r, report_w = os.pipe()
+        files = [
+            os.open(spec.stdin or os.devnull, os.O_RDONLY),
+            os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+            os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        ]
+        argv = [sys.executable, "-I", "-S", str(REAPER), str(lifeline_r), str(report_w)]
+        argv += [repr(grace), "--", exe, *spec.argv]
+        try:
+            reaper = subprocess.Popen(
+                argv,
+                stdin=files[0],
+                stdout=files[1],
+                stderr=files[2],
+                cwd=spec.cwd,
+                env=dict(spec.env),
+                pass_fds=(lifeline_r, report_w),
+                # Its own session, so that a signal to the supervisor's whole group (`timeout -s
+                # KILL`, a CI job cancelled) cannot take the reaper down with it: the lifeline's
+                # end of file is then what tells it the supervisor is gone.
+                start_new_session=True,
+            )
+        except (OSError, ValueError) as exc:  # ValueError: a NUL byte, which exec cannot pass
+            os.close(lifeline_w)
+            os.close(report_r)
+            why = (
+                exc.strerror if isinstance(exc, OSError) else f"{exc} in its command or environment"
+            )
+            raise SpawnError(f"could not start the reaper for {exe!r}: {why}", 126) from exc
+        finally:
+            for fd in (*files, lifeline_r, report_w):
+                os.close(fd)
+        process = cls(reaper, lifeline_w, report_r)
+        process._await_start(exe)
+        return process
+
+    def _await_start(self, exe: str) -> None:
+        line = self._read_line(timeout=30.0)
+        if line.startswith("started "):
+            self.pid = int(line.split()[1])
+            return
+        self.close()
+        if line.startswith("error "):
+            _, number, message = line.split(" ", 2)
+            code = 127 if int(number) == errno.ENOENT else 126
+            raise SpawnError(f"cannot execute {exe!r}: {message}", code)
+        raise SpawnError(f"the reaper for {exe!r} did not start the agent", 126)
+
+    def _read_line(self, timeout: float | None) -> str:
+        """The next report line, '' on timeout, 'eof' when the reaper is gone."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self._buffer:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready, _, _ = select.select([self._report], [], [], remaining)
+            if not ready:
+                return ""
+            chunk = os.read(self._report, 4096)
+            if not chunk:
+                return "eof"
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        return line.decode()
+
+    @property
+    def pgid(self) -> int:
+        return self.pid  # the agent leads its own session and group
+
+    def fileno(self) -> int:
+        """Readable when the reaper has something to say (the agent's exit)."""
+        return self._report
+
+    def poll(self) -> int | None:
+        """The agent's exit code if the reaper has reported it, without blocking."""
+        return self.wait(0)
+
+    def wait(self, timeout: float | None) -> int | None:
+        """Wait up to `timeout` seconds for the exit code; None if the agent still runs."""
+        while self.exit_code is None:
+            line = self._read_line(timeout)
+            if line == "":
+                return None
+            if line == "eof":
+                self._reaper_lost()
+            elif line.startswith("exit "):
+                self.exit_code = int(line.split()[1])
+        return self.exit_code
+
+    def stop(self, grace: float) -> int:
+        """Stop the agent's whole tree (SIGTERM, grace, SIGKILL) and return its exit code."""
+        if self.exit_code is not None:
+            return self.exit_code
+        try:
+            os.write(self._lifeline, b"T")
+        except OSError:
+            pass
+        code = self.wait(grace + STOP_MARGIN)
+        if code is None:
+            self._reaper.kill()
+            self._reaper_lost()
+            code = self.exit_code
+        assert code is not None
+        return code
+
+    def _reaper_lost(self) -> None:
+        """The reaper died without a report: kill what we can reach, the agent's group."""
+        try:
+            os.killpg(self.pgid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.exit_code = 128 + signal.SIGKILL
+
+    def close(self) -> None:
+        """Release the pipes and collect the reaper. Closing the lifeline stops any tree left."""
+        for fd in (self._lifeline, self._report):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self._lifeline = self._report = -1
+        try:
+            self._reaper.wait(timeout=STOP_MARGIN)
+        except subprocess.TimeoutExpired:
+            self._reaper.kill()
+            self._reaper.wait()
+
+
+def _write_if_changed(path: Path, content: str) -> None:
+    try:
+        if path.read_text(encoding="utf-8") == content:
+            return
+    except OSError:
+        pass
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        tmp.write_text(content, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise SpawnError(f"cannot write {str(path)!r} for the agent: {exc.strerror}", 126) from exc
+
+
+def _proc_stat(pid: int) -> tuple[bytes, float]:
+    """(state, start time) of `pid` from /proc, as psutil computes them; None if it is gone.
+
+    Read directly rather than through psutil: this runs on every supervisor start and every
+    liveness check, and /proc costs a fraction of importing psutil.
+    """
+    global _boot_time
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if _boot_time is None:
+        with open("/proc/stat", "rb") as f:
+            line = next(ln for ln in f if ln.startswith(b"btime "))
+        _boot_time = float(line.split()[1])
+    return fields[0], _boot_time + int(fields[19]) / _CLOCK_TICKS
+
+
+_boot_time: float | None = None
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _state_and_start(pid: int) -> tuple[bool, float] | None:
+    """(is a zombie, start time) of `pid`, or None if there is no such process."""
+    try:
+        state, started = _proc_stat(pid)
+        return state == b"Z", started
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, IndexError, StopIteration):
+        pass  # no /proc here: ask psutil
+    import psutil
+
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() == psutil.STATUS_ZOMBIE, proc.create_time()
+    except (psutil.Error, ValueError):
+        return None
+
+
+def process_start_time(pid: int) -> float | None:
+    """When process `pid` started (seconds since the epoch), or None if there is no such process."""
+    found = _state_and_start(pid)
+    return None if found is None else found[1]
+
+
+def is_alive(pid: int | None, start_time: float | None) -> bool:
+    """Whether `pid` is still the process that started at `start_time` (not a reused pid)."""
+    if not pid:
+        return False
+    found = _state_and_start(pid)
+    if found is None or found[0]:
+        return False
+    return start_time is None or abs(found[1] - start_time) <= START_TIME_TOLERANCE

@@ -1,0 +1,263 @@
+"""The Ralph loop for one task: attempts, backoff, rate-limit waits, give-up rules, and the lock.
+
+Like uvicorn's Multiprocess beside its Process, the loop only decides; each run is an Attempt
+(attempt.py), which starts, watches, judges and records it. After a run the loop ends (the task
+is done, the run was stopped, or a file could not be written), gives up (a failure a retry cannot
+fix, a crash loop, the restart budget spent, too many rate limits in a row), or waits and starts
+the next attempt.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from runagent.errors import ExitCode
+from runagent.issues import worktree
+from runagent.issues.repository import Checkout
+from runagent.loop import completion
+from runagent.loop.attempt import Attempt, Ended, Start, StopSignal, Supervision
+from runagent.loop.backend import Backend
+from runagent.loop.context import LoopRequest
+from runagent.loop.events import Event, EventKind, LoopResult, Outcome
+from runagent.loop.failure import Diagnosis
+from runagent.loop.process import AgentProcess, process_start_time
+from runagent.loop.redaction import Redactor
+from runagent.store import runfolder, taskfolder
+from runagent.store.lock import TaskLock
+from runagent.store.runinfo import Reason, RunInfo, RunStatus
+
+_DOCTOR = "`run-agent doctor` checks what is missing"
+_Ending = tuple[Outcome, str]  # how the loop ends, and the message that says why
+
+
+@dataclass
+class _Tally:
+    """What the loop counts between runs."""
+
+    delay: float  # the next backoff; doubles after each failure, up to restart_delay_max
+    failures: int = 0  # failed runs, which spend the restart budget
+    quick: int = 0  # failed runs in a row that ended within crash_loop_seconds
+    rate_limited: int = 0  # rate-limited runs in a row, which do not
+    first: int = 1  # the loop's first attempt number (numbers go on across a task's loops)
+
+
+class Supervisor:
+    """Runs one task's loop. Construct, then `run()`; `request_stop()` is safe from a signal.
+
+    `start` (how an agent process is started) and `clock` (what durations and timeouts are
+    measured by) are seams: a test or another transport passes its own.
+    """
+
+    def __init__(
+        self,
+        request: LoopRequest,
+        backend: Backend,
+        *,
+        on_event: Callable[[Event], None] | None = None,
+        tick: float = 1.0,
+        redactor: Redactor | None = None,
+        start: Start = AgentProcess.start,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.request = request
+        self.settings = request.settings
+        self.task = request.task
+        self.on_event = on_event or (lambda event: None)
+        self.stop_signal = StopSignal()
+        pid = os.getpid()
+        self._lent = Supervision(
+            request=request,
+            backend=backend,
+            rule=completion.rule(request.settings.until),
+            redactor=redactor or backend.redactor(request.base_env),
+            stop=self.stop_signal,
+            on_event=self.on_event,
+            start=start,
+            clock=clock,
+            tick=tick,
+            supervisor_pid=pid,
+            supervisor_start=process_start_time(pid),
+        )
+        if request.issue is None:  # a rule that cannot apply is refused before anything starts
+            self._bind(request.checkout)
+
+    @property
+    def completion(self) -> completion.CompletionRule:
+        return self._lent.rule
+
+    def _bind(self, checkout: Checkout | None) -> None:
+        """Fix the loop's checkout: the rule reads it, and its runs record it."""
+        r = self.request
+        rule = completion.rule(r.settings.until).for_loop(r.working_dir, r.base_env, checkout)
+        request = r
+        if r.issue is not None and checkout is not None:
+            loop_env = {**r.loop_env, **r.issue.environment(checkout.folder, r.base_env)}
+            request = replace(r, checkout=checkout, loop_env=loop_env)
+        self._lent = replace(self._lent, rule=rule, request=request)
+
+    @property
+    def label(self) -> str:
+        return f"{self.task.project_id}/{self.task.task_id}"
+
+    def request_stop(self) -> None:
+        """Stop the loop: the current run's tree is stopped and nothing restarts."""
+        self.stop_signal.request()
+
+    def run(self) -> LoopResult:
+        """Hold the task lock and run attempts until the task completes or the loop gives up."""
+        lock = TaskLock(runfolder.confine(self.task).lock, self.label)
+        lock.acquire()
+        issue, env = self.request.issue, self.request.base_env
+        try:
+            if issue is not None:
+                timeout = self.settings.timeout  # bounds the setup command too
+                self._bind(worktree.open_worktree(self.task, issue, env, timeout))
+            result = self._loop()
+        finally:
+            if issue is not None:
+                worktree.close_worktree(self.task, issue, env)
+            lock.release()
+            self.stop_signal.close()
+        self.on_event(Event(EventKind.LOOP_ENDED, message=result.message, outcome=result.outcome))
+        return result
+
+    def _loop(self) -> LoopResult:
+        previous = self._prepare()
+        # Attempt numbers go on across the task's loops (a resume does not start again at 1).
+        numbered = previous.attempt if previous is not None else 0
+        runs: list[RunInfo] = []
+        tally = _Tally(delay=self.settings.restart_delay, first=numbered + 1)
+        while not self.stop_signal.requested:  # a stop before an attempt began: do not begin it
+            number = numbered + len(runs) + 1
+            ended = Attempt.prepare(self._lent, number, previous, first=numbered + 1).run()
+            runs.append(ended.info)
+            ending = self._end(ended.info, attempt=ended.info.attempt) or self._count(ended, tally)
+            if ending is not None:
+                return LoopResult(*ending, tuple(runs))
+            wait, note = self._next_wait(ended, tally)
+            self.on_event(Event(EventKind.WAITING, run=ended.info, delay=wait, message=note))
+            if self.stop_signal.wait(wait):
+                break
+            previous = ended.info
+        return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
+
+    def _prepare(self) -> RunInfo | None:
+        """Before the first attempt: write down runs whose supervisor died, move a DONE left by
+        an earlier loop out of the way, and write TASK.md and how the loop was started. Returns
+        the task's latest run."""
+        previous = self._mark_lost_runs()
+        archived = runfolder.archive_done(self.task, previous.run_id if previous else None)
+        if archived is not None:
+            self.on_event(Event(EventKind.DONE_ARCHIVED, message=f"stale DONE moved to {archived}"))
+        taskfolder.write_task_prompt(self.task, self.request.prompt)
+        if self.request.started_with:
+            taskfolder.write_task_settings(self.task, self.request.started_with)
+        return previous
+
+    def _end(self, info: RunInfo, attempt: int) -> _Ending | None:
+        """Whether the loop ends after this run whatever it counts for: a write that failed (a
+        full disk fails the next run the same way), a stop, or the task done."""
+        if info.reason is Reason.WRITE_ERROR:
+            return Outcome.FAILED, f"run {info.run_id}: {info.message}; not restarting"
+        if info.status is RunStatus.STOPPED:
+            return Outcome.STOPPED, f"task {self.label} stopped"
+        if not self.completion.is_done(self.task, info):
+            return None
+        if not self.task.done.exists():  # the agent finished without saying so: say it for it
+            runfolder.atomic_write(self.task.done, f"completed by run {info.run_id}\n")
+        return (
+            Outcome.COMPLETED,
+            f"task {self.label} completed by run {info.run_id} (attempt {attempt})",
+        )
+
+    def _count(self, ended: Ended, tally: _Tally) -> _Ending | None:
+        """Count a run that did not complete the task; how the loop ends if it now gives up."""
+        s, info = self.settings, ended.info
+        if info.reason is Reason.RATE_LIMIT:
+            # Waiting out a limit is not a failure of the agent: no restart is spent on it.
+            tally.rate_limited += 1
+            if tally.rate_limited > s.max_rate_limit_waits:
+                return Outcome.FAILED, (
+                    f"run {info.run_id} {info.describe()}; rate limited "
+                    f"{tally.rate_limited} times in a row (max_rate_limit_waits), giving up"
+                )
+            return None
+        tally.rate_limited = 0
+        tally.failures += 1
+        tally.quick = tally.quick + 1 if ended.duration < s.crash_loop_seconds else 0
+        return self._give_up(info, tally)
+
+    def _give_up(self, info: RunInfo, tally: _Tally) -> _Ending | None:
+        """Whether the loop ends after a failed run, and why; None to try again."""
+        s = self.settings
+        why = f"run {info.run_id} {info.describe()}"
+        if info.reason in (Reason.MISSING_BINARY, Reason.AUTH):
+            return Outcome.MISSING_DEPENDENCY, f"{why}; not restarting ({_DOCTOR})"
+        if info.reason in (Reason.EXIT_CODE, Reason.SPAWN_ERROR) and (
+            info.exit_code in s.non_retryable_exit_codes
+        ):
+            # The agent protocols' 3 is a missing dependency: say where to look.
+            hint = f" ({_DOCTOR})" if info.exit_code == ExitCode.MISSING_DEPENDENCY else ""
+            return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting{hint}"
+        if s.crash_loop_runs and tally.quick >= s.crash_loop_runs:
+            within = f"{tally.quick} runs in a row ended within {s.crash_loop_seconds:g}s"
+            if info.reason in (Reason.NO_DONE_FILE, Reason.NO_READY_MARKER):
+                # Clean exits that did not do the work: no crash, but no use repeating either.
+                return (
+                    Outcome.FAILED,
+                    f"{why}; {within} without completing the task, not restarting",
+                )
+            return Outcome.FAILED, f"{why}; {within}: a crash loop, not restarting"
+        if tally.failures > s.max_restarts:
+            outcome = Outcome.TIMED_OUT if info.status is RunStatus.TIMED_OUT else Outcome.FAILED
+            failed = f"{tally.failures} failed {'attempt' if tally.failures == 1 else 'attempts'}"
+            if tally.first > 1:  # a resumed loop: its console counted from the task's attempts
+                span = f"{tally.first}-{info.attempt}" if info.attempt > tally.first else ""
+                failed += f" in this loop (attempt{'s' if span else ''} {span or info.attempt})"
+            return outcome, f"{why}; gave up after {failed} (max_restarts {s.max_restarts})"
+        return None
+
+    def _next_wait(self, ended: Ended, tally: _Tally) -> tuple[float, str]:
+        """How long to wait before the next attempt, and a note saying why when it is not a
+        plain backoff."""
+        s = self.settings
+        if ended.info.reason is Reason.RATE_LIMIT:
+            note = "rate limited: waiting for the limit to lift (no restart spent)"
+            return self._rate_limit_wait(ended.diagnosis), note
+        wait = tally.delay
+        tally.delay = min(tally.delay * 2, max(s.restart_delay_max, s.restart_delay))
+        return wait, ""
+
+    def _rate_limit_wait(self, diagnosis: Diagnosis | None) -> float:
+        """Until the limit lifts (as the agent said, plus a second), else a long backoff; capped."""
+        s = self.settings
+        known = diagnosis.retry_after if diagnosis is not None else None
+        wait = known + 1.0 if known is not None else s.rate_limit_wait
+        return max(0.0, min(wait, s.rate_limit_max_wait))
+
+    def _mark_lost_runs(self) -> RunInfo | None:
+        """Write down runs whose supervisor is gone (`lost`, or failed if it left word why);
+        return the task's latest run, if any. Called holding the task's lock."""
+        latest = None
+        for run_id in self.task.run_ids():
+            folder = self.task.run_folder(run_id)
+            info = runfolder.read_run_info(folder)
+            if info is None:
+                continue
+            # This loop holds the task: any run still recorded as running, on whatever host,
+            # belongs to a supervisor that is gone.
+            if info.status is RunStatus.RUNNING:
+                info = runfolder.mark_lost(folder, info)
+                why = (
+                    ""
+                    if info.status is RunStatus.LOST
+                    else f"run {info.run_id} failed: {info.message}"
+                )
+                self.on_event(
+                    Event(EventKind.MARKED_LOST, run=info, run_folder=folder, message=why)
+                )
+            latest = info
+        return latest

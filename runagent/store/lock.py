@@ -1,0 +1,128 @@
+"""The task lock: one supervisor per task, released by the kernel when its holder dies.
+
+The lock is an flock on the task's `.lock` file; its content names the holder (pid, process start
+time, since when) so that a second supervisor can say who is running, and readers can tell a live
+holder from a stale note left by a crash without ever touching the lock themselves.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import yaml
+
+from runagent.errors import AlreadyRunningError
+from runagent.loop.process import is_alive, process_start_time
+from runagent.store.host import foreign_alive, is_here, this_host
+from runagent.store.runfolder import dump_yaml, load_yaml
+
+
+@dataclass(frozen=True)
+class Holder:
+    pid: int
+    process_start: float | None
+    since: str
+    host: str | None = None  # None: a note written before holders named their host
+    task: str = ""  # the label of the task it holds
+
+    def alive(self) -> bool:
+        if is_here(self.host):
+            return is_alive(self.pid, self.process_start)
+        assert self.host is not None
+        return foreign_alive(self.task, self.host, self.pid, self.process_start)
+
+    def describe(self) -> str:
+        """Which supervisor it is, in words: its pid, and its host when that is another."""
+        return f"pid {self.pid}" + ("" if is_here(self.host) else f" on host {self.host}")
+
+
+def read_holder(path: Path, label: str = "") -> Holder | None:
+    """Who the lock file says holds it (alive or not), or None if it names nobody."""
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"))
+        host = data.get("host")
+        return Holder(
+            int(data["pid"]),
+            data.get("process_start"),
+            str(data["since"]),
+            str(host) if host else None,
+            label or f"{path.parent.parent.name}/{path.parent.name}",
+        )
+    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError):
+        return None
+
+
+def live_holder(path: Path) -> Holder | None:
+    holder = read_holder(path)
+    return holder if holder is not None and holder.alive() else None
+
+
+def already_running(label: str, holder: Holder | None) -> str:
+    """The one wording of "another supervisor holds this task"."""
+    if holder is None:
+        return f"task {label} is already running (its supervisor is starting)"
+    return f"task {label} is already running (supervisor {holder.describe()} since {holder.since})"
+
+
+class TaskLock:
+    """Held for the life of a supervisor; `label` names the task in the "already running" error."""
+
+    def __init__(self, path: Path, label: str) -> None:
+        self.path = path
+        self.label = label
+        self._fd: int | None = None
+
+    def acquire(self, wait: Callable[[str], None] | None = None) -> Holder:
+        """Take the lock; when another holds it, refuse (AlreadyRunningError), or with `wait`,
+        tell it why (the refusal's words) and wait for the lock."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if wait is None:
+                os.close(fd)
+                raise AlreadyRunningError(self._busy_message()) from None
+            try:
+                wait(self._busy_message())
+                fcntl.flock(fd, fcntl.LOCK_EX)  # a signal's exception ends the wait
+            except BaseException:
+                os.close(fd)
+                raise
+        pid = os.getpid()
+        since = datetime.now(UTC).isoformat(timespec="seconds")
+        holder = Holder(pid, process_start_time(pid), since, this_host(), self.label)
+        note = dump_yaml(
+            {
+                "pid": holder.pid,
+                "process_start": holder.process_start,
+                "since": holder.since,
+                "host": holder.host,
+            }
+        )
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, note.encode(), 0)
+        self._fd = fd
+        return holder
+
+    def _busy_message(self) -> str:
+        return already_running(self.label, read_holder(self.path, self.label))
+
+    def release(self) -> None:
+        if self._fd is None:
+            return
+        os.ftruncate(self._fd, 0)
+        os.close(self._fd)  # closing the descriptor drops the flock
+        self._fd = None
+
+    def __enter__(self) -> TaskLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

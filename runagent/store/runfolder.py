@@ -1,0 +1,516 @@
+"""The run-folder layout on disk: the only module that knows its file names.
+
+    <root>/<project>/<task>/
+      TASK.md  DONE  .lock  supervisor.log
+      issue.yaml  ISSUE.md  worktree/  worktree-*.diff      (an issue run)
+      runs/<run_id>/
+        run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
+        operations.jsonl  events.jsonl  ops.json  approval-pending.json  .ops.lock  (operations)
+
+`run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
+old or the new version, never half of one; on a full disk, where the temp file gets no block, it
+is rewritten in place, in the blocks it has. When even that fails, an empty file
+`.unrecorded.ERRNO` says so, and readers take the run as failed for that reason, not as lost.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from runagent.errors import OutsideRootError
+from runagent.store.runinfo import Reason, RunInfo, RunStatus
+
+RUN_INFO = "run-info.yaml"
+PROMPT = "prompt.md"
+STDOUT = "agent-stdout.txt"
+STDERR = "agent-stderr.txt"
+OUTPUT = "output.md"
+TASK = "TASK.md"
+TASK_USAGE = "usage.json"  # what the task's runs used, summed as each run ends
+TASK_SETTINGS = "task.yaml"  # how the task was last started: agent, working folder, overrides
+DONE = "DONE"
+LOCK = ".lock"
+SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
+SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last fired
+SCHEDULE_LOCK = ".schedules.lock"  # held while the schedule state is read, changed and written
+SCHEDULE_LOG = "schedule.log"  # in the runs root: what the crontab lines' firings print
+RUNS = "runs"
+OPERATIONS = "operations.jsonl"  # every message an operations run received, one per line
+EVENTS = "events.jsonl"  # every events message it answered with, one per line
+OPS_SETTINGS = "ops.json"  # the workspace and policy an operations run acts with
+APPROVAL_PENDING = "approval-pending.json"  # the paused batch, while an approval is awaited
+OPS_LOCK = ".ops.lock"  # held by whichever process answers a message of an operations run
+ISSUE_RECORD = "issue.yaml"  # an issue run: the issue, repository, worktree, branch, fork point
+ISSUE_BODY = "ISSUE.md"  # the issue body as the agent reads it (COCODE_ISSUE_BODY_FILE)
+WORKTREE = "worktree"  # an issue run's git worktree
+SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed by force
+SETUP_LOG = "setup.log"  # what an issue run's setup command printed
+UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
+
+# The files of a run a reader may ask for by a short name.
+RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT}
+
+# libyaml's safe loader and dumper where PyYAML was built with it: the same results
+# (tests/test_startup.py) several times faster; else PyYAML's own, in Python.
+LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+DUMPER: type[Any] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def load_yaml(text: str) -> Any:
+    """`yaml.safe_load`, with libyaml where it is there."""
+    return yaml.load(text, Loader=LOADER)
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """`yaml.safe_dump` to a string, with libyaml where it is there."""
+    return str(yaml.dump(data, Dumper=DUMPER, **options))
+
+
+@dataclass(frozen=True)
+class TaskPaths:
+    """Where one task's files live under a runs root."""
+
+    root: Path
+    project_id: str
+    task_id: str
+
+    @property
+    def label(self) -> str:
+        return f"{self.project_id}/{self.task_id}"
+
+    @property
+    def folder(self) -> Path:
+        return self.root / self.project_id / self.task_id
+
+    @property
+    def task_md(self) -> Path:
+        return self.folder / TASK
+
+    @property
+    def done(self) -> Path:
+        return self.folder / DONE
+
+    @property
+    def lock(self) -> Path:
+        return self.folder / LOCK
+
+    @property
+    def runs(self) -> Path:
+        return self.folder / RUNS
+
+    def run_folder(self, run_id: str) -> Path:
+        return self.runs / run_id
+
+    def run(self, run_id: str) -> RunPaths:
+        return RunPaths(self.run_folder(run_id))
+
+    @property
+    def worktree(self) -> Path:
+        return self.folder / WORKTREE
+
+    @property
+    def issue_record(self) -> Path:
+        return self.folder / ISSUE_RECORD
+
+    @property
+    def issue_body(self) -> Path:
+        return self.folder / ISSUE_BODY
+
+    @property
+    def setup_log(self) -> Path:
+        return self.folder / SETUP_LOG
+
+    def saved_diff(self, stamp: str) -> Path:
+        return self.folder / SAVED_DIFF.format(stamp=stamp)
+
+    def run_ids(self) -> list[str]:
+        """The task's run ids, oldest first (ids sort in start order); none that lead out."""
+        return _subfolders(self.root, self.runs, hidden=True)
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where one run's files live, in its folder under the task's `runs/`."""
+
+    folder: Path
+
+    @property
+    def info(self) -> Path:
+        return self.folder / RUN_INFO
+
+    @property
+    def prompt(self) -> Path:
+        return self.folder / PROMPT
+
+    @property
+    def stdout(self) -> Path:
+        return self.folder / STDOUT
+
+    @property
+    def stderr(self) -> Path:
+        return self.folder / STDERR
+
+    @property
+    def output(self) -> Path:
+        return self.folder / OUTPUT
+
+    @property
+    def operations(self) -> Path:
+        return self.folder / OPERATIONS
+
+    @property
+    def events(self) -> Path:
+        return self.folder / EVENTS
+
+    @property
+    def ops_settings(self) -> Path:
+        return self.folder / OPS_SETTINGS
+
+    @property
+    def approval_pending(self) -> Path:
+        return self.folder / APPROVAL_PENDING
+
+    @property
+    def ops_lock(self) -> Path:
+        return self.folder / OPS_LOCK
+
+    @property
+    def done(self) -> Path:
+        """Where the next loop moves a DONE this run left in the task folder (`archive_done`)."""
+        return self.folder / DONE
+
+
+def within(root: Path, path: Path) -> bool:
+    """Whether `path`, every symbolic link on the way resolved, stays inside `root`.
+
+    This is the one confinement rule: every path run-agent derives from a request, a command
+    line or a folder listing under the runs root passes it before it is read or written.
+    """
+    try:
+        path.resolve().relative_to(root.resolve())
+    except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop
+        return False
+    return True
+
+
+def confine(task: TaskPaths) -> TaskPaths:
+    """`task`, if its project folder, task folder, TASK.md and runs folder (those that exist)
+    stay inside the runs root; else OutsideRootError naming the link."""
+    for path in (task.root / task.project_id, task.folder, task.task_md, task.runs):
+        if os.path.lexists(path) and not within(task.root, path):
+            raise OutsideRootError(
+                f"{path} leads out of the runs root {task.root} (a symbolic link); run-agent "
+                "never reads or writes through it: remove the link or use another id"
+            )
+    return task
+
+
+def in_worktree(root: Path, path: Path) -> bool:
+    """Whether `path` lies inside an issue run's worktree (or one kept aside) under `root`:
+    a checkout's files, which are none of a run folder's."""
+    try:
+        parts = path.relative_to(root).parts
+    except ValueError:
+        return False
+    return len(parts) > 3 and parts[2].startswith(WORKTREE)
+
+
+def schedule_state_path(root: Path) -> Path:
+    return root / SCHEDULE_STATE
+
+
+def schedule_lock_path(root: Path) -> Path:
+    return root / SCHEDULE_LOCK
+
+
+def schedule_log_path(root: Path) -> Path:
+    return root / SCHEDULE_LOG
+
+
+def supervisor_log_path(task: TaskPaths) -> Path:
+    return task.folder / SUPERVISOR_LOG
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` so that readers see the old or the new content, never a mix.
+
+    An OSError names `path`, not the temporary file it failed on.
+    """
+    import tempfile  # only writers need it, and a listing writes nothing
+
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise OSError(exc.errno, exc.strerror, str(path)) from exc
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def append_line(path: Path, line: str) -> None:
+    """Append one line to a journal (operations.jsonl, events.jsonl) in a single write, so lines
+    of two writers never interleave."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    try:
+        data = memoryview((line.rstrip("\n") + "\n").encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+
+
+def write_run_info(run_folder: Path, info: RunInfo) -> None:
+    """Write the run's record atomically; on a full disk, over the old record in place."""
+    text = dump_yaml(info.to_dict(), sort_keys=False, allow_unicode=True)
+    path = RunPaths(run_folder).info
+    try:
+        atomic_write(path, text)
+    except OSError as exc:
+        if exc.errno not in _NO_SPACE or not _overwrite(path, text.encode("utf-8")):
+            raise
+
+
+# A disk (or quota, or file size limit) with no room for one more block.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+
+
+def _overwrite(path: Path, data: bytes) -> bool:
+    """Rewrite `path` in place, in the blocks it already has; False (nothing written) if `data`
+    does not fit in them or under the file size limit.
+
+    The last resort of a full disk, where a new file gets no block: the end of a run is worth
+    a moment in which a reader may find the record half old and half new (read as `unreadable`
+    until the write, one call, completes).
+    """
+    limit, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        room = os.fstat(fd).st_blocks * 512
+        if len(data) > room or (limit != resource.RLIM_INFINITY and len(data) > limit):
+            return False
+        if os.pwrite(fd, data, 0) != len(data):
+            return False
+        os.ftruncate(fd, len(data))  # shrinking needs no block
+        os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def timestamp(seconds: float | None = None) -> str:
+    """A time as run-info.yaml writes it (UTC, ISO 8601, milliseconds): now, or `seconds` since
+    the epoch."""
+    moment = datetime.now(UTC) if seconds is None else datetime.fromtimestamp(seconds, UTC)
+    return moment.isoformat(timespec="milliseconds")
+
+
+def mark_lost(run_folder: Path, info: RunInfo) -> RunInfo:
+    """Record that a run's supervisor is gone: lost (it died while the run ran), or failed if it
+    left word that it could not write the run's end. The last output time becomes the end."""
+    paths = RunPaths(run_folder)
+    mtimes = [p.stat().st_mtime for p in (paths.stdout, paths.stderr) if p.exists()]
+    ended = unrecorded(run_folder, info) or info.replace(
+        status=RunStatus.LOST,
+        reason=Reason.SUPERVISOR_LOST,
+        message=f"its supervisor (pid {info.supervisor_pid}) died while the run was running",
+    )
+    ended = ended.replace(end_time=timestamp(max(mtimes)) if mtimes else None)
+    write_run_info(run_folder, ended)
+    clear_unrecorded(run_folder)
+    withdraw_approval(run_folder)
+    return ended
+
+
+def withdraw_approval(run_folder: Path) -> None:
+    """A run that has ended waits for no approval: a pause it left is removed, so an answer
+    given later (`run-agent ops approve`, the page) runs nothing in a run nobody reads."""
+    RunPaths(run_folder).approval_pending.unlink(missing_ok=True)
+
+
+def unrecorded_message(error: OSError) -> str:
+    """What a run whose final run-info.yaml could not be written says about it."""
+    return f"{error.strerror or error} writing {RUN_INFO}, so the end of this run is not recorded"
+
+
+def mark_unrecorded(run_folder: Path, error: OSError) -> None:
+    """Leave word that run-info.yaml could not be written, and why; best effort.
+
+    The word is the name of an empty file: it needs no data block, so a disk too full for
+    run-info.yaml (or a file size limit) usually still lets it be created.
+    """
+    name = errno.errorcode.get(error.errno or errno.EIO, "EIO")
+    try:
+        (run_folder / f"{UNRECORDED}.{name}").touch()
+    except OSError:
+        pass
+
+
+def unrecorded(run_folder: Path, info: RunInfo) -> RunInfo | None:
+    """`info` ended as failed, if its supervisor left word it could not write it; else None."""
+    try:
+        names = [n for n in os.listdir(run_folder) if n.startswith(f"{UNRECORDED}.")]
+    except OSError:
+        return None
+    if not names:
+        return None
+    code = getattr(errno, names[0].removeprefix(f"{UNRECORDED}."), None)
+    if not isinstance(code, int):
+        code = errno.EIO
+    error = OSError(code, os.strerror(code))
+    return info.replace(
+        status=RunStatus.FAILED, reason=Reason.WRITE_ERROR, message=unrecorded_message(error)
+    )
+
+
+def clear_unrecorded(run_folder: Path) -> None:
+    """Remove the word left by `mark_unrecorded`, once run-info.yaml says it."""
+    try:
+        for name in os.listdir(run_folder):
+            if name.startswith(f"{UNRECORDED}."):
+                (run_folder / name).unlink(missing_ok=True)
+    except OSError:
+        pass  # it only repeats what run-info.yaml now says
+
+
+def read_run_info(run_folder: Path) -> RunInfo | None:
+    """The run's metadata, or None if the folder has none (yet) or it cannot be read."""
+    info = read_run_record(run_folder)
+    return None if info is None or info.status is RunStatus.UNREADABLE else info
+
+
+def read_run_record(run_folder: Path) -> RunInfo | None:
+    """The run's metadata as run-agent or conductor-loop wrote it; None if the folder has no
+    run-info.yaml (yet); a record of status `unreadable` saying why if it cannot be read."""
+    try:
+        text = RunPaths(run_folder).info.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        return unreadable_run(
+            run_folder, str(exc.strerror or exc) if isinstance(exc, OSError) else "not UTF-8 text"
+        )
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        return unreadable_run(
+            run_folder, f"not YAML{where} ({getattr(exc, 'problem', None) or exc})"
+        )
+    if not isinstance(data, dict):
+        return unreadable_run(run_folder, "not a mapping of fields")
+    if "attempt" not in data:  # conductor-loop's: number it by its place among the task's runs
+        data["attempt"] = _position(run_folder)
+    try:
+        return RunInfo.from_dict(data)
+    except (TypeError, ValueError) as exc:
+        return unreadable_run(run_folder, str(exc))
+
+
+def unreadable_run(run_folder: Path, why: str) -> RunInfo:
+    """A stand-in record for a run whose run-info.yaml cannot be read, saying why, so readers
+    show the run instead of dropping it (and cleanup keeps it). Never written to disk."""
+    task = run_folder.parent.parent
+    try:
+        started = timestamp(run_folder.stat().st_mtime)
+    except OSError:
+        started = ""
+    return RunInfo(
+        run_id=run_folder.name, project_id=task.parent.name, task_id=task.name, attempt=0,
+        agent="", backend="", start_time=started, cwd="", status=RunStatus.UNREADABLE,
+        message=f"{RUN_INFO} cannot be read: {why}",
+    )  # fmt: skip
+
+
+def _position(run_folder: Path) -> int:
+    """The run's number among its task's runs, oldest first (ids sort in start order)."""
+    try:
+        names = sorted(n for n in os.listdir(run_folder.parent) if not n.startswith("."))
+        return names.index(run_folder.name) + 1
+    except (OSError, ValueError):
+        return 1
+
+
+def create_run_folder(task: TaskPaths, run_id: str) -> Path:
+    """Create the run's folder with empty stdout and stderr files, so a tail can start at once."""
+    paths = task.run(run_id)
+    paths.folder.mkdir(parents=True)
+    for path in (paths.stdout, paths.stderr):
+        path.touch()
+    return paths.folder
+
+
+def archive_done(task: TaskPaths, into_run: str | None) -> Path | None:
+    """Move a DONE left by an earlier loop out of the way, keeping its content.
+
+    It goes into the run folder of the run before (where it belongs), else beside itself with a
+    suffix. Returns where it went, or None if there was no DONE.
+    """
+    if not task.done.exists():
+        return None
+    target = task.run(into_run).done if into_run else None
+    if target is None or target.exists() or not target.parent.is_dir():
+        target = task.folder / f"{DONE}.{os.getpid()}.old"
+    os.replace(task.done, target)
+    return target
+
+
+def project_ids(root: Path) -> list[str]:
+    return _subfolders(root, root)
+
+
+def task_ids(root: Path, project_id: str) -> list[str]:
+    if not within(root, root / project_id):
+        return []
+    return _subfolders(root, root / project_id)
+
+
+def _subfolders(root: Path, folder: Path, hidden: bool = False) -> list[str]:
+    """The folders in `folder`, sorted; a link that leads out of `root` is not one of them."""
+    try:
+        entries = list(os.scandir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return sorted(
+        e.name
+        for e in entries
+        if e.is_dir()
+        and (hidden or not e.name.startswith("."))
+        and (not e.is_symlink() or within(root, Path(e.path)))
+    )
+
+
+def tail(path: Path, max_bytes: int = 4096) -> str:
+    """The last `max_bytes` of a file as text, starting at a line boundary where possible."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - max_bytes))
+            data = f.read(max_bytes)
+    except OSError:
+        return ""
+    if size > max_bytes and b"\n" in data:
+        data = data[data.index(b"\n") + 1 :]
+    return data.decode("utf-8", errors="replace")

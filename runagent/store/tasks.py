@@ -1,0 +1,200 @@
+"""Reading a runs root: projects, tasks and runs with their derived, liveness-checked status.
+
+Nothing here writes. A run recorded as `running` whose supervisor is gone (dead, or its pid reused
+by another process) is shown as `lost`, or as `failed` when its supervisor left word that it could
+not write the run's end (a full disk); one whose run-info.yaml cannot be read as `unreadable`,
+with the reason; the task's status is derived from its lock holder, its DONE
+marker and its latest run, never stored twice.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from runagent.errors import AlreadyCompletedError, NotFoundError
+from runagent.loop.process import is_alive
+from runagent.store import runfolder, taskfolder
+from runagent.store.host import foreign_alive, is_here
+from runagent.store.lock import Holder, live_holder
+from runagent.store.runfolder import RunPaths, TaskPaths
+from runagent.store.runinfo import RunInfo, RunStatus, Usage
+
+
+class TaskStatus(enum.StrEnum):
+    PENDING = "pending"  # created, no run yet
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    TIMED_OUT = "timed_out"
+    STOPPED = "stopped"
+    LOST = "lost"
+    UNREADABLE = "unreadable"  # its latest run's run-info.yaml cannot be read
+    # A task of operations runs (`run-agent ops`, which write no run-info):
+    AWAITING_APPROVAL = "awaiting_approval"  # one of its runs is paused on an operation
+    IDLE = "idle"  # every batch answered; its runs take the next message
+
+
+@dataclass(frozen=True)
+class TaskView:
+    paths: TaskPaths
+    status: TaskStatus
+    run_count: int
+    latest: RunInfo | None
+    supervisor: Holder | None
+    usage: Usage | None = None  # what its runs used, summed as each ended
+
+    @property
+    def label(self) -> str:
+        return self.paths.label
+
+    def to_dict(self) -> dict[str, Any]:
+        """The task's row, as `list --json`, `status --json` and the API give it."""
+        return {
+            "project_id": self.paths.project_id,
+            "task_id": self.paths.task_id,
+            "status": self.status.value,
+            "runs": self.run_count,
+            "latest_run": self.latest.to_dict() if self.latest else None,
+            "supervisor_pid": self.supervisor.pid if self.supervisor else None,
+            "supervisor_host": self.supervisor.host if self.supervisor else None,
+            "folder": str(self.paths.folder),
+            "usage": self.usage.to_dict() if self.usage else None,
+        }
+
+
+def is_lost(info: RunInfo) -> bool:
+    """Whether the run is recorded as running but its supervisor is gone (dead, or its pid now
+    another process's): nobody will ever write its end."""
+    if info.status is not RunStatus.RUNNING:
+        return False
+    if info.supervisor_pid is None and info.host is None:
+        # conductor-loop's record names no supervisor: it runs while its agent process does.
+        return not is_alive(info.pid, None)
+    if is_here(info.host):
+        return not is_alive(info.supervisor_pid, info.supervisor_start)
+    assert info.host is not None
+    label = f"{info.project_id}/{info.task_id}"
+    pid = info.supervisor_pid
+    return pid is None or not foreign_alive(label, info.host, pid, info.supervisor_start)
+
+
+def process_alive(info: RunInfo) -> bool:
+    """Whether a run recorded as running may still have a live process: its supervisor, or
+    its agent (an orphan outliving a dead supervisor). Cleanup never removes such a run."""
+    if info.status is not RunStatus.RUNNING:
+        return False
+    return not is_lost(info) or (is_here(info.host) and is_alive(info.pid, None))
+
+
+def effective(info: RunInfo, run_folder: Path) -> RunInfo:
+    """The run as it really is: a lost run reads as `lost`, or as `failed` with the reason when
+    its supervisor could not write the run's end."""
+    if is_lost(info):
+        return runfolder.unrecorded(run_folder, info) or info.replace(status=RunStatus.LOST)
+    return info
+
+
+def runs(task: TaskPaths) -> list[RunInfo]:
+    """Every run of the task with run-info, oldest first, liveness-checked; one whose
+    run-info.yaml cannot be read is there as `unreadable`, saying why."""
+    found = []
+    for run_id in task.run_ids():
+        folder = task.run_folder(run_id)
+        info = runfolder.read_run_record(folder)
+        if info is not None:
+            found.append(effective(info, folder))
+    return found
+
+
+def latest_run(task: TaskPaths) -> RunInfo | None:
+    for run_id in reversed(task.run_ids()):
+        folder = task.run_folder(run_id)
+        info = runfolder.read_run_record(folder)
+        if info is not None:
+            return effective(info, folder)
+    return None
+
+
+def view(task: TaskPaths) -> TaskView:
+    holder = live_holder(task.lock)
+    latest = latest_run(task)
+    if holder is not None:
+        status = TaskStatus.RUNNING
+    elif task.done.exists():
+        status = TaskStatus.COMPLETED
+    elif latest is None:
+        status = operations_status(task) or TaskStatus.PENDING
+    else:
+        status = TaskStatus(latest.status.value)
+        if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
+            status = TaskStatus.LOST
+    used = taskfolder.read_task_usage(task)
+    return TaskView(task, status, len(task.run_ids()), latest, holder, used)
+
+
+def operations_status(task: TaskPaths) -> TaskStatus | None:
+    """What a task of operations runs is doing, which no run-info says: awaiting approval while
+    one of its runs is paused, running while one answers a message, else idle; None when it has
+    no operations run."""
+    runs = [RunPaths(task.run_folder(run_id)) for run_id in task.run_ids()]
+    runs = [run for run in runs if run.ops_settings.is_file()]
+    if not runs:
+        return None
+    if any(run.approval_pending.is_file() for run in runs):
+        return TaskStatus.AWAITING_APPROVAL
+    if any(live_holder(run.ops_lock) is not None for run in runs):
+        return TaskStatus.RUNNING
+    return TaskStatus.IDLE
+
+
+def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
+    """The task's paths; NotFoundError naming it if there is no such task."""
+    task = runfolder.confine(TaskPaths(root, project_id, task_id))
+    if not task.folder.is_dir():
+        if not (root / project_id).is_dir():
+            raise NotFoundError(
+                f"project {project_id!r} not found under {root}; see `run-agent list`"
+            )
+        raise NotFoundError(
+            f"task {project_id}/{task_id} not found under {root}; "
+            f"see `run-agent list --project {project_id}`"
+        )
+    return task
+
+
+def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
+    projects = [project_id] if project_id else runfolder.project_ids(root)
+    return [view(TaskPaths(root, p, t)) for p in projects for t in runfolder.task_ids(root, p)]
+
+
+def refuse_completed(view: TaskView, again: bool) -> None:
+    """The one rule for running a completed task again (run, resume, the API, the page): only
+    when asked to in so many words; its DONE is then moved into the run it came from."""
+    if view.status is TaskStatus.COMPLETED and not again:
+        raise AlreadyCompletedError(
+            f"task {view.label} is already completed ({view.paths.done} exists); "
+            "run it again with --again"
+        )
+
+
+def usage(task: TaskPaths) -> Usage | None:
+    """What the task's runs used, summed over those whose agent said; None if none did (read
+    from every run, so right even for runs recorded before the task kept its sum)."""
+    total = None
+    for info in runs(task):
+        if info.usage is not None:
+            total = info.usage if total is None else total + info.usage
+    return total
+
+
+def project_usage(views: list[TaskView]) -> dict[str, Usage]:
+    """What each project's tasks used, by project id (projects whose agents never said: none)."""
+    totals: dict[str, Usage] = {}
+    for v in views:
+        if v.usage is not None:
+            project = v.paths.project_id
+            totals[project] = totals[project] + v.usage if project in totals else v.usage
+    return totals

@@ -1,0 +1,1 @@
+"""Tests of backends/ (see tests/conftest.py for the fixtures)."""

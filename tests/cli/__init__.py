@@ -1,0 +1,1 @@
+"""Tests of cli/ (see tests/conftest.py for the fixtures)."""

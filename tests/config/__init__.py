@@ -1,0 +1,1 @@
+"""Tests of config/ (see tests/conftest.py for the fixtures)."""

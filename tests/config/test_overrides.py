@@ -1,0 +1,80 @@
+"""A loop's overrides: typed once, applied to the config, and carried to a detached supervisor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from runagent.cli.options import LoopArgs
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import LoopSettings, Until
+from runagent.errors import RunAgentError
+from runagent.executors import control
+from runagent.store.runfolder import TaskPaths
+
+
+def test_parsed_overrides_apply_over_the_config_and_zero_means_off() -> None:
+    overrides = LoopOverrides.parse(
+        {
+            "agent": "fake",
+            "max_restarts": "2",
+            "restart_delay": "0",
+            "timeout": "0",
+            "idle_timeout": "5m",
+            "until": "done-file",
+            "quiet": True,
+        }
+    )
+    base = LoopSettings(timeout=60.0, idle_timeout=10.0, restart_delay=3.0)
+    applied = overrides.apply(base)
+    assert applied.max_restarts == 2 and applied.restart_delay == 0.0
+    assert applied.timeout is None and applied.idle_timeout == 300.0
+    assert applied.until is Until.DONE_FILE and applied.kill_grace == base.kill_grace
+    assert LoopOverrides().apply(base) == base  # nothing given changes nothing
+
+
+def test_overrides_survive_the_trip_through_a_detached_command_line(tmp_path: Path) -> None:
+    overrides = LoopOverrides(
+        agent="fake", working_dir=tmp_path, max_restarts=1, restart_delay=0.5, timeout=0.0,
+        idle_timeout=90.0, until=Until.DONE_FILE,
+    )  # fmt: skip
+    argv = control.loop_argv("run", TaskPaths(tmp_path, "p", "t"), overrides, None, "nightly")
+    assert argv[:7] == ["run", "--project", "p", "--task", "t", "--root", str(tmp_path)]
+    assert argv[-1] == "--quiet" and "--schedule" in argv
+    options = dict(zip(argv[9:-1:2], argv[10:-1:2], strict=True))
+    back = LoopOverrides.parse(
+        {
+            "agent": options["--agent"],
+            "working_dir": options["--cwd"],
+            "max_restarts": options["--max-restarts"],
+            "restart_delay": options["--restart-delay"],
+            "timeout": options["--timeout"],
+            "idle_timeout": options["--idle-timeout"],
+            "until": options["--until"],
+        }
+    )
+    assert back == overrides
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"timeout": "soon"}, "timeout"),
+        ({"max_restarts": -1}, "max_restarts"),
+        ({"max_restarts": "many"}, "max_restarts"),
+        ({"max_restarts": True}, "max_restarts"),
+        ({"until": "never"}, "until"),
+        ({"agent": " "}, "agent"),
+    ],
+)
+def test_a_bad_override_names_where_it_came_from(values: dict[str, object], named: str) -> None:
+    with pytest.raises(RunAgentError, match=named):
+        LoopOverrides.parse(values, where=lambda name: name)
+
+
+def test_a_forms_empty_fields_change_nothing_but_an_empty_option_is_refused() -> None:
+    assert LoopOverrides.parse({"timeout": "", "agent": ""}, blank_is_unset=True) == LoopOverrides()
+    with pytest.raises(RunAgentError, match="--agent"):
+        LoopOverrides.parse({"agent": ""})
+    assert LoopArgs(LoopOverrides()).quiet is False

@@ -1,0 +1,1 @@
+"""Tests of e2e/ (see tests/conftest.py for the fixtures)."""

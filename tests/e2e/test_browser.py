@@ -1,0 +1,996 @@
+"""The page in a real browser: Debian's chromium, driven by Playwright, against the server."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from runagent.store.host import this_host
+from tests.conftest import REPO, Server, Workspace, alive, free_port, wait_for
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = REPO / "test-artifacts"
+
+# Each test reports its own skip with the reason (never in CI, where chromium is installed).
+pytestmark = pytest.mark.skipif(
+    not Path(CHROMIUM).exists() and not os.environ.get("CI"),
+    reason="chromium is not installed: apt-get install chromium (CI installs it)",
+)
+
+from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update",
+                  "--disable-sync"],
+        )  # fmt: skip
+        yield b
+        b.close()
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    p = context.new_page()
+    yield p
+    context.close()
+
+
+def shot(page: Page, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def start_from_form(page: Page, task: str, prompt: str) -> None:
+    """Start task p/TASK the way a person does: the New task form."""
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", task)
+    page.fill("textarea[name=prompt]", prompt)
+    page.click("form#new-task button[type=submit]")
+
+
+def test_watch_a_task_live_then_stop_it_from_the_page(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    # An agent that prints a coloured line, then a line every 0.3 s for a minute.
+    ws.write_config(
+        ["--stderr", "\x1b[31mred warning\x1b[0m", "--lines", "200", "--interval", "0.3",
+         "--line-text", "working on step"],
+        max_restarts=0,
+    )  # fmt: skip
+    page.goto(server.url)
+    expect(page.locator("#connection")).to_have_text("live")
+    start_from_form(page, "t", "watch me")
+    expect(page.locator("#task-title")).to_have_text("p/t")
+    expect(page.locator("#task-status")).to_have_text("running")
+    log = page.locator("#log")
+    expect(log).to_contain_text("working on step 2")
+    # New lines keep arriving while we watch: live, without reloading.
+    expect(log).to_contain_text("working on step 5")
+    shot(page, "running-task")
+    page.click(".tabs button[data-file=stderr]")
+    red = page.locator("#log span.fg-31")
+    expect(red).to_have_text("red warning")  # ANSI colours are rendered, not shown raw
+    page.click(".tabs button[data-file=stdout]")
+    page.fill("#search", "step 3")
+    expect(page.locator("#search-count")).to_have_text("1 of 1")  # counted, and marked
+    expect(page.locator("#log .line.current-match mark")).to_have_text("step 3")
+    page.fill("#search", "")
+    pids = ws.agent_pids()
+    page.click("#stop-button")
+    expect(page.locator("#task-status")).to_have_text("stopped", timeout=20000)
+    expect(page.locator("nav a[data-task='p/t'] .badge")).to_have_text("stopped")
+    shot(page, "stopped-task")
+    wait_for(lambda: not [p for p in pids if alive(p)], what="the agent to be gone")
+    assert ws.runs()[0].status == "stopped"
+
+
+def test_the_page_runs_as_es_modules_with_no_console_error(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The browser loads the page's modules itself (no build step): every module in static/ is
+    fetched, and the task list, a task's log, the search and the start form work with nothing
+    said on the console (a missing export or a module served as the wrong type is an error)."""
+    said: list[str] = []
+    page.on("console", lambda m: said.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: said.append(str(e)))
+    fetched: set[str] = set()
+    page.on(
+        "request", lambda r: fetched.add(r.url.rsplit("/", 1)[1]) if r.url.endswith(".js") else None
+    )
+    ws.write_config(["--lines", "3", "--line-text", "said"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "t", "say three lines").returncode == 0
+    page.goto(server.url)
+    expect(page.locator("#connection")).to_have_text("live")
+    page.click("#tasks a[data-task='p/t']")
+    expect(page.locator("#log")).to_contain_text("said 3")
+    page.fill("#search", "said 2")
+    expect(page.locator("#search-count")).to_have_text("1 of 1")
+    page.click("#new-task-button")
+    expect(page.locator("#new-task")).to_be_visible()
+    expect(page.locator("#agent-choice option").first).to_contain_text("config default (")
+    assert said == []
+    assert fetched == {p.name for p in (REPO / "server" / "static").glob("*.js")}
+
+
+def test_claude_stream_is_shown_readably_with_a_raw_toggle(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    sample = REPO / "tests" / "samples" / "claude-tool.stdout.jsonl"
+    ws.write_config(["--chunks", sample.read_bytes().hex()], max_restarts=0)
+    page.goto(f"{server.url}/")
+    start_from_form(page, "json", "use a tool")
+    log = page.locator("#log")
+    expect(log.locator(".ev-assistant").last).to_have_text("hello from fake model")
+    expect(log.locator(".ev-tool").first).to_contain_text("Bash")
+    expect(log).not_to_contain_text('"type":"assistant"')
+    shot(page, "readable-stream")
+    page.check("#raw-toggle")
+    expect(log).to_contain_text('"type":"assistant"')
+
+
+def test_the_page_shows_when_the_server_goes_away(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    page.goto(server.url)
+    expect(page.locator("#connection")).to_have_text("live")
+    server.process.terminate()
+    server.process.wait(15)
+    expect(page.locator("#connection")).to_have_text(
+        # EventSource retries on its own; the page says so instead of pretending to be live.
+        re.compile("reconnecting…|disconnected"),
+        timeout=15000,
+    )
+    shot(page, "disconnected")
+
+
+def test_schedules_show_their_next_firing_and_run_now_from_the_page(
+    ws: Workspace, page: Page
+) -> None:
+
+    import yaml
+
+    config = yaml.safe_load(ws.write_config(["--lines", "2"], max_restarts=0).read_text())
+    config["schedules"] = {
+        "nightly": {"cron": "0 3 * * *", "timezone": "Europe/Berlin", "project": "p",
+                    "prompt": "nightly tidy"}
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    with own_server(ws) as url:
+        page.goto(url)
+        item = page.locator("#schedule-list li[data-schedule=nightly]")
+        expect(item).to_contain_text("0 3 * * * Europe/Berlin")
+        expect(item).to_contain_text("T03:00:00+01:00")  # the next firing, in its zone
+        expect(item).to_contain_text("not fired yet")
+        item.locator("button").click()
+        expect(page.locator("#task-title")).to_contain_text("p/nightly-")
+        expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+        expect(item).to_contain_text("completed", timeout=40000)
+        shot(page, "schedules")
+
+
+@contextlib.contextmanager
+def own_server(ws: Workspace) -> Iterator[str]:
+    """`run-agent serve` of the workspace's config as it is now (schedules not fired): its URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config), "--no-schedules"),
+        cwd=ws.path, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _answers(url), what="the server")
+        yield url
+    finally:
+        server.terminate()
+        server.wait(15)
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_auto_scroll_pauses_when_the_reader_scrolls_up(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "400", "--interval", "0.02", "--line-text", "row"], max_restarts=0)
+    page.goto(server.url)
+    start_from_form(page, "scroll", "print a lot")
+    log = page.locator("#log")
+    expect(log).to_contain_text("row 80")
+    at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 40"
+    assert log.evaluate(at_bottom)  # following the tail
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    # Lines keep arriving (the log grows by a row each; only the rows on screen are drawn)...
+    tall = log.evaluate("el => el.scrollHeight")
+    wait_for(lambda: log.evaluate("el => el.scrollHeight") > tall + 50 * 17, what="more lines")
+    assert log.evaluate("el => el.scrollTop") == 0  # ...but the reader stays where they were
+    follow = page.locator("#follow-button")
+    expect(follow).to_be_visible()
+    follow.click()
+    expect(follow).to_be_hidden()
+    assert log.evaluate(at_bottom)
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+
+
+def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1"], max_restarts=0)
+    page.goto(server.url)
+    start_from_form(page, "done", "finish at once")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    button = page.locator("#resume-button")
+    expect(button).to_have_text("Run again")  # not a Resume that silently refuses or reruns
+    expect(button).to_be_enabled()
+    button.click()
+    wait_for(lambda: len(ws.runs("p", "done")) == 2, what="the second run")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    assert [r.attempt for r in ws.runs("p", "done")] == [1, 2]
+
+
+def test_an_issue_run_shows_its_issue_branch_commits_and_marker(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.gitrepo import GIT_ENV, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    ws.write_config(["--commit", "fix the parser", "--ready-from", "1"], env=GIT_ENV)
+    proc = ws.cli(
+        "-p", "p", "--issue", "12", "--repo", str(repo), "--issue-url",
+        "https://example.invalid/issues/12", "fix it", env=GIT_ENV,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    page.goto(f"{server.url}/")
+    page.click("[data-task='p/issue-12']")
+    git = page.locator("#task-git")
+    expect(git).to_be_visible()
+    expect(git.locator("#git-issue a")).to_have_text("issue #12")
+    expect(git.locator("#git-issue a")).to_have_attribute(
+        "href", "https://example.invalid/issues/12"
+    )
+    expect(git.locator("#git-branch")).to_have_text("run-agent/p/issue-12")
+    expect(git.locator("#git-marker")).to_have_text("ready marker seen")
+    expect(git.locator("#git-commits li")).to_have_count(2)
+    expect(git.locator("#git-commits li").last).to_contain_text("fix the parser")
+    shot(page, "issue-run")
+
+
+def test_an_agent_modes_approval_is_answered_from_the_page(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """Agent mode against the fake chat-completions provider: the model asks for `rm -r build`,
+    the unattended run waits (approvals: wait), a person approves it on the page."""
+    from tests.backends.test_agent_mode import configure, done, ops
+    from tests.fake_models import FakeModelServer
+
+    work = ws.path / "work"
+    (work / "build").mkdir(parents=True)
+    with FakeModelServer(scenario="script") as provider:
+        provider.replies = [
+            ops({"type": "shell", "id": "clean", "command": "rm -r build"}),
+            done("cleaned"),
+        ]
+        configure(ws, provider, ops_section={"approvals": "wait"})
+        proc = ws.start_cli("--project", "p", "--task", "t", "--cwd", str(work), "clean up")
+        try:
+            page.goto(server.url)
+            asked = page.locator("#approvals .approval[data-operation=clean]")
+            expect(asked).to_contain_text("rm -r build", timeout=20000)
+            expect(asked.locator(".why")).not_to_be_empty()  # the rule that fired, and why
+            shot(page, "approval-pending")
+            assert (work / "build").is_dir()  # nothing ran before the answer
+            asked.locator("button.approve").click()
+            expect(page.locator("#approvals")).to_be_hidden(timeout=20000)
+            assert proc.wait(60) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert not (work / "build").exists()
+    assert ws.task().run(ws.runs()[0].run_id).output.read_text().startswith("cleaned")
+
+
+def test_an_operations_run_awaiting_approval_shows_so_with_a_link_to_answer_it(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    import json
+
+    (ws.path / "project" / "victim").mkdir(parents=True)  # `rm -r` of it awaits approval
+    message = {"protocolVersion": "1.0", "operations": [
+        {"type": "shell", "id": "clean", "command": "rm -r victim"}]}  # fmt: skip
+    paused = ws.cli("ops", "apply", "-", "-w", "project", input=json.dumps(message))
+    assert paused.returncode == 0 and "awaiting_approval" in paused.stdout, paused.stderr
+    page.goto(server.url)
+    row = page.locator("nav a[data-task='ops/ops']")
+    expect(row.locator(".badge")).to_have_text("awaiting approval", timeout=10000)
+    page.select_option("#status-filter", "awaiting_approval")
+    expect(page.locator("nav a[data-task]")).to_have_count(1)
+    row.click()
+    expect(page.locator("#task-status")).to_have_text("awaiting approval")
+    waiting = page.locator("#task-approvals")
+    expect(waiting).to_contain_text("rm -r victim")
+    expect(waiting).to_contain_text("operation clean")
+    waiting.locator("a", has_text="approve or deny").click()
+    approve = page.locator("#approvals .approval[data-operation=clean] button.approve")
+    expect(approve).to_be_focused()
+    expect(page).to_have_url(re.compile("#ops/ops$"))  # the link leaves the address alone
+    shot(page, "ops-awaiting-approval")
+    approve.click()
+    expect(page.locator("#approvals")).to_be_hidden(timeout=10000)
+    expect(page.locator("#task-approvals")).to_be_hidden()
+    expect(page.locator("#task-status")).not_to_have_text("awaiting approval")
+    page.select_option("#status-filter", "")
+    expect(row.locator(".badge")).not_to_have_text("awaiting approval")
+    assert not (ws.path / "project" / "victim").exists()
+
+
+def shots(page: Page, name: str) -> None:
+    """Screenshots of the view at 1400 px and at 420 px wide (a phone)."""
+    for width in (1400, 420):
+        page.set_viewport_size({"width": width, "height": 900})
+        shot(page, f"{name}-{width}")
+    page.set_viewport_size({"width": 1280, "height": 800})
+
+
+def test_a_failed_runs_header_says_why_and_it_opens_on_its_stderr(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "2", "--stderr", "Traceback: boom", "--exit", "1"], max_restarts=1)
+    page.goto(server.url)
+    start_from_form(page, "broken", "fail twice")
+    expect(page.locator("#task-status")).to_have_text("failed", timeout=20000)
+    # How the loop ended, in the words the supervisor used, not in a tooltip.
+    expect(page.locator("#task-summary")).to_contain_text(
+        "gave up after 2 failed attempts (max_restarts 1)"
+    )
+    header = page.locator("#run-header")
+    expect(header.locator("dd[data-field=status] .badge")).to_have_text("failed")
+    expect(header.locator("dd[data-field='exit code']")).to_have_text("1")
+    expect(header.locator("dd[data-field=why]")).to_have_text("exited with code 1")
+    expect(header.locator("dd[data-field=attempt]")).to_have_text("2 of 2 · run 2 of 2")
+    expect(header.locator("dd[data-field=agent]")).to_contain_text("fake (command)")
+    expect(header.locator("dd[data-field=folder]")).to_have_text(str(ws.path))
+    expect(header.locator("dd[data-field=host]")).to_have_text(this_host())  # who ran it
+    expect(header.locator("dd[data-field=duration]")).not_to_have_text("—")
+    expect(header.locator("dd[data-field='restart of']")).to_have_text(
+        ws.runs("p", "broken")[0].run_id
+    )
+    # It opens where the failure is: the traceback on stderr, not the stdout tab.
+    expect(page.locator(".tabs button.active")).to_have_text("stderr")
+    expect(page.locator("#log")).to_contain_text("Traceback: boom")
+    shots(page, "failed-run-header")
+
+
+def test_a_failed_stream_opens_on_its_error_event(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    sample = REPO / "tests" / "samples" / "claude-error.stdout.jsonl"
+    ws.write_config(["--chunks", sample.read_bytes().hex(), "--exit", "1"], max_restarts=0)
+    page.goto(server.url)
+    start_from_form(page, "api-error", "meet an API error")
+    expect(page.locator("#task-status")).to_have_text("failed", timeout=20000)
+    expect(page.locator(".tabs button.active")).to_have_text("stdout")  # no stderr was written
+    failure = page.locator("#log .line.failure")
+    expect(failure).to_contain_text("API Error: 400")
+    expect(failure).to_be_in_viewport()
+
+
+def test_usage_of_each_run_and_of_the_task_is_shown(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1", "--exit", "1"], max_restarts=1)
+    assert ws.cli("--project", "p", "--task", "u", "spend tokens").returncode != 0
+    for run_id, tokens in zip(ws.task("p", "u").run_ids(), (1200, 34), strict=True):
+        path = ws.task("p", "u").run_folder(run_id) / "run-info.yaml"
+        text = f"tokens_in: {tokens}\ntokens_out: 56\ncost_usd: 0.0125\n"
+        path.write_text(path.read_text() + text)
+    page.goto(f"{server.url}/#p/u")
+    expect(page.locator("#run-header dd[data-field=usage]")).to_have_text(
+        "34 tokens in, 56 out, $0.0125"
+    )
+    expect(page.locator("#task-summary")).to_contain_text(
+        "all runs: 1,234 tokens in, 112 out, $0.0250"
+    )
+    expect(page.locator("#task-summary")).to_contain_text("on disk")
+
+
+def test_the_loop_is_a_timeline_of_its_attempts_that_can_be_clicked(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(
+        ["--fail-first", "2", "--counter", "attempts", "--lines", "1"],
+        max_restarts=3, restart_delay="400ms", restart_delay_max="400ms",
+    )  # fmt: skip
+    assert ws.cli("--project", "p", "--task", "loop", "third time lucky").returncode == 0
+    first = ws.runs("p", "loop")[0]
+    page.goto(f"{server.url}/#p/loop")
+    bars = page.locator("#timeline .bar")
+    expect(bars).to_have_count(3)  # one bar per run
+    assert [b.get_attribute("class").split()[1] for b in bars.all()] == [
+        "failed", "failed", "completed",
+    ]  # fmt: skip
+    expect(page.locator("#timeline .gap")).to_have_count(2)  # the waits between attempts
+    expect(page.locator("#timeline .gap").first).to_have_attribute(
+        "title", re.compile(r"waited .* before attempt 2")
+    )
+    widths = [b.bounding_box()["width"] for b in bars.all()]  # type: ignore[index]
+    gap = page.locator("#timeline .gap").first.bounding_box()
+    assert gap is not None and gap["width"] > 0
+    assert all(w >= 8 for w in widths)
+    expect(bars.nth(2)).to_have_class(re.compile("selected"))  # the latest run is shown
+    shots(page, "timeline")
+    bars.first.click()
+    expect(page).to_have_url(re.compile(f"#p/loop/{first.run_id}$"))
+    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("1 of 4 · run 1 of 3")
+    expect(bars.first).to_have_class(re.compile("selected"))
+    page.go_back()
+    expect(page.locator("#run-header dd[data-field=attempt]")).to_have_text("3 of 4 · run 3 of 3")
+
+
+def test_every_view_has_an_address_and_back_and_forward_move_between_them(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "3", "--line-text", "out", "--stderr", "err text"], max_restarts=0)
+    for task in ("alpha", "beta"):
+        assert ws.cli("--project", "p", "--task", task, f"prompt of {task}").returncode == 0
+    (alpha,) = ws.runs("p", "alpha")
+    page.goto(server.url)
+    page.click("nav a[data-task='p/alpha']")
+    expect(page).to_have_url(re.compile("#p/alpha$"))
+    expect(page.locator("#log")).to_contain_text("out 3")
+    page.click(".tabs button[data-file=stderr]")
+    expect(page).to_have_url(re.compile(f"#p/alpha/{alpha.run_id}/stderr$"))
+    expect(page.locator("#log")).to_have_text("err text")
+    page.click("nav a[data-task='p/beta']")
+    expect(page.locator("#task-title")).to_have_text("p/beta")
+    page.go_back()
+    expect(page.locator("#task-title")).to_have_text("p/alpha")
+    expect(page.locator(".tabs button.active")).to_have_text("stderr")
+    expect(page.locator("#log")).to_have_text("err text")
+    page.go_back()
+    expect(page.locator(".tabs button.active")).to_have_text("stdout")
+    page.go_forward()
+    expect(page.locator(".tabs button.active")).to_have_text("stderr")
+    # A shared address opens the same view in a fresh page.
+    fresh = page.context.new_page()
+    fresh.goto(f"{server.url}/#p/alpha/{alpha.run_id}/prompt")
+    expect(fresh.locator(".tabs button.active")).to_have_text("prompt")
+    expect(fresh.locator("#log")).to_contain_text("prompt of alpha")
+    fresh.close()
+    # Cancel on the form goes back to where the reader was, not to an empty pane.
+    page.click("#new-task-button")
+    expect(page).to_have_url(re.compile("#new$"))
+    page.click("#cancel-new")
+    expect(page.locator("#task-title")).to_have_text("p/alpha")
+    expect(page.locator("#task-view")).to_be_visible()
+
+
+def test_the_sidebar_filters_by_words_and_status_and_collapses_when_narrow(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "2"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "good-one", "ok").returncode == 0
+    assert ws.cli("--project", "p", "--task", "good-two", "ok").returncode == 0
+    ws.write_config(["--lines", "2", "--exit", "1"], max_restarts=0)
+    assert ws.cli("--project", "q", "--task", "bad-one", "fail").returncode != 0
+    page.goto(server.url)
+    links = page.locator("nav a[data-task]")
+    expect(links).to_have_count(3)
+    page.fill("#task-filter", "good")
+    expect(links).to_have_count(2)
+    page.fill("#task-filter", "p/good two")  # every word must match
+    expect(links).to_have_count(1)
+    page.fill("#task-filter", "")
+    page.select_option("#status-filter", "failed")
+    expect(links).to_have_count(1)
+    expect(links.first).to_have_attribute("data-task", "q/bad-one")
+    page.select_option("#status-filter", "running")
+    expect(page.locator("#tasks")).to_contain_text("No task matches (of 3)")
+    page.select_option("#status-filter", "")
+    # At 420 px the list and the task share the screen in turns.
+    page.set_viewport_size({"width": 420, "height": 800})
+    expect(page.locator("nav")).to_be_visible()  # the home view is the list
+    shot(page, "narrow-list-420")
+    links.filter(has_text="bad-one").click()
+    expect(page.locator("nav")).to_be_hidden()
+    log = page.locator("#log")
+    expect(log).to_be_visible()
+    box = log.bounding_box()
+    assert box is not None and box["width"] > 380  # the log has the width, not 90 px
+    shot(page, "narrow-task-420")
+    page.click("#nav-toggle")
+    expect(page.locator("nav")).to_be_visible()
+    expect(page.locator("#detail")).to_be_hidden()
+
+
+def test_the_form_offers_the_configured_agents_and_the_loop_settings(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1"], agents={"other": ["--lines", "1", "--line-text", "other"]})
+    (ws.path / "sub").mkdir()
+    page.goto(server.url)
+    page.click("#new-task-button")
+    options = page.locator("#agent-choice option")
+    expect(options).to_have_text(
+        ["config default (fake)", "fake — command", "other — command", "paste — paste"]
+    )
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "formed")
+    page.fill("textarea[name=prompt]", "with settings")
+    page.select_option("#agent-choice", "other")
+    page.fill("input[name=cwd]", "nowhere")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("cwd 'nowhere' is not a folder")
+    page.fill("input[name=cwd]", "sub")
+    page.fill("input[name=timeout]", "soon")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("timeout")
+    assert not ws.task("p", "formed").folder.exists()  # refused before anything was made
+    shots(page, "start-form")
+    page.fill("input[name=timeout]", "30s")
+    page.fill("input[name=idle_timeout]", "20s")
+    page.fill("input[name=max_restarts]", "0")
+    page.select_option("select[name=until]", "exit")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/formed")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    expect(page.locator("#log")).to_contain_text("other 1")
+    (run,) = ws.runs("p", "formed")
+    assert run.agent == "other" and run.cwd == str(ws.path / "sub")
+    page.go_back()  # the form is not reopened: the task replaced it in the history
+    expect(page.locator("#new-task")).to_be_hidden()
+
+
+def test_a_finished_task_is_deleted_from_the_page_and_shows_its_disk_use(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "1", "--sleep", "60"], max_restarts=0)
+    page.goto(server.url)
+    start_from_form(page, "busy", "keep going")
+    expect(page.locator("#task-status")).to_have_text("running")
+    expect(page.locator("#delete-button")).to_be_disabled()  # never a running task
+    page.click("#stop-button")
+    expect(page.locator("#task-status")).to_have_text("stopped", timeout=20000)
+    expect(page.locator("#task-summary")).to_contain_text(re.compile(r"[\d.]+ (bytes|KB) on disk"))
+    delete = page.locator("#delete-button")
+    expect(delete).to_be_enabled()
+    page.once("dialog", lambda d: d.dismiss())  # a second thought keeps it
+    delete.click()
+    assert ws.task("p", "busy").folder.is_dir()
+    page.once("dialog", lambda d: d.accept())
+    delete.click()
+    expect(page.locator("nav a[data-task='p/busy']")).to_have_count(0)
+    expect(page.locator("#placeholder")).to_be_visible()
+    assert not ws.task("p", "busy").folder.exists()
+
+
+BIG_RUN = "20260101-000000000-1000"
+
+
+def big_log(ws: Workspace, lines: int = 200_000) -> str:
+    """Task p/big with one finished run whose stdout is LINES numbered lines (about 11 MB)."""
+    from runagent.store import runfolder, taskfolder
+    from runagent.store.runinfo import Reason, RunInfo, RunStatus
+
+    run_id = BIG_RUN
+    task = ws.task("p", "big")
+    taskfolder.write_task_prompt(task, "print a lot")
+    folder = runfolder.create_run_folder(task, run_id)
+    info = RunInfo(run_id, "p", "big", 1, "fake", "command", "2026-01-01T00:00:00+00:00",
+                   str(ws.path), status=RunStatus.COMPLETED, reason=Reason.EXITED, exit_code=0,
+                   end_time="2026-01-01T00:01:00+00:00")  # fmt: skip
+    runfolder.write_run_info(folder, info)
+    text = "".join(
+        f"entry {i:06d} of the long log, with some words after it\n" for i in range(1, 200001)
+    )
+    (folder / runfolder.STDOUT).write_text(text)
+    return run_id
+
+
+def test_a_200000_line_log_opens_at_its_end_and_is_searched_numbered_and_linked(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    run_id = big_log(ws)
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    expect(log.locator(".line", has_text="entry 200000")).to_be_visible()  # opens at its end
+    assert log.locator(".line").count() < 200  # only the rows on screen (and a margin) exist
+    # Every line has its number (counted by the server), and the file's start is read by itself.
+    expect(log.locator(".line", has_text="entry 200000").locator(".ln")).to_have_attribute(
+        "data-ln", "200000", timeout=30000
+    )
+    wait_for(lambda: page.evaluate("() => log.from") == 0, 30, "the file's start to be read")
+    page.fill("#search", "entry 12345")
+    page.press("#search", "Enter")
+    expect(page.locator("#search-count")).to_have_text("10 of 10")  # 123450 to 123459
+    current = log.locator(".line.current-match")
+    expect(current.locator("mark")).to_have_text("entry 12345")
+    expect(current).to_contain_text("entry 123459")  # the latest match first
+    page.click("#search-next")  # wraps round to the first
+    expect(page.locator("#search-count")).to_have_text("1 of 10")
+    expect(current).to_contain_text("entry 123450")
+    page.click("#search-prev")
+    expect(page.locator("#search-count")).to_have_text("10 of 10")
+    shots(page, "big-log-search")
+    # A line's number is a link to it; the link opens the log there in a fresh page.
+    number = current.locator(".ln")
+    number.click()
+    expect(page).to_have_url(re.compile(f"#p/big/{run_id}/stdout/L123459$"))
+    fresh = page.context.new_page()
+    fresh.goto(f"{server.url}/#p/big/{run_id}/stdout/L100")
+    target = fresh.locator("#log .line.target")
+    expect(target).to_contain_text("entry 000100")
+    expect(target).to_be_in_viewport()
+    fresh.close()
+
+
+def test_a_log_beyond_what_is_read_ahead_loads_its_earlier_parts_on_scroll(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    big_log(ws)
+    page.add_init_script("window.runAgentPrefetchBytes = 0")  # nothing read ahead by itself
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    last = log.locator(".line", has_text="entry 200000")
+    expect(last).to_be_visible()
+    held = page.evaluate("() => log.lines.length")
+    assert held < 10_000  # only the tail was read
+    tops = 0
+    while page.evaluate("() => log.from") > 0:
+        before = page.evaluate("() => log.lines.length")
+        log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+        wait_for(
+            lambda b=before: page.evaluate("() => log.lines.length") > b, what="an earlier part"
+        )
+        tops += 1
+    assert tops >= 2  # read in parts, as the reader went up
+    # Stitched at every part's edge: every line once, whole, in order.
+    assert page.evaluate(
+        """() => log.lines.length === 200000 && log.lines.every((l, i) => l ===
+             `entry ${String(i + 1).padStart(6, "0")} of the long log, with some words after it`)"""
+    )
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    expect(log.locator(".line", has_text="entry 000001").locator(".ln")).to_have_attribute(
+        "data-ln", "1"
+    )
+
+
+def test_a_huge_logs_tail_is_numbered_before_its_start_is_read(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    run_id = big_log(ws)
+    page.add_init_script("window.runAgentPrefetchBytes = 0")  # nothing read ahead by itself
+    page.goto(f"{server.url}/#p/big")
+    log = page.locator("#log")
+    last = log.locator(".line", has_text="entry 200000")
+    # The server counts the lines before the tail: the numbers come without the file's start.
+    expect(last.locator(".ln")).to_have_attribute("data-ln", "200000")
+    expect(log.locator(".line", has_text="entry 199990").locator(".ln")).to_have_attribute(
+        "data-ln", "199990"
+    )
+    assert page.evaluate("() => log.from") > 0  # only the tail was read
+    # Scrolling up joins earlier parts under the same numbers.
+    log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    wait_for(lambda: page.evaluate("() => log.lines.length") > 10_000, what="an earlier part")
+    first = page.evaluate("() => log.lines[0]")
+    number = int(first.split()[1])
+    assert page.evaluate("() => log.base") == number - 1
+    # A link to a line before what is read reads back to it.
+    fresh = page.context.new_page()
+    fresh.add_init_script("window.runAgentPrefetchBytes = 0")
+    fresh.goto(f"{server.url}/#p/big/{run_id}/stdout/L100")
+    target = fresh.locator("#log .line.target")
+    expect(target).to_contain_text("entry 000100", timeout=30000)
+    expect(target.locator(".ln")).to_have_attribute("data-ln", "100")
+    expect(target).to_be_in_viewport()
+    fresh.close()
+
+
+def test_the_search_box_is_emptied_when_another_task_is_shown(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    ws.write_config(["--lines", "5"])
+    for task in ("one", "two"):
+        assert ws.cli("-p", "p", "-t", task, "print").returncode == 0
+    page.goto(f"{server.url}/#p/one")
+    expect(page.locator("#log")).to_contain_text("line 5")
+    page.fill("#search", "line 3")
+    page.press("#search", "Enter")
+    expect(page.locator("#search-count")).to_have_text("1 of 1")
+    expect(page.locator("#log mark")).to_have_count(1)
+    page.click("nav a[data-task='p/two']")
+    expect(page.locator("#task-title")).to_have_text("p/two")
+    expect(page.locator("#log")).to_contain_text("line 5")
+    expect(page.locator("#search")).to_have_value("")
+    expect(page.locator("#search-count")).to_have_text("")
+    expect(page.locator("#log mark")).to_have_count(0)
+    expect(page.locator("#log .current-match")).to_have_count(0)
+
+
+def test_the_forms_until_offers_ready_marker_and_the_loop_completes_on_a_marked_commit(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.gitrepo import GIT_ENV, git, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    (ws.path / "plain").mkdir()
+    ws.write_config(["--commit", "work", "--ready-from", "1"], env=GIT_ENV, max_restarts=0)
+    page.goto(server.url)
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "marked")
+    page.fill("textarea[name=prompt]", "commit when ready")
+    page.select_option("select[name=until]", "ready-marker")
+    page.fill("input[name=cwd]", "plain")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("not in a git repository")
+    assert not ws.task("p", "marked").folder.exists()  # refused before anything was made
+    page.fill("input[name=cwd]", "repo")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/marked")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    expect(page.locator("#git-marker")).to_have_text("ready marker seen")
+    (run,) = ws.runs("p", "marked")
+    assert run.reason is not None and run.reason.value == "ready_marker"
+    assert "cocode ready for check" in git(repo, "log", "-1", "--format=%B")
+
+
+def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:
+
+    import yaml
+
+    from runagent.store import taskfolder
+
+    config = yaml.safe_load(ws.write_config(["--lines", "1"], max_restarts=0).read_text())
+    config["schedules"] = {
+        "minutely": {"cron": "* * * * *", "project": "p", "prompt": "tick"}
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    fired = [f"minutely-20261101-0{m}0000" for m in range(1, 6)]
+    for task_id in [*fired, "by-hand"]:
+        taskfolder.write_task_prompt(ws.task("p", task_id), "tick")
+    with own_server(ws) as url:
+        page.goto(url)
+        group = page.locator("nav .group[data-schedule=minutely]")
+        expect(group.locator(".group-title")).to_have_text("schedule minutely · 5 tasks")
+        links = group.locator("a[data-task]")
+        expect(links).to_have_count(3)  # the latest three...
+        expect(links.first).to_have_attribute("data-task", f"p/{fired[-1]}")
+        expect(links.first).to_contain_text("20261101-050000 (0)")  # its time, not the name again
+        more = group.locator("button.more")
+        expect(more).to_have_text("2 more")  # ...then how many more
+        expect(page.locator("nav > #tasks > a[data-task='p/by-hand']")).to_have_count(1)
+        shot(page, "schedule-group")
+        more.click()
+        expect(links).to_have_count(5)
+        page.fill("#task-filter", "0100")  # filters reach into the group
+        expect(links).to_have_count(1)
+
+
+def test_copy_puts_the_logs_lines_on_the_clipboard(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    ws.write_config(["--lines", "300", "--line-text", "copied"], max_restarts=0)
+    assert ws.cli("--project", "p", "--task", "c", "copy me").returncode == 0
+    context = browser.new_context(viewport={"width": 1280, "height": 800})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    try:
+        page.goto(f"{server.url}/#p/c")
+        expect(page.locator("#log")).to_contain_text("copied 300")
+        page.click("#copy-button")
+        expect(page.locator("#copy-button")).to_have_text("copied 300 lines")
+        copied = page.evaluate("() => navigator.clipboard.readText()")
+        # Every line, not only the rows on screen.
+        assert copied.splitlines() == [f"copied {i}" for i in range(1, 301)]
+    finally:
+        context.close()
+
+
+def test_the_sidebar_sums_what_each_projects_runs_used(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    import yaml
+
+    sample = (REPO / "tests/samples/claude-text.stdout.jsonl").read_bytes().hex()
+    replay = ws.agent_argv(["--ignore-unknown", "--chunks", sample])
+    ws.config.write_text(yaml.safe_dump({
+        "agents": {"claudeish": {"type": "claude", "permissions": "none", "command": replay}},
+        "defaults": {"agent": "claudeish", "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }))  # fmt: skip
+    for task in ("a", "b"):
+        assert ws.cli("-p", "spend", "-t", task, "x").returncode == 0
+    page.goto(server.url)
+    heading = page.locator("nav h3", has_text="spend")
+    expect(heading.locator(".usage")).to_have_text("30 tokens · $0.0003")  # 2 x (10 in + 5 out)
+
+
+@contextlib.contextmanager
+def paste_run(ws: Workspace, task: str = "paste") -> Iterator[tuple[subprocess.Popen[str], Path]]:
+    """`run-agent -a paste` on task p/TASK in a terminal, working in a fresh folder: the process
+    and the folder. A run the test did not finish is interrupted as in a terminal."""
+    from tests.server.test_server_paste import paste_config
+
+    paste_config(ws)
+    work = ws.path / "work"
+    work.mkdir()
+    proc = ws.start_cli("-p", "p", "-t", task, "-a", "paste", "--cwd", str(work), "Create it")
+    try:
+        yield proc, work
+    finally:
+        if proc.poll() is None:  # as Ctrl-C in its terminal would: the supervisor stops the run
+            os.killpg(proc.pid, signal.SIGINT)
+        try:
+            proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+def outbox(ws: Workspace, sequence: int, task: str = "paste") -> Path:
+    """The run's outbox file of `sequence`, once it is there."""
+    folder = ws.task("p", task).folder / "paste" / "outbox"
+    return wait_for(
+        lambda: next(iter(folder.glob(f"*_seq{sequence:04d}.txt")), None), what="the outbox"
+    )
+
+
+def test_a_paste_run_is_copied_answered_and_done_from_the_page(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    from tests.server.test_server_paste import DONE, REPLY
+
+    reply = REPLY + '[DELETE_FILE path="nothing-here.txt"]\n'  # one command that fails
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    page = context.new_page()
+    try:
+        with paste_run(ws) as (proc, work):
+            page.goto(f"{server.url}/#p/paste")
+            first = outbox(ws, 1)
+            text = first.read_text(encoding="utf-8")
+            panel = page.locator("#paste")
+            expect(panel.locator("#paste-name")).to_have_text(first.name)
+            expect(panel.locator("#paste-sequence")).to_have_text("1")
+            expect(panel.locator("#paste-size")).to_have_text(f"{len(text):,} characters")
+            panel.locator("#paste-copy").click()
+            expect(panel.locator("#paste-copied")).to_have_text(f"copied {len(text):,} characters")
+            assert page.evaluate("() => navigator.clipboard.readText()") == text
+            panel.locator("#paste-text-box summary").click()
+            expect(panel.locator("#paste-text")).to_contain_text("=== PROTOCOL ===")
+            expect(panel.locator("#paste-results-box")).to_be_hidden()  # no reply yet
+            shot(page, "paste-outbox")
+
+            # A refused reply says why, and stays in the box.
+            panel.locator("#paste-reply").fill("  \n ")
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_contain_text("the reply is empty")
+
+            panel.locator("#paste-reply").fill(reply)
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_be_empty()
+            expect(panel.locator("#paste-reply")).to_have_value("")
+            expect(panel.locator("#paste-sequence")).to_have_text("2", timeout=30000)
+            expect(panel.locator("#paste-name")).to_have_text(outbox(ws, 2).name)
+            results = panel.locator("#paste-results .result")
+            expect(results).to_have_count(4)
+            expect(results.nth(0)).to_have_class(re.compile(r"\bok\b"))
+            expect(results.nth(0)).to_contain_text("[OK] CREATE_FILE: Created 'hello.txt'")
+            expect(results.nth(1)).to_contain_text("[OK] RUN_COMMAND: Ran 'echo ran-ok'")
+            expect(results.nth(1).locator(".output")).to_contain_text("Output: ran-ok")
+            expect(results.nth(3)).to_have_class(re.compile(r"\bfailed\b"))
+            expect(results.nth(3)).to_contain_text("[FAILED] DELETE_FILE")
+            expect(panel.locator("#paste-messages .message")).to_have_text(["hello.txt is written"])
+            assert (work / "hello.txt").read_text() == "    hi there\n"  # indentation kept
+            shots(page, "paste-results")  # wide, and as narrow as a phone
+
+            # The same reply again is refused as a duplicate, and stays in the box.
+            panel.locator("#paste-reply").fill(reply)
+            panel.locator("#paste-send").click()
+            expect(panel.locator("#paste-error")).to_have_text(
+                "the reply is a duplicate of the last one (the answer to outbox 1), which was "
+                "already applied: it was not saved nor applied again; paste the chat's answer to "
+                "outbox 2"
+            )
+            expect(panel.locator("#paste-reply")).to_have_value(reply)
+
+            panel.locator("#paste-reply").fill(DONE)
+            panel.locator("#paste-reply").press("Control+Enter")  # the keyboard's Send
+            expect(panel.locator("#paste-summary")).to_have_text(
+                re.compile(r"^wrote hello.txt\s*$"), timeout=30000
+            )
+            expect(panel.locator("#paste-form")).to_be_hidden()
+            expect(panel.locator("#paste-outbox")).to_be_hidden()
+            expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+            shot(page, "paste-done")
+            assert proc.wait(60) == 0
+    finally:
+        context.close()
+    assert ws.runs("p", "paste")[0].status.value == "completed"
+
+
+def test_copy_falls_back_to_a_selected_box_where_the_clipboard_api_is_not_offered(
+    ws: Workspace, server: Server, browser: Browser
+) -> None:
+    """As on http://192.168.x.y (not a secure context): no navigator.clipboard for the page."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    context.grant_permissions(["clipboard-read", "clipboard-write"], origin=server.url)
+    context.add_init_script("Object.defineProperty(window, 'isSecureContext', {value: false})")
+    page = context.new_page()
+    try:
+        with paste_run(ws):
+            page.goto(f"{server.url}/#p/paste")
+            text = outbox(ws, 1).read_text(encoding="utf-8")
+            expect(page.locator("#paste-sequence")).to_have_text("1")
+            assert page.evaluate("() => window.isSecureContext") is False
+            page.locator("#paste-copy").click()
+            expect(page.locator("#paste-copied")).to_have_text(f"copied {len(text):,} characters")
+            expect(page.locator("#paste-fallback")).to_be_hidden()
+            # Read back through the API the page was kept from (the test's own way in).
+            assert page.evaluate("() => navigator.clipboard.readText()") == text
+            # Where the browser refuses even that, the outbox is left selected for Ctrl+C.
+            page.evaluate("() => { document.execCommand = () => false; }")
+            page.locator("#paste-copy").click()
+            expect(page.locator("#paste-copied")).to_contain_text("press Ctrl+C")
+            box = page.locator("#paste-fallback")
+            expect(box).to_be_visible()
+            expect(box).to_have_value(text)
+            selected = "el => el.value.slice(el.selectionStart, el.selectionEnd)"
+            assert box.evaluate(selected) == text and box.evaluate("el => el.readOnly")
+    finally:
+        context.close()
+
+
+def test_a_paste_runs_command_that_needs_approval_is_answered_on_the_page(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The reply asks for `rm -r build`, which the shell policy holds for a person's approval:
+    the approvals panel shows it with the paste task's name, Approve lets it run."""
+    with paste_run(ws) as (proc, work):
+        (work / "build").mkdir()
+        page.goto(f"{server.url}/#p/paste")
+        expect(page.locator("#paste-sequence")).to_have_text("1")
+        page.locator("#paste-reply").fill("[RUN_COMMAND]\nrm -r build\n[/RUN_COMMAND]\n")
+        page.locator("#paste-send").click()
+        asked = page.locator("#approvals .approval", has_text="rm -r build")
+        expect(asked).to_be_visible(timeout=30000)
+        expect(asked.locator(".where")).to_contain_text("p/paste")
+        assert (work / "build").is_dir()  # nothing ran before the answer
+        shot(page, "paste-approval")
+        asked.locator("button.approve").click()
+        expect(page.locator("#approvals")).to_be_hidden(timeout=30000)
+        expect(page.locator("#paste-sequence")).to_have_text("2", timeout=30000)
+        expect(page.locator("#paste-results .result.ok")).to_contain_text(
+            "[OK] RUN_COMMAND: Ran 'rm -r build'"
+        )
+        assert not (work / "build").exists()
+        page.locator("#paste-reply").fill(DONE_REPLY)
+        page.locator("#paste-send").click()
+        expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+        assert proc.wait(60) == 0
+
+
+DONE_REPLY = "[DONE]\nremoved build\n[/DONE]\n"

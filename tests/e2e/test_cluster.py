@@ -1,0 +1,530 @@
+"""Task loops on a real multi-node Ray cluster (a head and two hosts, each with its own
+`agent_slot` and root), and the same contract on the local executor.
+
+Skipped when the `ray` extra is not installed, except under CI (`CI` set), where a missing
+extra fails the module: the cluster tests are never silently left out there.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import yaml
+
+try:
+    import ray
+    from ray.cluster_utils import Cluster
+except ImportError:
+    if os.environ.get("CI"):
+        raise
+    pytest.skip("the ray extra is not installed (pip install -e '.[ray]')", allow_module_level=True)
+
+from runagent import schedule
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import ExecutorSettings, ExecutorType, ScheduleConfig
+from runagent.errors import AlreadyRunningError, ExitCode
+from runagent.executors import control
+from runagent.store import taskfolder, tasks
+from runagent.store.host import this_host
+from runagent.store.runfolder import TaskPaths, read_run_info
+from runagent.store.runinfo import RunStatus
+from tests import sse
+from tests.conftest import Server, Workspace, alive, free_port, wait_for
+
+HOSTS = ("hostB", "hostC")
+# Node failure is noticed within seconds, not Ray's default half-minute (a test budget).
+FAST_HEALTH = {
+    "health_check_initial_delay_ms": 0,
+    "health_check_period_ms": 500,
+    "health_check_failure_threshold": 4,
+}
+
+
+@dataclass
+class RayCluster:
+    cluster: Cluster
+    settings: ExecutorSettings
+    base: Path
+    nodes: dict[str, Any]
+
+    def add_host(self, name: str) -> None:
+        self.nodes[name] = self.cluster.add_node(
+            num_cpus=1,
+            resources={"agent_slot": 2},
+            env_vars={"RUN_AGENT_HOST": name, "RUN_AGENT_WORKER_ROOT": str(self.base / name)},
+        )
+
+    def executor(self) -> Any:
+        return control.ray_executor(self.settings)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """One cluster for the module: its sockets live under a short temp folder (a socket path
+    is at most 107 bytes), which goes with everything in it at the end."""
+    base = tmp_path_factory.mktemp("cluster")
+    ray_tmp = Path(tempfile.mkdtemp(prefix="ray", dir=os.environ.get("TMPDIR", "/tmp")))
+    saved = os.environ.get("RAY_TMPDIR")
+    os.environ["RAY_TMPDIR"] = str(ray_tmp)
+    head = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "_system_config": FAST_HEALTH},
+    )
+    made = RayCluster(
+        head,
+        ExecutorSettings(type=ExecutorType.RAY, address=head.address, namespace="test"),
+        base,
+        {},
+    )
+    try:
+        for name in HOSTS:
+            made.add_host(name)
+        head.wait_for_nodes()
+        made.executor()
+        yield made
+    finally:
+        from runagent.executors import ray as rayexecutor
+
+        rayexecutor.disconnect()
+        head.shutdown()
+        if saved is None:
+            os.environ.pop("RAY_TMPDIR", None)
+        else:
+            os.environ["RAY_TMPDIR"] = saved
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+
+
+@pytest.fixture(params=["local", "ray"])
+def executor(request: pytest.FixtureRequest) -> ExecutorSettings:
+    """Each contract test runs on both executors."""
+    if request.param == "local":
+        return ExecutorSettings()
+    made: RayCluster = request.getfixturevalue("cluster")
+    return made.settings
+
+
+def cluster_config(
+    ws: Workspace, settings: ExecutorSettings, args: list[str], **defaults: Any
+) -> None:
+    ws.write_config(args, **defaults)
+    data = yaml.safe_load(ws.config.read_text())
+    data["executor"] = {
+        "type": settings.type.value,
+        "address": settings.address,
+        "namespace": settings.namespace,
+        "shared_root": settings.shared_root,
+    }
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+def start(
+    ws: Workspace, settings: ExecutorSettings, task: TaskPaths, **overrides: Any
+) -> control.Started:
+    taskfolder.claim_task_prompt(task, "do the thing", "")
+    return control.start_detached(
+        task, "run", LoopOverrides(**overrides), config_path=ws.config, cwd=ws.path,
+        executor=settings,
+    )  # fmt: skip
+
+
+def where_it_runs(settings: ExecutorSettings) -> set[str]:
+    return set(HOSTS) if settings.type is ExecutorType.RAY else {this_host()}
+
+
+def name_free(settings: ExecutorSettings, label: str) -> bool:
+    if settings.type is not ExecutorType.RAY:
+        return True
+    return control.ray_executor(settings).locate(label) is None
+
+
+def latest(task: TaskPaths) -> Any:
+    ids = task.run_ids()
+    return read_run_info(task.run_folder(ids[-1])) if ids else None
+
+
+# The contract, on both executors --------------------------------------------------------------
+
+
+def test_a_dispatched_loop_runs_and_its_run_names_its_host(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    cluster_config(ws, executor, ["--lines", "3"])
+    task = ws.task("p", f"dispatch-{executor.type}")
+    started = start(ws, executor, task)
+    assert started.holder is not None and started.holder.host in where_it_runs(executor)
+    wait_for(lambda: task.done.exists(), 30, "the task to complete")
+    info = latest(task)
+    assert info.status is RunStatus.COMPLETED and info.host == started.holder.host
+    assert "line 3" in task.run(info.run_id).stdout.read_text()
+    wait_for(lambda: name_free(executor, task.label), 15, "the actor to end")
+    assert tasks.view(task).status is tasks.TaskStatus.COMPLETED
+
+
+def test_a_failed_run_is_restarted_by_the_same_loop_on_the_same_host(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    cluster_config(ws, executor, ["--fail-first", "2", "--lines", "1"])
+    task = ws.task("p", f"restart-{executor.type}")
+    started = start(ws, executor, task)
+    wait_for(lambda: task.done.exists(), 30, "the third attempt to complete")
+    runs = [read_run_info(task.run_folder(r)) for r in task.run_ids()]
+    assert [(r.attempt, r.status) for r in runs] == [
+        (1, RunStatus.FAILED), (2, RunStatus.FAILED), (3, RunStatus.COMPLETED)
+    ]  # fmt: skip
+    assert started.holder is not None and {r.host for r in runs} == {started.holder.host}
+    assert runs[2].previous_run_id == runs[1].run_id
+    wait_for(lambda: name_free(executor, task.label), 15, "the loop to end")
+
+
+def test_a_second_start_is_refused_naming_the_holder(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    cluster_config(ws, executor, ["--sleep", "60"])
+    task = ws.task("p", f"twice-{executor.type}")
+    first = start(ws, executor, task)
+    with pytest.raises(AlreadyRunningError) as refused:
+        start(ws, executor, task)
+    assert refused.value.exit_code == ExitCode.ALREADY_RUNNING
+    message = str(refused.value)
+    assert f"task {task.label} is already running" in message
+    assert first.holder is not None
+    if executor.type is ExecutorType.RAY:
+        assert f"on host {first.holder.host}" in message
+    view = tasks.view(task)
+    assert view.status is tasks.TaskStatus.RUNNING and view.supervisor is not None
+    assert view.supervisor.host == first.holder.host
+    status = ws.invoke("status", "-p", "p", "-t", task.task_id)
+    assert status.returncode == 0
+    assert re.search(rf"supervisor +{re.escape(first.holder.describe())} since", status.stdout)
+    control.stop(task, 20, executor)
+    assert name_free(executor, task.label)
+
+
+def test_stop_kills_the_whole_tree_setsid_grandchildren_too(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    args = ["--grandchild", "--setsid-grandchild", "--wait-pids", "3", "--sleep", "120"]
+    cluster_config(ws, executor, args)
+    task = ws.task("p", f"stop-{executor.type}")
+    start(ws, executor, task)
+    pids = wait_for(lambda: len(ws.agent_pids()) >= 3 and ws.agent_pids(), 30, "three agents")
+    asked = control.stop(task, 20, executor)
+    assert asked is not None
+    assert not [p for p in pids if alive(p)]
+    assert latest(task).status is RunStatus.STOPPED
+    assert not ws.leftovers()
+    assert name_free(executor, task.label)
+    assert control.stop(task, 5, executor) is None  # nothing left to stop
+
+
+def test_a_timeout_kills_the_tree_as_locally(ws: Workspace, executor: ExecutorSettings) -> None:
+    cluster_config(ws, executor, ["--setsid-grandchild", "--wait-pids", "2", "--sleep", "120"])
+    task = ws.task("p", f"timeout-{executor.type}")
+    start(ws, executor, task, timeout=2.0, max_restarts=0)
+    pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "two agents")
+    wait_for(lambda: (latest(task) or None) and latest(task).status is RunStatus.TIMED_OUT, 30,
+             "the run to time out")  # fmt: skip
+    assert not [p for p in pids if alive(p)]
+    wait_for(lambda: name_free(executor, task.label), 15, "the loop to end")
+    wait_for(lambda: not ws.leftovers(), 15, "its supervisor to exit")
+
+
+# The cluster only ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def on_cluster(ws: Workspace, cluster: RayCluster) -> RayCluster:
+    return cluster
+
+
+def test_the_command_line_dispatches_and_serve_streams_the_run(
+    ws: Workspace, on_cluster: RayCluster, server: Server
+) -> None:
+    cluster_config(ws, on_cluster.settings, ["--lines", "5", "--interval", "0.2"])
+    done = ws.cli("run", "-p", "p", "-t", "cli", "--config", str(ws.config), "hello")
+    assert done.returncode == 0, done.stderr
+    assert "task p/cli dispatched to ray (supervisor pid" in done.stderr
+    assert any(f"on host {h}" in done.stderr for h in HOSTS)
+    task = ws.task("p", "cli")
+    run_id = wait_for(lambda: task.run_ids(), 30, "the run")[0]
+    path = f"/api/projects/p/tasks/cli/runs/{run_id}/stream/stdout"
+    got, last = "", None
+    for message in sse.stream(server.url + path, timeout=60):
+        if message.event == "data":
+            got, last = got + str(message.json()), message.id
+            if "line 2" in got:
+                break
+    assert last is not None
+    rest = ""  # a client that reconnects from its last offset gets the bytes it missed, once
+    for message in sse.stream(server.url + path, {"Last-Event-ID": last}, timeout=60):
+        if message.event == "data":
+            rest += str(message.json())
+        elif message.event == "end":
+            break
+    assert (got + rest).count("line 1\n") == 1 and "line 5" in got + rest
+    run = wait_for(lambda: _api_run(server, run_id), 30, "the run to end")
+    assert run["host"] in HOSTS
+    stopped = ws.cli("stop", "-p", "p", "-t", "cli", "--config", str(ws.config))
+    assert stopped.returncode == 0 and "is not running" in stopped.stdout
+
+
+def test_the_pages_api_starts_and_stops_a_loop_on_the_cluster(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    import httpx
+
+    cluster_config(ws, on_cluster.settings, ["--setsid-grandchild", "--wait-pids", "2",
+                                             "--sleep", "120"])  # fmt: skip
+    with serving(ws) as url:
+        started = httpx.post(f"{url}/api/projects/p/tasks", timeout=90,
+                             json={"task_id": "api", "prompt": "go"})  # fmt: skip
+        assert started.status_code == 202, started.text
+        assert started.json()["host"] in HOSTS
+        pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "agents")
+        row = httpx.get(f"{url}/api/projects/p/tasks/api", timeout=30).json()
+        assert row["status"] == "running" and row["supervisor_host"] in HOSTS
+        again = httpx.post(f"{url}/api/projects/p/tasks", timeout=90,
+                           json={"task_id": "api", "prompt": "go"})  # fmt: skip
+        assert again.status_code == 409 and "on host" in again.text
+        stopped = httpx.post(f"{url}/api/projects/p/tasks/api/stop", json={}, timeout=90)
+        assert stopped.status_code == 200 and stopped.json()["stopped"] is True
+        assert not [p for p in pids if alive(p)]
+        assert name_free(on_cluster.settings, "p/api")
+
+
+def _api_run(server: Server, run_id: str) -> dict[str, Any] | None:
+    import httpx
+
+    body = httpx.get(f"{server.url}/api/projects/p/tasks/cli/runs/{run_id}").json()
+    info = body.get("info", body)
+    return info if info.get("status") == "completed" else None
+
+
+def test_a_task_whose_actor_is_gone_shows_as_lost(ws: Workspace, on_cluster: RayCluster) -> None:
+    cluster_config(ws, on_cluster.settings, ["--sleep", "120"])
+    task = ws.task("p", "gone")
+    started = start(ws, on_cluster.settings, task)
+    wait_for(lambda: latest(task), 30, "the run")
+    actor = ray.get_actor(task.label, namespace=on_cluster.settings.namespace)
+    ray.kill(actor, no_restart=True)  # what a lost actor looks like; its worker dies with it
+    assert started.holder is not None
+    wait_for(lambda: not psutil.pid_exists(started.pid) or not alive(started.pid), 20,
+             "the supervisor to die with its actor")  # fmt: skip
+    view = wait_for(
+        lambda: (v := tasks.view(task)).status is tasks.TaskStatus.LOST and v, 20, "lost"
+    )
+    assert view.latest is not None and view.latest.status is RunStatus.LOST
+    wait_for(lambda: not ws.leftovers(), 20, "the agent's tree to go")
+
+
+def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_the_actor(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    settings = replace(on_cluster.settings, shared_root=False)
+    go = ws.path / "go"
+    cluster_config(ws, settings, ["--lines", "4", "--line-text", "apart", "--wait-for", str(go)])
+    task = ws.task("p", "apart")
+    with serving(ws) as url, stopped_at_the_end(task, settings, go):
+        # serve holds the cluster's home: hosts mirror task folders to it
+        started = start(ws, settings, task)
+        assert started.holder is not None
+        remote = TaskPaths(on_cluster.base / str(started.holder.host), "p", "apart")
+        run_id = wait_for(lambda: remote.run_ids(), 30, "the run on its host")[0]
+        # The live run is mirrored into serve's root: the page lists and streams it.
+        mirrored = wait_for(lambda: task.run_ids() == [run_id] and latest(task), 30,
+                            "the run mirrored while it runs")  # fmt: skip
+        assert mirrored.status is RunStatus.RUNNING and mirrored.host in HOSTS
+        view = wait_for(lambda: (v := tasks.view(task)).supervisor and v, 30, "its holder")
+        assert view.status is tasks.TaskStatus.RUNNING and view.supervisor.host == mirrored.host
+        executor = control.ray_executor(settings)
+        go.touch()
+        stdout = f"runs/{run_id}/agent-stdout.txt"
+        wait_for(lambda: b"apart 4" in executor.read(task, stdout, 0, 1 << 20), 30, "4 lines")
+        whole = executor.read(task, stdout, 0, 1 << 20)
+        assert executor.read(task, stdout, 7, 1 << 20) == whole[7:]  # by byte offset
+        path = f"/api/projects/p/tasks/apart/runs/{run_id}/stream/stdout"
+        first = next(m for m in sse.stream(url + path, timeout=60) if m.event == "data")
+        assert first.id is not None
+        rest = ""  # resumed from the offset it had: the bytes after it, once
+        for message in sse.stream(url + path, {"Last-Event-ID": first.id}, timeout=60):
+            if message.event == "data":
+                rest += str(message.json())
+            elif message.event == "end":
+                break
+        assert (str(first.json()) + rest).encode() == whole
+        wait_for(lambda: name_free(settings, task.label), 30, "the loop to end")
+        assert task.done.exists() and latest(task).status is RunStatus.COMPLETED
+        assert (task.run_folder(run_id) / "agent-stdout.txt").read_bytes() == whole
+
+
+@contextlib.contextmanager
+def stopped_at_the_end(task: TaskPaths, settings: ExecutorSettings, go: Path) -> Iterator[None]:
+    """Whatever the test asserted, its loop ends with it (a failure leaves nothing running)."""
+    try:
+        yield
+    finally:
+        go.touch()
+        with contextlib.suppress(Exception):
+            control.stop(task, 20, settings)
+
+
+@contextlib.contextmanager
+def serving(ws: Workspace) -> Iterator[str]:
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)), cwd=ws.path,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(healthy, 60, "the server")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+def test_schedules_fire_once_with_two_schedulers_up(
+    ws: Workspace, on_cluster: RayCluster, tmp_path: Path
+) -> None:
+    from runagent.executors import ray as rayexecutor
+
+    every = ScheduleConfig("every", "* * * * *", "UTC", "p", "tick-{datetime}", prompt="go")
+    fired: list[str] = []
+
+    def launch(firing: schedule.Firing) -> int:
+        fired.append(firing.label)
+        return 1
+
+    def scheduler(n: int) -> schedule.Scheduler:
+        # Each its own connection's view of the cluster-wide name, as two processes have.
+        side = rayexecutor.RayExecutor(on_cluster.settings)
+        return schedule.Scheduler(
+            {"every": every}, tmp_path / f"root{n}", launch, log=lambda line: None,
+            leader=lambda: side.hold_name("sched"),
+        )  # fmt: skip
+
+    schedulers = [scheduler(0), scheduler(1)]
+    now = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    for s in schedulers:
+        s.start(now)
+    for minute in range(1, 4):
+        for s in schedulers:
+            s.tick(now + timedelta(minutes=minute))
+    assert len(fired) == 3, fired  # one per firing, not one per scheduler
+
+
+def test_the_scheduler_name_passes_on_when_its_holder_exits(on_cluster: RayCluster) -> None:
+    from runagent.executors import ray as rayexecutor
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, on_cluster.settings.address], stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        waiting = rayexecutor.RayExecutor(on_cluster.settings)
+        assert not waiting.hold_name(control.SCHEDULER_NAME)  # another scheduler leads
+        holder.kill()
+        holder.wait(10)
+        wait_for(lambda: waiting.hold_name(control.SCHEDULER_NAME), 30, "the name to pass on")
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+HOLDER = """
+import sys, time
+from runagent.executors import control
+from runagent.config.settings import ExecutorSettings, ExecutorType
+settings = ExecutorSettings(type=ExecutorType.RAY, address=sys.argv[1], namespace="test")
+assert control.hold_scheduler(settings) and control.hold_scheduler(settings)
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_host_that_dies_mid_run_moves_the_loop(ws: Workspace, on_cluster: RayCluster) -> None:
+    args = ["--setsid-grandchild", "--wait-pids", "2", "--sleep", "120"]
+    cluster_config(ws, on_cluster.settings, args)
+    task = ws.task("p", "moved")
+    first = start(ws, on_cluster.settings, task)
+    assert first.holder is not None and first.holder.host in HOSTS
+    dead = first.holder.host
+    old = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "the agents")
+    first_run = latest(task).run_id
+    on_cluster.cluster.remove_node(on_cluster.nodes.pop(str(dead)), allow_graceful=False)
+    try:
+        wait_for(lambda: not [p for p in old if alive(p)], 30, "the dead host's agents to go")
+        moved = wait_for(
+            lambda: (i := latest(task)) is not None and i.run_id != first_run
+            and i.status is RunStatus.RUNNING and i, 60, "the loop on the other host",
+        )  # fmt: skip
+        assert moved.host != dead and moved.host in HOSTS
+        assert read_run_info(task.run_folder(first_run)).status is RunStatus.LOST
+        assert moved.previous_run_id == first_run and moved.attempt == 2
+        assert control.stop(task, 20, on_cluster.settings) is not None
+        assert not ws.leftovers()
+    finally:
+        with contextlib.suppress(Exception):  # leave nothing running for the next test
+            control.stop(task, 20, on_cluster.settings)
+        on_cluster.add_host(str(dead))
+
+
+def test_without_a_shared_root_a_loop_moved_by_a_dead_host_numbers_on(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    settings = replace(on_cluster.settings, shared_root=False)
+    cluster_config(ws, settings, ["--sleep", "120"])
+    task = ws.task("p", "moved-apart")
+    with serving(ws):
+        first = start(ws, settings, task)
+        assert first.holder is not None and first.holder.host in HOSTS
+        dead = first.holder.host
+        # The server's copy (the mirror) shows the first run before the host dies.
+        running = wait_for(
+            lambda: (i := latest(task)) is not None and i.status is RunStatus.RUNNING and i,
+            30, "the first run in the server's copy",
+        )  # fmt: skip
+        on_cluster.cluster.remove_node(on_cluster.nodes.pop(str(dead)), allow_graceful=False)
+        try:
+            moved = wait_for(
+                lambda: (i := latest(task)) is not None and i.run_id != running.run_id
+                and i.status is RunStatus.RUNNING and i, 90, "the loop on the other host",
+            )  # fmt: skip
+            # The new host started from the server's record of the task, not from nothing.
+            assert moved.host != dead and moved.host in HOSTS
+            assert moved.attempt == 2 and moved.previous_run_id == running.run_id
+            lost = wait_for(
+                lambda: (i := read_run_info(task.run_folder(running.run_id))) is not None
+                and i.status is RunStatus.LOST and i, 30, "the first run marked lost",
+            )  # fmt: skip
+            assert lost.status is RunStatus.LOST
+            assert control.stop(task, 20, settings) is not None
+        finally:
+            with contextlib.suppress(Exception):
+                control.stop(task, 20, settings)
+            on_cluster.add_host(str(dead))

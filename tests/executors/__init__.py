@@ -1,0 +1,1 @@
+"""Tests of executors/ (see tests/conftest.py for the fixtures)."""

@@ -1,0 +1,1 @@
+"""Tests of issues/ (see tests/conftest.py for the fixtures)."""

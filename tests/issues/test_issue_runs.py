@@ -1,0 +1,280 @@
+"""Issue runs in git worktrees, through the real command line and real repositories."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import yaml
+
+from runagent.errors import ExitCode
+from runagent.store.runinfo import Reason, RunStatus
+from tests.conftest import Workspace, alive, wait_for
+from tests.gitrepo import GIT_ENV, commit, git, make_repo
+
+MARKER = "cocode ready for check"
+# Local submodules are refused by default since git 2.38.1; the tests' own repositories are safe.
+FILE_SUBMODULES = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "protocol.file.allow",
+    "GIT_CONFIG_VALUE_0": "always",
+}
+
+
+def issue_run(ws: Workspace, repo: Path, *args: str, number: str = "1"):  # type: ignore[no-untyped-def]
+    return ws.cli("-p", "p", "--issue", number, "--repo", str(repo), *args, env=GIT_ENV)
+
+
+def setup_config(ws: Workspace, args: list[str], **extra: object) -> None:
+    ws.write_config(args, env=GIT_ENV)
+    data = yaml.safe_load(ws.config.read_text())
+    data.update(extra)
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+def worktrees(repo: Path) -> dict[str, dict[str, str]]:
+    """`git worktree list --porcelain` of `repo`, by path."""
+    found: dict[str, dict[str, str]] = {}
+    for block in git(repo, "worktree", "list", "--porcelain").split("\n\n"):
+        fields = dict(line.partition(" ")[::2] for line in block.splitlines())
+        found[fields["worktree"]] = fields
+    return found
+
+
+def locked_by_us(repo: Path, tree: str) -> str:
+    reason = worktrees(repo).get(tree, {}).get("locked", "")
+    return reason if reason.startswith("run-agent") else ""
+
+
+def test_an_issue_run_works_in_a_fresh_worktree_of_the_default_branch(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    main = git(repo, "rev-parse", "HEAD")
+    git(repo, "switch", "-q", "-c", "feature")
+    commit(repo, "unrelated work on a feature branch")
+    git(repo, "switch", "-q", "main")
+    clone = ws.path / "clone"
+    git(ws.path, "clone", "-q", str(repo), str(clone))
+    git(clone, "switch", "-q", "-c", "elsewhere", "origin/feature")  # not the default branch
+    setup_config(
+        ws,
+        ["--commit", "progress {attempt}", "--ready-from", "2",
+         "--echo-env", *[f"COCODE_{n}" for n in
+                         ("REPO_PATH", "ISSUE_NUMBER", "ISSUE_URL", "ISSUE_BODY_FILE",
+                          "READY_MARKER")]],
+    )  # fmt: skip
+    body = ws.path / "issue.txt"
+    body.write_text("Fix the bug in main.py\n")
+    proc = issue_run(
+        ws, clone, "--issue-url", "https://example.invalid/issues/1", "--issue-body-file",
+        str(body), number="1",
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    task = ws.task("p", "issue-1")
+    tree = task.worktree
+    first, second = ws.runs("p", "issue-1")
+    assert (first.reason, second.reason) == (Reason.NO_READY_MARKER, Reason.READY_MARKER)
+    # Both attempts worked in the one worktree, from the default branch's tip, on a new branch.
+    assert {r.cwd for r in (first, second)} == {str(tree)}
+    assert {(r.repo, r.branch, r.base_commit) for r in (first, second)} == {
+        (str(clone), "run-agent/p/issue-1", main)
+    }
+    assert second.head_commit == git(tree, "rev-parse", "HEAD")
+    log = git(tree, "log", "--format=%s", f"{main}..HEAD").splitlines()
+    assert log == ["finish attempt 2", "progress 2", "progress 1"]
+    stdout = task.run(first.run_id).stdout.read_text()
+    assert f"COCODE_REPO_PATH={tree}" in stdout and "COCODE_ISSUE_NUMBER=1" in stdout
+    assert "COCODE_ISSUE_URL=https://example.invalid/issues/1" in stdout
+    assert f"COCODE_ISSUE_BODY_FILE={task.issue_body}" in stdout
+    assert f"COCODE_READY_MARKER={MARKER}" in stdout
+    assert task.issue_body.read_text() == "Fix the bug in main.py\n"
+    assert task.task_md.read_text() == "Fix the bug in main.py\n"  # the body is the prompt
+    settings = yaml.safe_load((task.folder / "task.yaml").read_text())
+    assert (settings["until"], settings["timeout"]) == ("ready-marker", 1800.0)
+    entry = worktrees(clone)[str(tree)]
+    assert "locked" not in entry  # unlocked once the loop ended
+    assert git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "elsewhere"  # left as it was
+
+
+def test_the_worktree_is_locked_while_the_loop_runs(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    go = ws.path / "go"
+    setup_config(ws, ["--wait-for", str(go), "--ready-from", "1"])
+    proc = ws.start_cli("-p", "p", "--issue", "2", "--repo", str(repo), "x", env=GIT_ENV)
+    tree = str(ws.task("p", "issue-2").worktree)
+    try:  # `git worktree add` itself holds a lock ("initializing") for a moment
+        wait_for(lambda: locked_by_us(repo, tree), what="the worktree locked by the loop")
+        assert locked_by_us(repo, tree).startswith("run-agent: task p/issue-2 is running")
+    finally:
+        go.touch()
+    assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
+    proc.communicate()
+    assert "locked" not in worktrees(repo)[tree]
+
+
+def test_a_stale_branch_is_never_reused_and_its_marker_never_counts(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    git(repo, "branch", "run-agent/p/issue-3")
+    git(repo, "switch", "-q", "run-agent/p/issue-3")
+    commit(repo, f"old attempt\n\n{MARKER}")
+    git(repo, "switch", "-q", "main")
+    setup_config(ws, [])  # exits 0 without committing
+    proc = issue_run(ws, repo, "--max-restarts", "0", "x", number="3")
+    assert proc.returncode == ExitCode.FAILED, proc.stderr
+    (info,) = ws.runs("p", "issue-3")
+    assert (info.status, info.reason) == (RunStatus.FAILED, Reason.NO_READY_MARKER)
+    assert info.branch == "run-agent/p/issue-3-2"
+    assert info.base_commit == git(repo, "rev-parse", "main")
+
+
+def test_submodules_are_initialised_and_setup_runs_once(ws: Workspace) -> None:
+    sub = make_repo(ws.path / "sub")
+    repo = make_repo(ws.path / "repo")
+    env = {**os.environ, **GIT_ENV, **FILE_SUBMODULES}
+    import subprocess
+
+    subprocess.run(
+        ["git", "-C", str(repo), "submodule", "add", "-q", str(sub), "lib"], env=env, check=True
+    )
+    git(repo, "commit", "-q", "-m", "add a submodule")
+    setup_config(
+        ws, ["--fail-first", "1", "--ready-from", "1"],
+        issues={"setup": ["sh", "-c", "echo once >> ../setup-ran; touch .env"]},
+    )  # fmt: skip
+    proc = ws.cli("-p", "p", "--issue", "4", "--repo", str(repo), "x",
+                  env={**GIT_ENV, **FILE_SUBMODULES})  # fmt: skip
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    task = ws.task("p", "issue-4")
+    assert (task.worktree / "lib" / "README").read_text() == "a repository\n"
+    assert (task.worktree / ".env").exists()
+    assert (task.folder / "setup-ran").read_text() == "once\n"  # not again for attempt 2
+
+
+def test_a_crash_mid_run_leaves_nothing_that_blocks_the_next_run(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    go = ws.path / "go"
+    setup_config(ws, ["--wait-for", str(go)])
+    proc = ws.start_cli("-p", "p", "--issue", "5", "--repo", str(repo), "x", env=GIT_ENV)
+    task = ws.task("p", "issue-5")
+    tree = str(task.worktree)
+    wait_for(lambda: locked_by_us(repo, tree), what="the worktree locked by the loop")
+    wait_for(lambda: ws.runs("p", "issue-5") and ws.runs("p", "issue-5")[0].pid, what="a pid")
+    commit(task.worktree, "partial work")  # what the agent did before the crash
+    os.kill(proc.pid, signal.SIGKILL)  # the supervisor dies; its reaper stops the agent
+    proc.communicate()
+    pids = ws.agent_pids()
+    wait_for(lambda: not any(alive(p) for p in pids), what="the agent stopped")
+    assert worktrees(repo)[tree].get("locked")  # left locked by the crash
+    # The next run of the task takes its worktree back and goes on with the work.
+    setup_config(ws, ["--ready-from", "1"])
+    again = issue_run(ws, repo, "x", number="5")
+    assert again.returncode == ExitCode.COMPLETED, again.stderr
+    assert "partial work" in git(task.worktree, "log", "--format=%s")
+    assert "locked" not in worktrees(repo)[tree]
+
+
+def test_a_worktree_folder_deleted_while_locked_is_repaired(ws: Workspace) -> None:
+    import shutil
+
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--ready-from", "1"])
+    task = ws.task("p", "issue-6")
+    assert issue_run(ws, repo, "x", number="6").returncode == 0
+    git(repo, "worktree", "lock", "--reason", "run-agent: task p/issue-6", str(task.worktree))
+    shutil.rmtree(task.worktree)  # what a crash and a hasty cleanup leave
+    proc = issue_run(ws, repo, "--again", "x", number="6")
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    latest = ws.runs("p", "issue-6")[-1]
+    assert latest.branch == "run-agent/p/issue-6-2"  # the old branch is kept, not reused
+
+
+def test_issue_run_refusals(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    cases = [
+        (["--issue", "x", "--repo", str(repo), "p"], "--issue: 'x' is not an issue number"),
+        (["--issue", "1", "p"], "--issue needs --repo"),
+        (["--repo", str(repo), "p"], "go with --issue N"),
+        (["--issue", "1", "--repo", str(ws.root.parent), "p"], "is not a git repository"),
+        (["--issue", "1", "--repo", str(repo)], "needs the issue's text"),
+        (["--issue", "1", "--repo", str(repo), "--cwd", str(repo), "p"], "--cwd does not go"),
+    ]
+    for args, fragment in cases:
+        proc = ws.cli("-p", "p", *args, env=GIT_ENV)
+        assert proc.returncode == ExitCode.USAGE, (args, proc.stderr)
+        assert fragment in proc.stderr, (args, proc.stderr)
+    assert not ws.task("p", "issue-1").folder.exists()
+    bad = ws.cli("-p", "p", "-t", "x.lock", "--issue", "1", "--repo", str(repo), "p", env=GIT_ENV)
+    assert bad.returncode == ExitCode.USAGE and "cannot name a git branch" in bad.stderr
+
+
+def test_resume_goes_on_in_the_issue_worktree(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--commit", "first go"])
+    assert issue_run(ws, repo, "--max-restarts", "0", "x", number="8").returncode == 1
+    setup_config(ws, ["--ready-from", "1", "--echo-env", "COCODE_ISSUE_NUMBER"])
+    proc = ws.cli("resume", "-p", "p", "-t", "issue-8", env=GIT_ENV)
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    first, second = ws.runs("p", "issue-8")
+    assert first.cwd == second.cwd == str(ws.task("p", "issue-8").worktree)
+    assert first.branch == second.branch == "run-agent/p/issue-8"
+    assert second.base_commit == first.head_commit  # each loop's base is its own start
+    task = ws.task("p", "issue-8")
+    assert "COCODE_ISSUE_NUMBER=8" in task.run(second.run_id).stdout.read_text()
+
+
+def test_status_json_carries_the_issue_branch_commits_and_marker(ws: Workspace) -> None:
+    import json
+
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--commit", "progress {attempt}", "--ready-from", "2"])
+    proc = issue_run(ws, repo, "--issue-url", "https://example.invalid/i/9", "x", number="9")
+    assert proc.returncode == 0, proc.stderr
+    shown = ws.cli("status", "-p", "p", "-t", "issue-9", "--json", env=GIT_ENV)
+    assert shown.returncode == 0, shown.stderr
+    work = json.loads(shown.stdout)["git"]
+    assert work["issue"] == {"number": 9, "url": "https://example.invalid/i/9"}
+    assert work["branch"] == "run-agent/p/issue-9" and work["repo"] == str(repo)
+    # The latest loop's base: this loop's commits, newest first.
+    assert [c["subject"] for c in work["commits"]] == [
+        "finish attempt 2", "progress 2", "progress 1",
+    ]  # fmt: skip
+    assert work["marker_seen"] is True
+    assert work["marker_commit"] == work["commits"][0]["sha"]
+    setup_config(ws, [])
+    failed = issue_run(ws, repo, "--max-restarts", "0", "x", number="10")
+    assert failed.returncode == 1
+    other = json.loads(ws.cli("status", "-p", "p", "-t", "issue-10", "--json").stdout)["git"]
+    assert (other["commits"], other["marker_seen"]) == ([], False)
+    text = ws.cli("status", "-p", "p", "-t", "issue-9").stdout
+    assert "issue         #9 https://example.invalid/i/9" in text
+    assert "3 commits since" in text and "ready marker  seen" in text
+
+
+def test_the_api_task_detail_carries_the_git_work_for_the_page(ws: Workspace) -> None:
+    from starlette.testclient import TestClient
+
+    from server.app import Settings, create_app
+    from tests.conftest import LOCAL
+
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--ready-from", "1"])
+    assert issue_run(ws, repo, "x", number="11").returncode == 0
+    setup_config(ws, [])
+    assert ws.cli("-p", "p", "-t", "plain", "x").returncode == 0
+    app = create_app(Settings(root=ws.root, config_path=ws.config))
+    with TestClient(app, base_url=LOCAL) as client:
+        work = client.get("/api/projects/p/tasks/issue-11").json()["git"]
+        assert work["issue"]["number"] == 11 and work["marker_seen"] is True
+        assert [c["subject"] for c in work["commits"]] == ["finish attempt 1"]
+        assert client.get("/api/projects/p/tasks/plain").json()["git"] is None
+
+
+def test_a_setup_command_that_hangs_is_stopped_by_the_timeout(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--ready-from", "1"], issues={"setup": ws.agent_argv(["--sleep", "60"])})
+    proc = issue_run(ws, repo, "--timeout", "1s", "x", number="13")
+    assert proc.returncode == ExitCode.TIMED_OUT, proc.stderr
+    assert "ran longer than 1s" in proc.stderr
+    pids = ws.agent_pids()
+    assert pids and not any(alive(p) for p in pids)  # its whole group was killed
+    assert ws.runs("p", "issue-13") == []  # no agent started

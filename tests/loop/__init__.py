@@ -1,0 +1,1 @@
+"""Tests of loop/ (see tests/conftest.py for the fixtures)."""

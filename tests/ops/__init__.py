@@ -1,0 +1,1 @@
+"""Tests of ops/ (see tests/conftest.py for the fixtures)."""

@@ -1,0 +1,1 @@
+"""Tests of paste/ (see tests/conftest.py for the fixtures)."""

@@ -1,0 +1,1 @@
+"""Tests of server/ (see tests/conftest.py for the fixtures)."""

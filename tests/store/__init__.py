@@ -1,0 +1,1 @@
+"""Tests of store/ (see tests/conftest.py for the fixtures)."""
