@@ -1,59 +1,6 @@
-"""The public interface a backend imports (`from runagent.backend import ...`): what
-runagent/loop/backend.py defines and its `__all__` names, kept at this one stable place
-for backends outside this repository."""
+"""The public interface a backend imports (`from runagent.backend import ...`): everything
+runagent/loop/backend.py names in its `__all__`, kept at this one stable place for backends
+outside this repository (tests/backends/test_backend_interface.py holds it to that)."""
 
-from runagent.loop.backend import (
-    AgentConfig,
-    Backend,
-    ChildBackend,
-    ConfigError,
-    Diagnosis,
-    Finding,
-    LaunchSpec,
-    MissingDependencyError,
-    Mode,
-    Permissions,
-    Reason,
-    RunContext,
-    RunPaths,
-    TaskPaths,
-    Usage,
-    atomic_write,
-    cache_dir,
-    count,
-    from_status,
-    from_text,
-    http_retry_after,
-    json_lines,
-    report_failure,
-    retry_after,
-    tail,
-)
-
-__all__ = [
-    "AgentConfig",
-    "Backend",
-    "ChildBackend",
-    "ConfigError",
-    "Diagnosis",
-    "Finding",
-    "LaunchSpec",
-    "MissingDependencyError",
-    "Mode",
-    "Permissions",
-    "Reason",
-    "RunContext",
-    "RunPaths",
-    "TaskPaths",
-    "Usage",
-    "atomic_write",
-    "cache_dir",
-    "count",
-    "from_status",
-    "from_text",
-    "http_retry_after",
-    "json_lines",
-    "report_failure",
-    "retry_after",
-    "tail",
-]
+from runagent.loop.backend import *  # noqa: F403  (the names are loop.backend's __all__)
+from runagent.loop.backend import __all__ as __all__
