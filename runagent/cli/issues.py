@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from runagent.cli.group import cli
-from runagent.cli.options import common, json_option, setup, usable_backend
+from runagent.cli.options import common, json_option, service_for, setup, usable_backend
 from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.cli.show import print_table
 from runagent.config.overrides import LoopOverrides
@@ -26,6 +26,7 @@ from runagent.issues.repository import READY_MARKER_VARIABLE, Checkout
 from runagent.loop.context import LoopRequest, new_task_id, parent_run_id, validate_id
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.supervisor import Supervisor
+from runagent.service import StartRequest
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
@@ -124,8 +125,12 @@ def cocode(
                                      "timeout": timeout})  # fmt: skip
         overrides = LoopOverrides(until=Until.EXIT, timeout=ISSUE_TIMEOUT).merged(given)
         agent_config, backend = usable_backend(s.config, overrides.agent)
+        overrides = replace(overrides, agent=agent_config.name)
         checkout = Checkout.at(request.repo)
         task = _cocode_task(s.root, validate_id("project", project_id), request)
+        # Through the one door, as every start: the same checks in the same order. A host that
+        # runs its agent again on a resolved issue asks for that in so many words.
+        service_for(s).admit(StartRequest(task, request.prompt(), overrides=overrides, again=True))
     except RunAgentError as exc:
         _log("error", str(exc))
         raise

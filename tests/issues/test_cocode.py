@@ -156,3 +156,22 @@ def test_a_missing_agent_binary_exits_3(ws: Workspace, recipe: dict[str, str]) -
     proc = cocode(ws, recipe)
     assert proc.returncode == 3, proc.stderr
     assert "no-such-agent-binary-here" in log(proc)[-1]["message"]
+
+
+def test_cocode_runs_a_resolved_issue_again_and_a_changed_one_as_a_new_task(
+    ws: Workspace, recipe: dict[str, str]
+) -> None:
+    """The host may run its agent again on a resolved issue (the door lets it, as asked); an
+    issue whose text changed since its task began gets a task of its own, so TASK.md stays the
+    prompt its runs were given."""
+    ws.write_config(["--edit", "main.py"], env=GIT_ENV)
+    assert cocode(ws, recipe).returncode == 0
+    again = cocode(ws, recipe)
+    assert again.returncode == 0, again.stderr
+    assert [r.status.value for r in ws.runs("cocode", "issue-1")] == ["completed", "completed"]
+    Path(recipe["COCODE_ISSUE_BODY_FILE"]).write_text("Fix another bug\n")
+    changed = cocode(ws, recipe)
+    assert changed.returncode == 0, changed.stderr
+    assert len(ws.runs("cocode", "issue-1")) == 2
+    (other,) = [t for t in (ws.root / "cocode").iterdir() if t.name.startswith("issue-1-")]
+    assert "Fix another bug" in (other / "TASK.md").read_text()
