@@ -94,7 +94,8 @@ def test_list_on_an_empty_root_loads_no_backend(ws: Workspace) -> None:
     assert not {m for m in modules if m.startswith("backends.")}
     loaded = {"runagent.loop.backend", "runagent.loop.supervisor", "runagent.store.follow",
               "runagent.issues.worktree", "runagent.cli.run", "runagent.cli.serve",
-              "tempfile"} & modules  # fmt: skip
+              "tempfile", "runagent.service", "runagent.issues.issue",
+              "runagent.issues.repository", "subprocess", "shutil"} & modules  # fmt: skip
     assert not loaded
     assert not beyond_click(ws.path, modules)
 

@@ -23,14 +23,13 @@ from runagent.config.file import (
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import AgentConfig, Config, ExecutorType, Until
 from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootError, UsageError
-from runagent.issues.issue import issue_number
 from runagent.loop.context import validate_id
-from runagent.service import Service
 from runagent.store import tasks
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # loaded with the first backend, by the commands that run one
     from runagent.loop.backend import Backend
+    from runagent.service import Service  # loaded by the commands that start or change a task
 
 
 class PathValue(click.Path):
@@ -131,6 +130,8 @@ def existing_task(
 def service_for(s: Setup) -> Service:
     """The one door, for a command of this command line: its config as its options made it,
     the backends' agent check, loops working where the command was typed unless told."""
+    from runagent.service import Service  # a listing reads the root without it
+
     return Service(
         s.root, usable_backend, config=s.config, config_path=s.config.source,
         executor=s.config.executor, workdir=Path.cwd(),
@@ -248,6 +249,8 @@ def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
         url, body_file = kwargs.pop("issue_url"), kwargs.pop("issue_body_file")
         issue = None
         if number is not None:
+            from runagent.issues.issue import issue_number  # only an issue run pays for git's
+
             if repo is None:
                 raise UsageError("--issue needs --repo: the repository its worktree comes from")
             issue = IssueArgs(issue_number(number, "--issue"), repo, url or "", body_file)

@@ -11,12 +11,15 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from runagent.config.settings import LoopSettings
 from runagent.errors import UsageError
-from runagent.issues.issue import Issue
-from runagent.issues.repository import Checkout
 from runagent.store.runfolder import RunPaths, TaskPaths
+
+if TYPE_CHECKING:  # only named in annotations: a listing validates ids without git's modules
+    from runagent.issues.issue import Issue
+    from runagent.issues.repository import Checkout
 
 MAX_ID_LENGTH = 128
 _ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")

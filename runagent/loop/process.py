@@ -12,16 +12,18 @@ from __future__ import annotations
 import errno
 import os
 import select
-import shutil
 import signal
-import subprocess
 import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runagent.errors import RunAgentError
+
+if TYPE_CHECKING:  # imported where a process is started: a listing only asks who is alive
+    import subprocess
 
 REAPER = Path(__file__).with_name("reaper.py")
 START_TIME_TOLERANCE = 0.05  # seconds; psutil derives create_time from boot time and ticks
@@ -56,6 +58,8 @@ def resolve_executable(argv0: str, env: Mapping[str, str], cwd: Path) -> str | N
     if os.sep in argv0:
         path = Path(argv0) if os.path.isabs(argv0) else cwd / argv0
         return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+    import shutil  # with bz2 and lzma: only for an agent about to start
+
     return shutil.which(argv0, path=env.get("PATH", os.defpath))
 
 
@@ -73,6 +77,8 @@ class AgentProcess:
     @classmethod
     def start(cls, spec: LaunchSpec, stdout: Path, stderr: Path, *, grace: float) -> AgentProcess:
         """Start the agent; raise SpawnError when it cannot be executed."""
+        import subprocess
+
         if not spec.argv:
             raise SpawnError("the agent's command line is empty", 127)
         exe = resolve_executable(spec.argv[0], spec.env, spec.cwd)
@@ -196,6 +202,8 @@ class AgentProcess:
 
     def close(self) -> None:
         """Release the pipes and collect the reaper. Closing the lifeline stops any tree left."""
+        import subprocess  # loaded already: this process was started with it
+
         for fd in (self._lifeline, self._report):
             try:
                 os.close(fd)
