@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,17 @@ TEST_DEFAULTS: dict[str, Any] = {
     "idle_timeout": 0,
     "crash_loop_runs": 0,
 }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the session a temp folder of its own (xdist's workers get theirs inside it). pytest's
+    numbered folders (/tmp/pytest-of-USER/pytest-N) carry no lock under the retention policy
+    "none", and every session that ends deletes all of them: a session started meanwhile (a file
+    run by hand, another checkout's suite) would take the folders from under the running tests."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="pytest-run-agent-")
+        config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
