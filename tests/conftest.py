@@ -52,6 +52,28 @@ def pytest_configure(config: pytest.Config) -> None:
         config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
 
 
+# The tests that share the Ray cluster of tests/e2e/test_cluster.py (one per module: three Ray
+# nodes are too heavy to start once per worker): all of that module but the local executor's.
+CLUSTER_TESTS = "tests/e2e/test_cluster.py::"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadgroup`, send the cluster's tests to one worker as one unit, every other
+    test alone to whichever worker is free. (The xdist_group mark would say so, but under pytest 9
+    the group that xdist appends to a test's id no longer reaches its scheduler.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneClusterScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            on_cluster = nodeid.startswith(CLUSTER_TESTS) and not nodeid.endswith("[local]")
+            return "ray-cluster" if on_cluster else nodeid
+
+    return OneClusterScheduling(config, log)
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
     """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -51,9 +51,6 @@ FAST_HEALTH = {
     "health_check_period_ms": 500,
     "health_check_failure_threshold": 4,
 }
-# Every test on the cluster shares the module's one cluster (three Ray nodes: too heavy to start
-# once per worker), so they run on one xdist worker; the local executor's tests run anywhere.
-ON_ONE_CLUSTER = pytest.mark.xdist_group("ray-cluster")
 
 
 @dataclass
@@ -110,7 +107,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
-@pytest.fixture(params=["local", pytest.param("ray", marks=ON_ONE_CLUSTER)])
+@pytest.fixture(params=["local", "ray"])
 def executor(request: pytest.FixtureRequest) -> ExecutorSettings:
     """Each contract test runs on both executors."""
     if request.param == "local":
@@ -253,7 +250,6 @@ def on_cluster(ws: Workspace, cluster: RayCluster) -> RayCluster:
     return cluster
 
 
-@ON_ONE_CLUSTER
 def test_the_command_line_dispatches_and_serve_streams_the_run(
     ws: Workspace, on_cluster: RayCluster, server: Server
 ) -> None:
@@ -285,7 +281,6 @@ def test_the_command_line_dispatches_and_serve_streams_the_run(
     assert stopped.returncode == 0 and "is not running" in stopped.stdout
 
 
-@ON_ONE_CLUSTER
 def test_the_pages_api_starts_and_stops_a_loop_on_the_cluster(
     ws: Workspace, on_cluster: RayCluster
 ) -> None:
@@ -318,7 +313,6 @@ def _api_run(server: Server, run_id: str) -> dict[str, Any] | None:
     return info if info.get("status") == "completed" else None
 
 
-@ON_ONE_CLUSTER
 def test_a_task_whose_actor_is_gone_shows_as_lost(ws: Workspace, on_cluster: RayCluster) -> None:
     cluster_config(ws, on_cluster.settings, ["--sleep", "120"])
     task = ws.task("p", "gone")
@@ -336,7 +330,6 @@ def test_a_task_whose_actor_is_gone_shows_as_lost(ws: Workspace, on_cluster: Ray
     wait_for(lambda: not ws.leftovers(), 20, "the agent's tree to go")
 
 
-@ON_ONE_CLUSTER
 def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_the_actor(
     ws: Workspace, on_cluster: RayCluster
 ) -> None:
@@ -414,7 +407,6 @@ def serving(ws: Workspace) -> Iterator[str]:
         proc.wait(30)
 
 
-@ON_ONE_CLUSTER
 def test_schedules_fire_once_with_two_schedulers_up(
     ws: Workspace, on_cluster: RayCluster, tmp_path: Path
 ) -> None:
@@ -445,7 +437,6 @@ def test_schedules_fire_once_with_two_schedulers_up(
     assert len(fired) == 3, fired  # one per firing, not one per scheduler
 
 
-@ON_ONE_CLUSTER
 def test_the_scheduler_name_passes_on_when_its_holder_exits(on_cluster: RayCluster) -> None:
     from runagent.executors import ray as rayexecutor
 
@@ -476,7 +467,6 @@ time.sleep(600)
 """
 
 
-@ON_ONE_CLUSTER
 def test_a_host_that_dies_mid_run_moves_the_loop(ws: Workspace, on_cluster: RayCluster) -> None:
     args = ["--setsid-grandchild", "--wait-pids", "2", "--sleep", "120"]
     cluster_config(ws, on_cluster.settings, args)
@@ -504,7 +494,6 @@ def test_a_host_that_dies_mid_run_moves_the_loop(ws: Workspace, on_cluster: RayC
         on_cluster.add_host(str(dead))
 
 
-@ON_ONE_CLUSTER
 def test_without_a_shared_root_a_loop_moved_by_a_dead_host_numbers_on(
     ws: Workspace, on_cluster: RayCluster
 ) -> None:
