@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +39,39 @@ TEST_DEFAULTS: dict[str, Any] = {
     "idle_timeout": 0,
     "crash_loop_runs": 0,
 }
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config: pytest.Config) -> None:
+    """Give the session a temp folder of its own (xdist's workers get theirs inside it). pytest's
+    numbered folders (/tmp/pytest-of-USER/pytest-N) carry no lock under the retention policy
+    "none", and every session that ends deletes all of them: a session started meanwhile (a file
+    run by hand, another checkout's suite) would take the folders from under the running tests."""
+    if config.option.basetemp is None and not hasattr(config, "workerinput"):
+        config.option.basetemp = tempfile.mkdtemp(prefix="pytest-run-agent-")
+        config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
+
+
+# The tests that share the Ray cluster of tests/e2e/test_cluster.py (one per module: three Ray
+# nodes are too heavy to start once per worker): all of that module but the local executor's.
+CLUSTER_TESTS = "tests/e2e/test_cluster.py::"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `--dist loadgroup`, send the cluster's tests to one worker as one unit, every other
+    test alone to whichever worker is free. (The xdist_group mark would say so, but under pytest 9
+    the group that xdist appends to a test's id no longer reaches its scheduler.)"""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class OneClusterScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            on_cluster = nodeid.startswith(CLUSTER_TESTS) and not nodeid.endswith("[local]")
+            return "ray-cluster" if on_cluster else nodeid
+
+    return OneClusterScheduling(config, log)
 
 
 def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:

@@ -87,6 +87,9 @@ def test_watch_a_task_live_then_stop_it_from_the_page(
     red = page.locator("#log span.fg-31")
     expect(red).to_have_text("red warning")  # ANSI colours are rendered, not shown raw
     page.click(".tabs button[data-file=stdout]")
+    # Search once stdout is shown again, as a person would: on a busy machine the tab takes a
+    # moment to come back (a search typed before it stayed at "no match" in a parallel run).
+    expect(log).to_contain_text("working on step 3")
     page.fill("#search", "step 3")
     expect(page.locator("#search-count")).to_have_text("1 of 1")  # counted, and marked
     expect(page.locator("#log .line.current-match mark")).to_have_text("step 3")

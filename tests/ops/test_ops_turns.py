@@ -132,7 +132,8 @@ def test_a_stopped_apply_records_what_ran_and_exits_130(
 ) -> None:
     run, folder = new_run(ws, policy="permissive")
     project = ws.path / "project"
-    naps = "4613"  # a sleep this test can tell from any other
+    # A sleep this test can tell from any other, also from its own runs on other xdist workers.
+    naps = f"4613.{os.getpid()}"
     applying = Apply(ws, "slow", batch(
         shell("echo one > one.txt", id="one"),
         shell(f"touch started; sleep {naps}", id="slow"),

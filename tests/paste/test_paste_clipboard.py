@@ -15,6 +15,21 @@ from runagent.loop.events import Event, EventKind
 from runagent.paste import clipboard
 
 
+def read_all(primary: int) -> str:
+    """Everything written to a pty whose terminal end is closed: one read can return only a part
+    (it did on a busy machine), so read until the closed end says there is no more (EIO)."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(primary, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
 def fake_tool(folder: Path, name: str, code: int = 0) -> Path:
     """An executable `name` that saves what it reads to `name`.got."""
     tool = folder / name
@@ -57,7 +72,7 @@ def test_the_console_echoes_a_paste_run_and_asks_the_terminal_to_copy_each_outbo
         console = Console(terminal, 1, False, echo=True, terminal_copy=backend.terminal_copy)
         console.show(Event(EventKind.TICK, run_folder=run))
         terminal.flush()
-        shown = os.read(primary, 65536).decode()
+    shown = read_all(primary)
     os.close(primary)
     assert f"outbox 1 ready: {outbox}" in shown
     assert "MESSAGE: outbox 2 ready" in shown

@@ -422,7 +422,7 @@ def test_a_reply_cut_short_and_then_replaced_is_reported_with_what_it_did(ws: Wo
         '[CREATE_FILE path="k3.txt"]\nx\n[/CREATE_FILE]\n',
     )  # fmt: skip
     wait_for(lambda: (work / "k1.txt").exists(), what="the first command")
-    time.sleep(0.5)
+    wait_for(lambda: running(proc.pid, ["sleep", "600"]), what="the second command to run")
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait(10)
     wait_for(lambda: not ws.leftovers(), timeout=40, what="the paste child to be reaped")
@@ -438,3 +438,18 @@ def test_a_reply_cut_short_and_then_replaced_is_reported_with_what_it_did(ws: Wo
     assert not (work / "k3.txt").exists()
     drop(ws, "done.txt", "[DONE]\nok\n[/DONE]")
     assert finish(again)[0] == 0
+
+
+def running(pid: int, argv: list[str]) -> bool:
+    """Whether a process below `pid` runs exactly `argv`."""
+    try:
+        below = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return False
+    for child in below:
+        try:
+            if child.cmdline() == argv:
+                return True
+        except psutil.Error:
+            continue
+    return False
