@@ -189,11 +189,28 @@ def paste_marks(root: Path) -> dict[str, tuple[tuple[str, str, int, int, int], .
     return marks
 
 
+def loop_marks(root: Path) -> dict[str, tuple[int, int]]:
+    """Each task's supervisor.log (size, time): a detached loop prints how it ended there after
+    it let go of the task, so its last word arrives after the row's last change."""
+    marks = {}
+    for project in runfolder.project_ids(root):
+        for task_id in runfolder.task_ids(root, project):
+            path = root / project / task_id / runfolder.SUPERVISOR_LOG
+            try:
+                info = path.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            marks[f"{project}/{task_id}"] = (info.st_size, info.st_mtime_ns)
+    return marks
+
+
 async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
-    """The task list once, then a `task` event for every task whose row changed, and a `paste`
-    event (its ids) for every task whose paste session changed (GET .../paste reads it)."""
+    """The task list once, then a `task` event for every task whose row changed, a `paste`
+    event (its ids) for every task whose paste session changed (GET .../paste reads it), and a
+    `loop` event (its ids) when a task's detached loop said more (the detail's `loop_message`)."""
     rows = snapshot(root)
     marks = paste_marks(root)
+    said = loop_marks(root)
     yield event("snapshot", list(rows.values()))
     seen = hub.meta_generation
     while True:
@@ -212,6 +229,12 @@ async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
                 project, _, task = key.partition("/")
                 yield event("paste", {"project_id": project, "task_id": task})
         marks = now
+        now_said = loop_marks(root)
+        for key, size_time in now_said.items():
+            if said.get(key) != size_time:
+                project, _, task = key.partition("/")
+                yield event("loop", {"project_id": project, "task_id": task})
+        said = now_said
 
 
 async def until(

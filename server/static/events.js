@@ -29,6 +29,10 @@ export function connectEvents() {
   eventsSource.addEventListener("paste", (e) => {
     if (state.task === key(JSON.parse(e.data))) pastePanel.refresh();
   });
+  // A detached loop said more in supervisor.log (how it ended comes after its last row change).
+  eventsSource.addEventListener("loop", (e) => {
+    if (state.task === key(JSON.parse(e.data))) refreshTask();
+  });
   eventsSource.addEventListener("removed", (e) => {
     state.tasks.delete(key(JSON.parse(e.data)));
     renderTasks();

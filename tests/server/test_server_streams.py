@@ -122,6 +122,32 @@ def test_the_root_stream_announces_new_tasks_and_status_changes(
     assert seen[0] == ("snapshot", [])
 
 
+def test_the_root_stream_says_when_a_loop_says_how_it_ended(ws: Workspace, server: Server) -> None:
+    """A detached loop prints its last word to supervisor.log after it let go of the task, when
+    the row no longer changes: a `loop` event tells the page to read the task again."""
+    task = ws.task("p", "ended")
+    task.folder.mkdir(parents=True)
+    (task.folder / "TASK.md").write_text("the prompt")
+    log = task.folder / "supervisor.log"
+    log.write_text("run-agent: attempt 1/1: run r started\n")
+    seen: list[tuple[str, object]] = []
+    done = threading.Event()
+
+    def listen() -> None:
+        for message in sse.stream(f"{server.url}/api/events", timeout=60):
+            seen.append((message.event, message.json()))
+            if message.event == "loop":
+                break
+        done.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    wait_for(lambda: seen and seen[0][0] == "snapshot", what="the snapshot")
+    with log.open("a") as f:
+        f.write("run-agent: gave up after 1 failed attempt (max_restarts 0)\n")
+    assert done.wait(30), f"no loop event; saw {json.dumps(seen)[:500]}"
+    assert seen[-1] == ("loop", {"project_id": "p", "task_id": "ended"})
+
+
 def test_a_stream_of_a_missing_run_is_404(server: Server) -> None:
     response = httpx.get(
         f"{server.url}/api/projects/p/tasks/t/runs/20260101-000000000-1/stream/stdout"
