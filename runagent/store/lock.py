@@ -14,11 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import yaml
-
 from runagent.errors import AlreadyRunningError
-from runagent.loop.process import is_alive, process_start_time
 from runagent.store.host import foreign_alive, is_here, this_host
+from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import dump_yaml, load_yaml
 
 
@@ -53,7 +51,7 @@ def read_holder(path: Path, label: str = "") -> Holder | None:
             str(host) if host else None,
             label or f"{path.parent.parent.name}/{path.parent.name}",
         )
-    except (OSError, yaml.YAMLError, TypeError, KeyError, ValueError, AttributeError):
+    except (OSError, TypeError, KeyError, ValueError, AttributeError):  # ValueError: not YAML
         return None
 
 

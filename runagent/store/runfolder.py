@@ -16,6 +16,7 @@ is rewritten in place, in the blocks it has. When even that fails, an empty file
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import resource
 from dataclasses import dataclass
@@ -23,9 +24,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from runagent.errors import OutsideRootError
+from runagent.store import yamltext
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
 
 RUN_INFO = "run-info.yaml"
@@ -58,20 +58,15 @@ UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml coul
 # The files of a run a reader may ask for by a short name.
 RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT}
 
-# libyaml's safe loader and dumper where PyYAML was built with it: the same results
-# (tests/test_startup.py) several times faster; else PyYAML's own, in Python.
-LOADER: type[Any] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-DUMPER: type[Any] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
 
 def load_yaml(text: str) -> Any:
-    """`yaml.safe_load`, with libyaml where it is there."""
-    return yaml.load(text, Loader=LOADER)
+    """`yaml.safe_load`, with libyaml where it is there; YAMLSyntaxError if it is not YAML."""
+    return yamltext.load(text)
 
 
-def dump_yaml(data: Any, **options: Any) -> str:
-    """`yaml.safe_dump` to a string, with libyaml where it is there."""
-    return str(yaml.dump(data, Dumper=DUMPER, **options))
+def dump_yaml(data: Any, *, sort_keys: bool = True, allow_unicode: bool = False) -> str:
+    """`yaml.safe_dump` to a string; a run's own records without importing PyYAML."""
+    return yamltext.dump(data, sort_keys=sort_keys, allow_unicode=allow_unicode)
 
 
 @dataclass(frozen=True)
@@ -239,15 +234,23 @@ def supervisor_log_path(task: TaskPaths) -> Path:
     return task.folder / SUPERVISOR_LOG
 
 
+_numbers = itertools.count(1)  # each temp file of this process's its own number (thread-safe)
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` so that readers see the old or the new content, never a mix.
 
     An OSError names `path`, not the temporary file it failed on.
     """
-    import tempfile  # only writers need it, and a listing writes nothing
-
+    # A name of this process's own (pid and a count): no other writer can take it, and
+    # O_EXCL refuses a leftover of a process of the same pid that died mid-write.
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{next(_numbers)}.tmp")
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            tmp.unlink()
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
@@ -257,10 +260,10 @@ def atomic_write(path: Path, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 
@@ -413,12 +416,9 @@ def read_run_record(run_folder: Path) -> RunInfo | None:
         )
     try:
         data = load_yaml(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark is not None else ""
-        return unreadable_run(
-            run_folder, f"not YAML{where} ({getattr(exc, 'problem', None) or exc})"
-        )
+    except yamltext.YAMLSyntaxError as exc:
+        where = f" at line {exc.line}" if exc.line is not None else ""
+        return unreadable_run(run_folder, f"not YAML{where} ({exc.problem or exc})")
     if not isinstance(data, dict):
         return unreadable_run(run_folder, "not a mapping of fields")
     if "attempt" not in data:  # conductor-loop's: number it by its place among the task's runs

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-import yaml
-
 from runagent.errors import PromptConflictError
 from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths
@@ -52,7 +50,7 @@ def read_task_settings(task: TaskPaths) -> dict[str, object]:
         data = runfolder.load_yaml(
             (runfolder.confine(task).folder / runfolder.TASK_SETTINGS).read_text(encoding="utf-8")
         )
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+    except (OSError, ValueError):  # not YAML (YAMLSyntaxError), not UTF-8
         return {}
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
@@ -67,7 +65,7 @@ def read_issue_record(task: TaskPaths) -> dict[str, object]:
     """An issue run's record; {} for a task that is not one (or an unreadable record)."""
     try:
         data = runfolder.load_yaml(runfolder.confine(task).issue_record.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+    except (OSError, ValueError):  # not YAML (YAMLSyntaxError), not UTF-8
         return {}
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
