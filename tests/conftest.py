@@ -50,6 +50,13 @@ def pytest_configure(config: pytest.Config) -> None:
     if config.option.basetemp is None and not hasattr(config, "workerinput"):
         config.option.basetemp = tempfile.mkdtemp(prefix="pytest-run-agent-")
         config.add_cleanup(lambda: shutil.rmtree(config.option.basetemp, ignore_errors=True))
+    if not hasattr(config, "workerinput"):
+        # The parsed-config cache (runagent/config/parsed.py) of every run-agent the tests start
+        # goes to a folder of the session's (workers and their subprocesses inherit it), never
+        # to the user's own cache.
+        cache = tempfile.mkdtemp(prefix="run-agent-test-cache-")
+        os.environ["XDG_CACHE_HOME"] = cache
+        config.add_cleanup(lambda: shutil.rmtree(cache, ignore_errors=True))
 
 
 # The tests that share the Ray cluster of tests/e2e/test_cluster.py (one per module: three Ray

@@ -14,8 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, get_type_hints
 
-import yaml
-
+from runagent.config import parsed
 from runagent.config.section import Section, did_you_mean
 from runagent.config.settings import (
     CRON_ALIASES,
@@ -40,7 +39,7 @@ from runagent.config.settings import (
     Until,
 )
 from runagent.errors import ConfigError
-from runagent.store.runfolder import LOADER, within
+from runagent.store.runfolder import within
 
 CONFIG_NAME = "config.yaml"
 
@@ -62,7 +61,17 @@ def config_loader(base: type[Any]) -> type[Any]:
     return loader
 
 
-ConfigLoader = config_loader(LOADER)  # libyaml's parser where it is there
+def fast_loader() -> type[Any]:
+    """The config loader on libyaml's parser where PyYAML has it (imported on first use)."""
+    global _FAST
+    if _FAST is None:
+        import yaml
+
+        _FAST = config_loader(getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return _FAST
+
+
+_FAST: type[Any] | None = None
 # The keys of `defaults:` are LoopSettings' fields, so a new setting needs no second list.
 LOOP_KEYS = tuple(f.name for f in fields(LoopSettings))
 
@@ -120,17 +129,18 @@ def load_config(
             runs_dir=default_runs_dir(os.environ if env is None else env),
             runs_dir_from="the default, as no config.yaml was found",
         )
+    env_now = os.environ if env is None else env
     try:
         text = path.read_text(encoding="utf-8")
-        data = yaml.load(text, Loader=ConfigLoader)
+        data = parsed.parsed(path, text, _parse_yaml, env_now)
     except OSError as exc:
         raise ConfigError(f"cannot read config file {str(path)!r}: {exc.strerror}") from exc
     except UnicodeDecodeError as exc:
         raise ConfigError(
             f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8"
         ) from exc
-    except yaml.YAMLError as exc:
-        said = _python_parser_error(text) or exc
+    except _YAMLError as exc:
+        said = _python_parser_error(text) or exc.__cause__ or exc
         where = getattr(said, "problem_mark", None)
         line = f" at line {where.line + 1}" if where is not None else ""
         problem = getattr(said, "problem", None)
@@ -144,9 +154,24 @@ def load_config(
         raise ConfigError(f"{path}: {exc}") from exc
 
 
-def _python_parser_error(text: str) -> yaml.YAMLError | None:
+class _YAMLError(ValueError):
+    """config.yaml is not YAML; PyYAML's error is the cause."""
+
+
+def _parse_yaml(text: str) -> Any:
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=fast_loader())
+    except yaml.YAMLError as exc:
+        raise _YAMLError(str(exc)) from exc
+
+
+def _python_parser_error(text: str) -> Exception | None:
     """PyYAML's own words for a syntax error, the same whether or not libyaml is there (whose
     words differ): a config with a mistake may take the slower parser."""
+    import yaml
+
     try:
         yaml.load(text, Loader=config_loader(yaml.SafeLoader))
     except yaml.YAMLError as exc:
