@@ -17,6 +17,7 @@ from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from runagent.config import parsed
 from runagent.config.settings import AgentConfig, Mode
 from runagent.errors import ConfigError, MissingDependencyError, RunAgentError
 
@@ -62,10 +63,12 @@ def _entry_points(name: str | None = None) -> list[Any]:
 
 def _declared() -> bool:
     """False only when no distribution on sys.path can declare a backend (each one's
-    entry_points.txt lacks the group); True when one may."""
+    entry_points.txt lacks the group); True when one may. The answer is kept
+    (runagent/config/parsed.py) while no distribution's entry_points.txt changes: a command
+    would otherwise read every installed package's file each time it starts."""
     if any(f is not PathFinder and hasattr(f, "find_distributions") for f in sys.meta_path):
         return True  # distributions found some other way: only importlib.metadata can tell
-    section = f"[{ENTRY_POINT_GROUP}]"
+    files: list[Path] = []
     for folder in sys.path:
         try:
             entries = list(os.scandir(folder or "."))
@@ -73,14 +76,30 @@ def _declared() -> bool:
             return True  # a zip archive may hold distributions
         except OSError:
             continue  # a folder that is not there (or a path hook's name) holds none
-        for entry in entries:
-            if entry.name.endswith((".dist-info", ".egg-info")):
-                try:
-                    text = Path(entry.path, "entry_points.txt").read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
-                    continue  # importlib.metadata finds no entry points there either
-                if section in text:
-                    return True
+        files += [Path(e.path, "entry_points.txt") for e in entries
+                  if e.name.endswith((".dist-info", ".egg-info"))]  # fmt: skip
+    stamps = [_stamp(f) for f in files]
+    return bool(parsed.remembered("entry-points", stamps, lambda: _any_declares(files), os.environ))
+
+
+def _stamp(file: Path) -> list[object]:
+    """What tells a changed file: its path, size, modification and change times."""
+    try:
+        st = file.stat()
+    except OSError:
+        return [str(file)]
+    return [str(file), st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+
+
+def _any_declares(files: list[Path]) -> bool:
+    section = f"[{ENTRY_POINT_GROUP}]"
+    for file in files:
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue  # importlib.metadata finds no entry points there either
+        if section in text:
+            return True
     return False
 
 

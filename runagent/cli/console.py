@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
 import re
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -23,6 +21,8 @@ OSC52_LIMIT = 1 << 20  # bytes of text a terminal is asked to copy (terminals ca
 
 def osc52(text: str) -> str:
     """The escape sequence that asks a terminal to put `text` on its clipboard."""
+    import base64  # only a copy to the terminal's clipboard pays for it
+
     data = base64.b64encode(text.encode("utf-8")[:OSC52_LIMIT]).decode("ascii")
     return f"\x1b]52;c;{data}\x07"
 
@@ -109,6 +109,8 @@ class Console:
                 self.stream.flush()
 
     def _status(self, info: RunInfo, event: Event) -> None:
+        import shutil  # only a live status line on a terminal
+
         width = shutil.get_terminal_size((100, 20)).columns
         minutes, seconds = divmod(int(event.elapsed), 60)
         of = self._last_attempt or self.max_attempts

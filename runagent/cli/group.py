@@ -18,6 +18,18 @@ HELP = ("--help", "-h", "--version")
 COMMON = ("--config", "--root", "--executor")  # options every command takes, before or after
 TYPO_CUTOFF = 0.6  # how close a word must be to a command name to be taken for a typo of it
 
+
+def close_names(word: str, names: list[str]) -> list[str]:
+    """The name `word` is most likely a typo of, as difflib judges it, if any. difflib is
+    imported only when a name is near enough in length to be close at all (its ratio is at most
+    2*min/sum of the lengths): a prompt of several words never pays for it."""
+    if not any(2 * min(len(word), len(n)) >= TYPO_CUTOFF * (len(word) + len(n)) for n in names):
+        return []
+    import difflib
+
+    return difflib.get_close_matches(word, names, 1, TYPO_CUTOFF)
+
+
 if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
@@ -100,13 +112,9 @@ class RunAgentGroup(click.Group):
     def refuse_typo(self, word: str, as_prompt: bool = False) -> None:
         """Exit 2 when `word` is, or is close to, a command name (or, as a first word, is no
         command at all); else return."""
-        import difflib  # only on the way to an error
         import shlex
 
-        if word in self.names():
-            close = [word]
-        else:
-            close = difflib.get_close_matches(word.lower(), self.names(), 1, TYPO_CUTOFF)
+        close = [word] if word in self.names() else close_names(word.lower(), self.names())
         run_it = f"`run-agent run ... {shlex.quote(word)}`"
         if close and as_prompt:
             fail(
@@ -204,9 +212,7 @@ class SubGroup(click.Group):
         word = args[0] if args else ""
         if word in self.commands or word.startswith("-") or ctx.resilient_parsing:
             return super().resolve_command(ctx, args)
-        import difflib  # only on the way to an error
-
-        close = difflib.get_close_matches(word.lower(), list(self.commands), 1, TYPO_CUTOFF)
+        close = close_names(word.lower(), list(self.commands))
         if close:
             fail(f"unknown command {word!r}; did you mean `{ctx.command_path} {close[0]}`?",
                  ExitCode.USAGE)  # fmt: skip

@@ -7,20 +7,17 @@ import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from runagent.cli.console import Console
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
+from runagent.cli.loopargs import IssueArgs, LoopArgs, issue_options, loop_options, one_run_options
 from runagent.cli.options import (
-    IssueArgs,
-    LoopArgs,
     Setup,
     common,
     existing_task,
-    issue_options,
-    loop_options,
-    one_run_options,
     prompt_options,
     service_for,
     setup,
@@ -31,7 +28,6 @@ from runagent.config import userfile
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorType, Until
 from runagent.errors import ExitCode, UsageError
-from runagent.issues.issue import ISSUE_TIMEOUT, Issue, issue_number
 from runagent.loop import notify
 from runagent.loop.context import (
     LoopRequest,
@@ -45,6 +41,9 @@ from runagent.loop.supervisor import Supervisor
 from runagent.service import Command, StartRequest
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
+
+if TYPE_CHECKING:  # an issue run imports what it needs when one starts
+    from runagent.issues.issue import Issue
 
 OUTCOME_EXIT = {
     Outcome.COMPLETED: ExitCode.COMPLETED,
@@ -94,6 +93,8 @@ def run(
         body = read_prompt(None, issue.body_file, "--issue-body-file")
     if body is None:
         raise UsageError("an issue run needs the issue's text: give a prompt or --issue-body-file")
+    from runagent.issues.issue import ISSUE_TIMEOUT
+
     defaults = LoopOverrides(until=Until.READY_MARKER, timeout=ISSUE_TIMEOUT)
     loop = replace(loop, overrides=defaults.merged(loop.overrides))
     project = project_id or _project_of(issue.repo)
@@ -187,6 +188,8 @@ def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) 
 
 
 def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
+    from runagent.issues.issue import Issue
+
     return Issue(
         number=args.number, repo=args.repo.resolve(), body=body, body_file=task.issue_body,
         url=args.url, setup=s.config.issues.setup,
@@ -202,6 +205,8 @@ def remembered_issue(s: Setup, task: TaskPaths) -> Issue | None:
         body = task.issue_body.read_text(encoding="utf-8")
     except OSError:
         body = taskfolder.read_task_prompt(task) or ""
+    from runagent.issues.issue import issue_number
+
     args = IssueArgs(issue_number(record.get("issue"), str(task.issue_record)),
                      Path(str(record.get("repo"))), str(record.get("url") or ""))  # fmt: skip
     return _issue(s, task, args, body)

@@ -12,8 +12,8 @@ import click
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
 from runagent.errors import NotFoundError, UsageError
-from runagent.loop.context import validate_id
 from runagent.store import runfolder, taskfolder, tasks
+from runagent.store.ids import validate_id
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus, Usage
 

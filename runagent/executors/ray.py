@@ -38,9 +38,9 @@ from runagent.errors import (
     error_for_exit,
 )
 from runagent.executors import local as localexecutor
-from runagent.loop.process import is_alive, process_start_time
 from runagent.store import host, runfolder, taskfolder
 from runagent.store.lock import Holder, already_running, live_holder
+from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import TaskPaths
 
 WORKER_ROOT_ENV = "RUN_AGENT_WORKER_ROOT"  # a host's own runs root, when the root is not shared

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import select
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -361,12 +360,16 @@ def write_output(ctx: RunContext, backend: Backend) -> None:
         runfolder.atomic_write(target, text)
         return
     target.unlink(missing_ok=True)
-    if _size(ctx.stdout_path) > COPY_LIMIT:
-        try:
-            os.link(ctx.stdout_path, target)
-            return
-        except OSError:
-            pass
+    if _size(ctx.stdout_path) <= COPY_LIMIT:
+        target.write_bytes(ctx.stdout_path.read_bytes())
+        return
+    try:
+        os.link(ctx.stdout_path, target)
+        return
+    except OSError:
+        pass
+    import shutil  # a large output that cannot be linked is copied in chunks
+
     shutil.copyfile(ctx.stdout_path, target)
 
 

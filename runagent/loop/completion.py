@@ -13,12 +13,14 @@ import abc
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from runagent.config.settings import Until
-from runagent.issues.repository import DEFAULT_READY_MARKER, READY_MARKER_VARIABLE, Checkout, short
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
+
+if TYPE_CHECKING:  # the ready marker's rule reads git; only that rule imports what reads it
+    from runagent.issues.repository import Checkout
 
 # Every rule asks for DONE in the task folder: it is how an agent says "finished" in any mode.
 _WRITE_DONE = "When the whole task is done, write a file named DONE in the task folder."
@@ -111,9 +113,15 @@ class ReadyMarkerRule(CompletionRule):
 
     until = Until.READY_MARKER
 
-    def __init__(self, marker: str = DEFAULT_READY_MARKER, checkout: Checkout | None = None):
-        self.marker = marker
+    def __init__(self, marker: str | None = None, checkout: Checkout | None = None):
+        self._marker = marker  # None: the protocol's default
         self.checkout = checkout
+
+    @property
+    def marker(self) -> str:
+        from runagent.issues.repository import DEFAULT_READY_MARKER
+
+        return self._marker or DEFAULT_READY_MARKER
 
     @property
     def instruction(self) -> str:
@@ -126,13 +134,18 @@ class ReadyMarkerRule(CompletionRule):
     def for_loop(
         self, working_dir: Path, env: Mapping[str, str], checkout: Checkout | None
     ) -> CompletionRule:
-        marker = env.get(READY_MARKER_VARIABLE) or DEFAULT_READY_MARKER
-        return ReadyMarkerRule(marker, checkout or Checkout.at(working_dir))
+        from runagent.issues.repository import READY_MARKER_VARIABLE, Checkout
+
+        return ReadyMarkerRule(env.get(READY_MARKER_VARIABLE), checkout or Checkout.at(working_dir))
 
     def environment(self) -> Mapping[str, str]:
+        from runagent.issues.repository import READY_MARKER_VARIABLE
+
         return {READY_MARKER_VARIABLE: self.marker}
 
     def exit_zero(self, task: TaskPaths) -> Verdict:
+        from runagent.issues.repository import short
+
         found = self.checkout.find(self.marker) if self.checkout else None
         if found is not None:
             return Verdict(

@@ -15,14 +15,14 @@ from typing import TYPE_CHECKING
 
 from runagent.config.settings import LoopSettings
 from runagent.errors import UsageError
+from runagent.store.ids import MAX_ID_LENGTH as MAX_ID_LENGTH
+from runagent.store.ids import validate_id as validate_id
 from runagent.store.runfolder import RunPaths, TaskPaths
 
 if TYPE_CHECKING:  # only named in annotations: a listing validates ids without git's modules
     from runagent.issues.issue import Issue
     from runagent.issues.repository import Checkout
 
-MAX_ID_LENGTH = 128
-_ID_PATTERN = re.compile(r"[A-Za-z0-9._-]+")
 
 # Variables of the contract between run-agent and the agents it starts.
 CONTRACT_VARIABLES = (
@@ -106,22 +106,6 @@ class RunContext:
     @property
     def prompt_file(self) -> Path:
         return self.paths.prompt
-
-
-def validate_id(kind: str, value: str) -> str:
-    """Return `value` if it is a valid project or task id, else raise UsageError naming it."""
-    rule = f"use 1-{MAX_ID_LENGTH} letters, digits, '.', '_' or '-'"
-    if not value:
-        raise UsageError(f"{kind} id is empty: {rule}")
-    if len(value) > MAX_ID_LENGTH:
-        raise UsageError(f"{kind} id {value[:40]!r}... is {len(value)} characters long: {rule}")
-    if not _ID_PATTERN.fullmatch(value):
-        raise UsageError(f"{kind} id {value!r} has characters that are not allowed: {rule}")
-    if ".." in value or value.startswith("."):
-        raise UsageError(f"{kind} id {value!r} may not contain '..' or start with '.': {rule}")
-    if value.startswith("-"):  # most likely an option that took the place of a missing value
-        raise UsageError(f"{kind} id {value!r} may not start with '-': {rule}")
-    return value
 
 
 def parent_run_id(env: Mapping[str, str]) -> str | None:

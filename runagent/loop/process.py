@@ -26,7 +26,6 @@ if TYPE_CHECKING:  # imported where a process is started: a listing only asks wh
     import subprocess
 
 REAPER = Path(__file__).with_name("reaper.py")
-START_TIME_TOLERANCE = 0.05  # seconds; psutil derives create_time from boot time and ticks
 STOP_MARGIN = 10.0  # seconds the reaper gets beyond the grace period before it is overruled
 
 
@@ -58,9 +57,12 @@ def resolve_executable(argv0: str, env: Mapping[str, str], cwd: Path) -> str | N
     if os.sep in argv0:
         path = Path(argv0) if os.path.isabs(argv0) else cwd / argv0
         return str(path) if path.is_file() and os.access(path, os.X_OK) else None
-    import shutil  # with bz2 and lzma: only for an agent about to start
-
-    return shutil.which(argv0, path=env.get("PATH", os.defpath))
+    # shutil.which's search, without importing shutil (and with it bz2 and lzma) for it.
+    for folder in env.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(folder or os.curdir, argv0)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
 
 
 class AgentProcess:
@@ -230,58 +232,3 @@ def _write_if_changed(path: Path, content: str) -> None:
         os.replace(tmp, path)
     except OSError as exc:
         raise SpawnError(f"cannot write {str(path)!r} for the agent: {exc.strerror}", 126) from exc
-
-
-def _proc_stat(pid: int) -> tuple[bytes, float]:
-    """(state, start time) of `pid` from /proc, as psutil computes them; None if it is gone.
-
-    Read directly rather than through psutil: this runs on every supervisor start and every
-    liveness check, and /proc costs a fraction of importing psutil.
-    """
-    global _boot_time
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if _boot_time is None:
-        with open("/proc/stat", "rb") as f:
-            line = next(ln for ln in f if ln.startswith(b"btime "))
-        _boot_time = float(line.split()[1])
-    return fields[0], _boot_time + int(fields[19]) / _CLOCK_TICKS
-
-
-_boot_time: float | None = None
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-
-
-def _state_and_start(pid: int) -> tuple[bool, float] | None:
-    """(is a zombie, start time) of `pid`, or None if there is no such process."""
-    try:
-        state, started = _proc_stat(pid)
-        return state == b"Z", started
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, IndexError, StopIteration):
-        pass  # no /proc here: ask psutil
-    import psutil
-
-    try:
-        proc = psutil.Process(pid)
-        return proc.status() == psutil.STATUS_ZOMBIE, proc.create_time()
-    except (psutil.Error, ValueError):
-        return None
-
-
-def process_start_time(pid: int) -> float | None:
-    """When process `pid` started (seconds since the epoch), or None if there is no such process."""
-    found = _state_and_start(pid)
-    return None if found is None else found[1]
-
-
-def is_alive(pid: int | None, start_time: float | None) -> bool:
-    """Whether `pid` is still the process that started at `start_time` (not a reused pid)."""
-    if not pid:
-        return False
-    found = _state_and_start(pid)
-    if found is None or found[0]:
-        return False
-    return start_time is None or abs(found[1] - start_time) <= START_TIME_TOLERANCE

@@ -13,21 +13,24 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 from runagent.errors import ExitCode
-from runagent.issues import worktree
-from runagent.issues.repository import Checkout
 from runagent.loop import completion
 from runagent.loop.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.loop.backend import Backend
 from runagent.loop.context import LoopRequest
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.failure import Diagnosis
-from runagent.loop.process import AgentProcess, process_start_time
+from runagent.loop.process import AgentProcess
 from runagent.loop.redaction import Redactor
 from runagent.store import runfolder, taskfolder
 from runagent.store.lock import TaskLock
+from runagent.store.pids import process_start_time
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
+
+if TYPE_CHECKING:  # issue runs import their worktree handling when one starts
+    from runagent.issues.repository import Checkout
 
 _DOCTOR = "`run-agent doctor` checks what is missing"
 _Ending = tuple[Outcome, str]  # how the loop ends, and the message that says why
@@ -111,6 +114,8 @@ class Supervisor:
         lock = TaskLock(runfolder.confine(self.task).lock, self.label)
         lock.acquire()
         issue, env = self.request.issue, self.request.base_env
+        if issue is not None:  # an issue run imports its worktree handling, no other run does
+            from runagent.issues import worktree
         try:
             if issue is not None:
                 timeout = self.settings.timeout  # bounds the setup command too

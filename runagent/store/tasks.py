@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from runagent.errors import AlreadyCompletedError, NotFoundError
-from runagent.loop.process import is_alive
 from runagent.store import runfolder, taskfolder
 from runagent.store.host import foreign_alive, is_here
 from runagent.store.lock import Holder, live_holder
+from runagent.store.pids import is_alive
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus, Usage
 

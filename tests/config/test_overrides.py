@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from runagent.cli.options import LoopArgs
+from runagent.cli.loopargs import LoopArgs
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import LoopSettings, Until
 from runagent.errors import RunAgentError

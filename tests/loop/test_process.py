@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError, is_alive, process_start_time
+from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
+from runagent.store.pids import is_alive, process_start_time
 from tests.conftest import Workspace, alive, wait_for
 
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import uvicorn
 
-from runagent.loop.process import process_start_time
 from runagent.store import runfolder, taskfolder
+from runagent.store.pids import process_start_time
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus
 from server import tail

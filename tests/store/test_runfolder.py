@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from runagent.loop.process import process_start_time
 from runagent.store import runfolder, taskfolder, tasks
+from runagent.store.pids import process_start_time
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
 

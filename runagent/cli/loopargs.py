@@ -1,0 +1,130 @@
+"""The options of the commands that start a loop, and turning them into typed values: the
+loop's overrides (`LoopArgs`) and an issue run's options (`IssueArgs`)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from runagent.cli.options import PathValue
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import Until
+from runagent.errors import UsageError
+
+
+@dataclass(frozen=True)
+class LoopArgs:
+    """A loop's options from the command line, typed: what they override, and how it is told."""
+
+    overrides: LoopOverrides
+    quiet: bool = False
+    schedule: str | None = None  # the schedule that fired this loop
+    again: bool = False  # a completed task runs again
+    one_run: bool = False  # `job`: its max_restarts 0 is not how the task is remembered
+
+
+def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The loop's options, handed to the command as one `loop: LoopArgs`."""
+    return _loop_options(f, ())
+
+
+def one_run_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The loop's options but those a single run cannot honour (`job`): refused, not ignored."""
+    return _loop_options(f, ("max_restarts",))
+
+
+def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[..., Any]:
+    @functools.wraps(f)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        for name in without:
+            if kwargs.pop(name) is not None:
+                raise UsageError(
+                    f"--{name.replace('_', '-')} does not apply here: this command runs the "
+                    "agent once; use `run-agent run` for a loop with restarts"
+                )
+        raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS if name not in without}
+        overrides = LoopOverrides.parse(raw)
+        loop = LoopArgs(overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"))
+        return f(*args, loop=loop, **kwargs)
+
+    options = [
+        ("agent", click.option(
+            "--agent", "-a", help="Agent from config.yaml `agents:` (or a backend name).")),
+        ("working_dir", click.option(
+            "--cwd", "working_dir", type=PathValue(file_okay=False, path_type=Path),
+            help="Working folder of the agent (default: the current folder).")),
+        ("max_restarts", click.option(
+            "--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run.")),
+        ("restart_delay", click.option(
+            "--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max.")),
+        ("timeout", click.option(
+            "--timeout", help="Stop a run after this long in total, e.g. 30m (0: never).")),
+        ("idle_timeout", click.option(
+            "--idle-timeout", help="Stop a run after this long without output (0: never).")),
+        ("until", click.option(
+            "--until", type=click.Choice([u.value for u in Until]),
+            help="exit: exit 0 completes the task; done-file: only a DONE file does; "
+            "ready-marker: only a commit since the start carrying the ready marker.")),
+        ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
+        ("again", click.option(
+            "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
+        ("schedule", click.option(
+            "--schedule", hidden=True, help="The schedule that fired this loop.")),
+    ]  # fmt: skip
+    for name, option in reversed(options):
+        if name in without:  # still parsed, so that giving it is refused with a reason
+            option = click.option(f"--{name.replace('_', '-')}", name, hidden=True)
+        command = option(command)
+    return command
+
+
+@dataclass(frozen=True)
+class IssueArgs:
+    """`--issue N [--issue-url U] [--issue-body-file F] --repo DIR`: an issue run."""
+
+    number: int
+    repo: Path
+    url: str = ""
+    body_file: Path | None = None
+
+
+def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
+    """The issue-run options, handed to the command as one `issue: IssueArgs | None`."""
+
+    @functools.wraps(f)
+    def command(*args: Any, **kwargs: Any) -> Any:
+        number, repo = kwargs.pop("issue_number"), kwargs.pop("repo")
+        url, body_file = kwargs.pop("issue_url"), kwargs.pop("issue_body_file")
+        issue = None
+        if number is not None:
+            from runagent.issues.issue import issue_number  # only an issue run pays for git's
+
+            if repo is None:
+                raise UsageError("--issue needs --repo: the repository its worktree comes from")
+            issue = IssueArgs(issue_number(number, "--issue"), repo, url or "", body_file)
+        elif repo is not None or url is not None or body_file is not None:
+            raise UsageError("--repo, --issue-url and --issue-body-file go with --issue N")
+        return f(*args, issue=issue, **kwargs)
+
+    options = [
+        click.option("--issue", "issue_number", help="Run on issue N in a git worktree of --repo."),
+        click.option("--issue-url", help="The issue's link (COCODE_ISSUE_URL)."),
+        click.option(
+            "--issue-body-file", type=PathValue(exists=True, dir_okay=False, path_type=Path),
+            help="The issue's text (default: the prompt; without a prompt, it is the prompt)."),
+        click.option(
+            "--repo", type=PathValue(exists=True, file_okay=False, path_type=Path),
+            help="The repository whose default branch the issue's worktree starts from."),
+    ]  # fmt: skip
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
+                    "idle_timeout", "until")  # fmt: skip
