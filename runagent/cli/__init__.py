@@ -5,12 +5,34 @@
 
 from __future__ import annotations
 
-from runagent.cli.group import cli
+import sys
+
+from runagent.cli.group import COMMON, cli
 
 __all__ = ["cli", "main"]
 
 # Each command's module is imported when that command runs (group.LAZY), not here.
 
 
+# The commands that run an agent in this process (`run` also when no command is named).
+RUNS_HERE = frozenset(("run", "job", "resume", "cocode"))
+
+
 def main() -> None:
+    if runs_an_agent(sys.argv[1:]):
+        from runagent.loop.process import start_reaper_early
+
+        start_reaper_early()  # it boots while the command loads and checks, not after
     cli(prog_name="run-agent")
+
+
+def runs_an_agent(args: list[str]) -> bool:
+    """Whether a command line most likely runs an agent in this process: a guess, made before
+    parsing, that costs a spare reaper's start when wrong (it exits with this process)."""
+    if any(a in ("--help", "-h", "--version") for a in args):
+        return False
+    i = 0
+    while i < len(args) and args[i].partition("=")[0] in COMMON:
+        i += 1 if "=" in args[i] else 2
+    first = args[i] if i < len(args) else ""
+    return first in RUNS_HERE or first.startswith("-")

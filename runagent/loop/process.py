@@ -4,7 +4,9 @@ Each agent runs under a reaper (`runagent/loop/reaper.py`), a tiny process in it
 holds a pipe from the supervisor. The reaper stops the agent's whole tree when asked, when the agent
 exits leaving children behind, and when the pipe closes because the supervisor died, even by a
 SIGKILL of its whole process group. The agent's stdout and stderr are file descriptors of the run
-folder: no copy loop sits in between.
+folder: no copy loop sits in between. A command that runs an agent starts its first reaper's
+interpreter as soon as it begins (`start_reaper_early`), so that it boots while the command loads
+and prepares; the reaper is told what to start over its pipe.
 """
 
 from __future__ import annotations
@@ -78,8 +80,9 @@ class AgentProcess:
 
     @classmethod
     def start(cls, spec: LaunchSpec, stdout: Path, stderr: Path, *, grace: float) -> AgentProcess:
-        """Start the agent; raise SpawnError when it cannot be executed."""
-        import subprocess
+        """Start the agent under a reaper (the one started early, if there is one); raise
+        SpawnError when it cannot be executed."""
+        import json
 
         if not spec.argv:
             raise SpawnError("the agent's command line is empty", 127)
@@ -90,39 +93,30 @@ class AgentProcess:
             raise SpawnError(f"working folder {str(spec.cwd)!r} does not exist", 127)
         for path, content in spec.files.items():
             _write_if_changed(path, content)
-        lifeline_r, lifeline_w = os.pipe()
-        report_r, report_w = os.pipe()
-        files = [
-            os.open(spec.stdin or os.devnull, os.O_RDONLY),
-            os.open(stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
-            os.open(stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
-        ]
-        argv = [sys.executable, "-I", "-S", str(REAPER), str(lifeline_r), str(report_w)]
-        argv += [repr(grace), "--", exe, *spec.argv]
+        # Opened here first, so that a file the agent cannot have is this process's error.
+        for file, flags in ((spec.stdin or os.devnull, os.O_RDONLY),
+                            (stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
+                            (stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND)):  # fmt: skip
+            os.close(os.open(file, flags, 0o644))
+        launch = {
+            "exe": os.path.abspath(exe), "argv": list(spec.argv), "env": dict(spec.env),
+            "cwd": os.path.abspath(spec.cwd), "grace": grace,
+            "stdin": os.path.abspath(spec.stdin) if spec.stdin else None,
+            "stdout": os.path.abspath(stdout), "stderr": os.path.abspath(stderr),
+        }  # fmt: skip
+        if any("\0" in text for text in _texts(launch)):
+            raise SpawnError(
+                f"could not start the reaper for {exe!r}: embedded null byte in its command or "
+                "environment", 126
+            )  # fmt: skip
+        reaper, lifeline_w, report_r = take_reaper()
+        message = b"S" + json.dumps(launch).encode("utf-8", "surrogateescape") + b"\n"
         try:
-            reaper = subprocess.Popen(
-                argv,
-                stdin=files[0],
-                stdout=files[1],
-                stderr=files[2],
-                cwd=spec.cwd,
-                env=dict(spec.env),
-                pass_fds=(lifeline_r, report_w),
-                # Its own session, so that a signal to the supervisor's whole group (`timeout -s
-                # KILL`, a CI job cancelled) cannot take the reaper down with it: the lifeline's
-                # end of file is then what tells it the supervisor is gone.
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as exc:  # ValueError: a NUL byte, which exec cannot pass
-            os.close(lifeline_w)
-            os.close(report_r)
-            why = (
-                exc.strerror if isinstance(exc, OSError) else f"{exc} in its command or environment"
-            )
-            raise SpawnError(f"could not start the reaper for {exe!r}: {why}", 126) from exc
-        finally:
-            for fd in (*files, lifeline_r, report_w):
-                os.close(fd)
+            view = memoryview(message)
+            while view:
+                view = view[os.write(lifeline_w, view) :]
+        except OSError:
+            pass  # the reaper is gone: it reports nothing, and the start fails below
         process = cls(reaper, lifeline_w, report_r)
         process._await_start(exe)
         return process
@@ -217,6 +211,75 @@ class AgentProcess:
         except subprocess.TimeoutExpired:
             self._reaper.kill()
             self._reaper.wait()
+
+
+def _texts(launch: dict[str, object]) -> list[str]:
+    """Every string of a launch message (an exec cannot pass one holding a NUL byte)."""
+    found: list[str] = []
+    for value in launch.values():
+        if isinstance(value, str):
+            found.append(value)
+        elif isinstance(value, list):
+            found += [str(v) for v in value]
+        elif isinstance(value, dict):
+            found += [f"{k}{v}" for k, v in value.items()]
+    return found
+
+
+# A reaper's interpreter started ahead of need (start_reaper_early), with its lifeline's and
+# report's ends; taken by the next start.
+_Standby = tuple["subprocess.Popen[bytes]", int, int]
+_standby: _Standby | None = None
+
+
+def start_reaper_early() -> None:
+    """Start a reaper's interpreter now, so that it boots (about 10 ms) while this process
+    loads and prepares its run, not after; the next `AgentProcess.start` takes it. A reaper
+    that is never told what to start exits when this process does (its lifeline ends)."""
+    global _standby
+    if _standby is None:
+        _standby = _spawn_reaper()
+
+
+def take_reaper() -> _Standby:
+    """The reaper started early, if it is still there, else one started now."""
+    global _standby
+    standby, _standby = _standby, None
+    if standby is not None and standby[0].poll() is None:
+        return standby
+    if standby is not None:
+        os.close(standby[1])
+        os.close(standby[2])
+    return _spawn_reaper()
+
+
+def _spawn_reaper() -> _Standby:
+    import subprocess
+
+    lifeline_r, lifeline_w = os.pipe()
+    report_r, report_w = os.pipe()
+    argv = [sys.executable, "-I", "-S", str(REAPER), str(lifeline_r), str(report_w), "--standby"]
+    try:
+        reaper = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd="/",  # it enters the agent's folder when told it; until then it holds none
+            pass_fds=(lifeline_r, report_w),
+            # Its own session, so that a signal to the supervisor's whole group (`timeout -s
+            # KILL`, a CI job cancelled) cannot take the reaper down with it: the lifeline's
+            # end of file is then what tells it the supervisor is gone.
+            start_new_session=True,
+        )
+    except OSError as exc:
+        os.close(lifeline_w)
+        os.close(report_r)
+        raise SpawnError(f"could not start a reaper: {exc.strerror}", 126) from exc
+    finally:
+        os.close(lifeline_r)
+        os.close(report_w)
+    return reaper, lifeline_w, report_r
 
 
 def _write_if_changed(path: Path, content: str) -> None:

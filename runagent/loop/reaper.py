@@ -1,8 +1,13 @@
 """The reaper: the one process between a supervisor and its agent, which kills the agent's tree.
 
-Started by `runagent.loop.process` as `python -I -S reaper.py LIFELINE REPORT GRACE -- EXE ARGV...`
-with the agent's stdin, stdout and stderr as its own, the agent's environment and working folder, in
-a session of its own (so a signal to the supervisor's process group never reaches it). It makes
+Started by `runagent.loop.process` as `python -I -S reaper.py LIFELINE REPORT --standby`, in a
+session of its own (so a signal to the supervisor's process group never reaches it), ahead of
+need: its interpreter boots while the supervisor loads and prepares the run. Its first message
+on LIFELINE says what to start: `S`, then one line of JSON with the executable, argv,
+environment, working folder, grace and the paths of the agent's stdin, stdout and stderr, which
+become its own. `T` or end of file before that: it exits, having started nothing. (The older form
+`LIFELINE REPORT GRACE -- EXE ARGV...` starts at once, with its own stdio, folder and
+environment.) It makes
 itself a child subreaper (so descendants that leave with `setsid` and lose their parent are
 re-parented here, not to init), starts the agent in a new session, and then waits.
 
@@ -81,12 +86,16 @@ def _descendants(root: int) -> list[int]:
 
 
 class Reaper:
-    def __init__(self, lifeline: int, report: int, grace: float, exe: str, argv: list[str]) -> None:
+    def __init__(
+        self, lifeline: int, report: int, grace: float, exe: str, argv: list[str],
+        env: dict[str, str],
+    ) -> None:  # fmt: skip
         self.lifeline = lifeline
         self.report = report
         self.grace = grace
         self.exe = exe
         self.argv = argv
+        self.env = env
         self.agent_pid = 0
         self.agent_status: int | None = None
         self.stop_requested = False
@@ -146,7 +155,7 @@ class Reaper:
             self.agent_pid = os.posix_spawn(
                 self.exe,
                 self.argv,
-                dict(os.environ),
+                self.env,
                 setsid=True,
                 setsigdef=RESET_SIGNALS,
                 setsigmask=(),
@@ -204,17 +213,74 @@ def _exit_code(status: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def _read_spec(lifeline: int) -> dict[str, object] | None:
+    """What to start, as the supervisor sends it; None if it lets go first (`T`, end of file)."""
+    data = b""
+    while b"\n" not in data:
+        try:
+            chunk = os.read(lifeline, 1 << 16)
+        except InterruptedError:
+            continue
+        except OSError:
+            return None
+        if not chunk or (not data and chunk.startswith(b"T")):
+            return None
+        data += chunk
+    line = data.split(b"\n", 1)[0]
+    if not line.startswith(b"S"):
+        return None
+    import json  # the supervisor is still getting ready: this costs it nothing
+
+    spec = json.loads(line[1:])
+    return spec if isinstance(spec, dict) else None
+
+
+def _take_stdio(spec: dict[str, object]) -> None:
+    """Make the agent's stdin, stdout and stderr this process's own, and enter its folder."""
+    stdin = spec.get("stdin")
+    files = [
+        os.open(str(stdin) if stdin else os.devnull, os.O_RDONLY),
+        os.open(str(spec["stdout"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        os.open(str(spec["stderr"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+    ]
+    for target, fd in enumerate(files):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.chdir(str(spec["cwd"]))
+
+
+def _launch(spec: dict[str, object]) -> tuple[str, list[str], dict[str, str], float]:
+    """The executable, argv, environment and grace of a spec (the supervisor's own message)."""
+    argv, env, grace = spec["argv"], spec["env"], spec["grace"]
+    if not isinstance(argv, list) or not isinstance(env, dict):
+        raise ValueError("argv must be a list and env a mapping")
+    if not isinstance(grace, int | float):
+        raise ValueError("grace must be a number")
+    return str(spec["exe"]), [str(a) for a in argv], {str(k): str(v) for k, v in env.items()}, grace
+
+
 def main(args: list[str]) -> int:
-    lifeline, report, grace = int(args[0]), int(args[1]), float(args[2])
-    if len(args) < 6 or args[3] != "--":
-        return 2
+    lifeline, report = int(args[0]), int(args[1])
     for fd in (lifeline, report):
         os.set_inheritable(fd, False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     _become_subreaper()
-    return Reaper(lifeline, report, grace, args[4], args[5:]).run()
+    if args[2:] == ["--standby"]:
+        spec = _read_spec(lifeline)
+        if spec is None:
+            return 0
+        try:
+            _take_stdio(spec)
+        except OSError as exc:
+            os.write(report, f"error {exc.errno} {exc.strerror}\n".encode())
+            return 1
+        exe, argv, env, grace = _launch(spec)
+        return Reaper(lifeline, report, grace, exe, argv, env).run()
+    if len(args) < 6 or args[3] != "--":
+        return 2
+    return Reaper(lifeline, report, float(args[2]), args[4], args[5:], dict(os.environ)).run()
 
 
 if __name__ == "__main__":

@@ -133,3 +133,83 @@ def test_exit_by_signal_is_reported_shell_style(ws: Workspace) -> None:
     assert proc.wait(15) == 128 + signal.SIGKILL
     proc.close()
     time.sleep(0)  # nothing else to clean: the reaper collected the agent
+
+
+def _parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    return int(stat[stat.rfind(b")") + 2 :].split()[1])
+
+
+def test_the_reaper_started_early_is_the_one_the_agent_runs_under(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runagent.loop import process
+
+    monkeypatch.setattr(process, "_standby", None)
+    process.start_reaper_early()
+    assert process._standby is not None
+    early = process._standby[0].pid
+    # Relative folder and files: the reaper, which waits in /, is told them in full.
+    spec = LaunchSpec(argv=tuple(ws.agent_argv(["--wait-for", "go", "--lines", "1"])),
+                      env=dict(os.environ), cwd=Path(os.path.relpath(ws.path)))  # fmt: skip
+    out = Path(os.path.relpath(ws.path / "out.txt"))
+    proc = AgentProcess.start(spec, out, ws.path / "err.txt", grace=1.0)
+    try:
+        assert process._standby is None and _parent_of(proc.pid) == early
+        (ws.path / "go").touch()  # in the agent's folder, so the reaper entered it
+        assert proc.wait(15) == 0
+    finally:
+        proc.close()
+    assert (ws.path / "out.txt").read_text() == "line 1\n"
+
+
+def test_a_reaper_started_early_and_never_used_exits_having_started_nothing() -> None:
+    from runagent.loop import process
+
+    reaper, lifeline, report = process._spawn_reaper()
+    try:
+        assert reaper.poll() is None  # it waits to be told what to start
+        os.close(lifeline)  # this process lets go (as when it exits)
+        assert reaper.wait(15) == 0
+        assert os.read(report, 100) == b""  # it said nothing: it started nothing
+    finally:
+        os.close(report)
+
+
+def test_a_reaper_that_died_before_it_was_used_is_replaced(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runagent.loop import process
+
+    monkeypatch.setattr(process, "_standby", None)
+    process.start_reaper_early()
+    assert process._standby is not None
+    dead = process._standby[0]
+    dead.kill()
+    dead.wait()
+    proc = start(ws, "--exit", "0")
+    try:
+        assert _parent_of(proc.pid) != dead.pid
+        assert proc.wait(15) == 0
+    finally:
+        proc.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "runs"),
+    [
+        (["-p", "p", "-t", "t", "go"], True),
+        (["run", "-p", "p", "-t", "t", "go"], True),
+        (["--root", "r", "job", "-p", "p"], True),
+        (["--config=c.yaml", "resume", "-p", "p"], True),
+        (["list"], False),
+        (["--root", "r", "status"], False),
+        (["run", "--help"], False),
+        (["--version"], False),
+        ([], False),
+    ],
+)
+def test_which_command_lines_start_a_reaper_early(args: list[str], runs: bool) -> None:
+    from runagent.cli import runs_an_agent
+
+    assert runs_an_agent(args) is runs
