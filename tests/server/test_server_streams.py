@@ -82,9 +82,17 @@ def test_from_offset_and_a_new_client_gets_the_backlog(ws: Workspace, server: Se
 def test_the_task_stream_follows_the_loop_into_the_next_attempt(
     ws: Workspace, server: Server
 ) -> None:
-    ws.write_config(["--fail-first", "2", "--lines", "2", "--interval", "0.05"], max_restarts=3)
+    # Each attempt waits, once its lines are out, until the stream has shown the first run: a
+    # client that joins late would start at the latest run, not at attempt 1.
+    go = ws.path / "go"
+    ws.write_config(["--fail-first", "2", "--lines", "2", "--interval", "0.05",
+                     "--wait-for", str(go)], max_restarts=3)  # fmt: skip
     start_task(server)
-    events = list(sse.stream(f"{server.url}/api/projects/p/tasks/t/stream?file=stdout"))
+    events = []
+    for message in sse.stream(f"{server.url}/api/projects/p/tasks/t/stream?file=stdout"):
+        events.append(message)
+        if message.event == "run":
+            go.touch()
     runs = [m.json() for m in events if m.event == "run"]
     assert [r["attempt"] for r in runs] == [1, 2, 3]  # type: ignore[index]
     text = "".join(str(m.json()) for m in events if m.event == "data")
