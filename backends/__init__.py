@@ -12,7 +12,6 @@ import importlib
 import os
 import sys
 from collections.abc import Callable, Collection, Iterator
-from dataclasses import dataclass
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from runagent.config import parsed
 from runagent.config.settings import AgentConfig, Mode
 from runagent.errors import ConfigError, MissingDependencyError, RunAgentError
+from runagent.record import record
 
 if TYPE_CHECKING:  # the interface loads with the first backend, not with the registry
     from runagent.backend import Backend
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # the interface loads with the first backend, not with the re
 ENTRY_POINT_GROUP = "runagent.backends"
 
 
-@dataclass(frozen=True)
+@record
 class Registered:
     """A built-in backend: `module:Class` (or a module with `create(config)`), and the prefixes
     of the provider variables (keys, endpoints) that belong to it and to no other agent."""

@@ -22,7 +22,6 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -40,6 +39,7 @@ from runagent.backend import (
     http_retry_after,
     report_failure,
 )
+from runagent.record import record
 
 RETRIES = 5
 BACKOFF_START = 1.0
@@ -85,7 +85,7 @@ def endpoint(base_url: str) -> str:
 # The child process ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class Request:
     url: str
     model: str

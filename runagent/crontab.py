@@ -13,18 +13,18 @@ import shlex
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.config.settings import ScheduleConfig
 from runagent.errors import MissingDependencyError, RunAgentError, UsageError
+from runagent.record import record
 from runagent.store import runfolder
 
 BEGIN = "# BEGIN run-agent schedules of "
 END = "# END run-agent schedules of "
 
 
-@dataclass(frozen=True)
+@record
 class Block:
     """The crontab lines of one config's enabled schedules, and the disabled ones left out."""
 

@@ -13,18 +13,18 @@ import socket
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.config.settings import AgentConfig, Config
 from runagent.errors import RunAgentError
 from runagent.loop.backend import Backend, Finding
+from runagent.record import record
 
 MIN_FREE_BYTES = 1 << 30
 DEFAULT_PORT = 14355
 
 
-@dataclass(frozen=True)
+@record
 class Section:
     title: str
     findings: tuple[Finding, ...]

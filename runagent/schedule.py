@@ -23,11 +23,12 @@ import yaml
 from runagent.config.settings import CRON_ALIASES, Overlap, ScheduleConfig
 from runagent.errors import AlreadyRunningError, RunAgentError
 from runagent.loop.context import validate_id
+from runagent.record import record
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths
 
 
-@dataclass(frozen=True)
+@record
 class Firing:
     schedule: ScheduleConfig
     at: datetime  # the scheduled moment, in the schedule's time zone

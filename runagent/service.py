@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +22,7 @@ from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import Config, ExecutorSettings
 from runagent.errors import NotFoundError, RunAgentError, UsageError
 from runagent.loop.context import validate_id, validate_prompt
+from runagent.record import record
 from runagent.store import taskfolder, tasks
 from runagent.store.runfolder import TaskPaths
 
@@ -44,7 +45,7 @@ class Command(StrEnum):
     RESUME = "resume"
 
 
-@dataclass(frozen=True)
+@record
 class StartRequest:
     """One start of a task's loop, whatever face asked for it."""
 
@@ -57,7 +58,7 @@ class StartRequest:
     conflict_hint: str = "resume it, or start a new task"  # what to do about another prompt
 
 
-@dataclass(frozen=True)
+@record
 class Service:
     """The door, for one runs root. `config` is a snapshot (the command line's, with its options
     applied); without one, the config file is read afresh for each start, as the loop started

@@ -4,11 +4,12 @@ and the one door (runagent.service) through which its API and its scheduler star
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 
 from runagent.config.settings import ExecutorSettings, ScheduleConfig
+from runagent.record import record
 from runagent.schedule import utc_now
 from runagent.service import AgentCheck, Service
 from server.security import allowed_hosts
@@ -16,7 +17,7 @@ from server.security import allowed_hosts
 HEARTBEAT = 15
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     root: Path
     api_key: str | None = None

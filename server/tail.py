@@ -15,11 +15,11 @@ import json
 import os
 import stat
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 
 from sse_starlette import ServerSentEvent
 
+from runagent.record import record
 from runagent.store import follow
 
 CHUNK = follow.CHUNK  # the most bytes one event carries: the core's read size, one owner
@@ -58,7 +58,7 @@ def file_size(path: Path) -> int:
     return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
-@dataclass(frozen=True)
+@record
 class Chunk:
     """Whole characters of a file from `start` to `end`, as one SSE `data` event whose id is
     `end` (after the stream's id prefix)."""

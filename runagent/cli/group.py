@@ -6,13 +6,13 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
 from runagent import __version__
 from runagent.errors import ExitCode, RunAgentError
+from runagent.record import record
 
 HELP = ("--help", "-h", "--version")
 COMMON = ("--config", "--root", "--executor")  # options every command takes, before or after
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from click.shell_completion import CompletionItem
 
 
-@dataclass(frozen=True)
+@record
 class Lazy:
     """A command not imported yet: the module whose import registers it on `cli`, and the first
     sentence of its help, so that `--help` and completion list it without importing it."""

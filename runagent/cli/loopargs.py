@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -15,9 +14,10 @@ from runagent.cli.options import PathValue
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import Until
 from runagent.errors import UsageError
+from runagent.record import record
 
 
-@dataclass(frozen=True)
+@record
 class LoopArgs:
     """A loop's options from the command line, typed: what they override, and how it is told."""
 
@@ -83,7 +83,7 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
     return command
 
 
-@dataclass(frozen=True)
+@record
 class IssueArgs:
     """`--issue N [--issue-url U] [--issue-body-file F] --repo DIR`: an issue run."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -22,6 +22,7 @@ from runagent.config.file import (
 )
 from runagent.config.settings import AgentConfig, Config, ExecutorType
 from runagent.errors import MissingDependencyError, NotFoundError, OutsideRootError
+from runagent.record import record
 from runagent.store import tasks
 from runagent.store.ids import validate_id
 from runagent.store.runfolder import TaskPaths
@@ -40,7 +41,7 @@ class PathValue(click.Path):
         return super().convert(value, param, ctx)
 
 
-@dataclass(frozen=True)
+@record
 class Setup:
     config: Config
     root: Path

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runagent.config.duration import parse_duration
 from runagent.config.settings import LoopSettings, Until
 from runagent.errors import RunAgentError, UsageError
+from runagent.record import record
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 
@@ -23,7 +23,7 @@ def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-@dataclass(frozen=True)
+@record
 class LoopOverrides:
     """None means "as the config says". A duration of 0 means "off" (for `restart_delay`: none)."""
 

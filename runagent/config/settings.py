@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from runagent.errors import UsageError
+from runagent.record import record
 
 
 class Permissions(enum.StrEnum):
@@ -42,7 +43,7 @@ class Approvals(enum.StrEnum):
 DEFAULT_MAX_TURNS = 20
 
 
-@dataclass(frozen=True)
+@record
 class OpsSettings:
     """The `ops:` section: the policy agent-mode runs act under, and who answers approvals."""
 
@@ -60,7 +61,7 @@ class OpsSettings:
         }
 
 
-@dataclass(frozen=True)
+@record
 class PasteSettings:
     """The `paste:` section: how the copy-paste channel waits for a person."""
 
@@ -71,7 +72,7 @@ class PasteSettings:
         return {"wait": self.wait, "clipboard": self.clipboard}
 
 
-@dataclass(frozen=True)
+@record
 class AgentConfig:
     """One entry of `agents:`; `type` is the backend that runs it."""
 
@@ -94,7 +95,7 @@ class AgentConfig:
     paste: PasteSettings = field(default_factory=PasteSettings)  # the config's `paste:` section
 
 
-@dataclass(frozen=True)
+@record
 class LoopSettings:
     """The `defaults:` section: how a task's loop runs unless a command-line option says else."""
 
@@ -130,7 +131,7 @@ class NotifyEvent(enum.StrEnum):
     GAVE_UP = "gave_up"  # the loop ended without completing the task
 
 
-@dataclass(frozen=True)
+@record
 class NotifyConfig:
     """Hooks for when runs complete, fail or give up: a command and/or a webhook."""
 
@@ -151,7 +152,7 @@ CRON_ALIASES = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class ScheduleKeep:
     """A schedule's own retention (`keep:`): its finished firings' tasks beyond the newest `last`
     and older than `older_than` seconds go; with `failed`, those that did not complete stay."""
@@ -161,7 +162,7 @@ class ScheduleKeep:
     failed: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class ScheduleConfig:
     """One entry of `schedules:`."""
 
@@ -183,7 +184,7 @@ class ScheduleConfig:
     keep: ScheduleKeep | None = None  # None: its tasks stay until `gc` or `delete`
 
 
-@dataclass(frozen=True)
+@record
 class ServerSettings:
     """The `server:` section: where `run-agent serve` listens and which key it requires."""
 
@@ -201,7 +202,7 @@ class ServerSettings:
         return env.get(self.api_key_env) or None
 
 
-@dataclass(frozen=True)
+@record
 class IssueSettings:
     """The `issues:` section: how an issue run's new worktree is made ready."""
 
@@ -217,7 +218,7 @@ class ExecutorType(enum.StrEnum):
     RAY = "ray"  # a named actor on a Ray cluster (pip install 'run-agent[ray]')
 
 
-@dataclass(frozen=True)
+@record
 class ExecutorSettings:
     """The `executor:` section: where task loops run (`--executor` picks the type)."""
 
@@ -232,7 +233,7 @@ class ExecutorSettings:
     shared_root: bool = True
 
 
-@dataclass(frozen=True)
+@record
 class Config:
     """Everything config.yaml says; `source` is the file it came from (None: the defaults)."""
 

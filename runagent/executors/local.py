@@ -11,11 +11,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyRunningError, RunAgentError, error_for_exit
+from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.host import is_here
 from runagent.store.lock import Holder, already_running, live_holder
@@ -24,7 +24,7 @@ from runagent.store.runfolder import TaskPaths
 START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
 
 
-@dataclass(frozen=True)
+@record
 class Started:
     pid: int
     holder: Holder | None

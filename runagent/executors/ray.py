@@ -22,7 +22,6 @@ import os
 import socket
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from runagent.errors import (
     error_for_exit,
 )
 from runagent.executors import local as localexecutor
+from runagent.record import record
 from runagent.store import host, runfolder, taskfolder
 from runagent.store.lock import Holder, already_running, live_holder
 from runagent.store.pids import is_alive, process_start_time
@@ -72,7 +72,7 @@ def worker_root() -> Path:
     return Path(given) if given else Path.home() / ".local" / "share" / "run-agent" / "runs"
 
 
-@dataclass(frozen=True)
+@record
 class LoopSpec:
     """What an actor needs to start a task's loop on its host."""
 
@@ -90,7 +90,7 @@ class LoopSpec:
     wait: float
 
 
-@dataclass(frozen=True)
+@record
 class Where:
     """Where an actor's loop runs, or why it could not start."""
 

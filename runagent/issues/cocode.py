@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from runagent.issues.repository import (
     head,
 )
 from runagent.loop.events import Outcome
+from runagent.record import record
 
 # The protocol's exit codes, by how the loop ended (2 and 3 come from errors before it starts).
 OUTCOME_EXIT = {
@@ -31,7 +31,7 @@ OUTCOME_EXIT = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class CocodeRequest:
     """What a cocode host asks of its agent, from the `COCODE_*` variables."""
 

@@ -4,11 +4,11 @@ agent is given, as the cocode agent protocol names them."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.errors import UsageError
 from runagent.issues.repository import DEFAULT_READY_MARKER, READY_MARKER_VARIABLE
+from runagent.record import record
 
 ISSUE_TIMEOUT = 1800.0  # the protocol's default per-agent timeout: 30 minutes
 VARIABLES = (
@@ -20,7 +20,7 @@ VARIABLES = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class Issue:
     """What an issue run is given: the issue and its body, the repository whose default branch
     its worktree starts from, and the setup command run in a new worktree."""

@@ -9,7 +9,6 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.errors import AlreadyRunningError, RunAgentError, UsageError
@@ -20,12 +19,13 @@ from runagent.issues.worktree import (
     registration,
     repair,
 )
+from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
 from runagent.store.lock import TaskLock
 from runagent.store.runfolder import TaskPaths
 
 
-@dataclass(frozen=True)
+@record
 class IssueWorktree:
     """An issue task's worktree as `run-agent worktrees` lists it."""
 
@@ -70,7 +70,7 @@ class PruneAction(enum.StrEnum):
     KEPT_LOCKED = "kept_locked"  # locked by someone else than run-agent
 
 
-@dataclass(frozen=True)
+@record
 class Pruned:
     worktree: IssueWorktree
     action: PruneAction

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.errors import MissingDependencyError, RunAgentError, UsageError
+from runagent.record import record
 
 DEFAULT_READY_MARKER = "cocode ready for check"
 READY_MARKER_VARIABLE = "COCODE_READY_MARKER"
@@ -18,7 +18,7 @@ class GitError(RunAgentError):
     """A git command that failed: the message carries the command and what git said."""
 
 
-@dataclass(frozen=True)
+@record
 class Commit:
     sha: str
     message: str  # subject and body
@@ -28,7 +28,7 @@ class Commit:
         return self.message.split("\n", 1)[0]
 
 
-@dataclass(frozen=True)
+@record
 class Checkout:
     """A working folder in a git repository, and the commit its loop started from: only commits
     in `base..HEAD` of that folder count as the loop's work."""

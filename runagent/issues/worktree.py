@@ -14,7 +14,6 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -28,6 +27,7 @@ from runagent.issues.repository import (
     git,
     main_working_tree,
 )
+from runagent.record import record
 from runagent.store import runfolder, taskfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo
@@ -36,7 +36,7 @@ BRANCH_PREFIX = "run-agent/"
 LOCK_REASON = "run-agent: task {label} is running (supervisor pid {pid})"
 
 
-@dataclass(frozen=True)
+@record
 class Registration:
     """One worktree as `git worktree list --porcelain` tells it."""
 

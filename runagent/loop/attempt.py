@@ -14,7 +14,6 @@ import os
 import select
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -27,6 +26,7 @@ from runagent.loop.failure import Diagnosis
 from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.loop.prompt import compose
 from runagent.loop.redaction import Redactor
+from runagent.record import record
 from runagent.store import runfolder, taskfolder
 from runagent.store.host import this_host
 from runagent.store.runfolder import RunPaths, TaskPaths
@@ -88,7 +88,7 @@ class Start(Protocol):
     ) -> AgentProcess: ...
 
 
-@dataclass(frozen=True)
+@record
 class Supervision:
     """What a loop lends each of its attempts: the agent and its completion rule, and how a run
     is started, timed, stopped, reported and redacted."""
@@ -107,7 +107,7 @@ class Supervision:
     supervisor_start: float | None
 
 
-@dataclass(frozen=True)
+@record
 class Ended:
     """What an attempt ended as, for the loop to weigh."""
 

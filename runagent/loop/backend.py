@@ -10,7 +10,6 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
@@ -27,6 +26,7 @@ from runagent.loop.failure import (
 )
 from runagent.loop.process import LaunchSpec, resolve_executable
 from runagent.loop.redaction import Redactor
+from runagent.record import record
 from runagent.store.runfolder import RunPaths, TaskPaths, atomic_write, tail
 from runagent.store.runinfo import Reason, Usage
 
@@ -62,7 +62,7 @@ VERSION_TIMEOUT = 20.0
 ERROR_TAG = "run_agent_error"  # the key of a child backend's last word on stderr
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """One line of `run-agent backends` / `doctor`: what was checked, and what to do if not ok."""
 

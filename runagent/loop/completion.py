@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from runagent.config.settings import Until
+from runagent.record import record
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
 
@@ -26,7 +26,7 @@ if TYPE_CHECKING:  # the ready marker's rule reads git; only that rule imports w
 _WRITE_DONE = "When the whole task is done, write a file named DONE in the task folder."
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     """How a run ended, as its run-info.yaml says it: status, reason and a message."""
 

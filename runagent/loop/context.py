@@ -7,7 +7,7 @@ import os
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import MappingProxyType
@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from runagent.config.settings import LoopSettings
 from runagent.errors import UsageError
+from runagent.record import record
 from runagent.store.ids import MAX_ID_LENGTH as MAX_ID_LENGTH
 from runagent.store.ids import validate_id as validate_id
 from runagent.store.runfolder import RunPaths, TaskPaths
@@ -36,7 +37,7 @@ CONTRACT_VARIABLES = (
 )
 
 
-@dataclass(frozen=True)
+@record
 class LoopRequest:
     """Everything one loop needs besides its backend; each run's RunContext is made from it."""
 
@@ -61,7 +62,7 @@ class LoopRequest:
     issue: Issue | None = None
 
 
-@dataclass(frozen=True)
+@record
 class RunContext:
     """Everything a backend needs to launch one run of an agent.
 

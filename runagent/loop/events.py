@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from pathlib import Path
 
+from runagent.record import record
 from runagent.store.runinfo import RunInfo
 
 
@@ -31,7 +31,7 @@ class Outcome(enum.StrEnum):
     MISSING_DEPENDENCY = "missing_dependency"
 
 
-@dataclass(frozen=True)
+@record
 class Event:
     kind: EventKind
     run: RunInfo | None = None
@@ -42,7 +42,7 @@ class Event:
     outcome: Outcome | None = None  # LOOP_ENDED only
 
 
-@dataclass(frozen=True)
+@record
 class LoopResult:
     outcome: Outcome
     message: str

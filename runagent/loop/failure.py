@@ -11,10 +11,10 @@ import json
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from runagent.record import record
 from runagent.store.runinfo import Reason
 
 
@@ -55,7 +55,7 @@ _RETRY_DELAY = _Pattern(r"\"retryDelay\"\s*:\s*\"(\d+(?:\.\d+)?)s\"")
 _RESETS_AT = _Pattern(r"\"?(?:resets_at|resetsAt)\"?\s*[:=]\s*\"?(\d{9,11})")
 
 
-@dataclass(frozen=True)
+@record
 class Diagnosis:
     """A failed run's reason, in words, and when a rate limit lifts (seconds from now), if known."""
 

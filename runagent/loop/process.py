@@ -18,11 +18,12 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runagent.errors import RunAgentError
+from runagent.record import record
 
 if TYPE_CHECKING:  # imported where a process is started: a listing only asks who is alive
     import subprocess
@@ -31,7 +32,7 @@ REAPER = Path(__file__).with_name("reaper.py")
 STOP_MARGIN = 10.0  # seconds the reaper gets beyond the grace period before it is overruled
 
 
-@dataclass(frozen=True)
+@record
 class LaunchSpec:
     """What to start: the whole environment, not an overlay. `stdin=None` means /dev/null.
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
+
+from runagent.record import record
 
 REDACTED = "[REDACTED]"
 # Shorter values are not redacted: blanking every "true" or "1234" would garble the text, and no
@@ -21,7 +22,7 @@ def is_credential_name(name: str) -> bool:
     return bool(_CREDENTIAL_NAME.search(name))
 
 
-@dataclass(frozen=True)
+@record
 class Redactor:
     """Replaces every occurrence of each secret by REDACTED; build it with `of`."""
 

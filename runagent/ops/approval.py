@@ -10,12 +10,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runagent.errors import UsageError
 from runagent.ops.event import Event
+from runagent.record import record
 from runagent.store import runfolder
 
 APPROVED = frozenset({"approved", "approve", "yes"})
@@ -28,7 +28,7 @@ def digest(operation: object) -> str:
     return "sha256:" + hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-@dataclass(frozen=True)
+@record
 class Pending:
     operation_id: str
     position: int
@@ -91,7 +91,7 @@ def _load(path: Path) -> Pending:
         raise UsageError(f"{path} cannot be read ({exc}); delete it to drop the pause") from exc
 
 
-@dataclass(frozen=True)
+@record
 class Answer:
     """A decision on a paused operation: structured, or a userMessage "approved"/"denied"."""
 

@@ -12,7 +12,6 @@ import json
 import re
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -22,6 +21,7 @@ from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.protocol import EventType, OperationType, Status
 from runagent.ops.runtime import Runtime
 from runagent.ops.waiting import HEARTBEAT_MAX, HEARTBEAT_MIN, Waiter
+from runagent.record import record
 
 Chat = list[dict[str, str]]
 Ask = Callable[[Chat], str]
@@ -59,7 +59,7 @@ content is your final answer."""
 FENCED = re.compile(r"```[ \t]*(?:json|JSON)?[ \t]*\n(.*?)\n?```", re.DOTALL)
 
 
-@dataclass(frozen=True)
+@record
 class Outcome:
     """How a conversation ended: `finished` with the model's final message, or not (why)."""
 
@@ -109,7 +109,7 @@ def final_message(value: object) -> str | None:
     return "\n\n".join(texts)
 
 
-@dataclass(frozen=True)
+@record
 class DenyingApprovals(Policy):
     """A policy for unattended runs that nobody answers: what needs approval is denied, and the
     denial says which rule asked for a person and that none is there."""

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from runagent.ops.protocol import PROTOCOL_VERSION, ErrorCategory, EventType, OperationType, Status
+from runagent.record import record
 
 Event = dict[str, Any]
 
@@ -66,7 +66,7 @@ def approval_required(
     )
 
 
-@dataclass(frozen=True)
+@record
 class EventsMessage:
     """What one operations message (or one answer to a pause) is answered with."""
 

@@ -4,12 +4,12 @@ script), and whether what they do to files can be known without running them."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from runagent.ops.shellsyntax import Word
+from runagent.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Language:
     """How an interpreter takes a program from its words: the short options whose letter means
     "the program follows" (`-c`, `-e`, glued into `-pe` too), their long spellings, and the

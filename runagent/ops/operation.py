@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from runagent.ops.protocol import (
@@ -27,16 +26,17 @@ from runagent.ops.protocol import (
     Encoding,
     OperationType,
 )
+from runagent.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Message:
     id: str | None
     content: str
     type: OperationType = OperationType.MESSAGE
 
 
-@dataclass(frozen=True)
+@record
 class CreateFile:
     id: str | None
     path: str
@@ -45,7 +45,7 @@ class CreateFile:
     type: OperationType = OperationType.CREATE_FILE
 
 
-@dataclass(frozen=True)
+@record
 class ReadFile:
     id: str | None
     path: str
@@ -53,13 +53,13 @@ class ReadFile:
     type: OperationType = OperationType.READ_FILE
 
 
-@dataclass(frozen=True)
+@record
 class Edit:
     old: str
     new: str
 
 
-@dataclass(frozen=True)
+@record
 class EditFile:
     id: str | None
     path: str
@@ -67,14 +67,14 @@ class EditFile:
     type: OperationType = OperationType.EDIT_FILE
 
 
-@dataclass(frozen=True)
+@record
 class DeleteFile:
     id: str | None
     path: str
     type: OperationType = OperationType.DELETE_FILE
 
 
-@dataclass(frozen=True)
+@record
 class Shell:
     id: str | None
     command: str
@@ -88,7 +88,7 @@ Operation = Message | CreateFile | ReadFile | EditFile | DeleteFile | Shell
 FileOperation = CreateFile | ReadFile | EditFile | DeleteFile
 
 
-@dataclass(frozen=True)
+@record
 class Invalid:
     """An operation that breaks a rule: `field` is where (`operations[2].path`), `reason` what."""
 
@@ -102,7 +102,7 @@ class Invalid:
         return f"{self.field}: {self.reason}"
 
 
-@dataclass(frozen=True)
+@record
 class Batch:
     """A well-formed operations message: each entry an operation or why it is not one."""
 
@@ -110,7 +110,7 @@ class Batch:
     raw: tuple[Any, ...]  # the operations as sent, for the record and the approval hash
 
 
-@dataclass(frozen=True)
+@record
 class BadMessage:
     """A value that is not an operations message at all."""
 

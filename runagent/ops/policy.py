@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 import posixpath
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 
 from runagent.errors import ConfigError
 from runagent.ops import inlinecode
@@ -14,6 +14,7 @@ from runagent.ops import rules as rulebook
 from runagent.ops.rules import Argv, CommandRule, Rules
 from runagent.ops.shellsyntax import Assignment, Redirect, SimpleCommand, Stdin, Word, parse
 from runagent.ops.wrapper import PRIVILEGED, SHELLS, unwrap
+from runagent.record import record
 
 # `bash -c "bash -c '...'"` nests; past this depth the command is not worth reading.
 MAX_DEPTH = 8
@@ -74,7 +75,7 @@ class FileOperation(enum.StrEnum):
     DELETE = "deleteFile"
 
 
-@dataclass(frozen=True)
+@record
 class Decision:
     """A verdict, the rule that fired (e.g. `shell.approvalRequired: git push`), why, and for a
     denial what to do instead."""
@@ -85,7 +86,7 @@ class Decision:
     suggestion: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Policy:
     """A named set of rules; `check_command` and `check_path` are the one gate every operation
     passes. Paths are judged by their text: symbolic links are the workspace sandbox's to refuse."""

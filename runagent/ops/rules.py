@@ -7,10 +7,11 @@ import functools
 import re
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from typing import Any
 
 from runagent.errors import ConfigError, UsageError
+from runagent.record import record
 
 # Spellings of one flag: `rm -R`, `rm --recursive` and `rm -r` are one rule.
 FLAG_ALIASES: Mapping[str, Mapping[str, str]] = {
@@ -40,7 +41,7 @@ def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
 
 
-@dataclass(frozen=True)
+@record
 class Argv:
     """A command's literal words sorted out: its name, its operands in order, its flag set."""
 
@@ -70,7 +71,7 @@ class Argv:
         return cls(command, tuple(operands), frozenset(flags))
 
 
-@dataclass(frozen=True)
+@record
 class CommandRule:
     """An argv prefix: `rm -r` matches `rm -fr x`, `rm -r -f x` and `/bin/rm --recursive x`."""
 
@@ -106,7 +107,7 @@ class CommandRule:
         )
 
 
-@dataclass(frozen=True)
+@record
 class Rules:
     """Everything a policy decides by; built by a preset or `Rules.from_mapping`."""
 

@@ -14,7 +14,6 @@ import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +40,12 @@ from runagent.ops.sandbox import SANDBOXED, Bwrap, InForce, Sandbox
 from runagent.ops.shell import run_shell, shell_environment
 from runagent.ops.turn import TurnLock
 from runagent.ops.workspace import Workspace, WorkspaceError
+from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.runfolder import RunPaths
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     """What an operations run acts with, kept in its folder so any process can resume it."""
 

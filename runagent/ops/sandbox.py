@@ -19,10 +19,10 @@ import os
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.errors import MissingDependencyError
+from runagent.record import record
 
 PROGRAM = "bwrap"
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -46,7 +46,7 @@ class Sandbox(enum.StrEnum):
 SANDBOXED = "sandboxed (bubblewrap)"
 
 
-@dataclass(frozen=True)
+@record
 class InForce:
     """The sandbox a choice comes to on this machine, and the line that says so."""
 
@@ -66,7 +66,7 @@ class InForce:
         return cls(Sandbox.NONE, f"not sandboxed: {problem}")
 
 
-@dataclass(frozen=True)
+@record
 class Bwrap:
     """bubblewrap around commands acting in `workspace`; `program` is the bwrap to run."""
 

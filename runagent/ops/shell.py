@@ -14,12 +14,12 @@ import shutil
 import tempfile
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.ops.protocol import SHELL_EXIT_TIMED_OUT
 from runagent.ops.sandbox import Bwrap
+from runagent.record import record
 
 OUTPUT_CAP = 1024 * 1024  # bytes of each stream handed back in the event
 OUTPUT_LIMIT = 64 * 1024 * 1024  # bytes of both streams on disk before the command is stopped
@@ -29,7 +29,7 @@ NOT_RUN = 126  # the shell's code for a command that could not be executed
 CHECK_EVERY = 0.5  # seconds between looks at the output's size while the command runs
 
 
-@dataclass(frozen=True)
+@record
 class ShellResult:
     exit_code: int
     stdout: str

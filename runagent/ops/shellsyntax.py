@@ -8,6 +8,8 @@ import functools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from runagent.record import record
+
 if TYPE_CHECKING:
     from tree_sitter import Node, Parser
 
@@ -28,7 +30,7 @@ class Stdin(enum.Enum):
     FILE = "file"
 
 
-@dataclass(frozen=True)
+@record
 class Assignment:
     """`NAME=value`, before a command or on its own; value None when it is computed."""
 
@@ -36,7 +38,7 @@ class Assignment:
     value: Word
 
 
-@dataclass(frozen=True)
+@record
 class Redirect:
     """A redirection to or from a file; `target` None when the file name is computed."""
 
@@ -48,7 +50,7 @@ class Redirect:
         return self.operator in WRITE_OPERATORS
 
 
-@dataclass(frozen=True)
+@record
 class SimpleCommand:
     """One argv the shell will run, with what feeds its standard input."""
 
@@ -63,7 +65,7 @@ class SimpleCommand:
 Step = SimpleCommand | Redirect | Assignment
 
 
-@dataclass(frozen=True)
+@record
 class Script:
     """A parsed command line: its steps in the order the shell meets them, and what could not be
     read (any problem makes the whole line unknown to a policy)."""
@@ -92,7 +94,7 @@ def parse(command: str) -> Script:
     return Script(tuple(reader.steps), tuple(reader.problems))
 
 
-@dataclass(frozen=True)
+@record
 class _Feed:
     stdin: Stdin = Stdin.INHERITED
     text: str | None = None

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import re
 import shlex
-from dataclasses import dataclass
 from typing import Any
 
 from runagent.ops.shellsyntax import Assignment, Word
+from runagent.record import record
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
 
 
-@dataclass(frozen=True)
+@record
 class Wrapper:
     """How one wrapper's argv reads: its options, then operands, then the command it runs."""
 
@@ -117,7 +117,7 @@ INTERPRETERS = SHELLS | frozenset(
 )
 
 
-@dataclass(frozen=True)
+@record
 class Unwrapped:
     """A wrapper's argv taken apart; `problem` says why where the command starts is unknown."""
 

@@ -18,7 +18,6 @@ import os
 import posixpath
 import stat
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +37,7 @@ from runagent.paste.protocol import (
     Requested,
     Result,
 )
+from runagent.record import record
 
 LISTING_LIMIT = 500  # files named in an outbox's listing; the rest are counted
 FILE_LIMIT = 100_000  # characters of one requested file shown in an outbox
@@ -48,7 +48,7 @@ SHOWN = 120  # characters of a command line repeated in its result
 Resolve = Callable[[EventsMessage], EventsMessage]
 
 
-@dataclass(frozen=True)
+@record
 class Applied:
     """What a reply did: a result per command, the files it asked to read, the messages it
     showed, and DONE's summary if it ended the task. While a reply is being carried out, it is

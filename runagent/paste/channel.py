@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -21,6 +20,7 @@ from runagent.paste.apply import Applied, Applier
 from runagent.paste.parser import parse
 from runagent.paste.protocol import Result, render
 from runagent.paste.session import Folders, Session, digest, resumable, save
+from runagent.record import record
 from runagent.store import runfolder
 
 HEARTBEAT = 300.0  # seconds between "still waiting" lines when no idle timeout asks for more
@@ -30,7 +30,7 @@ class WaitExpired(Exception):
     """No reply came within `paste.wait`."""
 
 
-@dataclass(frozen=True)
+@record
 class Ended:
     summary: str
     sequence: int

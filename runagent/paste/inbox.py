@@ -12,15 +12,16 @@ import os
 import stat
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+from runagent.record import record
 
 SETTLE = 1.0  # seconds a reply file must stay unchanged before it is read
 WAKE_MS = 500  # the longest the wait sleeps without looking (settling files, heartbeats)
 MAX_REPLY = 10 * 1024 * 1024  # bytes of a reply file read; a larger one is refused
 
 
-@dataclass(frozen=True)
+@record
 class Reply:
     path: Path
     text: str | None  # None: the file could not be read as a reply (`problem` says why)

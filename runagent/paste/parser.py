@@ -21,10 +21,11 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
 
 from runagent.paste.protocol import REQUIRED, SELF_CLOSING, Name
+from runagent.record import record
 
 OPENING = re.compile(r"\[([A-Z][A-Z_]*)(?=[\s\]/])(.*)$")
 # A tag-shaped line that names no command: a typo the model should hear about. Markdown's own
@@ -45,7 +46,7 @@ LINE_ATTRIBUTES = ("start_line", "end_line")
 MAX_DIGITS = 9  # a line number longer than this is no file's
 
 
-@dataclass(frozen=True)
+@record
 class Command:
     """One command block: its name, attributes, body lines (None for a self-closing command) and
     the line of the reply it starts on. A body of one empty line is one line, not none."""
@@ -71,7 +72,7 @@ class Command:
         return int(self.attributes[key])
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     """A block that could not be read, at `line`; `command` is the name it seemed to have."""
 

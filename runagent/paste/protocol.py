@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+
+from runagent.record import record
 
 VERSION = "1.0"
 
@@ -107,7 +108,7 @@ Rules:
 - When the task is complete, send [DONE] with a summary."""
 
 
-@dataclass(frozen=True)
+@record
 class Result:
     """The outcome of one command (or of a block that could not be read), as the next outbox
     reports it: `[OK] NAME: summary` or `[FAILED] NAME: summary`, then its output, if any."""
@@ -151,13 +152,13 @@ class Result:
         return found
 
 
-@dataclass(frozen=True)
+@record
 class FileEntry:
     path: str
     size: int
 
 
-@dataclass(frozen=True)
+@record
 class Listing:
     """The workspace's files, and how many more there were than the outbox shows."""
 
@@ -166,7 +167,7 @@ class Listing:
     note: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Requested:
     """A file asked for with READ_FILE: its text, or why it is not shown."""
 

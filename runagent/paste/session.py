@@ -13,20 +13,21 @@ import hashlib
 import json
 import secrets
 from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from runagent.paste.parser import normalize
 from runagent.paste.protocol import Result, outbox_name
+from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths
 
 PASTE = "paste"
 
 
-@dataclass(frozen=True)
+@record
 class Folders:
     """The paste folders of one task."""
 
@@ -72,7 +73,7 @@ def digest(reply: str) -> str:
     return hashlib.sha256(normalize(reply).strip().encode("utf-8", "replace")).hexdigest()
 
 
-@dataclass(frozen=True)
+@record
 class Session:
     """The spec's session state (the first eight fields, under the spec's names on disk), and
     what run-agent keeps besides: the replies applied, the model's messages, the summary."""

@@ -11,11 +11,11 @@ from __future__ import annotations
 import shutil
 import stat
 from collections.abc import Iterable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from runagent.errors import AlreadyRunningError, UsageError
+from runagent.record import record
 from runagent.store import runfolder, tasks
 from runagent.store.lock import already_running, live_holder
 from runagent.store.runfolder import TaskPaths
@@ -24,7 +24,7 @@ from runagent.store.runinfo import RunInfo, RunStatus
 KEPT_WHEN_FAILED = frozenset({RunStatus.FAILED, RunStatus.TIMED_OUT, RunStatus.LOST})
 
 
-@dataclass(frozen=True)
+@record
 class Retention:
     """Which runs `gc` keeps: those newer than `older_than`, the task's last `keep_last`, and
     with `keep_failed` every run that did not complete."""
@@ -34,7 +34,7 @@ class Retention:
     keep_failed: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class Doomed:
     """One folder a plan removes, and its size in bytes."""
 
@@ -60,7 +60,7 @@ def folder_size(path: Path) -> int:
     return total
 
 
-@dataclass(frozen=True)
+@record
 class Kept:
     """A run folder cleanup keeps whatever the rules say, and why."""
 
@@ -68,7 +68,7 @@ class Kept:
     why: str
 
 
-@dataclass(frozen=True)
+@record
 class GcPlan:
     """What `gc` removes, and the runs it keeps although old enough (to say so)."""
 

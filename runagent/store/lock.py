@@ -10,17 +10,17 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 from runagent.errors import AlreadyRunningError
+from runagent.record import record
 from runagent.store.host import foreign_alive, is_here, this_host
 from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import dump_yaml, load_yaml
 
 
-@dataclass(frozen=True)
+@record
 class Holder:
     pid: int
     process_start: float | None

@@ -19,12 +19,12 @@ import errno
 import itertools
 import os
 import resource
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from runagent.errors import OutsideRootError
+from runagent.record import record
 from runagent.store import yamltext
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
 
@@ -69,7 +69,7 @@ def dump_yaml(data: Any, *, sort_keys: bool = True, allow_unicode: bool = False)
     return yamltext.dump(data, sort_keys=sort_keys, allow_unicode=allow_unicode)
 
 
-@dataclass(frozen=True)
+@record
 class TaskPaths:
     """Where one task's files live under a runs root."""
 
@@ -131,7 +131,7 @@ class TaskPaths:
         return _subfolders(self.root, self.runs, hidden=True)
 
 
-@dataclass(frozen=True)
+@record
 class RunPaths:
     """Where one run's files live, in its folder under the task's `runs/`."""
 

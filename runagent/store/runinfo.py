@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from runagent.record import record
 
 RUN_INFO_VERSION = 1
 
@@ -45,7 +46,7 @@ class Reason(enum.StrEnum):
     WRITE_ERROR = "write_error"  # run-agent could not write a file of the run (a full disk)
 
 
-@dataclass(frozen=True)
+@record
 class Usage:
     """Tokens an agent's run read and wrote, and what it cost where the agent says."""
 
@@ -66,7 +67,7 @@ class Usage:
                 "cost_usd": self.cost_usd}  # fmt: skip
 
 
-@dataclass(frozen=True)
+@record
 class RunInfo:
     """The metadata of one run, as stored in run-info.yaml."""
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import date, datetime
 from pathlib import Path
 
+from runagent.record import record
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, Usage
@@ -32,7 +33,7 @@ class GroupBy(enum.Enum):
         return run.start_time[:10]  # run-info's times are UTC, so a day is a UTC day
 
 
-@dataclass(frozen=True)
+@record
 class Spend:
     """One group's runs and what they used; `reported` counts the runs whose agent said."""
 

@@ -10,11 +10,11 @@ marker and its latest run, never stored twice.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from runagent.errors import AlreadyCompletedError, NotFoundError
+from runagent.record import record
 from runagent.store import runfolder, taskfolder
 from runagent.store.host import foreign_alive, is_here
 from runagent.store.lock import Holder, live_holder
@@ -37,7 +37,7 @@ class TaskStatus(enum.StrEnum):
     IDLE = "idle"  # every batch answered; its runs take the next message
 
 
-@dataclass(frozen=True)
+@record
 class TaskView:
     paths: TaskPaths
     status: TaskStatus
