@@ -36,6 +36,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lines", type=int, default=0, help="print this many lines to stdout")
     p.add_argument("--interval", type=float, default=0.0, help="seconds between lines")
     p.add_argument("--line-text", default="line", help="text of each line")
+    p.add_argument("--hold-at", type=int, default=0, help="after this many lines, wait for...")
+    p.add_argument("--hold-for", default=None, help="...this file to exist, then go on")
     p.add_argument("--stderr", default=None, help="write this to stderr")
     p.add_argument("--chunks", nargs="*", default=[], help="hex byte chunks written to stdout")
     p.add_argument("--echo-stdin", action="store_true", help="copy stdin to stdout")
@@ -146,6 +148,8 @@ def main(argv: list[str]) -> int:
         time.sleep(0.01)
     for i in range(1, args.lines + 1):
         print(f"{args.line_text} {i}", flush=True)
+        while i == args.hold_at and args.hold_for and not os.path.exists(args.hold_for):
+            time.sleep(0.02)
         if args.interval:
             time.sleep(args.interval)
     for chunk in args.chunks:  # raw writes, e.g. a UTF-8 character split across two writes

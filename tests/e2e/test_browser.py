@@ -27,6 +27,11 @@ pytestmark = pytest.mark.skipif(
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
 
+# What the page shows follows a real agent and server: on a loaded machine (parallel workers on
+# 2 cores) they take longer than the 5 s an expectation waits by default. A longer wait only
+# lets a slow pass pass; a wrong page still fails, later.
+expect.set_options(timeout=20_000)
+
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
@@ -217,7 +222,11 @@ def _answers(url: str) -> bool:
 def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     ws: Workspace, server: Server, page: Page
 ) -> None:
-    ws.write_config(["--lines", "400", "--interval", "0.02", "--line-text", "row"], max_restarts=0)
+    go = ws.path / "go"
+    # The agent holds after row 80 until the reader has scrolled up: however slow the page or
+    # the agent, row 80 is then the last row, and every row after it comes while scrolled up.
+    ws.write_config(["--lines", "400", "--interval", "0.02", "--line-text", "row",
+                     "--hold-at", "80", "--hold-for", str(go)], max_restarts=0)  # fmt: skip
     page.goto(server.url)
     start_from_form(page, "scroll", "print a lot")
     log = page.locator("#log")
@@ -225,9 +234,11 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 40"
     assert log.evaluate(at_bottom)  # following the tail
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    go.touch()
     # Lines keep arriving (the log grows by a row each; only the rows on screen are drawn)...
     tall = log.evaluate("el => el.scrollHeight")
-    wait_for(lambda: log.evaluate("el => el.scrollHeight") > tall + 50 * 17, what="more lines")
+    wait_for(lambda: log.evaluate("el => el.scrollHeight") > tall + 50 * 17, timeout=60,
+             what="more lines")  # fmt: skip
     assert log.evaluate("el => el.scrollTop") == 0  # ...but the reader stays where they were
     follow = page.locator("#follow-button")
     expect(follow).to_be_visible()
