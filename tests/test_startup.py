@@ -82,7 +82,13 @@ def beyond_click(tmp_path: Path, modules: set[str]) -> set[str]:
 def test_version_imports_none_of_the_commands(tmp_path: Path) -> None:
     modules = imported(tmp_path, "--version")
     ours = {m for m in modules if m.split(".")[0] in ("runagent", "backends", "server")}
-    assert ours <= {"runagent", "runagent.cli", "runagent.cli.group", "runagent.errors"}, ours
+    assert ours <= {
+        "runagent",
+        "runagent.cli",
+        "runagent.cli.group",
+        "runagent.errors",
+        "runagent.record",
+    }, ours
     assert "yaml" not in modules
     assert not beyond_click(tmp_path, modules)
 
