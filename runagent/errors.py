@@ -13,6 +13,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1
     USAGE = 2
     MISSING_DEPENDENCY = 3
+    BLOCKED = 6
     ALREADY_RUNNING = 75
     TIMED_OUT = 124
     STOPPED = 130
@@ -90,6 +91,20 @@ class DuplicateReplyError(UsageError):
     """A paste reply handed in again: the run would move it aside unapplied, so it is not saved."""
 
     http_status = 409  # the reply is sound; the run already has it
+
+
+class StoppedError(RunAgentError):
+    """A task left before it started: taken out of the queue (`stop`, Ctrl-C)."""
+
+    exit_code = ExitCode.STOPPED
+    http_status = 409
+
+
+class BlockedError(RunAgentError):
+    """A task waits for another that did not complete (failed, stopped, deleted)."""
+
+    exit_code = ExitCode.BLOCKED
+    http_status = 409
 
 
 def error_for_exit(code: int, message: str) -> RunAgentError:

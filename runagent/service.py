@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runagent.config.overrides import LoopOverrides
-from runagent.config.settings import Config, ExecutorSettings
+from runagent.config.settings import Config, ExecutorSettings, ExecutorType, LimitsSettings
 from runagent.errors import NotFoundError, RunAgentError, UsageError
+from runagent.fleet import depends, gate
+from runagent.fleet.queue import Fleet, Turn, Waiting
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
 from runagent.store import taskfolder, tasks
@@ -56,6 +58,8 @@ class StartRequest:
     again: bool = False  # a completed task runs again only when asked in so many words
     schedule: str | None = None  # the schedule that fired it
     conflict_hint: str = "resume it, or start a new task"  # what to do about another prompt
+    after: tuple[str, ...] = ()  # P/T of tasks that must complete first (as given: checked here)
+    priority: int = 0  # its place in the queue among those that wait (higher first)
 
 
 @record
@@ -104,6 +108,7 @@ class Service:
             prompt = validate_prompt(existing, f"the task's prompt in {task.task_md}")
         taskfolder.check_task_prompt(task, prompt, request.conflict_hint)
         tasks.refuse_completed(tasks.view(task), request.again)
+        depends.parse_after(request.after, task)  # the tasks exist, and are not this one
         self.check(request, LoopOverrides.remembered(task).merged(request.overrides).agent)
         return prompt
 
@@ -129,17 +134,66 @@ class Service:
             overrides = replace(
                 overrides, working_dir=(self.workdir / overrides.working_dir).resolve()
             )
+        env = self.env if self.env is not None else dict(os.environ)
+        gated = False
         try:
+            on_ray = self.executor is not None and self.executor.type is ExecutorType.RAY
+            config = self.current_config()
+            limits = config.limits if config is not None else LimitsSettings()
+            after = self._after(request)
+            if not on_ray and gate.needed(task, limits, after):  # Ray's own queue caps a cluster
+                argv = control.loop_argv(
+                    request.command.value, task, overrides, self.config_path, request.schedule,
+                    request.again,
+                )  # fmt: skip
+                start = {"argv": argv, "cwd": str(self.workdir.resolve()), "env": dict(env)}
+                turn = gate.submit(
+                    task, limits, self._agent_name(request, config), priority=request.priority,
+                    after=after, start=start,
+                )  # fmt: skip
+                if not turn.go:
+                    gate.ensure_keeper(self.root)
+                    return control.Started(0, None, turn)
+                gated = True
             return control.start_detached(
                 task, request.command.value, overrides,
-                config_path=self.config_path, cwd=self.workdir.resolve(),
-                env=self.env if self.env is not None else dict(os.environ),
+                config_path=self.config_path, cwd=self.workdir.resolve(), env=env,
                 schedule=request.schedule, again=request.again, executor=self.executor,
             )  # fmt: skip
         except RunAgentError:
+            if gated:  # the slot taken for it
+                gate.release(task)
             if created:  # a refused start leaves no task behind
                 taskfolder.discard_new_task(task)
             raise
+
+    def take_turn(self, request: StartRequest, agent: str, tell: Callable[[Turn], None]) -> None:
+        """Before a loop runs in this process: wait here, if it must, for a slot under
+        `limits:` or for the tasks it runs after (gate.take_turn); `tell` says so once."""
+        config = self.current_config()
+        limits = config.limits if config is not None else LimitsSettings()
+        gate.take_turn(
+            request.task, limits, agent, priority=request.priority, after=self._after(request),
+            tell=tell,
+        )  # fmt: skip
+
+    def release(self, task: TaskPaths) -> None:
+        """The loop this process ran has ended: its slot is free for the next in the queue."""
+        gate.release(task)
+
+    def _after(self, request: StartRequest) -> tuple[str, ...]:
+        """The tasks a start waits for: as given, else (a resume of a blocked task) those its
+        place in the queue names."""
+        if request.after:
+            return depends.parse_after(request.after, request.task)
+        fleet = Fleet(self.root)
+        record = fleet.record_of(request.task) if fleet.exists() else None
+        return record.after if record is not None else ()
+
+    def _agent_name(self, request: StartRequest, config: Config | None) -> str:
+        """The agent the loop will run, for the caps that count per agent."""
+        name = LoopOverrides.remembered(request.task).merged(request.overrides).agent
+        return name or (config.defaults.agent if config is not None else None) or ""
 
     def fire(self, firing: Firing) -> int:
         """Start a schedule's firing (the scheduler's launch); its supervisor's pid."""
@@ -164,13 +218,18 @@ class Service:
             task, prompt, overrides=overrides, schedule=config.name,
             again=True,  # a firing of a task it fired before runs it again
             conflict_hint="use {datetime} in the schedule's task",
+            after=config.after, priority=config.priority,
         )  # fmt: skip
         return self.start(request).pid
 
-    def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
-        """Stop the task's loop wherever it runs (control.stop); the holder asked, or None."""
+    def stop(self, task: TaskPaths, wait: float | None) -> Holder | Waiting | None:
+        """Take the task out of the queue (its record), else stop its loop wherever it runs
+        (control.stop: the holder asked); None if it was neither queued nor running."""
         from runagent.executors import control
 
+        left = gate.dequeue(task)
+        if left is not None:
+            return left
         return control.stop(task, wait, self.executor)
 
     def delete(
@@ -183,6 +242,7 @@ class Service:
         doomed = cleanup.delete_plan(task, force)  # AlreadyRunningError while its loop runs
         if confirm is not None:
             confirm(doomed)
+        gate.dequeue(task)  # a queued task is never started once deleted
         return doomed, cleanup.carry_out([doomed], self.root)
 
     def hold_scheduler(self) -> bool:

@@ -16,6 +16,7 @@ from starlette.routing import Route
 
 from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyCompletedError, UsageError
+from runagent.fleet.queue import Waiting
 from runagent.loop.context import new_task_id, validate_prompt
 from runagent.paste import state as paste_state
 from runagent.service import Command, Service, StartRequest
@@ -76,13 +77,30 @@ class Actions:
             started = await run_in_threadpool(self.service.start, request)
         except AlreadyCompletedError as exc:
             raise AlreadyCompletedError(f'{exc} (send "again": true)') from exc
+        queued = started.queued
         body = {
             "project_id": request.task.project_id,
             "task_id": request.task.task_id,
-            "supervisor_pid": started.pid,
+            "supervisor_pid": started.pid or None,
             "host": started.holder.host if started.holder is not None else None,
-        }
+            "queued": {"ahead": queued.ahead, "waits_for": queued.waits_for,
+                       "blocked": queued.blocked} if queued is not None else None,
+        }  # fmt: skip
         return JSONResponse(body, status_code=202)
+
+    def _place(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`after` (a list of P/T) and `priority` (a whole number) of a start's body."""
+        after = body.get("after") or []
+        if isinstance(after, str):
+            after = [a for a in after.replace(",", " ").split() if a]
+        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+            raise UsageError(f"after {after!r} is not a list of PROJECT/TASK names")
+        priority = body.get("priority") or 0
+        if isinstance(priority, str) and priority.strip().lstrip("-").isdigit():
+            priority = int(priority)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise UsageError(f"priority {priority!r} is not a whole number")
+        return {"after": tuple(after), "priority": priority}
 
     def _overrides(self, body: dict[str, Any]) -> LoopOverrides:
         """The loop settings the body changes (the form's empty fields change nothing); a
@@ -110,18 +128,20 @@ class Actions:
             raise HTTPException(400, "prompt is required: say what the agent should do")
         validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
         overrides = self._overrides(body)
-        return await self._start(
-            StartRequest(task, prompt, overrides=overrides, again=body.get("again") is True)
-        )
+        again = body.get("again") is True
+        start = StartRequest(task, prompt, overrides=overrides, again=again, **self._place(body))
+        return await self._start(start)
 
     async def resume(self, request: Request) -> Response:
         body = await self._body(request)
         task = self.paths.task(request)
         overrides = self._overrides(body)
         again = body.get("again") is True
-        return await self._start(
-            StartRequest(task, command=Command.RESUME, overrides=overrides, again=again)
+        place = self._place(body)
+        start = StartRequest(
+            task, command=Command.RESUME, overrides=overrides, again=again, **place
         )
+        return await self._start(start)
 
     async def agents(self, request: Request) -> Response:
         return JSONResponse(await run_in_threadpool(self.service.agent_choices))
@@ -149,7 +169,9 @@ class Actions:
         await self._body(request)
         task = self.paths.task(request)
         holder = await run_in_threadpool(self.service.stop, task, STOP_WAIT)
-        return JSONResponse({"stopped": holder is not None, "status": tasks.view(task).status})
+        left = isinstance(holder, Waiting)  # taken out of the queue, never started
+        return JSONResponse({"stopped": holder is not None, "left_queue": left,
+                             "status": tasks.view(task).status})  # fmt: skip
 
     async def paste_reply(self, request: Request) -> Response:
         """`{"reply": TEXT}`: the chat's answer into the task's paste inbox, where the run reads

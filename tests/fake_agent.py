@@ -46,6 +46,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--echo-fds", action="store_true", help="print the open descriptors")
     p.add_argument("--sleep", type=float, default=0.0, help="sleep this long before exiting")
     p.add_argument("--wait-for", default=None, help="block until this file exists")
+    p.add_argument("--wait-in-task", default=None, help="...or this file in $TASK_FOLDER")
     p.add_argument("--exit", type=int, default=0, help="exit with this code")
     p.add_argument("--fail-first", type=int, default=0, help="exit --fail-code on the first N")
     p.add_argument("--fail-code", type=int, default=1)
@@ -158,6 +159,9 @@ def main(argv: list[str]) -> int:
             time.sleep(args.interval)
     if args.wait_for:
         while not os.path.exists(args.wait_for):
+            time.sleep(0.02)
+    if args.wait_in_task:
+        while not Path(os.environ["TASK_FOLDER"], args.wait_in_task).exists():
             time.sleep(0.02)
     if args.sleep:
         time.sleep(args.sleep)

@@ -26,6 +26,8 @@ class LoopArgs:
     schedule: str | None = None  # the schedule that fired this loop
     again: bool = False  # a completed task runs again
     one_run: bool = False  # `job`: its max_restarts 0 is not how the task is remembered
+    after: tuple[str, ...] = ()  # P/T of tasks that must complete first (`--after`)
+    priority: int = 0  # its place among tasks that wait in the queue (`--priority`)
 
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -49,7 +51,10 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
                 )
         raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS if name not in without}
         overrides = LoopOverrides.parse(raw)
-        loop = LoopArgs(overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"))
+        loop = LoopArgs(
+            overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"),
+            after=tuple(kwargs.pop("after")), priority=kwargs.pop("priority") or 0,
+        )  # fmt: skip
         return f(*args, loop=loop, **kwargs)
 
     options = [
@@ -75,6 +80,12 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
         ("schedule", click.option(
             "--schedule", hidden=True, help="The schedule that fired this loop.")),
+        ("after", click.option(
+            "--after", "after", multiple=True, metavar="P/T",
+            help="Start only once task P/T has completed (repeatable); until then it is blocked.")),
+        ("priority", click.option(
+            "--priority", type=int, help="Its place in the queue under limits: higher goes first "
+            "(default 0).")),
     ]  # fmt: skip
     for name, option in reversed(options):
         if name in without:  # still parsed, so that giving it is refused with a reason

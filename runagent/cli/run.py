@@ -27,7 +27,8 @@ from runagent.cli.options import (
 from runagent.config import userfile
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorType, Until
-from runagent.errors import ExitCode, UsageError
+from runagent.errors import BlockedError, ExitCode, RunAgentError, UsageError
+from runagent.fleet.queue import Waiting
 from runagent.loop import notify
 from runagent.loop.context import (
     LoopRequest,
@@ -38,7 +39,7 @@ from runagent.loop.context import (
 )
 from runagent.loop.events import Event, Outcome
 from runagent.loop.supervisor import Supervisor
-from runagent.service import Command, StartRequest
+from runagent.service import Command, Service, StartRequest
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 
@@ -141,7 +142,8 @@ def resume(
     s, task = existing_task(config_path, root, project_id, task_id)
     request = StartRequest(
         task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
-        schedule=loop.schedule, conflict_hint=CONFLICT_HINT,
+        schedule=loop.schedule, conflict_hint=CONFLICT_HINT, after=loop.after,
+        priority=loop.priority,
     )  # fmt: skip
     enter(s, request, loop, remembered_issue(s, task))
 
@@ -162,7 +164,7 @@ def start_loop(
         task = TaskPaths(s.root, project_id, new_task_id())
     request = StartRequest(
         task, text, overrides=loop.overrides, again=loop.again, schedule=loop.schedule,
-        conflict_hint=CONFLICT_HINT,
+        conflict_hint=CONFLICT_HINT, after=loop.after, priority=loop.priority,
     )  # fmt: skip
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
@@ -183,8 +185,9 @@ def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) 
         return
     if issue is not None:  # not a repository, or a config or runs root inside it: refused
         s.refuse_inside(issue.repo)  # before anything (a resume finds the repository only now)
-    prompt = service_for(s).admit(request)
-    foreground_loop(s, request.task, prompt, loop, issue)
+    service = service_for(s)
+    prompt = service.admit(request)
+    foreground_loop(s, request.task, prompt, loop, issue, (service, request))
 
 
 def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
@@ -254,9 +257,11 @@ def dispatch(s: Setup, request: StartRequest) -> None:
 
 
 def foreground_loop(
-    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None
-) -> None:
-    """Run an admitted task's loop here, in the foreground, until it ends; exit with its code."""
+    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None,
+    door: tuple[Service, StartRequest] | None = None,
+) -> None:  # fmt: skip
+    """Run an admitted task's loop here, in the foreground, until it ends; exit with its code.
+    Through the door (`door`), it first waits its turn, if it must (limits, `--after`)."""
     # What the task was started with before, with what this command says put in its place.
     remembered = LoopOverrides.remembered(task)
     overrides = remembered.merged(loop.overrides)
@@ -294,6 +299,21 @@ def foreground_loop(
             notifier.on_event(event, task, loop.schedule)
 
     supervisor = Supervisor(request, backend, on_event=on_event, redactor=redactor)
+    if door is not None:  # the task's place is shown (`list`) while it waits
+        service, start = door
+        created = not task.folder.exists()
+        taskfolder.claim_task_prompt(task, prompt, start.conflict_hint)
+        try:  # one line, even with --quiet: the run is not lost, it waits
+            service.take_turn(
+                start, agent.name, lambda turn: click.echo(f"run-agent: {turn.words(task.label)}",
+                                                           err=True),
+            )  # fmt: skip
+        except BlockedError:
+            raise  # the task stays, blocked, for `resume`
+        except RunAgentError:
+            if created:  # left the queue before it ever ran: no task is left behind
+                taskfolder.discard_new_task(task)
+            raise
     previous = {
         sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
     }
@@ -302,6 +322,8 @@ def foreground_loop(
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if door is not None:
+            door[0].release(task)
     console.finish(result.message, result.outcome)
     if notifier is not None:
         notifier.drain(NOTIFY_DRAIN)
@@ -321,6 +343,8 @@ def stop(
     stopped = service_for(s).stop(task, grace if wait else None)
     if stopped is None:
         click.echo(f"run-agent: task {task.label} is not running")
+    elif isinstance(stopped, Waiting):
+        click.echo(f"run-agent: task {task.label} left the queue; it was never started")
     elif wait:
         click.echo(f"run-agent: task {task.label} stopped")
     else:

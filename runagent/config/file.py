@@ -25,6 +25,7 @@ from runagent.config.settings import (
     ExecutorSettings,
     ExecutorType,
     IssueSettings,
+    LimitsSettings,
     LoopSettings,
     Mode,
     NotifyConfig,
@@ -184,7 +185,7 @@ def parse_config(
 ) -> Config:
     top = Section(data, "")
     top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops",
-             "paste", "executor")  # fmt: skip
+             "paste", "executor", "limits")  # fmt: skip
     ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
     paste = _paste(top.section("paste"))
     agents = {
@@ -215,7 +216,31 @@ def parse_config(
         ops=ops,
         executor=_executor(top.section("executor")),
         paste=paste,
+        limits=_limits(top.section("limits")),
     )
+
+
+def _limits(s: Section) -> LimitsSettings:
+    s.only("max_running", "per_project", "projects", "agents")
+
+    def cap(section: Section, name: str) -> int | None:
+        if section.data.get(name) is None:
+            return None
+        value = section.count(name, 0)
+        if value == 0:
+            raise ConfigError(
+                f"{section.key(name)}: 0 would never start a task; give 1 or more, or leave it out"
+            )
+        return value
+
+    def caps(name: str) -> dict[str, int]:
+        section = s.section(name)
+        return {key: value for key in map(str, section.data) if (value := cap(section, key))}
+
+    return LimitsSettings(
+        max_running=cap(s, "max_running"), per_project=cap(s, "per_project"),
+        projects=MappingProxyType(caps("projects")), agents=MappingProxyType(caps("agents")),
+    )  # fmt: skip
 
 
 def _ops(s: Section) -> OpsSettings:
@@ -294,7 +319,7 @@ def _schedule(
 
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
-           "keep")  # fmt: skip
+           "keep", "after", "priority")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -340,7 +365,16 @@ def _schedule(
         catch_up=s.flag("catch_up", False),
         notify=_notify(s.section("notify")) if s.has("notify") else None,
         keep=_keep(s.section("keep")) if s.has("keep") else None,
+        after=s.argv("after"),
+        priority=_priority(s),
     )
+
+
+def _priority(s: Section) -> int:
+    value = s.get("priority", 0)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{s.key('priority')}: {value!r} is not a whole number")
+    return value
 
 
 def _keep(s: Section) -> ScheduleKeep:

@@ -182,6 +182,8 @@ class ScheduleConfig:
     catch_up: bool = False
     notify: NotifyConfig | None = None
     keep: ScheduleKeep | None = None  # None: its tasks stay until `gc` or `delete`
+    after: tuple[str, ...] = ()  # P/T of tasks each firing waits for (`--after`)
+    priority: int = 0  # each firing's place in the queue under `limits:`
 
 
 @record
@@ -234,6 +236,38 @@ class ExecutorSettings:
 
 
 @record
+class LimitsSettings:
+    """The `limits:` section: how many task loops run at once under the runs root. A start over
+    a cap waits in the queue (runagent/fleet/) instead of failing. None: no cap."""
+
+    max_running: int | None = None  # all tasks under the runs root
+    per_project: int | None = None  # each project, unless `projects` names it
+    projects: Mapping[str, int] = field(default_factory=dict)  # a project's own cap
+    agents: Mapping[str, int] = field(default_factory=dict)  # an agent's (a provider's limit)
+
+    @property
+    def active(self) -> bool:
+        return (
+            self.max_running is not None
+            or self.per_project is not None
+            or bool(self.projects)
+            or bool(self.agents)
+        )
+
+    def caps(self, project: str, agent: str) -> list[tuple[str, int]]:
+        """The caps a task of `project` run by `agent` counts against: (what, how many)."""
+        found: list[tuple[str, int]] = []
+        if self.max_running is not None:
+            found.append(("all", self.max_running))
+        per_project = self.projects.get(project, self.per_project)
+        if per_project is not None:
+            found.append((f"project:{project}", per_project))
+        if agent in self.agents:
+            found.append((f"agent:{agent}", self.agents[agent]))
+        return found
+
+
+@record
 class Config:
     """Everything config.yaml says; `source` is the file it came from (None: the defaults)."""
 
@@ -249,6 +283,7 @@ class Config:
     ops: OpsSettings = field(default_factory=OpsSettings)
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     paste: PasteSettings = field(default_factory=PasteSettings)
+    limits: LimitsSettings = field(default_factory=LimitsSettings)
 
     def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
         """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare

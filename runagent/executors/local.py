@@ -15,6 +15,7 @@ from pathlib import Path
 
 from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyRunningError, RunAgentError, error_for_exit
+from runagent.fleet.queue import Turn
 from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.host import is_here
@@ -26,8 +27,9 @@ START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
 
 @record
 class Started:
-    pid: int
+    pid: int  # 0: not started yet, but queued
     holder: Holder | None
+    queued: Turn | None = None  # where it waits, when it waits in the queue
 
 
 def loop_argv(

@@ -10,10 +10,12 @@ marker and its latest run, never stored twice.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from runagent.errors import AlreadyCompletedError, NotFoundError
+from runagent.fleet.queue import Fleet, decide
 from runagent.record import record
 from runagent.store import runfolder, taskfolder
 from runagent.store.host import foreign_alive, is_here
@@ -35,6 +37,25 @@ class TaskStatus(enum.StrEnum):
     # A task of operations runs (`run-agent ops`, which write no run-info):
     AWAITING_APPROVAL = "awaiting_approval"  # one of its runs is paused on an operation
     IDLE = "idle"  # every batch answered; its runs take the next message
+    # Not running yet (runagent/fleet/):
+    QUEUED = "queued"  # waiting for a slot under `limits:`
+    BLOCKED = "blocked"  # waiting for the tasks it runs after (or one of them did not complete)
+
+
+@record
+class QueuePlace:
+    """Where a queued or blocked task stands: how many are ahead, and what it waits for."""
+
+    ahead: int
+    waits_for: str
+    priority: int = 0
+    after: tuple[str, ...] = ()
+    detached: bool = True  # started by the keeper when its turn comes (else a foreground run)
+    blocked: bool = False  # waits for other tasks (not for a slot)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ahead": self.ahead, "waits_for": self.waits_for, "priority": self.priority,
+                "after": list(self.after), "detached": self.detached}  # fmt: skip
 
 
 @record
@@ -45,6 +66,7 @@ class TaskView:
     latest: RunInfo | None
     supervisor: Holder | None
     usage: Usage | None = None  # what its runs used, summed as each ended
+    queue: QueuePlace | None = None  # queued or blocked: where it stands
 
     @property
     def label(self) -> str:
@@ -62,6 +84,7 @@ class TaskView:
             "supervisor_host": self.supervisor.host if self.supervisor else None,
             "folder": str(self.paths.folder),
             "usage": self.usage.to_dict() if self.usage else None,
+            "queue": self.queue.to_dict() if self.queue else None,
         }
 
 
@@ -118,10 +141,17 @@ def latest_run(task: TaskPaths) -> RunInfo | None:
     return None
 
 
-def view(task: TaskPaths) -> TaskView:
+def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> TaskView:
+    """The task as it is now; `places` (from `queue_places`) saves reading the queue again for
+    each task of a listing."""
     holder = live_holder(task.lock)
     latest = latest_run(task)
-    if holder is not None:
+    place = None
+    if holder is None:
+        place = (places if places is not None else queue_places(task.root)).get(task.label)
+    if place is not None:
+        status = TaskStatus.BLOCKED if place.blocked else TaskStatus.QUEUED
+    elif holder is not None:
         status = TaskStatus.RUNNING
     elif task.done.exists():
         status = TaskStatus.COMPLETED
@@ -132,7 +162,33 @@ def view(task: TaskPaths) -> TaskView:
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
             status = TaskStatus.LOST
     used = taskfolder.read_task_usage(task)
-    return TaskView(task, status, len(task.run_ids()), latest, holder, used)
+    return TaskView(task, status, len(task.run_ids()), latest, holder, used, place)
+
+
+def queue_places(root: Path) -> dict[str, QueuePlace]:
+    """Every queued or blocked task under `root`, by P/T, with where it stands."""
+    fleet = Fleet(root)
+    if not fleet.exists():
+        return {}
+    records = fleet.waiting(clean=False)  # a listing reads; the queue's writers tidy it
+    holders = fleet.holders(clean=False)
+    places = {}
+    for waiting in records:
+        if waiting.blocked is not None:
+            waits = f"blocked: {waiting.blocked}"
+        elif not waiting.joined:
+            waits = f"waits for {', '.join(waiting.after)}"
+        else:
+            waits = ""
+        ahead = fleet.ahead_of(waiting, records) if waiting.eligible else []
+        if waiting.eligible:
+            turn = decide(waiting.limit_settings(), waiting.project, waiting.agent, ahead, holders)
+            waits = turn.waits_for or "its turn: a slot is free"
+        places[waiting.label] = QueuePlace(
+            len(ahead), waits, waiting.priority, waiting.after,
+            waiting.start is not None, not waiting.eligible,
+        )  # fmt: skip
+    return places
 
 
 def operations_status(task: TaskPaths) -> TaskStatus | None:
@@ -167,7 +223,10 @@ def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
 
 def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
     projects = [project_id] if project_id else runfolder.project_ids(root)
-    return [view(TaskPaths(root, p, t)) for p in projects for t in runfolder.task_ids(root, p)]
+    places = queue_places(root)
+    return [
+        view(TaskPaths(root, p, t), places) for p in projects for t in runfolder.task_ids(root, p)
+    ]
 
 
 def refuse_completed(view: TaskView, again: bool) -> None:

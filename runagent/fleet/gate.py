@@ -1,0 +1,208 @@
+"""The gate in front of a task's loop, which the door (service.py) passes every start through:
+start now, or wait in the queue, for a slot under `limits:` or for the tasks named by `--after`.
+
+A detached start that must wait leaves a record, and the keeper (keeper.py) starts it when its
+turn comes; a foreground run waits in its own process, as the user's shell does anyway, and
+says so once. A start that may go takes its slot at once, under the lock, so no other start
+can take the same slot meanwhile: for a detached start, in the name of the process that starts
+it, until the started loop takes it over (`take_turn`, which finds it there).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Generator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from runagent.config.settings import LimitsSettings
+from runagent.errors import AlreadyRunningError, BlockedError, StoppedError
+from runagent.fleet import depends
+from runagent.fleet.queue import Fleet, Turn, Waiting, decide, now
+from runagent.store.runfolder import TaskPaths
+
+POLL = 1.0  # seconds between looks when nothing under .fleet/ changed (a SIGKILLed holder)
+
+
+def needed(task: TaskPaths, limits: LimitsSettings, after: Sequence[str]) -> bool:
+    """Whether a start must pass the gate: limits are on, it waits for other tasks, or the task
+    is in the queue already (a resume of a blocked task)."""
+    if limits.active or after:
+        return True
+    fleet = Fleet(task.root)
+    return fleet.exists() and fleet.record_of(task) is not None
+
+
+def submit(
+    task: TaskPaths, limits: LimitsSettings, agent: str, *, priority: int = 0,
+    after: Sequence[str] = (), start: Mapping[str, Any] | None = None, waiter: bool = False,
+) -> Turn:  # fmt: skip
+    """Admit a start: go now (its slot taken for this process when limits are on), or put it
+    in the queue, detached (`start`: what the keeper runs) or waited for by this process."""
+    fleet = Fleet(task.root)
+    with fleet.locked():
+        old = fleet.record_of(task)
+        if old is not None and not old.abandoned() and old.blocked is None:
+            raise AlreadyRunningError(
+                f"task {task.label} is already in the queue; `run-agent stop` takes it out"
+            )
+        records = [w for w in depends.refresh(fleet, fleet.waiting()) if w.label != task.label]
+        depends.refuse_cycle(records, task.label, after)
+        me = os.getpid()
+        waiting = Waiting(
+            task.project_id, task.task_id, agent, fleet.next_seq(), priority, now(),
+            tuple(after), joined=not after, waiter=me if waiter else None,
+            waiter_started=_started(me) if waiter else None, start=start,
+            limits=_limits_record(limits),
+        )  # fmt: skip
+        if after:
+            kind, words = depends.judge(task.root, after)
+            if kind == "fail":
+                fleet.put(replace(waiting, blocked=f"waits for {words}"))
+                return Turn(False, 0, f"waits for {words}", blocked=True)
+            if kind == "wait":
+                fleet.put(waiting)
+                return Turn(False, 0, f"waits for {words}", blocked=True)
+            waiting = replace(waiting, joined=True)
+        eligible = [w for w in records if w.eligible]
+        turn = decide(limits, task.project_id, agent, eligible, fleet.holders())
+        if turn.go:
+            fleet.drop(task)
+            if limits.active:
+                fleet.hold(task, agent)
+        else:
+            fleet.put(waiting)
+        return turn
+
+
+def take_turn(
+    task: TaskPaths, limits: LimitsSettings, agent: str, *, priority: int = 0,
+    after: Sequence[str] = (), tell: Callable[[Turn], None] = lambda turn: None,
+) -> None:  # fmt: skip
+    """A loop about to run in this process: take the slot a detached start took for it, or
+    pass the gate, waiting here (`tell` says so, once) until its turn comes. Ctrl-C or a
+    `stop` leaves the queue (StoppedError); a task it waits for that fails ends the wait
+    (BlockedError), leaving the task blocked with that reason."""
+    fleet = Fleet(task.root)
+    if fleet.exists():
+        with fleet.locked():
+            if fleet.slot_of(task) is not None:  # taken for this start by whoever started it
+                fleet.hold(task, agent)
+                fleet.drop(task)
+                return
+    if not needed(task, limits, after):
+        return
+    changes = None
+    try:
+        turn = submit(task, limits, agent, priority=priority, after=after, waiter=True)
+        if turn.go:
+            return
+        tell(turn)
+        changes = _changes(fleet)
+        while not _my_turn(fleet, task, limits, agent):
+            next(changes)
+    except KeyboardInterrupt:
+        with fleet.locked():
+            mine = fleet.record_of(task)
+            if mine is not None and mine.waiter == os.getpid():
+                fleet.drop(task)
+        raise StoppedError(f"task {task.label} left the queue") from None
+    finally:
+        if changes is not None:
+            changes.close()
+
+
+def _my_turn(fleet: Fleet, task: TaskPaths, limits: LimitsSettings, agent: str) -> bool:
+    """Whether the waiting task's turn has come (its slot then taken, its record gone)."""
+    with fleet.locked():
+        mine = fleet.record_of(task)
+        if mine is None or mine.waiter != os.getpid():
+            raise StoppedError(f"task {task.label} was taken out of the queue")
+        records = depends.refresh(fleet, fleet.waiting())
+        mine = next((w for w in records if w.label == task.label), mine)
+        if mine.blocked is not None:
+            fleet.put(replace(mine, waiter=None, waiter_started=None))
+            raise BlockedError(
+                f"task {task.label} is blocked: it {mine.blocked}; `run-agent resume` "
+                "starts it once that task has completed"
+            )
+        if not mine.eligible:
+            return False
+        if not decide(limits, task.project_id, agent, fleet.ahead_of(mine, records),
+                      fleet.holders()).go:  # fmt: skip
+            return False
+        fleet.drop(task)
+        if limits.active:
+            fleet.hold(task, agent)
+        return True
+
+
+def release(task: TaskPaths) -> None:
+    """The loop of this process ended: free its slot, and see that queued detached tasks have
+    a keeper to start them (it may have been killed)."""
+    fleet = Fleet(task.root)
+    if not fleet.exists():
+        return
+    with fleet.locked():
+        fleet.release(task)
+        detached = any(w.start is not None for w in fleet.waiting())
+    if detached:
+        ensure_keeper(task.root)
+
+
+def dequeue(task: TaskPaths) -> Waiting | None:
+    """Take the task out of the queue (`stop`, `delete`); its record, or None if it was not in
+    it. A foreground run waiting for it notices, and ends."""
+    fleet = Fleet(task.root)
+    if not fleet.exists():
+        return None
+    with fleet.locked():
+        record = fleet.record_of(task)
+        fleet.drop(task)
+    return record
+
+
+def ensure_keeper(root: Path) -> None:
+    """Start the keeper of `root`'s queue unless one runs. It detaches from this process (so
+    none is left for this one to reap) and exits once no detached task is queued."""
+    fleet = Fleet(root)
+    fleet.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(fleet.folder / "keeper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return  # one runs
+    finally:
+        os.close(fd)
+    with open(fleet.folder / "keeper.log", "ab") as log:
+        subprocess.run(
+            [sys.executable, "-m", "runagent.fleet.keeper", "--detach", str(root.resolve())],
+            stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", check=False,
+            start_new_session=True, timeout=60,
+        )  # fmt: skip
+
+
+def _changes(fleet: Fleet) -> Generator[object, None, None]:
+    """Yields when something under .fleet/ changed, or after POLL seconds."""
+    import watchfiles
+
+    return watchfiles.watch(
+        fleet.folder, step=5, debounce=50, rust_timeout=int(POLL * 1000),
+        yield_on_timeout=True, recursive=True,
+    )  # fmt: skip
+
+
+def _started(pid: int) -> float | None:
+    from runagent.store.pids import process_start_time
+
+    return process_start_time(pid)
+
+
+def _limits_record(limits: LimitsSettings) -> dict[str, Any]:
+    return {"max_running": limits.max_running, "per_project": limits.per_project,
+            "projects": dict(limits.projects), "agents": dict(limits.agents)}  # fmt: skip

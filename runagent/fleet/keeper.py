@@ -1,0 +1,114 @@
+"""The keeper: one process per runs root that starts queued detached tasks as their turn comes.
+
+A queued detached task costs a record, not a process: the keeper is the one process that waits
+for all of them. It wakes when anything under `.fleet/` changes (a loop that ends frees its
+slot by removing a file) and at least once a second (a holder killed by SIGKILL removes
+nothing; its slot counts for nothing once its pid is gone, and a task waited for may have
+completed). Each record carries what its start needs (argv, folder, environment, the limits in
+force when it was queued), so the keeper needs no config of its own. It exits once no detached
+task is queued; whoever queues the next one, or ends a loop while one waits, starts it again
+(gate.ensure_keeper).
+
+    python -m runagent.fleet.keeper [--detach] ROOT
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from pathlib import Path
+
+from runagent.errors import RunAgentError
+from runagent.fleet import depends, gate
+from runagent.fleet.queue import Fleet, Waiting, decide
+from runagent.store.runfolder import TaskPaths
+
+
+def keep(root: Path) -> int:
+    """Start queued detached tasks of `root` as their turn comes, until none is queued."""
+    fleet = Fleet(root)
+    fleet.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(fleet.folder / "keeper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return 0  # another keeper has it
+    changes = gate._changes(fleet)
+    try:
+        while True:
+            with fleet.locked():
+                due = _due(fleet)
+                if due is None:
+                    # Let go of the keeper's lock before the fleet's: a record written after
+                    # this look finds no keeper, and its writer starts one.
+                    os.close(fd)
+                    fd = -1
+                    return 0
+            for waiting in due:
+                _start(fleet, waiting)
+            if not due:
+                next(changes)
+    finally:
+        changes.close()
+        if fd >= 0:
+            os.close(fd)
+
+
+def _due(fleet: Fleet) -> list[Waiting] | None:
+    """The detached tasks whose turn has come, their slots taken for them (under the lock);
+    None when no detached task is queued at all."""
+    records = depends.refresh(fleet, fleet.waiting())
+    if not any(w.start is not None for w in records):
+        return None
+    holders = fleet.holders()
+    due = []
+    for waiting in [w for w in records if w.start is not None and w.eligible]:
+        ahead = fleet.ahead_of(waiting, [w for w in records if w not in due])
+        limits = waiting.limit_settings()
+        if decide(limits, waiting.project, waiting.agent, ahead, holders).go:
+            task = TaskPaths(fleet.root, waiting.project, waiting.task)
+            fleet.drop(task)
+            if limits.active:
+                holders.append(fleet.hold(task, waiting.agent))
+            due.append(waiting)
+    return due
+
+
+def _start(fleet: Fleet, waiting: Waiting) -> None:
+    """Start a task whose turn has come; a start that fails frees its slot and says why in the
+    task's supervisor.log (where a detached loop's own words go)."""
+    from runagent.executors.local import start_local
+    from runagent.store import runfolder
+
+    task = TaskPaths(fleet.root, waiting.project, waiting.task)
+    start = waiting.start or {}
+    try:
+        start_local(task, [str(a) for a in start["argv"]], cwd=Path(str(start["cwd"])),
+                    env={str(k): str(v) for k, v in dict(start["env"]).items()})  # fmt: skip
+    except (RunAgentError, OSError, KeyError, TypeError) as exc:
+        with fleet.locked():
+            fleet.release(task)
+        try:
+            runfolder.append_line(
+                runfolder.supervisor_log_path(task),
+                f"run-agent: the queue could not start task {task.label}: {exc}",
+            )
+        except OSError:
+            pass
+
+
+def main(args: list[str]) -> int:
+    detach = args[:1] == ["--detach"]
+    rest = args[1:] if detach else args
+    if len(rest) != 1:
+        print("usage: python -m runagent.fleet.keeper [--detach] ROOT", file=sys.stderr)
+        return 2
+    if detach and os.fork() > 0:
+        return 0  # the parent exits at once: nothing is left for its starter to reap
+    return keep(Path(rest[0]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,338 @@
+"""Slots and the queue: files under the runs root (`.fleet/`), read and changed only under one
+lock, so the cap holds whichever process starts a task.
+
+- `slots/P@T.json`: a task loop that runs while limits are on, and the process that holds its
+  slot (its pid and start time). A holder that dies, even by SIGKILL, frees its slot: a slot
+  whose process is gone counts for nothing and is removed at the next look.
+- `queue/P@T.json`: a task waiting for a slot, or for the tasks it runs after: its place (seq,
+  priority), and either the foreground run waiting in its own process (its pid) or, for a
+  detached start, how the keeper starts it: argv, folder and environment. Like at(1)'s jobs,
+  which keep their environment too, these files are readable by their owner only.
+- `seq`: the counter that numbers places in the queue.
+- `lock`: held while any of these is read, decided on and written (a few milliseconds).
+
+The order is first come, first served within a priority (higher first). A task may start when
+it fits every cap it counts against (all tasks, its project, its agent) once every task ahead
+of it that fits has started: one waiting on a full project does not hold back one of another.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+from runagent.config.settings import LimitsSettings
+from runagent.record import record
+from runagent.store.pids import is_alive, process_start_time
+from runagent.store.runfolder import TaskPaths
+
+T = TypeVar("T")
+FOLDER = ".fleet"  # in the runs root: an id may not start with '.', so no project is named so
+SEP = "@"  # between project and task in a file name: a character no id holds
+
+
+def _file_name(project: str, task: str) -> str:
+    return f"{project}{SEP}{task}.json"
+
+
+@record
+class Holder:
+    """A running task's slot: the process that holds it."""
+
+    project: str
+    task: str
+    agent: str
+    pid: int
+    started: float | None = None  # the process's start time: a pid reused since is not it
+
+    @property
+    def label(self) -> str:
+        return f"{self.project}/{self.task}"
+
+    def alive(self) -> bool:
+        return is_alive(self.pid, self.started)
+
+
+@record
+class Waiting:
+    """A task in the queue."""
+
+    project: str
+    task: str
+    agent: str
+    seq: int
+    priority: int = 0
+    submitted: str = ""  # when it was put in the queue (UTC, ISO 8601)
+    after: tuple[str, ...] = ()  # P/T of the tasks it runs after
+    joined: bool = True  # False while it waits for the tasks it runs after
+    blocked: str | None = None  # why it will not start: a task it runs after did not complete
+    waiter: int | None = None  # the pid of a foreground run waiting in its own process
+    waiter_started: float | None = None
+    start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env}
+    limits: Mapping[str, Any] | None = None  # the limits in force when it was queued
+
+    @property
+    def label(self) -> str:
+        return f"{self.project}/{self.task}"
+
+    @property
+    def eligible(self) -> bool:
+        """In the queue proper: its dependencies done, nothing blocking it."""
+        return self.joined and self.blocked is None
+
+    def limit_settings(self) -> LimitsSettings:
+        """The limits in force when it was queued (the record carries them to the keeper)."""
+        data = self.limits or {}
+        return LimitsSettings(
+            max_running=data.get("max_running"), per_project=data.get("per_project"),
+            projects=dict(data.get("projects") or {}), agents=dict(data.get("agents") or {}),
+        )  # fmt: skip
+
+    def abandoned(self) -> bool:
+        """A foreground run that waited for it is gone (a detached start never is)."""
+        return self.waiter is not None and not is_alive(self.waiter, self.waiter_started)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "project": self.project, "task": self.task, "agent": self.agent, "seq": self.seq,
+            "priority": self.priority, "submitted": self.submitted, "after": list(self.after),
+            "joined": self.joined, "blocked": self.blocked, "waiter": self.waiter,
+            "waiter_started": self.waiter_started,
+            "start": dict(self.start) if self.start is not None else None,
+            "limits": dict(self.limits) if self.limits is not None else None,
+        }  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Waiting:
+        start = data.get("start")
+        return cls(
+            project=str(data["project"]), task=str(data["task"]), agent=str(data["agent"]),
+            seq=int(data["seq"]), priority=int(data.get("priority") or 0),
+            submitted=str(data.get("submitted") or ""),
+            after=tuple(str(a) for a in data.get("after") or ()),
+            joined=bool(data.get("joined", True)), blocked=data.get("blocked"),
+            waiter=data.get("waiter"), waiter_started=data.get("waiter_started"),
+            start=dict(start) if isinstance(start, dict) else None,
+            limits=data.get("limits") if isinstance(data.get("limits"), dict) else None,
+        )  # fmt: skip
+
+
+@record
+class Turn:
+    """Whether a task may start now; if not, how many are ahead of it and what it waits for."""
+
+    go: bool
+    ahead: int = 0
+    waits_for: str = ""
+    blocked: bool = False  # it waits for other tasks, not for a slot
+
+    def words(self, label: str) -> str:
+        """What a queued start says, once: `queued: 3 ahead (max_running 4)`."""
+        if self.blocked:
+            return f"task {label} is blocked: it {self.waits_for}"
+        return f"task {label} queued: {self.ahead} ahead ({self.waits_for})"
+
+
+def counts(what: str, holder: Holder) -> bool:
+    """Whether `holder` counts against the cap `what` (LimitsSettings.caps)."""
+    if what == "all":
+        return True
+    kind, _, name = what.partition(":")
+    return (holder.project if kind == "project" else holder.agent) == name
+
+
+def describe(what: str, limit: int) -> str:
+    """A cap in words, as `queued: ... (HERE)` says it."""
+    if what == "all":
+        return f"max_running {limit}"
+    kind, _, name = what.partition(":")
+    return f"{kind} {name}'s limit of {limit}"
+
+
+def full_cap(limits: LimitsSettings, project: str, agent: str, holders: Sequence[Holder]) -> str:
+    """The first cap a task of `project` run by `agent` would exceed, in words; '' if none."""
+    for what, limit in limits.caps(project, agent):
+        if sum(1 for h in holders if counts(what, h)) >= limit:
+            return describe(what, limit)
+    return ""
+
+
+def decide(
+    limits: LimitsSettings, project: str, agent: str, ahead: Sequence[Waiting],
+    holders: Sequence[Holder],
+) -> Turn:  # fmt: skip
+    """May a task start now, with `ahead` (eligible, in order) before it in the queue? Each of
+    them that fits is taken to have started first; the task then must fit what is left."""
+    taken = list(holders)
+    for waiting in ahead:
+        if not full_cap(limits, waiting.project, waiting.agent, taken):
+            taken.append(Holder(waiting.project, waiting.task, waiting.agent, 0))
+    cap = full_cap(limits, project, agent, taken)
+    return Turn(False, len(ahead), cap) if cap else Turn(True)
+
+
+def order(records: Sequence[Waiting]) -> list[Waiting]:
+    """The queue's order: higher priority first, then first come first."""
+    return sorted(records, key=lambda w: (-w.priority, w.seq))
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Fleet:
+    """The fleet files of one runs root."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.folder = root / FOLDER
+        self.slots = self.folder / "slots"
+        self.queue = self.folder / "queue"
+
+    def exists(self) -> bool:
+        return self.folder.is_dir()
+
+    @contextmanager
+    def locked(self) -> Iterator[Fleet]:
+        """Hold the fleet's lock (blocking) while reading, deciding and writing."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.folder.mkdir(exist_ok=True, mode=0o700)  # records may hold an environment
+        self.slots.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.queue.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield self
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    # Slots.
+
+    def holders(self, clean: bool = True) -> list[Holder]:
+        """The live slots; with `clean` (under the lock), those of processes that are gone
+        are removed."""
+        found = []
+        for path in _files(self.slots):
+            holder = _read(path, _holder)
+            if holder is not None and holder.alive():
+                found.append(holder)
+            elif clean:
+                path.unlink(missing_ok=True)
+        return found
+
+    def slot_of(self, task: TaskPaths) -> Holder | None:
+        path = self.slots / _file_name(task.project_id, task.task_id)
+        holder = _read(path, _holder)
+        return holder if holder is not None and holder.alive() else None
+
+    def hold(self, task: TaskPaths, agent: str, pid: int | None = None) -> Holder:
+        """Take (or take over) the task's slot for process `pid` (default: this one)."""
+        pid = os.getpid() if pid is None else pid
+        holder = Holder(task.project_id, task.task_id, agent, pid, process_start_time(pid))
+        _write(self.slots / _file_name(task.project_id, task.task_id), {
+            "project": holder.project, "task": holder.task, "agent": holder.agent,
+            "pid": holder.pid, "started": holder.started,
+        })  # fmt: skip
+        return holder
+
+    def release(self, task: TaskPaths, pid: int | None = None) -> None:
+        """Free the task's slot if process `pid` (default: this one) holds it."""
+        pid = os.getpid() if pid is None else pid
+        path = self.slots / _file_name(task.project_id, task.task_id)
+        holder = _read(path, _holder)
+        if holder is not None and holder.pid == pid:
+            path.unlink(missing_ok=True)
+
+    # The queue.
+
+    def waiting(self, clean: bool = True) -> list[Waiting]:
+        """Every task in the queue, in order, but those of foreground runs that are gone (a
+        waiter that died never holds up the queue); with `clean` (under the lock), their
+        records are removed."""
+        found = []
+        for path in _files(self.queue):
+            waiting = _read(path, Waiting.from_json)
+            if waiting is not None and not waiting.abandoned():
+                found.append(waiting)
+            elif clean:
+                path.unlink(missing_ok=True)
+        return order(found)
+
+    def record_of(self, task: TaskPaths) -> Waiting | None:
+        return _read(self.queue / _file_name(task.project_id, task.task_id), Waiting.from_json)
+
+    def put(self, waiting: Waiting) -> None:
+        _write(self.queue / _file_name(waiting.project, waiting.task), waiting.to_json())
+
+    def drop(self, task: TaskPaths) -> bool:
+        """Take the task out of the queue; whether it was in it."""
+        path = self.queue / _file_name(task.project_id, task.task_id)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return False
+        return True
+
+    def next_seq(self) -> int:
+        """The next place in the queue (under the lock)."""
+        path = self.folder / "seq"
+        try:
+            seq = int(path.read_text(encoding="utf-8").strip() or 0) + 1
+        except (OSError, ValueError):
+            seq = 1
+        _write_text(path, f"{seq}\n")
+        return seq
+
+    def join(self, waiting: Waiting) -> Waiting:
+        """The record as it joins the queue proper: at its end, now."""
+        return replace(waiting, joined=True, blocked=None, seq=self.next_seq())
+
+    def ahead_of(self, waiting: Waiting, records: Sequence[Waiting]) -> list[Waiting]:
+        """The eligible records before `waiting` in the queue's order."""
+        key = (-waiting.priority, waiting.seq)
+        return [w for w in records if w.eligible and (-w.priority, w.seq) < key]
+
+
+def _holder(data: Mapping[str, Any]) -> Holder:
+    started = data.get("started")
+    return Holder(
+        str(data["project"]), str(data["task"]), str(data["agent"]), int(data["pid"]),
+        float(started) if started is not None else None,
+    )  # fmt: skip
+
+
+def _files(folder: Path) -> list[Path]:
+    try:
+        return [folder / name for name in os.listdir(folder) if name.endswith(".json")]
+    except OSError:
+        return []
+
+
+def _read(path: Path, make: Callable[[Mapping[str, Any]], T]) -> T | None:
+    """`make(data)` of the JSON file at `path`; None if it is not there or not what it should
+    be (a damaged record counts for nothing, and is written afresh by the next holder)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return make(data) if isinstance(data, dict) else None
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _write(path: Path, data: Mapping[str, Any]) -> None:
+    _write_text(path, json.dumps(data, ensure_ascii=False))
+
+
+def _write_text(path: Path, text: str) -> None:
+    """Whole or not at all, readable by the owner only (a record may hold an environment)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(tmp, path)

@@ -1,0 +1,341 @@
+"""The concurrency cap and its queue, and tasks that run after others: real `run-agent`
+processes, real run folders, the keeper as the process it is. Orders and counts are asserted,
+never durations."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from typing import Any
+
+import pytest
+import yaml
+
+import backends
+from runagent.config.settings import LimitsSettings
+from runagent.errors import ConfigError, UsageError
+from runagent.fleet.queue import Fleet, Holder, Waiting, decide
+from runagent.service import Command, Service, StartRequest
+from runagent.store.runinfo import RunInfo
+from tests.conftest import Workspace, wait_for
+
+# Each agent prints a line, then waits for `go` in its own task folder.
+HOLD = ["--lines", "1", "--wait-in-task", "go"]
+
+
+def configure(ws: Workspace, limits: dict[str, Any] | None, args: list[str] = HOLD) -> None:
+    ws.write_config(args, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    if limits is not None:
+        data["limits"] = limits
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+def listed(ws: Workspace) -> dict[str, dict[str, Any]]:
+    done = ws.cli("list", "--json")
+    assert done.returncode == 0, done.stderr
+    return {f"{t['project_id']}/{t['task_id']}": t for t in json.loads(done.stdout)}
+
+
+def go(ws: Workspace, task: str, project: str = "p") -> None:
+    folder = ws.task(project, task).folder
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "go").touch()
+
+
+def running(ws: Workspace, task: str) -> bool:
+    return listed(ws).get(f"p/{task}", {}).get("status") == "running"
+
+
+def only_run(ws: Workspace, task: str) -> RunInfo:
+    (info,) = ws.runs("p", task)
+    return info
+
+
+def service(ws: Workspace) -> Service:
+    return Service(ws.root, config_path=ws.config, backend_names=backends.known(),
+                   workdir=ws.path)  # fmt: skip
+
+
+def keepers(ws: Workspace) -> list[int]:
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = proc.info["cmdline"] or []
+        if "runagent.fleet.keeper" in cmdline and str(ws.root.resolve()) in cmdline:
+            found.append(proc.pid)
+    return found
+
+
+# The decision itself.
+
+LIMITS = LimitsSettings(max_running=2, projects={"web": 1})
+
+
+def waiting(project: str, task: str, seq: int, priority: int = 0) -> Waiting:
+    return Waiting(project, task, "fake", seq, priority)
+
+
+def holder(project: str, task: str) -> Holder:
+    return Holder(project, task, "fake", 1)
+
+
+def test_a_task_goes_while_a_slot_is_free_and_none_ahead_can_take_it() -> None:
+    assert decide(LIMITS, "p", "fake", [], []).go
+    assert not decide(LIMITS, "p", "fake", [], [holder("p", "a"), holder("q", "b")]).go
+    # One ahead that fits takes the one free slot first...
+    turn = decide(LIMITS, "p", "fake", [waiting("q", "w", 1)], [holder("p", "a")])
+    assert not turn.go and turn.ahead == 1 and turn.waits_for == "max_running 2"
+    # ...but one ahead held back by its own project's cap does not hold this one back.
+    assert decide(LIMITS, "p", "fake", [waiting("web", "w", 1)], [holder("web", "a")]).go
+    turn = decide(LIMITS, "web", "fake", [], [holder("web", "a")])
+    assert not turn.go and turn.waits_for == "project web's limit of 1"
+    per_agent = LimitsSettings(agents={"claude": 1})
+    assert not decide(per_agent, "p", "claude", [], [Holder("q", "x", "claude", 1)]).go
+    assert decide(per_agent, "p", "codex", [], [Holder("q", "x", "claude", 1)]).go
+
+
+def test_the_config_names_a_bad_limit(ws: Workspace) -> None:
+    from runagent.config.file import load_config
+
+    for limits, said in (
+        ({"max_running": 0}, "limits.max_running: 0 would never start a task"),
+        ({"max_running": -1}, "limits.max_running: -1 is not a whole number"),
+        ({"agents": {"claude": "two"}}, "limits.agents.claude: 'two' is not a whole number"),
+        ({"max_runing": 2}, "did you mean 'max_running'"),
+    ):
+        configure(ws, limits)
+        with pytest.raises(ConfigError, match=said):
+            load_config(ws.config, backends.known(), ws.path)
+
+
+# Foreground runs: each waits in its own process.
+
+
+def test_a_run_over_the_cap_waits_its_turn_says_so_once_and_runs_after(ws: Workspace) -> None:
+    configure(ws, {"max_running": 1})
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: running(ws, "a"), what="a running")
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "queued", what="b queued")
+    row = listed(ws)["p/b"]
+    assert row["queue"]["ahead"] == 0 and row["queue"]["waits_for"] == "max_running 1"
+    assert not ws.runs("p", "b")  # nothing of it ran
+    go(ws, "b")
+    go(ws, "a")
+    assert first.wait(60) == 0 and second.wait(60) == 0
+    said = second.stderr.read() if second.stderr else ""
+    assert said.count("queued: 0 ahead (max_running 1)") == 1, said
+    a, b = only_run(ws, "a"), only_run(ws, "b")
+    assert b.start_time >= (a.end_time or "")  # never both at once
+    assert not list(Fleet(ws.root).slots.iterdir())  # every slot given back
+
+
+def test_ctrl_c_leaves_the_queue_with_130_and_no_task_behind(ws: Workspace) -> None:
+    configure(ws, {"max_running": 1})
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: running(ws, "a"), what="a running")
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    wait_for(lambda: Fleet(ws.root).record_of(ws.task("p", "b")) is not None, what="b queued")
+    os.killpg(second.pid, signal.SIGINT)
+    assert second.wait(30) == 130
+    assert "left the queue" in (second.stderr.read() if second.stderr else "")
+    assert Fleet(ws.root).record_of(ws.task("p", "b")) is None
+    assert not ws.task("p", "b").folder.exists()  # it never ran: nothing is left of it
+    go(ws, "a")
+    assert first.wait(60) == 0
+
+
+def test_stop_takes_a_waiting_run_out_of_the_queue(ws: Workspace) -> None:
+    configure(ws, {"max_running": 1})
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: running(ws, "a"), what="a running")
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "queued", what="b queued")
+    stopped = ws.cli("stop", "-p", "p", "-t", "b")
+    assert stopped.returncode == 0 and "left the queue" in stopped.stdout
+    assert second.wait(30) == 130
+    assert "taken out of the queue" in (second.stderr.read() if second.stderr else "")
+    go(ws, "a")
+    assert first.wait(60) == 0
+
+
+def test_a_holder_killed_by_sigkill_frees_its_slot(ws: Workspace) -> None:
+    configure(ws, {"max_running": 1})
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: running(ws, "a"), what="a running")
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "queued", what="b queued")
+    go(ws, "b")
+    os.killpg(first.pid, signal.SIGKILL)  # the supervisor and its whole group; its reaper lives
+    first.wait(30)
+    assert second.wait(60) == 0  # the dead holder's slot counted for nothing
+    assert only_run(ws, "b").status.value == "completed"
+
+
+# Detached starts (the API, schedules): a record each, one keeper for them all.
+
+
+def test_detached_starts_queue_as_records_and_one_keeper_starts_them_in_order(
+    ws: Workspace,
+) -> None:
+    configure(ws, {"max_running": 2, "projects": {"web": 1}})
+    door = service(ws)
+    started = {}
+    for project, task, priority in (("p", "t1", 0), ("p", "t2", 0), ("p", "t3", 0),
+                                    ("p", "t4", 5), ("web", "w1", 0)):  # fmt: skip
+        started[task] = door.start(StartRequest(ws.task(project, task), "go", priority=priority))
+    assert started["t1"].pid > 0 and started["t2"].pid > 0
+    queued = {k: v.queued for k, v in started.items() if v.queued is not None}
+    assert set(queued) == {"t3", "t4", "w1"}
+    assert queued["w1"] is not None and queued["w1"].waits_for == "max_running 2"
+    rows = listed(ws)
+    # t4 was queued after t3, but with a higher priority: it is ahead of t3.
+    assert rows["p/t4"]["status"] == "queued" and rows["p/t4"]["queue"]["ahead"] == 0
+    assert rows["p/t3"]["queue"]["ahead"] == 1 and rows["p/t3"]["queue"]["detached"]
+    assert len(keepers(ws)) == 1
+    for task in ("t1", "t2", "t3", "t4"):
+        go(ws, task)
+    go(ws, "w1", project="web")
+    wait_for(lambda: all(r["status"] == "completed" for r in listed(ws).values())
+             and len(listed(ws)) == 5, timeout=60, what="all five to complete")  # fmt: skip
+    runs = sorted(
+        [only_run(ws, t) for t in ("t1", "t2", "t3", "t4")] + ws.runs("web", "w1"),
+        key=lambda r: r.start_time,
+    )
+    assert [r.task_id for r in runs][2:] == ["t4", "t3", "w1"]  # the queue's order
+    for run in runs:  # never more than two at once
+        overlapping = [o for o in runs if o.start_time < (run.end_time or "") and
+                       (o.end_time or "") > run.start_time]  # fmt: skip
+        assert len(overlapping) <= 2, (run.task_id, [o.task_id for o in overlapping])
+    wait_for(lambda: not keepers(ws), what="the keeper to exit with the queue empty")
+    assert not Fleet(ws.root).waiting()
+
+
+def test_a_queued_detached_task_is_stopped_before_it_starts(ws: Workspace) -> None:
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    queued = door.start(StartRequest(ws.task("p", "b"), "go"))
+    assert queued.queued is not None and queued.pid == 0
+    left = door.stop(ws.task("p", "b"), 5)
+    assert isinstance(left, Waiting) and left.label == "p/b"
+    assert listed(ws)["p/b"]["status"] == "pending"
+    go(ws, "a")
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", what="a to complete")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+    assert not ws.runs("p", "b")  # never started
+
+
+# Tasks that run after others.
+
+
+def test_a_run_after_another_is_blocked_until_it_completes(ws: Workspace) -> None:
+    configure(ws, None)
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: running(ws, "a"), what="a running")
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "--after", "p/a", "second")
+    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "blocked", what="b blocked")
+    assert listed(ws)["p/b"]["queue"]["waits_for"] == "waits for p/a"
+    go(ws, "b")
+    go(ws, "a")
+    assert first.wait(60) == 0 and second.wait(60) == 0
+    assert only_run(ws, "b").start_time >= (only_run(ws, "a").end_time or "")
+
+
+def test_a_failed_dependency_blocks_and_resume_starts_the_task_once_it_completed(
+    ws: Workspace,
+) -> None:
+    configure(ws, None, ["--exit", "1"])
+    assert ws.cli("job", "-p", "p", "-t", "a", "first").returncode == 1
+    blocked = ws.cli("job", "-p", "p", "-t", "b", "--after", "p/a", "second")
+    assert blocked.returncode == 6, blocked.stderr
+    assert "blocked: it waits for p/a, which failed" in blocked.stderr
+    row = listed(ws)["p/b"]
+    assert row["status"] == "blocked" and "p/a, which failed" in row["queue"]["waits_for"]
+    assert not ws.runs("p", "b")
+    configure(ws, None, ["--exit", "0"])
+    assert ws.cli("resume", "-p", "p", "-t", "b").returncode == 6  # a has still not completed
+    assert ws.cli("resume", "-p", "p", "-t", "a").returncode == 0
+    resumed = ws.cli("resume", "-p", "p", "-t", "b")
+    assert resumed.returncode == 0, resumed.stderr
+    assert only_run(ws, "b").status.value == "completed"
+
+
+def test_unknown_tasks_itself_and_cycles_are_refused_at_submission(ws: Workspace) -> None:
+    configure(ws, None, ["--exit", "1"])
+    refusals = [("p/nope", "no such task"), ("p/b", "is the task itself"),
+                ("nope", "is not PROJECT/TASK"), ("p/../x", "not allowed")]  # fmt: skip
+    for after, said in refusals:
+        done = ws.cli("job", "-p", "p", "-t", "b", "--after", after, "x")
+        assert done.returncode == 2 and said in done.stderr, (after, done.stderr)
+        assert not ws.task("p", "b").folder.exists()
+    assert ws.cli("job", "-p", "p", "-t", "a", "x").returncode == 1
+    assert ws.cli("job", "-p", "p", "-t", "c", "x").returncode == 1
+    door = service(ws)
+    blocked = door.start(StartRequest(ws.task("p", "a"), command=Command.RESUME, after=("p/c",)))
+    assert blocked.queued is not None and blocked.queued.blocked
+    with pytest.raises(UsageError, match="p/c -> p/a -> p/c would wait for itself"):
+        door.start(StartRequest(ws.task("p", "c"), command=Command.RESUME, after=("p/a",)))
+    assert door.stop(ws.task("p", "a"), 5) is not None
+
+
+def test_the_api_queues_a_start_over_the_cap_and_says_where(ws: Workspace) -> None:
+    from starlette.testclient import TestClient
+
+    from server.app import create_app
+    from server.settings import Settings
+    from tests.conftest import LOCAL
+
+    configure(ws, {"max_running": 1})
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path,
+                              backend_names=backends.known()))  # fmt: skip
+    with TestClient(app, base_url=LOCAL) as c:
+        first = c.post("/api/projects/p/tasks", json={"task_id": "a", "prompt": "go"})
+        assert first.status_code == 202 and first.json()["queued"] is None
+        second = c.post("/api/projects/p/tasks",
+                        json={"task_id": "b", "prompt": "go", "priority": "3"})  # fmt: skip
+        assert second.status_code == 202, second.text
+        assert second.json()["queued"] == {"ahead": 0, "waits_for": "max_running 1",
+                                           "blocked": False}  # fmt: skip
+        assert second.json()["supervisor_pid"] is None
+        bad = c.post("/api/projects/p/tasks", json={"task_id": "c", "prompt": "go",
+                                                    "after": ["p/none"]})  # fmt: skip
+        assert bad.status_code == 400 and "no such task" in bad.json()["error"]
+        assert c.get("/api/projects/p/tasks/b").json()["queue"]["priority"] == 3
+        go(ws, "a")
+        go(ws, "b")
+        wait_for(lambda: c.get("/api/projects/p/tasks/b").json()["status"] == "completed",
+                 timeout=60, what="b to complete")  # fmt: skip
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_queue_records_hold_the_environment_for_the_owner_only(ws: Workspace) -> None:
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    door.start(StartRequest(ws.task("p", "b"), "go"))
+    fleet = Fleet(ws.root)
+    (record,) = fleet.queue.iterdir()
+    assert oct(record.stat().st_mode & 0o777) == "0o600"
+    assert oct(fleet.folder.stat().st_mode & 0o777) == "0o700"
+    go(ws, "a")
+    go(ws, "b")
+    wait_for(lambda: listed(ws)["p/b"]["status"] == "completed", timeout=60, what="b")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_the_keeper_is_started_again_when_it_was_killed(ws: Workspace) -> None:
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    door.start(StartRequest(ws.task("p", "b"), "go"))
+    (keeper,) = keepers(ws)
+    os.kill(keeper, signal.SIGKILL)
+    wait_for(lambda: not keepers(ws), what="the keeper gone")
+    go(ws, "b")
+    go(ws, "a")  # a's loop ends: its supervisor sees a detached task waiting, with no keeper
+    wait_for(lambda: listed(ws)["p/b"]["status"] == "completed", timeout=60, what="b")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
