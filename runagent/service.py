@@ -21,15 +21,14 @@ from typing import TYPE_CHECKING
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import Config, ExecutorSettings, ExecutorType, LimitsSettings
 from runagent.errors import NotFoundError, RunAgentError, UsageError
-from runagent.fleet import depends, gate
-from runagent.fleet.queue import Fleet, Turn, Waiting
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
-from runagent.store import taskfolder, tasks
+from runagent.store import runfolder, taskfolder, tasks
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
     from runagent.executors.local import Started
+    from runagent.fleet.queue import Turn, Waiting
     from runagent.schedule import Firing
     from runagent.store.cleanup import Doomed
     from runagent.store.lock import Holder
@@ -108,7 +107,10 @@ class Service:
             prompt = validate_prompt(existing, f"the task's prompt in {task.task_md}")
         taskfolder.check_task_prompt(task, prompt, request.conflict_hint)
         tasks.refuse_completed(tasks.view(task), request.again)
-        depends.parse_after(request.after, task)  # the tasks exist, and are not this one
+        if request.after:  # the tasks exist, and are not this one
+            from runagent.fleet import depends
+
+            depends.parse_after(request.after, task)
         self.check(request, LoopOverrides.remembered(task).merged(request.overrides).agent)
         return prompt
 
@@ -141,7 +143,9 @@ class Service:
             config = self.current_config()
             limits = config.limits if config is not None else LimitsSettings()
             after = self._after(request)
-            if not on_ray and gate.needed(task, limits, after):  # Ray's own queue caps a cluster
+            if not on_ray and self._gated(task, limits, after):  # Ray's own queue caps a cluster
+                from runagent.fleet import gate
+
                 argv = control.loop_argv(
                     request.command.value, task, overrides, self.config_path, request.schedule,
                     request.again,
@@ -162,7 +166,7 @@ class Service:
             )  # fmt: skip
         except RunAgentError:
             if gated:  # the slot taken for it
-                gate.release(task)
+                self.release(task)
             if created:  # a refused start leaves no task behind
                 taskfolder.discard_new_task(task)
             raise
@@ -172,22 +176,45 @@ class Service:
         `limits:` or for the tasks it runs after (gate.take_turn); `tell` says so once."""
         config = self.current_config()
         limits = config.limits if config is not None else LimitsSettings()
+        after = self._after(request)
+        if not self._gated(request.task, limits, after):
+            return
+        from runagent.fleet import gate
+
         gate.take_turn(
-            request.task, limits, agent, priority=request.priority, after=self._after(request),
-            tell=tell,
+            request.task, limits, agent, priority=request.priority, after=after, tell=tell,
         )  # fmt: skip
 
     def release(self, task: TaskPaths) -> None:
         """The loop this process ran has ended: its slot is free for the next in the queue."""
-        gate.release(task)
+        if self._queue_exists():
+            from runagent.fleet import gate
+
+            gate.release(task)
+
+    def _queue_exists(self) -> bool:
+        return (self.root / runfolder.FLEET).is_dir()
+
+    def _gated(self, task: TaskPaths, limits: LimitsSettings, after: tuple[str, ...]) -> bool:
+        """Whether a start passes the fleet's gate (the fleet's code loads only then)."""
+        if not (limits.active or after or self._queue_exists()):
+            return False
+        from runagent.fleet import gate
+
+        return gate.needed(task, limits, after)
 
     def _after(self, request: StartRequest) -> tuple[str, ...]:
         """The tasks a start waits for: as given, else (a resume of a blocked task) those its
         place in the queue names."""
         if request.after:
+            from runagent.fleet import depends
+
             return depends.parse_after(request.after, request.task)
-        fleet = Fleet(self.root)
-        record = fleet.record_of(request.task) if fleet.exists() else None
+        if not self._queue_exists():
+            return ()
+        from runagent.fleet.queue import Fleet
+
+        record = Fleet(self.root).record_of(request.task)
         return record.after if record is not None else ()
 
     def _agent_name(self, request: StartRequest, config: Config | None) -> str:
@@ -227,9 +254,12 @@ class Service:
         (control.stop: the holder asked); None if it was neither queued nor running."""
         from runagent.executors import control
 
-        left = gate.dequeue(task)
-        if left is not None:
-            return left
+        if self._queue_exists():
+            from runagent.fleet import gate
+
+            left = gate.dequeue(task)
+            if left is not None:
+                return left
         return control.stop(task, wait, self.executor)
 
     def delete(
@@ -242,7 +272,10 @@ class Service:
         doomed = cleanup.delete_plan(task, force)  # AlreadyRunningError while its loop runs
         if confirm is not None:
             confirm(doomed)
-        gate.dequeue(task)  # a queued task is never started once deleted
+        if self._queue_exists():  # a queued task is never started once deleted
+            from runagent.fleet import gate
+
+            gate.dequeue(task)
         return doomed, cleanup.carry_out([doomed], self.root)
 
     def hold_scheduler(self) -> bool:

@@ -53,11 +53,13 @@ finally:
         json.dump(sorted(sys.modules), f)
 """
 
-# Heavy or needless on the way to a version, a listing or a one-run job. Those click itself
+# Heavy or needless on the way to a version, a listing or a one-run job (the fleet's code: with
+# no limits and no queue under the root). Those click itself
 # imports (inspect, uuid, and urllib through pathlib) are left out below: no path avoids them.
 NEVER = {"starlette", "uvicorn", "sse_starlette", "watchfiles", "psutil", "ray", "server",
          "zoneinfo", "urllib", "uuid", "inspect", "runagent.schedule", "runagent.executors.control",
-         "runagent.executors.ray", "runagent.ops", "runagent.paste", "runagent.doctor"}  # fmt: skip
+         "runagent.executors.ray", "runagent.ops", "runagent.paste", "runagent.doctor",
+         "runagent.fleet"}  # fmt: skip
 
 
 def imported(tmp_path: Path, *args: str, cwd: Path | None = None) -> set[str]:

@@ -28,7 +28,6 @@ from runagent.config import userfile
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorType, Until
 from runagent.errors import BlockedError, ExitCode, RunAgentError, UsageError
-from runagent.fleet.queue import Waiting
 from runagent.loop import notify
 from runagent.loop.context import (
     LoopRequest,
@@ -340,6 +339,8 @@ def stop(
     """Stop a task's loop: its agent tree is killed and nothing restarts."""
     s, task = existing_task(config_path, root, project_id, task_id)
     grace = s.config.defaults.kill_grace + STOP_WAIT_MARGIN
+    from runagent.fleet.queue import Waiting  # (loaded already where there is a queue)
+
     stopped = service_for(s).stop(task, grace if wait else None)
     if stopped is None:
         click.echo(f"run-agent: task {task.label} is not running")

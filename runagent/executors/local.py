@@ -12,15 +12,18 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyRunningError, RunAgentError, error_for_exit
-from runagent.fleet.queue import Turn
 from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.host import is_here
 from runagent.store.lock import Holder, already_running, live_holder
 from runagent.store.runfolder import TaskPaths
+
+if TYPE_CHECKING:  # a queued start's place: loaded where there is a queue
+    from runagent.fleet.queue import Turn
 
 START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
 

@@ -31,10 +31,10 @@ from typing import Any, TypeVar
 from runagent.config.settings import LimitsSettings
 from runagent.record import record
 from runagent.store.pids import is_alive, process_start_time
-from runagent.store.runfolder import TaskPaths
+from runagent.store.runfolder import FLEET, TaskPaths
 
 T = TypeVar("T")
-FOLDER = ".fleet"  # in the runs root: an id may not start with '.', so no project is named so
+FOLDER = FLEET  # in the runs root: an id may not start with '.', so no project is named so
 SEP = "@"  # between project and task in a file name: a character no id holds
 
 
@@ -122,6 +122,44 @@ class Waiting:
             start=dict(start) if isinstance(start, dict) else None,
             limits=data.get("limits") if isinstance(data.get("limits"), dict) else None,
         )  # fmt: skip
+
+
+@record
+class QueuePlace:
+    """Where a queued or blocked task stands, as a listing shows it."""
+
+    ahead: int
+    waits_for: str
+    priority: int = 0
+    after: tuple[str, ...] = ()
+    detached: bool = True  # started by the keeper when its turn comes (else a foreground run)
+    blocked: bool = False  # waits for other tasks (not for a slot)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ahead": self.ahead, "waits_for": self.waits_for, "priority": self.priority,
+                "after": list(self.after), "detached": self.detached}  # fmt: skip
+
+
+def places(root: Path) -> dict[str, QueuePlace]:
+    """Every queued or blocked task under `root`, by P/T, with where it stands (read only)."""
+    fleet = Fleet(root)
+    records = fleet.waiting(clean=False)  # a listing reads; the queue's writers tidy it
+    holders = fleet.holders(clean=False)
+    found = {}
+    for waiting in records:
+        ahead = fleet.ahead_of(waiting, records) if waiting.eligible else []
+        if waiting.blocked is not None:
+            waits = f"blocked: {waiting.blocked}"
+        elif not waiting.joined:
+            waits = f"waits for {', '.join(waiting.after)}"
+        else:
+            turn = decide(waiting.limit_settings(), waiting.project, waiting.agent, ahead, holders)
+            waits = turn.waits_for or "its turn: a slot is free"
+        found[waiting.label] = QueuePlace(
+            len(ahead), waits, waiting.priority, waiting.after, waiting.start is not None,
+            not waiting.eligible,
+        )  # fmt: skip
+    return found
 
 
 @record

@@ -41,6 +41,7 @@ LOCK = ".lock"
 SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
 SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last fired
 SCHEDULE_LOCK = ".schedules.lock"  # held while the schedule state is read, changed and written
+FLEET = ".fleet"  # in the runs root: the queue's slots and records (runagent/fleet/)
 SCHEDULE_LOG = "schedule.log"  # in the runs root: what the crontab lines' firings print
 RUNS = "runs"
 OPERATIONS = "operations.jsonl"  # every message an operations run received, one per line

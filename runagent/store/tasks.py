@@ -12,10 +12,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from runagent.errors import AlreadyCompletedError, NotFoundError
-from runagent.fleet.queue import Fleet, decide
 from runagent.record import record
 from runagent.store import runfolder, taskfolder
 from runagent.store.host import foreign_alive, is_here
@@ -23,6 +22,9 @@ from runagent.store.lock import Holder, live_holder
 from runagent.store.pids import is_alive
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus, Usage
+
+if TYPE_CHECKING:  # loaded where a runs root has a queue
+    from runagent.fleet.queue import QueuePlace
 
 
 class TaskStatus(enum.StrEnum):
@@ -40,22 +42,6 @@ class TaskStatus(enum.StrEnum):
     # Not running yet (runagent/fleet/):
     QUEUED = "queued"  # waiting for a slot under `limits:`
     BLOCKED = "blocked"  # waiting for the tasks it runs after (or one of them did not complete)
-
-
-@record
-class QueuePlace:
-    """Where a queued or blocked task stands: how many are ahead, and what it waits for."""
-
-    ahead: int
-    waits_for: str
-    priority: int = 0
-    after: tuple[str, ...] = ()
-    detached: bool = True  # started by the keeper when its turn comes (else a foreground run)
-    blocked: bool = False  # waits for other tasks (not for a slot)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ahead": self.ahead, "waits_for": self.waits_for, "priority": self.priority,
-                "after": list(self.after), "detached": self.detached}  # fmt: skip
 
 
 @record
@@ -165,30 +151,14 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> Tas
     return TaskView(task, status, len(task.run_ids()), latest, holder, used, place)
 
 
-def queue_places(root: Path) -> dict[str, QueuePlace]:
-    """Every queued or blocked task under `root`, by P/T, with where it stands."""
-    fleet = Fleet(root)
-    if not fleet.exists():
+def queue_places(root: Path) -> Mapping[str, QueuePlace]:
+    """Every queued or blocked task under `root`, by P/T (none without a queue: the fleet's
+    code is loaded only where there is one)."""
+    if not (root / runfolder.FLEET).is_dir():
         return {}
-    records = fleet.waiting(clean=False)  # a listing reads; the queue's writers tidy it
-    holders = fleet.holders(clean=False)
-    places = {}
-    for waiting in records:
-        if waiting.blocked is not None:
-            waits = f"blocked: {waiting.blocked}"
-        elif not waiting.joined:
-            waits = f"waits for {', '.join(waiting.after)}"
-        else:
-            waits = ""
-        ahead = fleet.ahead_of(waiting, records) if waiting.eligible else []
-        if waiting.eligible:
-            turn = decide(waiting.limit_settings(), waiting.project, waiting.agent, ahead, holders)
-            waits = turn.waits_for or "its turn: a slot is free"
-        places[waiting.label] = QueuePlace(
-            len(ahead), waits, waiting.priority, waiting.after,
-            waiting.start is not None, not waiting.eligible,
-        )  # fmt: skip
-    return places
+    from runagent.fleet import queue
+
+    return queue.places(root)
 
 
 def operations_status(task: TaskPaths) -> TaskStatus | None:
