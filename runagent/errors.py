@@ -13,6 +13,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1
     USAGE = 2
     MISSING_DEPENDENCY = 3
+    STUCK = 5
     BLOCKED = 6
     ALREADY_RUNNING = 75
     TIMED_OUT = 124

@@ -239,7 +239,7 @@ class Service:
         task = TaskPaths(self.root, validate_id("project", config.project), firing.task_id)
         overrides = LoopOverrides(
             agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout,
-            until=config.until,
+            until=config.until, stuck_after=config.stuck_after,
         )  # fmt: skip
         request = StartRequest(
             task, prompt, overrides=overrides, schedule=config.name,

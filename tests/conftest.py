@@ -38,6 +38,7 @@ TEST_DEFAULTS: dict[str, Any] = {
     "kill_grace": "1s",
     "idle_timeout": 0,
     "crash_loop_runs": 0,
+    "stuck_after": 0,  # tests of the loop's other rules fail the same way on purpose
 }
 
 
@@ -227,6 +228,7 @@ class Workspace:
             "kill_grace": 1.0,
             "idle_timeout": None,
             "crash_loop_runs": 0,
+            "stuck_after": 0,
         }
         agent = AgentConfig(
             name="fake", type="command", command=tuple(self.agent_argv(args)), env=env or {}

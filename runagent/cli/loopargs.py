@@ -28,6 +28,7 @@ class LoopArgs:
     one_run: bool = False  # `job`: its max_restarts 0 is not how the task is remembered
     after: tuple[str, ...] = ()  # P/T of tasks that must complete first (`--after`)
     priority: int = 0  # its place among tasks that wait in the queue (`--priority`)
+    no_stuck: bool = False  # `--no-stuck`: off for this loop, not remembered for the task
 
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -50,10 +51,16 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
                     "agent once; use `run-agent run` for a loop with restarts"
                 )
         raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS if name not in without}
+        no_stuck = bool(kwargs.pop("no_stuck"))
+        if no_stuck:
+            if raw.get("stuck_after") is not None:
+                raise UsageError("--no-stuck and --stuck-after contradict each other; give one")
+            raw["stuck_after"] = 0
         overrides = LoopOverrides.parse(raw)
         loop = LoopArgs(
             overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"),
             after=tuple(kwargs.pop("after")), priority=kwargs.pop("priority") or 0,
+            no_stuck=no_stuck,
         )  # fmt: skip
         return f(*args, loop=loop, **kwargs)
 
@@ -71,6 +78,11 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--timeout", help="Stop a run after this long in total, e.g. 30m (0: never).")),
         ("idle_timeout", click.option(
             "--idle-timeout", help="Stop a run after this long without output (0: never).")),
+        ("stuck_after", click.option(
+            "--stuck-after", metavar="N", help="Stop the loop after N attempts in a row without "
+            "progress: the same failure, or no change to the working folder (default 3).")),
+        ("no_stuck", click.option(
+            "--no-stuck", is_flag=True, help="Never stop the loop as stuck (this task).")),
         ("until", click.option(
             "--until", type=click.Choice([u.value for u in Until]),
             help="exit: exit 0 completes the task; done-file: only a DONE file does; "
@@ -138,4 +150,4 @@ def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
-                    "idle_timeout", "until")  # fmt: skip
+                    "idle_timeout", "until", "stuck_after")  # fmt: skip

@@ -51,6 +51,7 @@ OUTCOME_EXIT = {
     Outcome.TIMED_OUT: ExitCode.TIMED_OUT,
     Outcome.STOPPED: ExitCode.STOPPED,
     Outcome.MISSING_DEPENDENCY: ExitCode.MISSING_DEPENDENCY,
+    Outcome.STUCK: ExitCode.STUCK,
 }
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -273,12 +274,14 @@ def foreground_loop(
     started_with = replace(overrides, agent=agent.name, working_dir=working_dir)
     if loop.one_run:  # a job's single run is not how the task's loop is to be resumed
         started_with = replace(started_with, max_restarts=remembered.max_restarts)
+    if loop.no_stuck:  # for this loop only
+        started_with = replace(started_with, stuck_after=remembered.stuck_after)
     request = LoopRequest(
         task=task,
         prompt=prompt,
         agent_name=agent.name,
         working_dir=working_dir,
-        settings=overrides.apply(s.config.defaults),
+        settings=overrides.apply(agent.loop_defaults(s.config.defaults)),
         base_env=dict(os.environ),
         parent_run_id=parent_run_id(os.environ),
         executable_dir=executable_dir(),

@@ -319,7 +319,7 @@ def _schedule(
 
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
-           "keep", "after", "priority")  # fmt: skip
+           "keep", "after", "priority", "stuck_after")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -367,6 +367,7 @@ def _schedule(
         keep=_keep(s.section("keep")) if s.has("keep") else None,
         after=s.argv("after"),
         priority=_priority(s),
+        stuck_after=s.count("stuck_after", 0) if s.has("stuck_after") else None,
     )
 
 
@@ -443,7 +444,7 @@ def _agent(
     paste: PasteSettings,
 ) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
-           "token_env", "permissions", "pass_env", "mode", "max_turns")  # fmt: skip
+           "token_env", "permissions", "pass_env", "mode", "max_turns", "stuck_after")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -471,6 +472,7 @@ def _agent(
         max_turns=_max_turns(s),
         ops=ops,
         paste=paste,
+        stuck_after=s.count("stuck_after", 0) if s.has("stuck_after") else None,
     )
 
 

@@ -34,6 +34,7 @@ class LoopOverrides:
     timeout: float | None = None
     idle_timeout: float | None = None
     until: Until | None = None
+    stuck_after: int | None = None  # 0: stuck detection off for this task
 
     @classmethod
     def parse(
@@ -54,6 +55,8 @@ class LoopOverrides:
                 changes[name] = parse_duration(value, where(name)) or 0.0
             elif name == "max_restarts":
                 changes[name] = _count(value, where(name))
+            elif name == "stuck_after":
+                changes[name] = _count(value, where(name), "attempts")
             elif name == "until":
                 changes[name] = _until(value, where(name))
             elif name == "working_dir":
@@ -77,6 +80,8 @@ class LoopOverrides:
                 changes[name] = value or None  # 0: off
         if self.until is not None:
             changes["until"] = self.until
+        if self.stuck_after is not None:
+            changes["stuck_after"] = self.stuck_after
         return dataclasses.replace(settings, **changes)
 
     def merged(self, given: LoopOverrides) -> LoopOverrides:
@@ -114,15 +119,15 @@ class LoopOverrides:
         return args
 
 
-def _count(value: object, where: str) -> int:
+def _count(value: object, where: str, what: str = "restarts") -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise UsageError(f"{where}: {value!r} is not a whole number of restarts")
+        raise UsageError(f"{where}: {value!r} is not a whole number of {what}")
     try:
         count = int(value)
     except ValueError:
-        raise UsageError(f"{where}: {value!r} is not a whole number of restarts") from None
+        raise UsageError(f"{where}: {value!r} is not a whole number of {what}") from None
     if count < 0:
-        raise UsageError(f"{where}: {count} is negative; give 0 or more restarts")
+        raise UsageError(f"{where}: {count} is negative; give 0 or more {what}")
     return count
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Collection, Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from pathlib import Path
 
 from runagent.errors import UsageError
@@ -93,6 +93,13 @@ class AgentConfig:
     max_turns: int = DEFAULT_MAX_TURNS  # agent mode: model replies before the run fails
     ops: OpsSettings = field(default_factory=OpsSettings)  # the config's `ops:` section
     paste: PasteSettings = field(default_factory=PasteSettings)  # the config's `paste:` section
+    stuck_after: int | None = None  # this agent's own (None: as defaults.stuck_after says)
+
+    def loop_defaults(self, defaults: LoopSettings) -> LoopSettings:
+        """The config's loop defaults with what this agent sets for itself in their place."""
+        if self.stuck_after is None:
+            return defaults
+        return replace(defaults, stuck_after=self.stuck_after)
 
 
 @record
@@ -113,6 +120,7 @@ class LoopSettings:
     rate_limit_wait: float = 900.0  # when a rate limit gives no reset time
     rate_limit_max_wait: float = 21600.0  # never wait longer than this for one limit
     max_rate_limit_waits: int = 10  # rate-limited runs in a row before giving up
+    stuck_after: int = 3  # attempts in a row without progress before the loop stops (0: never)
 
 
 class Overlap(enum.StrEnum):
@@ -183,6 +191,7 @@ class ScheduleConfig:
     notify: NotifyConfig | None = None
     keep: ScheduleKeep | None = None  # None: its tasks stay until `gc` or `delete`
     after: tuple[str, ...] = ()  # P/T of tasks each firing waits for (`--after`)
+    stuck_after: int | None = None  # each firing's stuck detection (None: as its agent's)
     priority: int = 0  # each firing's place in the queue under `limits:`
 
 

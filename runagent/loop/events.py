@@ -29,6 +29,7 @@ class Outcome(enum.StrEnum):
     TIMED_OUT = "timed_out"
     STOPPED = "stopped"
     MISSING_DEPENDENCY = "missing_dependency"
+    STUCK = "stuck"  # attempts in a row without progress (loop/stuck.py)
 
 
 @record

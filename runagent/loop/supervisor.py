@@ -9,6 +9,7 @@ the next attempt.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from runagent.errors import ExitCode
-from runagent.loop import completion
+from runagent.loop import completion, stuck
 from runagent.loop.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.loop.backend import Backend
 from runagent.loop.context import LoopRequest
@@ -45,6 +46,9 @@ class _Tally:
     quick: int = 0  # failed runs in a row that ended within crash_loop_seconds
     rate_limited: int = 0  # rate-limited runs in a row, which do not
     first: int = 1  # the loop's first attempt number (numbers go on across a task's loops)
+    same_failure: int = 0  # runs in a row that failed the same way (stuck.signature)
+    failure: str | None = None  # that failure's signature
+    unchanged: int = 0  # runs in a row that changed nothing in the working folder
 
 
 class Supervisor:
@@ -137,9 +141,14 @@ class Supervisor:
         tally = _Tally(delay=self.settings.restart_delay, first=numbered + 1)
         while not self.stop_signal.requested:  # a stop before an attempt began: do not begin it
             number = numbered + len(runs) + 1
+            progress = self._progress()
             ended = Attempt.prepare(self._lent, number, previous, first=numbered + 1).run()
             runs.append(ended.info)
-            ending = self._end(ended.info, attempt=ended.info.attempt) or self._count(ended, tally)
+            ending = (
+                self._end(ended.info, attempt=ended.info.attempt)
+                or self._count(ended, tally)
+                or self._stuck(ended, tally, progress)
+            )
             if ending is not None:
                 return LoopResult(*ending, tuple(runs))
             wait, note = self._next_wait(ended, tally)
@@ -224,6 +233,47 @@ class Supervisor:
                 failed += f" in this loop (attempt{'s' if span else ''} {span or info.attempt})"
             return outcome, f"{why}; gave up after {failed} (max_restarts {s.max_restarts})"
         return None
+
+    def _progress(self) -> stuck.Progress | None:
+        """The working folder before an attempt, when stuck detection is on."""
+        if not self.settings.stuck_after:
+            return None
+        r = self._lent.request
+        folder = r.checkout.folder if r.checkout is not None else r.working_dir
+        return stuck.Progress.before(folder, r.base_env, skip=(self.task.root,))
+
+    def _stuck(
+        self, ended: Ended, tally: _Tally, progress: stuck.Progress | None
+    ) -> _Ending | None:
+        """Whether the loop stops as stuck after this run (which did not complete the task):
+        `stuck_after` runs in a row failed the same way, or changed nothing."""
+        info, n = ended.info, self.settings.stuck_after
+        if progress is None or not n or info.reason is Reason.RATE_LIMIT:
+            return None
+        folder = self.task.run_folder(info.run_id)
+        failure = stuck.signature(info, folder)
+        key = failure[0] if failure is not None else None
+        tally.same_failure = (
+            tally.same_failure + 1 if key and key == tally.failure else int(bool(key))
+        )
+        tally.failure = key
+        tally.unchanged = (
+            0 if progress.changed(self._lent.request.base_env) else tally.unchanged + 1
+        )
+        if failure is not None and tally.same_failure >= n:
+            code = f"exit {info.exit_code}" if info.exit_code is not None else str(info.reason)
+            saw = f"{n} attempts in a row failed the same way ({code}: {failure[1]!r})"
+        elif tally.unchanged >= n:
+            saw = f"{n} attempts in a row changed nothing in {progress.folder} ({progress.how()})"
+        else:
+            return None
+        marked = info.replace(reason=Reason.STUCK, message=f"stuck: {saw}")
+        with contextlib.suppress(OSError):  # the loop ends either way
+            runfolder.write_run_info(folder, marked)
+        return Outcome.STUCK, (
+            f"task {self.label} is stuck: {saw}; not restarting (`run-agent resume` tries "
+            "again; --no-stuck or stuck_after: 0 turns this off)"
+        )
 
     def _next_wait(self, ended: Ended, tally: _Tally) -> tuple[float, str]:
         """How long to wait before the next attempt, and a note saying why when it is not a

@@ -44,6 +44,7 @@ class Reason(enum.StrEnum):
     SPAWN_ERROR = "spawn_error"
     SUPERVISOR_LOST = "supervisor_lost"
     WRITE_ERROR = "write_error"  # run-agent could not write a file of the run (a full disk)
+    STUCK = "stuck"  # the last of attempts in a row without progress; the loop stopped there
 
 
 @record
