@@ -137,6 +137,7 @@ class NotifyEvent(enum.StrEnum):
     COMPLETED = "completed"  # the task completed
     FAILED = "failed"  # a run failed (the loop may go on)
     GAVE_UP = "gave_up"  # the loop ended without completing the task
+    NEEDS_INPUT = "needs_input"  # a person must answer: an approval, a paste reply, a stuck loop
 
 
 @record

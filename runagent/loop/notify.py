@@ -14,12 +14,13 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from runagent.config.settings import Config, NotifyConfig, NotifyEvent
 from runagent.loop.events import Event, EventKind, Outcome
 from runagent.loop.redaction import Redactor
-from runagent.store.runfolder import TaskPaths
+from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import RunStatus
 
 SIGNATURE_HEADER = "X-Run-Agent-Signature"
@@ -46,13 +47,16 @@ class Notifier:
         log: Callable[[str], None] = lambda line: None,
         sleep: Callable[[float], None] = time.sleep,
         redactor: Redactor | None = None,
+        page: str | None = None,  # the page's address, for a link that answers
     ) -> None:
         self.config = config
         self.redactor = redactor or Redactor()
         self.env = env
         self.log = log
         self.sleep = sleep
+        self.page = page
         self._threads: list[threading.Thread] = []
+        self._asked: set[tuple[str, str]] = set()  # needs_input episodes told already
 
     def send(self, event: NotifyEvent, payload: Mapping[str, Any]) -> None:
         if event not in self.config.events:
@@ -102,7 +106,9 @@ class Notifier:
         """Which of a loop's events notify: a failed or timed-out run, and the loop's end
         (completed, or gave up; a stop asked for by a person tells nobody)."""
         base = {"project_id": task.project_id, "task_id": task.task_id, "schedule": schedule}
-        if event.kind is EventKind.RUN_ENDED and event.run is not None:
+        if event.kind is EventKind.TICK and event.run_folder is not None:
+            self._needs_input(task, base, event.run_folder)
+        elif event.kind is EventKind.RUN_ENDED and event.run is not None:
             if event.run.status in (RunStatus.FAILED, RunStatus.TIMED_OUT):
                 self.send(NotifyEvent.FAILED, {**base, "run": event.run.to_dict()})
         elif event.kind is EventKind.LOOP_ENDED and event.outcome is not None:
@@ -111,6 +117,42 @@ class Notifier:
             elif event.outcome is not Outcome.STOPPED:
                 outcome = {"outcome": event.outcome.value, "message": event.message}
                 self.send(NotifyEvent.GAVE_UP, {**base, **outcome})
+            if event.outcome is Outcome.STUCK:
+                answer = f"run-agent resume -p {task.project_id} -t {task.task_id}"
+                self._ask(task, base, "stuck", event.message, answer, event.message)
+
+    def _needs_input(self, task: TaskPaths, base: Mapping[str, Any], run_folder: Path) -> None:
+        """Tell once per episode that the run waits on a person: an operation held for approval
+        (ops, `approvals: wait`), or a copy-paste run waiting for the chat's reply."""
+        if NotifyEvent.NEEDS_INPUT not in self.config.events:
+            return
+        pending = RunPaths(run_folder).approval_pending
+        if pending.is_file():
+            operation = _pending_operation(pending)
+            answer = f"run-agent ops approve {run_folder.name} {operation} (or ops deny ...)"
+            message = f"operation {operation} of run {run_folder.name} awaits approval"
+            self._ask(task, base, "approval", f"{run_folder.name}/{operation}", answer, message)
+        if (task.folder / "paste").is_dir():
+            from runagent.paste import state  # only a copy-paste task pays for it
+
+            view = state.view(task)
+            awaited = view is not None and not view["complete"] and view["outbox"]
+            if view is not None and awaited and not view["waiting_replies"]:
+                answer = (f"run-agent paste reply FILE -p {task.project_id} -t {task.task_id} "
+                          f"(FILE: the chat's answer to {view['outbox_path']})")  # fmt: skip
+                message = f"the chat's reply to {view['outbox']} is awaited"
+                self._ask(task, base, "reply", str(view["outbox"]), answer, message)
+
+    def _ask(
+        self, task: TaskPaths, base: Mapping[str, Any], waits_for: str, episode: str,
+        answer: str, message: str,
+    ) -> None:  # fmt: skip
+        if (waits_for, episode) in self._asked:
+            return
+        self._asked.add((waits_for, episode))
+        link = f"{self.page}/#{task.project_id}/{task.task_id}" if self.page else None
+        self.send(NotifyEvent.NEEDS_INPUT, {**base, "waits_for": waits_for, "message": message,
+                                            "answer": answer, "link": link})  # fmt: skip
 
     def _post(self, data: bytes) -> None:
         # urllib.request brings http, ssl and email (~20 ms): a run that sends no webhook
@@ -142,4 +184,15 @@ def loop_notifier(
         settings = config.schedules[schedule].notify or settings
     if settings is None:
         return None
-    return Notifier(settings, dict(os.environ), log=log, redactor=redactor)
+    server = config.server
+    page = f"http://{server.host}:{server.port}"
+    return Notifier(settings, dict(os.environ), log=log, redactor=redactor, page=page)
+
+
+def _pending_operation(path: Path) -> str:
+    """The id of the operation an approval file holds; '?' when it cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return str(data.get("operationId") or "?")
+    except (OSError, ValueError, AttributeError):
+        return "?"

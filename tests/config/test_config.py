@@ -242,7 +242,7 @@ def test_an_agent_name_is_a_configured_agent_else_a_bare_backend(tmp_path: Path)
         ("agents:\n  c: {type: claude, permissions: ask}\n", "agents.c.permissions: 'ask' is not "
          "one of: bypass, none"),
         ("notify:\n  'on': [completed, done]\n", "notify.on: 'done' is not one of: completed, "
-         "failed, gave_up"),
+         "failed, gave_up, needs_input"),
         ("schedules:\n  s: {cron: '@daily', project: p, prompt: x, overlap: wait}\n",
          "schedules.s.overlap: 'wait' is not one of: skip, queue, allow"),
     ],

@@ -3,6 +3,7 @@ attempts in a row, and says what it saw; never one that makes progress, never wi
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -94,3 +95,17 @@ def test_progress_elsewhere_is_any_file_written_since_the_attempt_began(tmp_path
     assert not before.changed({})
     (folder / "sub" / "new.txt").write_text("progress")
     assert before.changed({})
+
+
+def test_a_stuck_loop_tells_a_person_what_answers_it(ws: Workspace) -> None:
+    told = ws.path / "told.jsonl"
+    ws.write_config(FAIL, max_restarts=10, stuck_after=2)
+    data = yaml.safe_load(ws.config.read_text())
+    data["notify"] = {"command": ["sh", "-c", f"cat >> {told}; echo >> {told}"]}
+    ws.config.write_text(yaml.safe_dump(data))
+    assert ws.cli("-p", "p", "-t", "t", "go").returncode == 5
+    events = [json.loads(line) for line in told.read_text().splitlines() if line.strip()]
+    (needs,) = [e for e in events if e["event"] == "needs_input"]
+    assert needs["waits_for"] == "stuck" and "is stuck: 2 attempts" in needs["message"]
+    assert needs["answer"] == "run-agent resume -p p -t t"
+    assert [e["event"] for e in events].count("gave_up") == 1

@@ -453,3 +453,46 @@ def running(pid: int, argv: list[str]) -> bool:
         except psutil.Error:
             continue
     return False
+
+
+def test_a_person_is_told_once_each_time_the_run_waits_on_them(ws: Workspace) -> None:
+    configure(ws)
+    told = ws.path / "told.jsonl"
+    data = yaml.safe_load(ws.config.read_text())
+    data["notify"] = {"command": ["python3", "-c", "import sys; open(sys.argv[1], 'a').write("
+                                  "sys.stdin.read() + '\\n')", str(told)],
+                      "on": ["needs_input"]}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    (ws.path / "work" / "build").mkdir()
+
+    def needs() -> list[dict[str, object]]:
+        lines = told.read_text().splitlines() if told.exists() else []
+        return [json.loads(line) for line in lines if line.strip()]
+
+    proc = start(ws)
+    first = outbox(ws, 1)
+    wait_for(lambda: len(needs()) == 1, what="the first needs_input")
+    (reply,) = needs()
+    assert reply["event"] == "needs_input" and reply["waits_for"] == "reply"
+    assert reply["link"] == "http://127.0.0.1:14355/#p/t"
+    assert (
+        f"run-agent paste reply FILE -p p -t t (FILE: the chat's answer to {first})"
+        == reply["answer"]
+    )
+    drop(ws, "clean.txt", "[RUN_COMMAND]\nrm -r build && echo cleaned\n[/RUN_COMMAND]\n")
+    run_id = wait_for(lambda: ws.runs() and ws.runs()[0].run_id)
+    pending = ws.task().run(run_id).folder / "approval-pending.json"
+    wait_for(pending.exists, what="the pause for approval")
+    operation = json.loads(pending.read_text())["operationId"]
+    wait_for(lambda: len(needs()) == 2, what="the approval's needs_input")
+    approval = needs()[1]
+    assert approval["waits_for"] == "approval"
+    assert str(approval["answer"]).startswith(f"run-agent ops approve {run_id} {operation}")
+    assert ws.cli("ops", "approve", run_id, operation).returncode == 0
+    outbox(ws, 2)
+    wait_for(lambda: len(needs()) == 3, what="the second reply's needs_input")
+    assert needs()[2]["waits_for"] == "reply"
+    drop(ws, "done.txt", "[DONE]\nclean\n[/DONE]")
+    code, _, err = finish(proc)
+    assert code == 0, err
+    assert len(needs()) == 3  # once per wait, however many ticks it lasted
