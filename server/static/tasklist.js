@@ -80,7 +80,9 @@ function taskLink(row, prefix = "") {
   const shown = prefix && row.task_id.startsWith(prefix) ? row.task_id.slice(prefix.length) : row.task_id;
   name.textContent = `${shown} (${row.runs})`;
   name.title = row.task_id;
-  a.append(name, badge(shownStatus(row)));
+  const status = badge(shownStatus(row));
+  if (row.queue) status.title = row.queue.waits_for; // queued or blocked: what it waits for
+  a.append(name, status);
   return a;
 }
 

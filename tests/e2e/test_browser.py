@@ -248,6 +248,35 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
 
 
+def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    import yaml
+
+    ws.write_config(["--lines", "1", "--wait-in-task", "go"], max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["limits"] = {"max_running": 1}
+    ws.config.write_text(yaml.safe_dump(data))
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: ws.agent_pids(), what="a's agent")  # a holds the one slot
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    third = ws.start_cli("job", "-p", "p", "-t", "c", "--after", "p/a", "third")
+    page.goto(server.url)
+    b = page.locator("nav a[data-task='p/b'] .badge")
+    expect(b).to_have_text("queued")
+    expect(b).to_have_attribute("title", "max_running 1")
+    c = page.locator("nav a[data-task='p/c'] .badge")
+    expect(c).to_have_text("blocked")
+    expect(c).to_have_attribute("title", "waits for p/a")
+    for task in ("a", "b", "c"):
+        folder = ws.task("p", task).folder
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "go").touch()
+    assert first.wait(60) == 0 and second.wait(60) == 0 and third.wait(60) == 0
+    expect(b).to_have_text("completed")
+    expect(c).to_have_text("completed")
+
+
 def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
     ws: Workspace, server: Server, page: Page
 ) -> None:
