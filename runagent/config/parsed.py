@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-VERSION = 1
+VERSION = 2  # 2: one layout for every kept value (key, value)
 
 
 def cache_folder(env: Mapping[str, str]) -> Path | None:
@@ -39,17 +39,32 @@ def parsed(path: Path, text: str, parse: Callable[[str], Any], env: Mapping[str,
     folder = cache_folder(env)
     if folder is None:
         return parse(text)
-    entry = folder / f"{zlib.crc32(str(path.resolve()).encode()):08x}.json"
+    name = f"{zlib.crc32(str(path.resolve()).encode()):08x}.json"
+    return _cached(folder / name, text, lambda: parse(text), {"path": str(path)})
+
+
+def remembered(name: str, key: Any, compute: Callable[[], Any], env: Mapping[str, str]) -> Any:
+    """`compute()`, or what it gave before for this very `key` (JSON data that changes whenever
+    what `compute` reads changes: its files' sizes and times, say)."""
+    folder = cache_folder(env)
+    if folder is None:
+        return compute()
+    return _cached(folder.parent / f"{name}.json", key, compute)
+
+
+def _cached(entry: Path, key: Any, compute: Callable[[], Any], note: Any = None) -> Any:
+    """The value kept in `entry` for exactly `key`, else `compute()`, kept there when JSON
+    holds it (and its key) exactly."""
     try:
         kept = json.loads(entry.read_text(encoding="utf-8"))
-        if kept.get("version") == VERSION and kept.get("text") == text:
-            return kept["data"]
+        if kept.get("version") == VERSION and kept.get("key") == key:
+            return kept["value"]
     except (OSError, ValueError, AttributeError, KeyError):
         pass
-    data = parse(text)
-    if _exact_in_json(data):
-        _keep(entry, {"version": VERSION, "path": str(path), "text": text, "data": data})
-    return data
+    value = compute()
+    if _exact_in_json(value) and _exact_in_json(key):
+        _keep(entry, {"version": VERSION, "key": key, "value": value, "note": note})
+    return value
 
 
 def _exact_in_json(data: Any) -> bool:
@@ -78,22 +93,3 @@ def _keep(entry: Path, record: dict[str, Any]) -> None:
             temp.unlink()
         except OSError:
             pass
-
-
-def remembered(name: str, key: Any, compute: Callable[[], Any], env: Mapping[str, str]) -> Any:
-    """`compute()`, or what it gave before for this very `key` (JSON data that changes whenever
-    what `compute` reads changes: its files' sizes and times, say)."""
-    folder = cache_folder(env)
-    if folder is None:
-        return compute()
-    entry = folder.parent / f"{name}.json"
-    try:
-        kept = json.loads(entry.read_text(encoding="utf-8"))
-        if kept.get("version") == VERSION and kept.get("key") == key:
-            return kept["value"]
-    except (OSError, ValueError, AttributeError, KeyError):
-        pass
-    value = compute()
-    if _exact_in_json(value) and _exact_in_json(key):
-        _keep(entry, {"version": VERSION, "key": key, "value": value})
-    return value

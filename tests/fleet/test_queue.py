@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 from typing import Any
 
 import pytest
@@ -69,6 +70,16 @@ def keepers(ws: Workspace) -> list[int]:
     return found
 
 
+def one_runs_one_waits(ws: Workspace) -> tuple[subprocess.Popen[str], subprocess.Popen[str]]:
+    """Under max_running 1: job p/a running (its agent holding), then job p/b queued."""
+    configure(ws, {"max_running": 1})
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: running(ws, "a"), what="a running")
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "queued", what="b queued")
+    return first, second
+
+
 # The decision itself.
 
 LIMITS = LimitsSettings(max_running=2, projects={"web": 1})
@@ -115,11 +126,7 @@ def test_the_config_names_a_bad_limit(ws: Workspace) -> None:
 
 
 def test_a_run_over_the_cap_waits_its_turn_says_so_once_and_runs_after(ws: Workspace) -> None:
-    configure(ws, {"max_running": 1})
-    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
-    wait_for(lambda: running(ws, "a"), what="a running")
-    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
-    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "queued", what="b queued")
+    first, second = one_runs_one_waits(ws)
     row = listed(ws)["p/b"]
     assert row["queue"]["ahead"] == 0 and row["queue"]["waits_for"] == "max_running 1"
     assert not ws.runs("p", "b")  # nothing of it ran
@@ -134,11 +141,7 @@ def test_a_run_over_the_cap_waits_its_turn_says_so_once_and_runs_after(ws: Works
 
 
 def test_ctrl_c_leaves_the_queue_with_130_and_no_task_behind(ws: Workspace) -> None:
-    configure(ws, {"max_running": 1})
-    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
-    wait_for(lambda: running(ws, "a"), what="a running")
-    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
-    wait_for(lambda: Fleet(ws.root).record_of(ws.task("p", "b")) is not None, what="b queued")
+    first, second = one_runs_one_waits(ws)
     os.killpg(second.pid, signal.SIGINT)
     assert second.wait(30) == 130
     assert "left the queue" in (second.stderr.read() if second.stderr else "")
@@ -149,11 +152,7 @@ def test_ctrl_c_leaves_the_queue_with_130_and_no_task_behind(ws: Workspace) -> N
 
 
 def test_stop_takes_a_waiting_run_out_of_the_queue(ws: Workspace) -> None:
-    configure(ws, {"max_running": 1})
-    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
-    wait_for(lambda: running(ws, "a"), what="a running")
-    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
-    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "queued", what="b queued")
+    first, second = one_runs_one_waits(ws)
     stopped = ws.cli("stop", "-p", "p", "-t", "b")
     assert stopped.returncode == 0 and "left the queue" in stopped.stdout
     assert second.wait(30) == 130
@@ -163,11 +162,7 @@ def test_stop_takes_a_waiting_run_out_of_the_queue(ws: Workspace) -> None:
 
 
 def test_a_holder_killed_by_sigkill_frees_its_slot(ws: Workspace) -> None:
-    configure(ws, {"max_running": 1})
-    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
-    wait_for(lambda: running(ws, "a"), what="a running")
-    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
-    wait_for(lambda: listed(ws).get("p/b", {}).get("status") == "queued", what="b queued")
+    first, second = one_runs_one_waits(ws)
     go(ws, "b")
     os.killpg(first.pid, signal.SIGKILL)  # the supervisor and its whole group; its reaper lives
     first.wait(30)
