@@ -101,7 +101,10 @@ def test_a_stuck_loop_tells_a_person_what_answers_it(ws: Workspace) -> None:
     told = ws.path / "told.jsonl"
     ws.write_config(FAIL, max_restarts=10, stuck_after=2)
     data = yaml.safe_load(ws.config.read_text())
-    data["notify"] = {"command": ["sh", "-c", f"cat >> {told}; echo >> {told}"]}
+    # One write each, appended: notifications are sent from threads, maybe at the same time.
+    write = ("import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT);"
+             " os.write(fd, sys.stdin.buffer.read() + b'\\n')")  # fmt: skip
+    data["notify"] = {"command": ["python3", "-c", write, str(told)]}
     ws.config.write_text(yaml.safe_dump(data))
     assert ws.cli("-p", "p", "-t", "t", "go").returncode == 5
     events = [json.loads(line) for line in told.read_text().splitlines() if line.strip()]

@@ -459,9 +459,11 @@ def test_a_person_is_told_once_each_time_the_run_waits_on_them(ws: Workspace) ->
     configure(ws)
     told = ws.path / "told.jsonl"
     data = yaml.safe_load(ws.config.read_text())
-    data["notify"] = {"command": ["python3", "-c", "import sys; open(sys.argv[1], 'a').write("
-                                  "sys.stdin.read() + '\\n')", str(told)],
-                      "on": ["needs_input"]}  # fmt: skip
+    write = (
+        "import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT);"
+        " os.write(fd, sys.stdin.buffer.read() + b'\\n')"
+    )  # one write each: threads send
+    data["notify"] = {"command": ["python3", "-c", write, str(told)], "on": ["needs_input"]}
     ws.config.write_text(yaml.safe_dump(data))
     (ws.path / "work" / "build").mkdir()
 
