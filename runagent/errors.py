@@ -13,6 +13,7 @@ class ExitCode(enum.IntEnum):
     FAILED = 1
     USAGE = 2
     MISSING_DEPENDENCY = 3
+    BUDGET = 4
     STUCK = 5
     BLOCKED = 6
     ALREADY_RUNNING = 75
@@ -98,6 +99,13 @@ class StoppedError(RunAgentError):
     """A task left before it started: taken out of the queue (`stop`, Ctrl-C)."""
 
     exit_code = ExitCode.STOPPED
+    http_status = 409
+
+
+class BudgetError(RunAgentError):
+    """A start refused because a daily budget (its project's, the root's) is spent."""
+
+    exit_code = ExitCode.BUDGET
     http_status = 409
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import Config, ExecutorSettings, ExecutorType, LimitsSettings
-from runagent.errors import NotFoundError, RunAgentError, UsageError
+from runagent.errors import BudgetError, NotFoundError, RunAgentError, UsageError
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
@@ -111,8 +111,26 @@ class Service:
             from runagent.fleet import depends
 
             depends.parse_after(request.after, task)
+        self._refuse_spent(task)
         self.check(request, LoopOverrides.remembered(task).merged(request.overrides).agent)
         return prompt
+
+    def _refuse_spent(self, task: TaskPaths) -> None:
+        """BudgetError when the task's project or the whole root has spent its budget for
+        today (config `budgets:`): a new start would only be stopped at once."""
+        config = self.current_config()
+        budgets = config.budgets if config is not None else None
+        if budgets is None or (budgets.daily is None and task.project_id not in budgets.projects):
+            return
+        from runagent.loop.budget import Spending
+
+        spending = Spending.before_attempt(task, None, budgets)
+        spent = spending.crossed(None, strict=False) if spending is not None else ""
+        if spent:
+            raise BudgetError(
+                f"not starting {task.label}: the budget is spent ({spent}); raise it under "
+                "budgets: in config.yaml, or wait for tomorrow (UTC)"
+            )
 
     def check(self, request: StartRequest, agent: str | None) -> None:
         """The agent the loop will run (as given, else as the task was started before) exists
@@ -239,7 +257,7 @@ class Service:
         task = TaskPaths(self.root, validate_id("project", config.project), firing.task_id)
         overrides = LoopOverrides(
             agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout,
-            until=config.until, stuck_after=config.stuck_after,
+            until=config.until, stuck_after=config.stuck_after, budget=config.budget,
         )  # fmt: skip
         request = StartRequest(
             task, prompt, overrides=overrides, schedule=config.name,

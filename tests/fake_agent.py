@@ -8,6 +8,7 @@ command line, so a test can find and check every process of a run.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import subprocess
@@ -36,6 +37,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--lines", type=int, default=0, help="print this many lines to stdout")
     p.add_argument("--interval", type=float, default=0.0, help="seconds between lines")
     p.add_argument("--line-text", default="line", help="text of each line")
+    p.add_argument("--codex-usage", type=int, default=0, help="tokens of each codex turn line")
+    p.add_argument("--usage-lines", type=int, default=0, help="how many such lines (--interval)")
+    p.add_argument("--claude-result", type=float, default=None, help="a claude result: its cost")
     p.add_argument("--hold-at", type=int, default=0, help="after this many lines, wait for...")
     p.add_argument("--hold-for", default=None, help="...this file to exist, then go on")
     p.add_argument("--stderr", default=None, help="write this to stderr")
@@ -147,6 +151,17 @@ def main(argv: list[str]) -> int:
         spawn_child(args, setsid=False, flags=["--middle"])
     while args.wait_pids and len(Path(args.pid_file).read_text().split()) < args.wait_pids:
         time.sleep(0.01)
+    for _ in range(args.usage_lines):
+        turn = {"type": "turn.completed", "usage": {"input_tokens": args.codex_usage,
+                                                     "output_tokens": 0}}  # fmt: skip
+        print(json.dumps(turn), flush=True)
+        if args.interval:
+            time.sleep(args.interval)
+    if args.claude_result is not None:
+        result = {"type": "result", "subtype": "success", "result": "done",
+                  "total_cost_usd": args.claude_result,
+                  "usage": {"input_tokens": 100, "output_tokens": 50}}  # fmt: skip
+        print(json.dumps(result), flush=True)
     for i in range(1, args.lines + 1):
         print(f"{args.line_text} {i}", flush=True)
         while i == args.hold_at and args.hold_for and not os.path.exists(args.hold_for):

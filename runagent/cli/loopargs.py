@@ -78,6 +78,9 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--timeout", help="Stop a run after this long in total, e.g. 30m (0: never).")),
         ("idle_timeout", click.option(
             "--idle-timeout", help="Stop a run after this long without output (0: never).")),
+        ("budget", click.option(
+            "--budget", multiple=True, metavar="AMOUNT", help="What the task may spend over all "
+            "its runs: a cost (0.50usd) and/or tokens (200k-tokens); crossing it stops the loop.")),
         ("stuck_after", click.option(
             "--stuck-after", metavar="N", help="Stop the loop after N attempts in a row without "
             "progress: the same failure, or no change to the working folder (default 3).")),
@@ -150,4 +153,4 @@ def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
-                    "idle_timeout", "until", "stuck_after")  # fmt: skip
+                    "idle_timeout", "until", "stuck_after", "budget")  # fmt: skip

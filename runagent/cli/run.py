@@ -29,6 +29,7 @@ from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorType, Until
 from runagent.errors import BlockedError, ExitCode, RunAgentError, UsageError
 from runagent.loop import notify
+from runagent.loop.backend import Backend
 from runagent.loop.context import (
     LoopRequest,
     new_task_id,
@@ -52,6 +53,7 @@ OUTCOME_EXIT = {
     Outcome.STOPPED: ExitCode.STOPPED,
     Outcome.MISSING_DEPENDENCY: ExitCode.MISSING_DEPENDENCY,
     Outcome.STUCK: ExitCode.STUCK,
+    Outcome.BUDGET: ExitCode.BUDGET,
 }
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -244,6 +246,11 @@ def executable_dir() -> Path:
     return Path(sys.executable).parent
 
 
+def reports_usage(backend: Backend) -> bool:
+    """Whether the backend reads usage from its agent's stream (its own `usage`)."""
+    return type(backend).usage is not Backend.usage
+
+
 def dispatch(s: Setup, request: StartRequest) -> None:
     """Hand the task's loop to the configured executor (a cluster) instead of running it here."""
     task = request.task
@@ -287,7 +294,13 @@ def foreground_loop(
         executable_dir=executable_dir(),
         started_with=started_with.to_record(),
         issue=issue,
+        budgets=s.config.budgets,
     )
+    if request.settings.budget is not None and not reports_usage(backend):
+        raise UsageError(
+            f"agent {agent.name} ({agent.type}) reports no usage, so a budget "
+            f"({request.settings.budget.words()}) could not be held to; run it without one"
+        )
     console = Console(
         sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize,
         echo=backend.talks_to_person, terminal_copy=backend.terminal_copy,

@@ -21,6 +21,8 @@ from runagent.config.settings import (
     DEFAULT_MAX_TURNS,
     AgentConfig,
     Approvals,
+    Budget,
+    BudgetSettings,
     Config,
     ExecutorSettings,
     ExecutorType,
@@ -185,7 +187,7 @@ def parse_config(
 ) -> Config:
     top = Section(data, "")
     top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops",
-             "paste", "executor", "limits")  # fmt: skip
+             "paste", "executor", "limits", "budgets")  # fmt: skip
     ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
     paste = _paste(top.section("paste"))
     agents = {
@@ -217,6 +219,7 @@ def parse_config(
         executor=_executor(top.section("executor")),
         paste=paste,
         limits=_limits(top.section("limits")),
+        budgets=_budgets(top.section("budgets")),
     )
 
 
@@ -319,7 +322,7 @@ def _schedule(
 
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
-           "keep", "after", "priority", "stuck_after")  # fmt: skip
+           "keep", "after", "priority", "stuck_after", "budget")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -368,6 +371,7 @@ def _schedule(
         after=s.argv("after"),
         priority=_priority(s),
         stuck_after=s.count("stuck_after", 0) if s.has("stuck_after") else None,
+        budget=_budget(s, "budget") if s.has("budget") else None,
     )
 
 
@@ -444,7 +448,8 @@ def _agent(
     paste: PasteSettings,
 ) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
-           "token_env", "permissions", "pass_env", "mode", "max_turns", "stuck_after")  # fmt: skip
+           "token_env", "permissions", "pass_env", "mode", "max_turns", "stuck_after",
+           "budget")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -473,6 +478,35 @@ def _agent(
         ops=ops,
         paste=paste,
         stuck_after=s.count("stuck_after", 0) if s.has("stuck_after") else None,
+        budget=_budget(s, "budget") if s.has("budget") else None,
+    )
+
+
+def _budget(s: Section, name: str) -> Budget | None:
+    """A budget as config.yaml writes it: {usd: 0.5, tokens: 200000} (either or both)."""
+    section = s.section(name)
+    section.only("usd", "tokens")
+    usd, tokens = section.data.get("usd"), section.data.get("tokens")
+    if usd is not None and (isinstance(usd, bool) or not isinstance(usd, int | float) or usd <= 0):
+        raise ConfigError(f"{section.key('usd')}: {usd!r} is not a cost in USD above 0")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
+                               or tokens <= 0):  # fmt: skip
+        raise ConfigError(f"{section.key('tokens')}: {tokens!r} is not a number of tokens above 0")
+    if usd is None and tokens is None:
+        return None
+    return Budget(float(usd) if usd is not None else None, tokens)
+
+
+def _budgets(s: Section) -> BudgetSettings:
+    s.only("daily", "projects")
+    projects = {
+        name: budget
+        for name, section in s.section("projects").items_as_sections()
+        if (budget := _budget(s.section("projects"), name)) is not None
+    }
+    return BudgetSettings(
+        daily=_budget(s, "daily") if s.has("daily") else None,
+        projects=MappingProxyType(projects),
     )
 
 
@@ -510,6 +544,8 @@ def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
         return s.duration(name, default)
     if isinstance(kind, type) and issubclass(kind, enum.Enum):
         return s.choice(name, kind, default)
+    if kind == Budget | None:
+        return _budget(s, name) if s.has(name) else default
     raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to configfile.py")
 
 

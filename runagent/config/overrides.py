@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent.config.duration import parse_duration
-from runagent.config.settings import LoopSettings, Until
+from runagent.config.settings import Budget, LoopSettings, Until, parse_budget
 from runagent.errors import RunAgentError, UsageError
 from runagent.record import record
 from runagent.store import taskfolder
@@ -35,6 +35,7 @@ class LoopOverrides:
     idle_timeout: float | None = None
     until: Until | None = None
     stuck_after: int | None = None  # 0: stuck detection off for this task
+    budget: Budget | None = None  # what the task may spend over all its runs
 
     @classmethod
     def parse(
@@ -57,6 +58,14 @@ class LoopOverrides:
                 changes[name] = _count(value, where(name))
             elif name == "stuck_after":
                 changes[name] = _count(value, where(name), "attempts")
+            elif name == "budget":
+                if isinstance(value, Budget):
+                    changes[name] = value
+                else:
+                    parts = value.split(",") if isinstance(value, str) else value
+                    if not isinstance(parts, list | tuple):
+                        raise UsageError(f"{where(name)} {value!r} is not a budget")
+                    changes[name] = parse_budget(parts, where(name))
             elif name == "until":
                 changes[name] = _until(value, where(name))
             elif name == "working_dir":
@@ -82,6 +91,8 @@ class LoopOverrides:
             changes["until"] = self.until
         if self.stuck_after is not None:
             changes["stuck_after"] = self.stuck_after
+        if self.budget is not None:
+            changes["budget"] = self.budget
         return dataclasses.replace(settings, **changes)
 
     def merged(self, given: LoopOverrides) -> LoopOverrides:
@@ -94,7 +105,9 @@ class LoopOverrides:
         record: dict[str, object] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
-            if value is not None:
+            if isinstance(value, Budget):
+                record[field.name] = value.to_args()
+            elif value is not None:
                 record[field.name] = str(value) if isinstance(value, Path | Until) else value
         return record
 
@@ -114,6 +127,9 @@ class LoopOverrides:
             if value is None:
                 continue
             option = "--cwd" if field.name == "working_dir" else flag(field.name)
+            if isinstance(value, Budget):
+                args += [arg for given in value.to_args() for arg in (option, given)]
+                continue
             text = f"{value:g}" if isinstance(value, float) else str(value)
             args += [option, text]
         return args

@@ -44,6 +44,67 @@ DEFAULT_MAX_TURNS = 20
 
 
 @record
+class Budget:
+    """What a task, or a project or the whole root in a day, may spend: a cost in USD and/or a
+    number of tokens (read and written, summed). None: no bound on that."""
+
+    usd: float | None = None
+    tokens: int | None = None
+
+    def crossed(self, tokens: int, cost: float | None, strict: bool = True) -> str:
+        """How much of what was spent, once past the budget (with `strict`; else once at it:
+        nothing is left to start another run with); '' while within it."""
+
+        def past(used: float, limit: float) -> bool:
+            return used > limit or (not strict and used >= limit)
+
+        if self.usd is not None and cost is not None and past(cost, self.usd):
+            return f"${cost:.2f} of ${self.usd:.2f}"
+        if self.tokens is not None and past(tokens, self.tokens):
+            return f"{tokens:,} of {self.tokens:,} tokens"
+        return ""
+
+    def words(self) -> str:
+        parts = []
+        if self.usd is not None:
+            parts.append(f"${self.usd:.2f}")
+        if self.tokens is not None:
+            parts.append(f"{self.tokens:,} tokens")
+        return " and ".join(parts) or "none"
+
+    def to_args(self) -> list[str]:
+        """As `--budget` values."""
+        args = [] if self.usd is None else [f"{self.usd:g}usd"]
+        return args + ([] if self.tokens is None else [f"{self.tokens}tokens"])
+
+
+def parse_budget(values: Collection[object], where: str) -> Budget | None:
+    """`--budget` values (`0.50usd`, `$0.50`, `200000tokens`, `200k-tokens`, `1.5m-tokens`), each
+    a cost or a number of tokens; None for none. UsageError naming a value that is neither."""
+    import re
+
+    usd: float | None = None
+    tokens: int | None = None
+    for value in values:
+        text = str(value).strip().lower().replace(" ", "")
+        money = re.fullmatch(r"\$(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)(?:usd|\$)", text)
+        count = re.fullmatch(r"(\d+(?:\.\d+)?)([km]?)-?tokens?", text)
+        if money:
+            usd = float(money.group(1) or money.group(2))
+        elif count:
+            scale = {"": 1, "k": 1_000, "m": 1_000_000}[count.group(2)]
+            tokens = int(float(count.group(1)) * scale)
+        else:
+            raise UsageError(
+                f"{where} {value!r} is not a budget; give a cost such as 0.50usd or a number of "
+                "tokens such as 200k-tokens"
+            )
+    if usd is None and tokens is None:
+        return None
+    return Budget(usd, tokens)
+
+
+@record
 class OpsSettings:
     """The `ops:` section: the policy agent-mode runs act under, and who answers approvals."""
 
@@ -94,12 +155,15 @@ class AgentConfig:
     ops: OpsSettings = field(default_factory=OpsSettings)  # the config's `ops:` section
     paste: PasteSettings = field(default_factory=PasteSettings)  # the config's `paste:` section
     stuck_after: int | None = None  # this agent's own (None: as defaults.stuck_after says)
+    budget: Budget | None = None  # what a task run by this agent may spend, unless told else
 
     def loop_defaults(self, defaults: LoopSettings) -> LoopSettings:
         """The config's loop defaults with what this agent sets for itself in their place."""
-        if self.stuck_after is None:
-            return defaults
-        return replace(defaults, stuck_after=self.stuck_after)
+        if self.stuck_after is not None:
+            defaults = replace(defaults, stuck_after=self.stuck_after)
+        if self.budget is not None:
+            defaults = replace(defaults, budget=self.budget)
+        return defaults
 
 
 @record
@@ -120,6 +184,7 @@ class LoopSettings:
     rate_limit_wait: float = 900.0  # when a rate limit gives no reset time
     rate_limit_max_wait: float = 21600.0  # never wait longer than this for one limit
     max_rate_limit_waits: int = 10  # rate-limited runs in a row before giving up
+    budget: Budget | None = None  # what the task may spend over all its runs (None: no bound)
     stuck_after: int = 3  # attempts in a row without progress before the loop stops (0: never)
 
 
@@ -193,6 +258,7 @@ class ScheduleConfig:
     keep: ScheduleKeep | None = None  # None: its tasks stay until `gc` or `delete`
     after: tuple[str, ...] = ()  # P/T of tasks each firing waits for (`--after`)
     stuck_after: int | None = None  # each firing's stuck detection (None: as its agent's)
+    budget: Budget | None = None  # what each firing may spend
     priority: int = 0  # each firing's place in the queue under `limits:`
 
 
@@ -278,6 +344,15 @@ class LimitsSettings:
 
 
 @record
+class BudgetSettings:
+    """The `budgets:` section: what may be spent in a (UTC) day, by the whole runs root and by
+    each project; a start over either is refused, and a run that crosses one is stopped."""
+
+    daily: Budget | None = None
+    projects: Mapping[str, Budget] = field(default_factory=dict)
+
+
+@record
 class Config:
     """Everything config.yaml says; `source` is the file it came from (None: the defaults)."""
 
@@ -294,6 +369,7 @@ class Config:
     executor: ExecutorSettings = field(default_factory=ExecutorSettings)
     paste: PasteSettings = field(default_factory=PasteSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
+    budgets: BudgetSettings = field(default_factory=BudgetSettings)
 
     def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
         """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare

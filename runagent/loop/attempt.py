@@ -19,6 +19,7 @@ from typing import Protocol
 
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.loop.backend import Backend
+from runagent.loop.budget import Spending
 from runagent.loop.completion import CompletionRule, Verdict
 from runagent.loop.context import LoopRequest, RunContext, agent_environment, new_run_id
 from runagent.loop.events import Event, EventKind
@@ -32,6 +33,7 @@ from runagent.store.host import this_host
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus, Usage
 
+BUDGET_TICK = 0.2  # seconds between looks at a run's usage while a budget is set
 COPY_LIMIT = 1 << 20  # stdout up to this size is copied into output.md; beyond, hard-linked
 # Failures a backend may explain from the agent's output (a rate limit, an API error, ...).
 _EXPLICABLE = (Reason.EXIT_CODE, Reason.CRASH)
@@ -126,6 +128,8 @@ class Attempt:
         self.lent = lent
         self.ctx = ctx
         self.info = info
+        self.spending: Spending | None = None  # the budgets it runs under (loop/budget.py)
+        self.over_budget = ""  # which budget stopped it, in words
 
     @property
     def folder(self) -> Path:
@@ -220,6 +224,8 @@ class Attempt:
         """Wait for the agent, enforcing both timeouts and stop requests."""
         s, clock, stop = self.lent.request.settings, self.lent.clock, self.lent.stop
         tick = min(self.lent.tick, s.idle_timeout / 5) if s.idle_timeout else self.lent.tick
+        if self.spending is not None:  # a crossed budget stops the tree well within a second
+            tick = min(tick, BUDGET_TICK)
         deadline = started + s.timeout if s.timeout else None
         last_output = started
         sizes = (0, 0)
@@ -243,6 +249,10 @@ class Attempt:
                 return process.stop(s.kill_grace), Reason.TIMEOUT
             if s.idle_timeout and now - last_output >= s.idle_timeout:
                 return process.stop(s.kill_grace), Reason.IDLE_TIMEOUT
+            if self.spending is not None and current != (0, 0):
+                self.over_budget = self.spending.crossed(self._usage())
+                if self.over_budget:
+                    return process.stop(s.kill_grace), Reason.BUDGET
             self.lent.on_event(
                 Event(EventKind.TICK, run=self.info, run_folder=self.folder, elapsed=now - started)
             )
@@ -265,6 +275,8 @@ class Attempt:
             return Verdict(
                 RunStatus.TIMED_OUT, Reason.TIMEOUT, f"ran longer than timeout {s.timeout:g}s"
             )
+        if stopped_by is Reason.BUDGET:
+            return Verdict(RunStatus.FAILED, Reason.BUDGET, f"budget: {self.over_budget}")
         if stopped_by is Reason.IDLE_TIMEOUT:
             return Verdict(
                 RunStatus.TIMED_OUT,

@@ -13,7 +13,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from runagent.config.settings import LoopSettings
+from runagent.config.settings import BudgetSettings, LoopSettings
 from runagent.errors import UsageError
 from runagent.record import record
 from runagent.store.ids import MAX_ID_LENGTH as MAX_ID_LENGTH
@@ -60,6 +60,8 @@ class LoopRequest:
     # An issue run: the loop works in the task's worktree (`working_dir` is its path), made or
     # reused and locked once the loop holds the task, and its agent gets the COCODE_* variables.
     issue: Issue | None = None
+    # What may be spent in a day by the task's project and by the whole root (config `budgets:`).
+    budgets: BudgetSettings | None = None
 
 
 @record

@@ -30,6 +30,7 @@ class Outcome(enum.StrEnum):
     STOPPED = "stopped"
     MISSING_DEPENDENCY = "missing_dependency"
     STUCK = "stuck"  # attempts in a row without progress (loop/stuck.py)
+    BUDGET = "budget"  # a budget was crossed, or none is left (loop/budget.py)
 
 
 @record

@@ -117,9 +117,12 @@ class Notifier:
             elif event.outcome is not Outcome.STOPPED:
                 outcome = {"outcome": event.outcome.value, "message": event.message}
                 self.send(NotifyEvent.GAVE_UP, {**base, **outcome})
-            if event.outcome is Outcome.STUCK:
+            if event.outcome in (Outcome.STUCK, Outcome.BUDGET):
                 answer = f"run-agent resume -p {task.project_id} -t {task.task_id}"
-                self._ask(task, base, "stuck", event.message, answer, event.message)
+                if event.outcome is Outcome.BUDGET:
+                    answer += " --budget AMOUNT (a larger one)"
+                waits = event.outcome.value
+                self._ask(task, base, waits, event.message, answer, event.message)
 
     def _needs_input(self, task: TaskPaths, base: Mapping[str, Any], run_folder: Path) -> None:
         """Tell once per episode that the run waits on a person: an operation held for approval

@@ -20,6 +20,7 @@ from runagent.errors import ExitCode
 from runagent.loop import completion, stuck
 from runagent.loop.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.loop.backend import Backend
+from runagent.loop.budget import Spending
 from runagent.loop.context import LoopRequest
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.failure import Diagnosis
@@ -142,10 +143,20 @@ class Supervisor:
         while not self.stop_signal.requested:  # a stop before an attempt began: do not begin it
             number = numbered + len(runs) + 1
             progress = self._progress()
-            ended = Attempt.prepare(self._lent, number, previous, first=numbered + 1).run()
+            spending = Spending.before_attempt(self.task, self.settings.budget,
+                                               self.request.budgets)  # fmt: skip
+            spent = spending.crossed(None, strict=False) if spending is not None else ""
+            if spent:  # nothing left to start another run with
+                message = (f"task {self.label} has no budget left ({spent}); not starting "
+                           f"attempt {number}")  # fmt: skip
+                return LoopResult(Outcome.BUDGET, message, tuple(runs))
+            attempt = Attempt.prepare(self._lent, number, previous, first=numbered + 1)
+            attempt.spending = spending
+            ended = attempt.run()
             runs.append(ended.info)
             ending = (
                 self._end(ended.info, attempt=ended.info.attempt)
+                or self._budget(ended, spending)
                 or self._count(ended, tally)
                 or self._stuck(ended, tally, progress)
             )
@@ -233,6 +244,26 @@ class Supervisor:
                 failed += f" in this loop (attempt{'s' if span else ''} {span or info.attempt})"
             return outcome, f"{why}; gave up after {failed} (max_restarts {s.max_restarts})"
         return None
+
+    def _budget(self, ended: Ended, spending: Spending | None) -> _Ending | None:
+        """Whether the run crossed a budget (stopped for it, or found past it at its end, when
+        its agent reports the cost last): the loop ends, and the run says which budget."""
+        info = ended.info
+        if spending is None:
+            return None
+        if info.reason is Reason.BUDGET:
+            said = (info.message or "").removeprefix("budget: ")
+        else:
+            said = spending.crossed(info.usage)
+            if not said:
+                return None
+            marked = info.replace(reason=Reason.BUDGET, message=f"budget: {said} ({info.message})")
+            with contextlib.suppress(OSError):  # the loop ends either way
+                runfolder.write_run_info(self.task.run_folder(info.run_id), marked)
+        return Outcome.BUDGET, (
+            f"task {self.label} stopped by its budget: {said}; not restarting (a larger "
+            "--budget, or budgets: in config.yaml, lets it go on)"
+        )
 
     def _progress(self) -> stuck.Progress | None:
         """The working folder before an attempt, when stuck detection is on."""

@@ -45,6 +45,7 @@ class Reason(enum.StrEnum):
     SUPERVISOR_LOST = "supervisor_lost"
     WRITE_ERROR = "write_error"  # run-agent could not write a file of the run (a full disk)
     STUCK = "stuck"  # the last of attempts in a row without progress; the loop stopped there
+    BUDGET = "budget"  # the run crossed a budget (its message says which, and how much of what)
 
 
 @record

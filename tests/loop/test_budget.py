@@ -1,0 +1,87 @@
+"""Budgets that stop the loop: a run that crosses one is stopped (its whole tree), says which
+budget and how much of what, and the loop ends with exit 4; a start with nothing left, or in a
+project or root whose day's budget is spent, is refused; an agent that reports no usage cannot
+be given one."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+
+from runagent.config.settings import Budget, parse_budget
+from runagent.errors import UsageError
+from runagent.store.runinfo import Reason
+from tests.conftest import Workspace
+
+
+def configure(ws: Workspace, kind: str, args: list[str], **extra: Any) -> None:
+    """An agent `spender` of backend `kind` whose command is the fake agent."""
+    ws.write_config([], max_restarts=3)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["spender"] = {"type": kind, "command": ws.agent_argv(["--ignore-unknown",
+                                                                        *args])}  # fmt: skip
+    data["defaults"]["agent"] = "spender"
+    data.update(extra)
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+def test_a_token_budget_stops_the_run_while_it_reports_its_turns(ws: Workspace) -> None:
+    configure(ws, "codex", ["--codex-usage", "1000", "--usage-lines", "50", "--interval", "0.2",
+                            "--sleep", "60"])  # fmt: skip
+    done = ws.cli("-p", "p", "-t", "t", "--budget", "3500tokens", "go")
+    assert done.returncode == 4, done.stderr
+    assert "stopped by its budget: 4,000 of 3,500 tokens per task" in done.stderr
+    (run,) = ws.runs()
+    assert run.reason is Reason.BUDGET and run.message == "budget: 4,000 of 3,500 tokens per task"
+    stdout = (ws.task().run_folder(run.run_id) / "agent-stdout.txt").read_text()
+    assert 4 <= stdout.count("turn.completed") < 50  # stopped mid-run, not at its end
+    assert not ws.leftovers()  # its whole tree is gone
+
+
+def test_a_cost_reported_at_the_end_ends_the_loop_and_no_budget_is_left(ws: Workspace) -> None:
+    configure(ws, "claude", ["--claude-result", "0.3", "--exit", "1"])
+    done = ws.cli("-p", "p", "-t", "t", "--budget", "0.50usd", "go")
+    assert done.returncode == 4, done.stderr
+    runs = ws.runs()
+    assert len(runs) == 2  # $0.30, then $0.60 over all the task's runs: not a third
+    assert runs[-1].reason is Reason.BUDGET and "$0.60 of $0.50 per task" in (
+        runs[-1].message or ""
+    )
+    again = ws.cli("resume", "-p", "p", "-t", "t")  # remembered: nothing is left
+    assert again.returncode == 4 and "has no budget left ($0.60 of $0.50 per task)" in again.stderr
+    assert len(ws.runs()) == 2
+
+
+def test_a_project_whose_day_is_spent_refuses_a_new_start(ws: Workspace) -> None:
+    configure(ws, "claude", ["--claude-result", "0.3"],
+              budgets={"projects": {"p": {"usd": 0.25}}})  # fmt: skip
+    # The run that crosses it completes its task (a budget never takes a finished task back)...
+    assert ws.cli("-p", "p", "-t", "a", "go").returncode == 0
+    refused = ws.cli("-p", "p", "-t", "b", "go")  # ...but nothing else starts in p today
+    assert refused.returncode == 4, refused.stderr
+    assert "the budget is spent ($0.30 of $0.25 for project p today)" in refused.stderr
+    assert not ws.task("p", "b").folder.exists()
+    assert ws.cli("-p", "q", "-t", "c", "go").returncode == 0  # another project's day is its own
+
+
+def test_an_agent_that_reports_no_usage_cannot_be_given_a_budget(ws: Workspace) -> None:
+    ws.write_config(["--exit", "0"])
+    done = ws.cli("-p", "p", "-t", "t", "--budget", "1usd", "go")
+    assert done.returncode == 2 and "reports no usage" in done.stderr
+    assert not ws.runs()
+
+
+@pytest.mark.parametrize(
+    ("values", "budget"),
+    [(["0.50usd"], Budget(0.5)), (["$2"], Budget(2.0)), (["200k-tokens"], Budget(None, 200_000)),
+     (["1.5mtokens", "3usd"], Budget(3.0, 1_500_000)), (["42 tokens"], Budget(None, 42))],
+)  # fmt: skip
+def test_budget_amounts_read_as_written(values: list[str], budget: Budget) -> None:
+    assert parse_budget(values, "--budget") == budget
+
+
+def test_a_budget_that_is_no_amount_is_refused_naming_it() -> None:
+    with pytest.raises(UsageError, match="--budget '5' is not a budget; give a cost"):
+        parse_budget(["5"], "--budget")
