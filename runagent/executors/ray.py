@@ -127,6 +127,7 @@ class TaskLoop:
             self.where = Where(self.host, 0, None, "", str(root), str(exc), int(exc.exit_code))
         self._stopping = threading.Event()
         self._stop_asked, self._stop_answered = threading.Event(), threading.Event()
+        self._located = threading.Event()  # the starter has asked where the loop runs
         self._mirror = Mirror(self.task)
         threading.Thread(target=self._watch, daemon=True).start()
 
@@ -197,9 +198,13 @@ class TaskLoop:
             self._stopping.wait(CALL_WAIT)
         elif mirror:
             self._mirror.sync(final=True)
+        # A loop that ended at once (a quick task) still lets its starter read where it ran:
+        # an actor gone before that reads to the starter as one that died while starting.
+        self._located.wait(CALL_WAIT)
         ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
 
     def locate(self) -> Where:
+        self._located.set()
         return self.where
 
     def stop(self, wait: float | None) -> Where:
