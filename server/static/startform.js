@@ -23,7 +23,8 @@ export async function loadAgents() {
   }
 }
 
-const FORM_FIELDS = ["task_id", "agent", "cwd", "timeout", "idle_timeout", "max_restarts", "until"];
+const FORM_FIELDS = ["task_id", "agent", "cwd", "timeout", "idle_timeout", "max_restarts", "until",
+  "after", "priority", "budget", "stuck_after"];
 
 $("#new-task-button").addEventListener("click", () => navigate("#new"));
 $("#cancel-new").addEventListener("click", () => {

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -253,8 +254,9 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
 ) -> None:
     import yaml
 
-    ws.write_config(["--lines", "1", "--wait-in-task", "go"], max_restarts=0)
+    ws.write_config(["--lines", "1", "--wait-in-task", "go", "--ignore-unknown"], max_restarts=0)
     data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["fake"]["type"] = "codex"  # an agent that reports usage: it may have a budget
     data["limits"] = {"max_running": 1}
     ws.config.write_text(yaml.safe_dump(data))
     first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
@@ -268,6 +270,21 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
     c = page.locator("nav a[data-task='p/c'] .badge")
     expect(c).to_have_text("blocked")
     expect(c).to_have_attribute("title", "waits for p/a")
+    # The form starts a task that waits for another, with a place and a budget of its own.
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "d")
+    page.fill("input[name=after]", "p/c")
+    page.fill("input[name=priority]", "2")
+    page.fill("input[name=budget]", "2usd, 300k-tokens")
+    page.fill("textarea[name=prompt]", "fourth")
+    with page.expect_request(lambda r: r.method == "POST" and "/tasks" in r.url) as sent:
+        page.click("form#new-task button[type=submit]")
+    body = json.loads(sent.value.post_data or "{}")
+    assert body["after"] == "p/c" and body["priority"] == "2", body
+    d = page.locator("nav a[data-task='p/d'] .badge")
+    expect(d).to_have_text("blocked")
+    expect(d).to_have_attribute("title", "waits for p/c")
     for task in ("a", "b", "c"):
         folder = ws.task("p", task).folder
         folder.mkdir(parents=True, exist_ok=True)
@@ -275,6 +292,10 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
     assert first.wait(60) == 0 and second.wait(60) == 0 and third.wait(60) == 0
     expect(b).to_have_text("completed")
     expect(c).to_have_text("completed")
+    ws.task("p", "d").folder.joinpath("go").touch()
+    expect(d).to_have_text("completed", timeout=60000)
+    remembered = yaml.safe_load((ws.task("p", "d").folder / "task.yaml").read_text())
+    assert remembered["budget"] == ["2usd", "300000tokens"]
 
 
 def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
