@@ -65,6 +65,12 @@ def _due(fleet: Fleet) -> list[Waiting] | None:
     holders = fleet.holders()
     due = []
     for waiting in [w for w in records if w.start is not None and w.eligible]:
+        refused = _untrusted(fleet, waiting)
+        if refused:  # never started: a record is what this process runs, and is checked so
+            fleet.drop(TaskPaths(fleet.root, waiting.project, waiting.task))
+            print(f"run-agent: dropped the queue record of {waiting.label}: {refused}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            continue
         ahead = fleet.ahead_of(waiting, [w for w in records if w not in due])
         limits = waiting.limit_settings()
         if decide(limits, waiting.project, waiting.agent, ahead, holders).go:
@@ -74,6 +80,30 @@ def _due(fleet: Fleet) -> list[Waiting] | None:
                 holders.append(fleet.hold(task, waiting.agent))
             due.append(waiting)
     return due
+
+
+# What a queued start may run: run-agent's own loop commands, nothing else.
+STARTS = ("run", "resume")
+
+
+def _untrusted(fleet: Fleet, waiting: Waiting) -> str:
+    """Why a record may not be started ('' if it may): the keeper runs what a record says, so
+    it must be this user's own (owned by it, writable by no one else, in a folder that is
+    too), and say a run-agent loop command."""
+    import stat
+
+    path = fleet.record_path(waiting.project, waiting.task)
+    for what in (fleet.folder, fleet.queue, path):
+        try:
+            st = os.lstat(what)
+        except OSError as exc:
+            return f"{what}: {exc.strerror}"
+        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return f"{what} is not this user's alone (owner {st.st_uid}, mode {st.st_mode:o})"
+    argv = (waiting.start or {}).get("argv")
+    if not isinstance(argv, list) or not argv or argv[0] not in STARTS:
+        return f"its start {argv!r} is not a run-agent {' or '.join(STARTS)} command line"
+    return ""
 
 
 def _start(fleet: Fleet, waiting: Waiting) -> None:

@@ -303,15 +303,18 @@ class Fleet:
                 path.unlink(missing_ok=True)
         return order(found)
 
+    def record_path(self, project: str, task: str) -> Path:
+        return self.queue / _file_name(project, task)
+
     def record_of(self, task: TaskPaths) -> Waiting | None:
-        return _read(self.queue / _file_name(task.project_id, task.task_id), Waiting.from_json)
+        return _read(self.record_path(task.project_id, task.task_id), Waiting.from_json)
 
     def put(self, waiting: Waiting) -> None:
-        _write(self.queue / _file_name(waiting.project, waiting.task), waiting.to_json())
+        _write(self.record_path(waiting.project, waiting.task), waiting.to_json())
 
     def drop(self, task: TaskPaths) -> bool:
         """Take the task out of the queue; whether it was in it."""
-        path = self.queue / _file_name(task.project_id, task.task_id)
+        path = self.record_path(task.project_id, task.task_id)
         try:
             path.unlink()
         except FileNotFoundError:

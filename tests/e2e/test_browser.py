@@ -61,11 +61,13 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
-def start_from_form(page: Page, task: str, prompt: str) -> None:
-    """Start task p/TASK the way a person does: the New task form."""
+def start_from_form(page: Page, task: str, prompt: str, **fields: str) -> None:
+    """Start task p/TASK the way a person does: the New task form (and its other `fields`)."""
     page.click("#new-task-button")
     page.fill("input[name=project]", "p")
     page.fill("input[name=task_id]", task)
+    for name, value in fields.items():
+        page.fill(f"input[name={name}]", value)
     page.fill("textarea[name=prompt]", prompt)
     page.click("form#new-task button[type=submit]")
 
@@ -271,15 +273,9 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
     expect(c).to_have_text("blocked")
     expect(c).to_have_attribute("title", "waits for p/a")
     # The form starts a task that waits for another, with a place and a budget of its own.
-    page.click("#new-task-button")
-    page.fill("input[name=project]", "p")
-    page.fill("input[name=task_id]", "d")
-    page.fill("input[name=after]", "p/c")
-    page.fill("input[name=priority]", "2")
-    page.fill("input[name=budget]", "2usd, 300k-tokens")
-    page.fill("textarea[name=prompt]", "fourth")
     with page.expect_request(lambda r: r.method == "POST" and "/tasks" in r.url) as sent:
-        page.click("form#new-task button[type=submit]")
+        start_from_form(page, "d", "fourth", after="p/c", priority="2",
+                        budget="2usd, 300k-tokens")  # fmt: skip
     body = json.loads(sent.value.post_data or "{}")
     assert body["after"] == "p/c" and body["priority"] == "2", body
     d = page.locator("nav a[data-task='p/d'] .badge")

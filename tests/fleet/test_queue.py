@@ -307,11 +307,16 @@ def test_the_api_queues_a_start_over_the_cap_and_says_where(ws: Workspace) -> No
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
 
 
-def test_queue_records_hold_the_environment_for_the_owner_only(ws: Workspace) -> None:
+def one_detached_waits(ws: Workspace) -> None:
+    """Under max_running 1: p/a started detached (its agent holding), p/b queued behind it."""
     configure(ws, {"max_running": 1})
     door = service(ws)
     door.start(StartRequest(ws.task("p", "a"), "go"))
     door.start(StartRequest(ws.task("p", "b"), "go"))
+
+
+def test_queue_records_hold_the_environment_for_the_owner_only(ws: Workspace) -> None:
+    one_detached_waits(ws)
     fleet = Fleet(ws.root)
     (record,) = fleet.queue.iterdir()
     assert oct(record.stat().st_mode & 0o777) == "0o600"
@@ -323,10 +328,7 @@ def test_queue_records_hold_the_environment_for_the_owner_only(ws: Workspace) ->
 
 
 def test_the_keeper_is_started_again_when_it_was_killed(ws: Workspace) -> None:
-    configure(ws, {"max_running": 1})
-    door = service(ws)
-    door.start(StartRequest(ws.task("p", "a"), "go"))
-    door.start(StartRequest(ws.task("p", "b"), "go"))
+    one_detached_waits(ws)
     (keeper,) = keepers(ws)
     os.kill(keeper, signal.SIGKILL)
     wait_for(lambda: not keepers(ws), what="the keeper gone")
@@ -334,3 +336,21 @@ def test_the_keeper_is_started_again_when_it_was_killed(ws: Workspace) -> None:
     go(ws, "a")  # a's loop ends: its supervisor sees a detached task waiting, with no keeper
     wait_for(lambda: listed(ws)["p/b"]["status"] == "completed", timeout=60, what="b")
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+@pytest.mark.parametrize("damage", ["another command", "writable by others"])
+def test_the_keeper_starts_no_record_it_cannot_trust(ws: Workspace, damage: str) -> None:
+    one_detached_waits(ws)
+    fleet = Fleet(ws.root)
+    path = fleet.record_path("p", "b")
+    if damage == "another command":
+        record = json.loads(path.read_text())
+        record["start"]["argv"] = ["serve", "--host", "0.0.0.0"]
+        path.write_text(json.dumps(record))
+    else:
+        path.chmod(0o666)
+    go(ws, "a")
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", timeout=60, what="a")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+    assert not path.exists() and not ws.runs("p", "b")  # dropped, never started
+    assert "dropped the queue record of p/b" in (fleet.folder / "keeper.log").read_text()
