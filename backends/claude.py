@@ -39,6 +39,10 @@ QUIET = {
 }
 
 
+# What a turn read: its new input and the cached context it read and wrote.
+_INPUT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
 class ClaudeBackend(Backend):
     name = "claude"
     default_command = ("claude",)
@@ -65,18 +69,33 @@ class ClaudeBackend(Backend):
         return ["--dangerously-skip-permissions"]
 
     def usage(self, ctx: RunContext) -> Usage | None:
-        """The `result` event's usage (input counts cached reads and writes) and cost."""
+        """The `result` event's usage (input counts cached reads and writes) and cost; until it
+        comes, what the assistant messages so far said they used, each message counted once
+        (claude repeats a message's usage on every event of its content), with no cost."""
         found = None
+        messages: dict[str, tuple[int, int]] = {}
         for event in json_lines(ctx.stdout_path):
-            if event.get("type") == "result":
+            kind = event.get("type")
+            if kind == "result":
                 used = event.get("usage")
                 cost = event.get("total_cost_usd")
                 found = Usage(
-                    count(used, "input_tokens", "cache_read_input_tokens",
-                          "cache_creation_input_tokens"),
+                    count(used, *_INPUT),
                     count(used, "output_tokens"),
                     float(cost) if isinstance(cost, int | float) and cost >= 0 else None,
-                )  # fmt: skip
+                )
+            elif kind == "assistant" and found is None:
+                message = event.get("message")
+                if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+                    continue
+                used = message.get("usage")
+                seen = messages.get(message["id"], (0, 0))
+                messages[message["id"]] = (
+                    max(seen[0], count(used, *_INPUT)),
+                    max(seen[1], count(used, "output_tokens")),
+                )
+        if found is None and messages:
+            return Usage(sum(i for i, _ in messages.values()), sum(o for _, o in messages.values()))
         return found
 
     def final_output(self, ctx: RunContext) -> str | None:

@@ -39,6 +39,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--line-text", default="line", help="text of each line")
     p.add_argument("--codex-usage", type=int, default=0, help="tokens of each codex turn line")
     p.add_argument("--usage-lines", type=int, default=0, help="how many such lines (--interval)")
+    p.add_argument(
+        "--usage-kind",
+        choices=("codex", "claude"),
+        default="codex",
+        help="the usage lines as codex turns, or as claude assistant messages",
+    )
     p.add_argument("--claude-result", type=float, default=None, help="a claude result: its cost")
     p.add_argument("--hold-at", type=int, default=0, help="after this many lines, wait for...")
     p.add_argument("--hold-for", default=None, help="...this file to exist, then go on")
@@ -151,9 +157,14 @@ def main(argv: list[str]) -> int:
         spawn_child(args, setsid=False, flags=["--middle"])
     while args.wait_pids and len(Path(args.pid_file).read_text().split()) < args.wait_pids:
         time.sleep(0.01)
-    for _ in range(args.usage_lines):
+    for n in range(args.usage_lines):
         turn = {"type": "turn.completed", "usage": {"input_tokens": args.codex_usage,
                                                      "output_tokens": 0}}  # fmt: skip
+        if args.usage_kind == "claude":  # each message twice: claude repeats it per content block
+            message = {"id": f"msg_{n}", "usage": {"input_tokens": args.codex_usage,
+                                                   "output_tokens": 0}}  # fmt: skip
+            turn = {"type": "assistant", "message": message}
+            print(json.dumps(turn), flush=True)
         print(json.dumps(turn), flush=True)
         if args.interval:
             time.sleep(args.interval)

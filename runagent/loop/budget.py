@@ -6,7 +6,7 @@ of its project and of the root); while the attempt runs, the usage its agent has
 far is added to each, on every look at the run (several times a second when a budget is set),
 and the first budget crossed stops the agent's whole tree. What a run's stream does not carry
 yet cannot be counted: an agent that reports its cost only at its end (claude's `result`) is
-held to a cost budget when that line comes, and to a token budget as its turns report tokens.
+held to a cost budget when that line comes, and to a token budget as its messages report tokens.
 Other tasks running at the same time count toward a daily budget as their runs end.
 """
 

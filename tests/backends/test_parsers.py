@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
 from pathlib import Path
@@ -186,6 +187,29 @@ def test_usage_and_cost_are_read_from_the_stream(
     assert used is not None
     assert (used.tokens_in, used.tokens_out) == (tokens_in, tokens_out)
     assert used.cost_usd == pytest.approx(cost) if cost is not None else used.cost_usd is None
+
+
+def test_claude_usage_before_its_result_counts_each_message_once(tmp_path: Path) -> None:
+    """Mid-run (what a budget reads), a claude stream has said only its assistant messages'
+    usage, each repeated on every event of its content: each message counts once, at the most
+    it said; the result, when it comes, is the run's whole usage and cost."""
+    lines = (SAMPLES / "claude-tool.stdout.jsonl").read_text().splitlines()
+    before_result = [line for line in lines if '"type":"result"' not in line.replace(" ", "")]
+    assert len(before_result) < len(lines)
+    message = {"id": "msg_x", "usage": {"input_tokens": 7, "cache_read_input_tokens": 1000,
+                                        "output_tokens": 3}}  # fmt: skip
+    again = {"id": "msg_x", "usage": {"input_tokens": 7, "cache_read_input_tokens": 1000,
+                                      "output_tokens": 40}}  # fmt: skip
+    extra = [json.dumps({"type": "assistant", "message": m}) for m in (message, message, again)]
+    ctx = write_stream(tmp_path, before_result + extra)
+    used = backend("claude").usage(ctx)
+    assert used is not None and used.cost_usd is None
+    # The sample's two messages (10 in, 1 out each) and msg_x once, at its last word: 40 out.
+    assert (used.tokens_in, used.tokens_out) == (20 + 1007, 2 + 40)
+    (result,) = [line for line in lines if line not in before_result]
+    used = backend("claude").usage(write_stream(tmp_path, [*before_result, *extra, result]))
+    assert used is not None and (used.tokens_in, used.tokens_out) == (20, 10)
+    assert used.cost_usd == pytest.approx(0.00028)
 
 
 @pytest.mark.parametrize(

@@ -40,6 +40,19 @@ def test_a_token_budget_stops_the_run_while_it_reports_its_turns(ws: Workspace) 
     assert not ws.leftovers()  # its whole tree is gone
 
 
+def test_a_token_budget_stops_claude_on_its_messages_before_its_result(ws: Workspace) -> None:
+    turns = ["--usage-kind", "claude", "--codex-usage", "1000", "--usage-lines", "50"]
+    configure(ws, "claude", [*turns, "--interval", "0.2", "--sleep", "60"])
+    done = ws.cli("-p", "p", "-t", "t", "--budget", "2500tokens", "go")
+    assert done.returncode == 4, done.stderr
+    assert "stopped by its budget: 3,000 of 2,500 tokens per task" in done.stderr
+    (run,) = ws.runs()
+    assert run.reason is Reason.BUDGET
+    stdout = (ws.task().run_folder(run.run_id) / "agent-stdout.txt").read_text()
+    assert '"result"' not in stdout and stdout.count('"assistant"') < 100  # stopped mid-run
+    assert not ws.leftovers()
+
+
 def test_a_cost_reported_at_the_end_ends_the_loop_and_no_budget_is_left(ws: Workspace) -> None:
     configure(ws, "claude", ["--claude-result", "0.3", "--exit", "1"])
     done = ws.cli("-p", "p", "-t", "t", "--budget", "0.50usd", "go")
