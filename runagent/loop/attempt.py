@@ -34,6 +34,8 @@ from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus, Usage
 
 BUDGET_TICK = 0.2  # seconds between looks at a run's usage while a budget is set
+LIVE_USAGE_EVERY = 1.0  # seconds between writes of a budgeted run's usage so far
+DAILY_RECOUNT = 3.0  # seconds between reads of the day's other runs, under a daily budget
 COPY_LIMIT = 1 << 20  # stdout up to this size is copied into output.md; beyond, hard-linked
 # Failures a backend may explain from the agent's output (a rate limit, an API error, ...).
 _EXPLICABLE = (Reason.EXIT_CODE, Reason.CRASH)
@@ -116,6 +118,44 @@ class Ended:
     info: RunInfo
     duration: float  # seconds from its start, by the supervision's clock
     diagnosis: Diagnosis | None = None
+
+
+class _LiveUsage:
+    """A budgeted run's usage so far, written into its run-info.yaml at most once a second, so
+    `status`, the page's spend of the day and the daily budgets of runs started meanwhile count
+    it before the run ends."""
+
+    def __init__(self, attempt: Attempt, now: float) -> None:
+        self.attempt = attempt
+        self.written_at = self.counted_at = now
+        self.used: Usage | None = None
+        self.pending: Usage | None = None
+
+    def seen(self, used: Usage | None) -> None:
+        self.used = used
+        if used is not None and used != self.attempt.info.usage:
+            self.pending = used
+
+    def recount(self, now: float) -> bool:
+        """Whether the day's other runs were read again (every DAILY_RECOUNT seconds, under a
+        daily budget): what they spent meanwhile counts."""
+        spending = self.attempt.spending
+        if spending is None or not spending.daily or now - self.counted_at < DAILY_RECOUNT:
+            return False
+        self.counted_at = now
+        self.attempt.spending = spending.counted(self.attempt.info.run_id)
+        return True
+
+    def publish(self, now: float) -> None:
+        if self.pending is None or now - self.written_at < LIVE_USAGE_EVERY:
+            return
+        attempt, used = self.attempt, self.pending
+        attempt.info = attempt.info.replace(
+            tokens_in=used.tokens_in, tokens_out=used.tokens_out, cost_usd=used.cost_usd
+        )
+        self.pending, self.written_at = None, now
+        with contextlib.suppress(OSError):  # the run goes on; its end says what it used
+            attempt._record()
 
 
 class Attempt:
@@ -229,6 +269,7 @@ class Attempt:
         deadline = started + s.timeout if s.timeout else None
         last_output = started
         sizes = (0, 0)
+        live = _LiveUsage(self, started)
         while True:
             now = clock()
             wait = tick if deadline is None else min(tick, deadline - now)
@@ -243,16 +284,20 @@ class Attempt:
                 return process.stop(s.kill_grace), Reason.STOPPED
             now = clock()
             current = (_size(self.ctx.stdout_path), _size(self.ctx.stderr_path))
-            if current != sizes:
+            grew = current != sizes
+            if grew:
                 sizes, last_output = current, now
             if deadline is not None and now >= deadline:
                 return process.stop(s.kill_grace), Reason.TIMEOUT
             if s.idle_timeout and now - last_output >= s.idle_timeout:
                 return process.stop(s.kill_grace), Reason.IDLE_TIMEOUT
-            if self.spending is not None and current != (0, 0):
-                self.over_budget = self.spending.crossed(self._usage())
+            if self.spending is not None and (grew or live.recount(now)):
+                if grew:  # what it reported can only change so
+                    live.seen(self._usage())
+                self.over_budget = self.spending.crossed(live.used)
                 if self.over_budget:
                     return process.stop(s.kill_grace), Reason.BUDGET
+            live.publish(now)
             self.lent.on_event(
                 Event(EventKind.TICK, run=self.info, run_folder=self.folder, elapsed=now - started)
             )

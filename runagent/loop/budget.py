@@ -7,13 +7,17 @@ far is added to each, on every look at the run (several times a second when a bu
 and the first budget crossed stops the agent's whole tree. What a run's stream does not carry
 yet cannot be counted: an agent that reports its cost only at its end (claude's `result`) is
 held to a cost budget when that line comes, and to a token budget as its messages report tokens.
-Other tasks running at the same time count toward a daily budget as their runs end.
+A budgeted run writes its usage so far into its run-info.yaml once a second, and a run under a
+daily budget reads the day's other runs again every few seconds: other tasks running at the same
+time count toward a daily budget while they run.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, date, datetime
+from pathlib import Path
 
 from runagent.config.settings import Budget, BudgetSettings
 from runagent.record import record
@@ -29,13 +33,16 @@ class Limit:
     what: str  # "per task", "for project p today", "for the runs root today"
     budget: Budget
     before: Usage
+    project: str | None = None  # a daily budget's: its project's runs count ("": every run)
 
 
 @record
 class Spending:
-    """The budgets an attempt runs under."""
+    """The budgets an attempt runs under; `run_id`'s own record is never counted as before."""
 
     limits: tuple[Limit, ...]
+    root: Path
+    run_id: str = ""
 
     @classmethod
     def before_attempt(
@@ -47,15 +54,29 @@ class Spending:
             limits.append(Limit("per task", budget, taskfolder.read_task_usage(task) or Usage()))
         if daily is not None:
             project = daily.projects.get(task.project_id)
-            if project is not None or daily.daily is not None:
-                today = datetime.now(UTC).date()
-                if project is not None:
-                    used = _spent(spend.runs(task.root, task.project_id), today)
-                    limits.append(Limit(f"for project {task.project_id} today", project, used))
-                if daily.daily is not None:
-                    used = _spent(spend.runs(task.root), today)
-                    limits.append(Limit("for the runs root today", daily.daily, used))
-        return cls(tuple(limits)) if limits else None
+            if project is not None:
+                what = f"for project {task.project_id} today"
+                limits.append(Limit(what, project, Usage(), task.project_id))
+            if daily.daily is not None:
+                limits.append(Limit("for the runs root today", daily.daily, Usage(), ""))
+        return cls(tuple(limits), task.root).counted() if limits else None
+
+    def counted(self, run_id: str = "") -> Spending:
+        """The daily budgets with what the day's other runs spent, as their records say now (a
+        running one's record carries its usage so far): other tasks count while they run."""
+        today = datetime.now(UTC).date()
+        limits = tuple(
+            limit if limit.project is None else replace(limit, before=_spent(
+                (r for r in spend.runs(self.root, limit.project or None) if r.run_id != run_id),
+                today,
+            ))
+            for limit in self.limits
+        )  # fmt: skip
+        return Spending(limits, self.root, run_id)
+
+    @property
+    def daily(self) -> bool:
+        return any(limit.project is not None for limit in self.limits)
 
     def crossed(self, live: Usage | None, strict: bool = True) -> str:
         """The first budget that `live` (this run's usage so far) takes past its bound (with

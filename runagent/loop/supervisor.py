@@ -156,7 +156,7 @@ class Supervisor:
             runs.append(ended.info)
             ending = (
                 self._end(ended.info, attempt=ended.info.attempt)
-                or self._budget(ended, spending)
+                or self._budget(ended, attempt.spending)  # as last counted while it ran
                 or self._count(ended, tally)
                 or self._stuck(ended, tally, progress)
             )

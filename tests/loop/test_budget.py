@@ -13,7 +13,7 @@ import yaml
 from runagent.config.settings import Budget, parse_budget
 from runagent.errors import UsageError
 from runagent.store.runinfo import Reason
-from tests.conftest import Workspace
+from tests.conftest import Workspace, wait_for
 
 
 def configure(ws: Workspace, kind: str, args: list[str], **extra: Any) -> None:
@@ -77,6 +77,30 @@ def test_a_project_whose_day_is_spent_refuses_a_new_start(ws: Workspace) -> None
     assert "the budget is spent ($0.30 of $0.25 for project p today)" in refused.stderr
     assert not ws.task("p", "b").folder.exists()
     assert ws.cli("-p", "q", "-t", "c", "go").returncode == 0  # another project's day is its own
+
+
+def test_tasks_running_at_once_count_toward_the_day_while_they_run(ws: Workspace) -> None:
+    """Under a project's daily budget each run writes its usage so far into its run-info, so a
+    task started meanwhile counts it from its start, and a task already running counts what the
+    other spent when it reads the day again: both are stopped, neither waited for the other's
+    end."""
+    configure(ws, "codex", ["--codex-usage", "1000", "--usage-lines", "3", "--interval", "0.1",
+                            "--sleep", "60"],
+              budgets={"projects": {"p": {"tokens": 4500}}})  # fmt: skip
+    first = ws.start_cli("-p", "p", "-t", "a", "go")
+    try:
+        wait_for(lambda: [r.tokens_in for r in ws.runs("p", "a")] == [3000], what="a's 3,000")
+        second = ws.cli("-p", "p", "-t", "b", "go")  # 3,000 before it: its 2nd turn crosses
+        assert second.returncode == 4, second.stderr
+        assert "5,000 of 4,500 tokens for project p today" in second.stderr
+        _, err = first.communicate(timeout=30)  # a reads the day again: 3,000 + b's 2,000
+    finally:
+        first.kill()
+    assert first.returncode == 4, err
+    assert "5,000 of 4,500 tokens for project p today" in err
+    (run,) = ws.runs("p", "a")
+    assert run.reason is Reason.BUDGET and run.tokens_in == 3000
+    assert not ws.leftovers()
 
 
 def test_an_agent_that_reports_no_usage_cannot_be_given_a_budget(ws: Workspace) -> None:
