@@ -28,6 +28,7 @@ from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
     from runagent.executors.local import Started
+    from runagent.fleet.overview import Overview
     from runagent.fleet.queue import Turn, Waiting
     from runagent.schedule import Firing
     from runagent.store.cleanup import Doomed
@@ -301,6 +302,16 @@ class Service:
         from runagent.executors import control
 
         return control.hold_scheduler(self.executor)
+
+    def fleet(self) -> Overview:
+        """The fleet at a glance (runagent.fleet.overview), under the config's limits and
+        budgets as a start now would see them."""
+        from runagent.fleet.overview import overview
+
+        config = self.current_config()
+        if config is None:
+            return overview(self.root)
+        return overview(self.root, config.limits, config.budgets)
 
     def agent_choices(self) -> dict[str, object]:
         """The config's agents as a start form offers them: each one's name, backend and model,

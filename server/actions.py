@@ -48,6 +48,7 @@ class Actions:
         return [
             Route("/api/schedules", self.schedules),
             Route("/api/agents", self.agents),
+            Route("/api/fleet", self.fleet),
             Route("/api/schedules/{name}/run", self.run_schedule, methods=["POST"]),
             Route("/api/projects/{project}/tasks", self.start, methods=["POST"]),
             Route(task, self.delete, methods=["DELETE"]),
@@ -55,6 +56,12 @@ class Actions:
             Route(f"{task}/resume", self.resume, methods=["POST"]),
             Route(f"{task}/paste", self.paste_reply, methods=["POST"]),
         ]
+
+    async def fleet(self, request: Request) -> Response:
+        """The fleet at a glance: counts, the queue in order, today's spend against each daily
+        budget, and the tasks that need a person (the page's first view)."""
+        found = await run_in_threadpool(self.service.fleet)
+        return JSONResponse(found.to_dict())
 
     async def _body(self, request: Request, limit: int | None = None) -> dict[str, Any]:
         """The JSON object a same-origin write sends; a body over `limit` bytes is a 413."""

@@ -210,6 +210,7 @@ class Api:
             row["loop_message"] = None if row["status"] == "running" else loop_message(task)
             row["disk_bytes"] = cleanup.folder_size(task.folder)
             row["paste"] = PasteFolders.of(task).root.is_dir()  # GET .../paste tells more
+            row["waited_on_by"] = tasks.waited_on_by(task)
             return row
 
         return JSONResponse(await run_in_threadpool(detail))

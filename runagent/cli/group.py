@@ -55,6 +55,8 @@ LAZY: dict[str, Lazy] = {
                    "runs, everything in its folder."),
     "doctor": Lazy("runagent.cli.checks", "Check config, agent CLIs, versions, keys, the runs "
                    "root and the server port."),
+    "fleet": Lazy("runagent.cli.fleet", "The fleet at a glance: what runs, the queue in order, "
+                  "today's spend against each budget, what needs a person."),
     "gc": Lazy("runagent.cli.cleanup",
                "Remove old runs of tasks that are not running (never a running task's)."),
     "job": Lazy("runagent.cli.run", "Run the agent once: one run, no restarts."),

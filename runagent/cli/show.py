@@ -111,13 +111,19 @@ def status(
         git_work = worktree.progress(task, view.latest, os.environ)
         extra = {"git": git_work} if git_work is not None else {}
         usage = {"usage": used.to_dict() if used else None}
-        click.echo(json.dumps({**view.to_dict(), **usage, **extra}, indent=2))
+        waited = {"waited_on_by": tasks.waited_on_by(task)}
+        click.echo(json.dumps({**view.to_dict(), **usage, **waited, **extra}, indent=2))
         return
     runs = plural(view.run_count, "run")
     rows: list[tuple[str, object]] = [
         ("task", f"{view.label}: {view.status.value} ({runs})"),
         ("folder", task.folder),
     ]
+    if view.queue is not None:
+        rows.append(("waits", view.queue.waits_for))
+    waited_on_by = tasks.waited_on_by(task)
+    if waited_on_by:
+        rows.append(("waited on by", ", ".join(waited_on_by)))
     if used is not None:
         rows.append(("usage", describe_usage(used)))
     started = taskfolder.read_task_settings(task)

@@ -20,7 +20,8 @@ from typing import Any
 from runagent.config.settings import Config, NotifyConfig, NotifyEvent
 from runagent.loop.events import Event, EventKind, Outcome
 from runagent.loop.redaction import Redactor
-from runagent.store.runfolder import RunPaths, TaskPaths
+from runagent.store import needs
+from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
 
 SIGNATURE_HEADER = "X-Run-Agent-Signature"
@@ -118,44 +119,25 @@ class Notifier:
                 outcome = {"outcome": event.outcome.value, "message": event.message}
                 self.send(NotifyEvent.GAVE_UP, {**base, **outcome})
             if event.outcome in (Outcome.STUCK, Outcome.BUDGET):
-                answer = f"run-agent resume -p {task.project_id} -t {task.task_id}"
-                if event.outcome is Outcome.BUDGET:
-                    answer += " --budget AMOUNT (a larger one)"
-                waits = event.outcome.value
-                self._ask(task, base, waits, event.message, answer, event.message)
+                self._ask(base, needs.stopped(task, event.outcome.value, event.message))
 
     def _needs_input(self, task: TaskPaths, base: Mapping[str, Any], run_folder: Path) -> None:
         """Tell once per episode that the run waits on a person: an operation held for approval
         (ops, `approvals: wait`), or a copy-paste run waiting for the chat's reply."""
         if NotifyEvent.NEEDS_INPUT not in self.config.events:
             return
-        pending = RunPaths(run_folder).approval_pending
-        if pending.is_file():
-            operation = _pending_operation(pending)
-            answer = f"run-agent ops approve {run_folder.name} {operation} (or ops deny ...)"
-            message = f"operation {operation} of run {run_folder.name} awaits approval"
-            self._ask(task, base, "approval", f"{run_folder.name}/{operation}", answer, message)
-        if (task.folder / "paste").is_dir():
-            from runagent.paste import state  # only a copy-paste task pays for it
+        for need in (needs.approval(task, run_folder), needs.reply(task)):
+            if need is not None:
+                self._ask(base, need)
 
-            view = state.view(task)
-            awaited = view is not None and not view["complete"] and view["outbox"]
-            if view is not None and awaited and not view["waiting_replies"]:
-                answer = (f"run-agent paste reply FILE -p {task.project_id} -t {task.task_id} "
-                          f"(FILE: the chat's answer to {view['outbox_path']})")  # fmt: skip
-                message = f"the chat's reply to {view['outbox']} is awaited"
-                self._ask(task, base, "reply", str(view["outbox"]), answer, message)
-
-    def _ask(
-        self, task: TaskPaths, base: Mapping[str, Any], waits_for: str, episode: str,
-        answer: str, message: str,
-    ) -> None:  # fmt: skip
-        if (waits_for, episode) in self._asked:
+    def _ask(self, base: Mapping[str, Any], need: needs.Need) -> None:
+        if (need.waits_for, need.episode) in self._asked:
             return
-        self._asked.add((waits_for, episode))
-        link = f"{self.page}/#{task.project_id}/{task.task_id}" if self.page else None
-        self.send(NotifyEvent.NEEDS_INPUT, {**base, "waits_for": waits_for, "message": message,
-                                            "answer": answer, "link": link})  # fmt: skip
+        self._asked.add((need.waits_for, need.episode))
+        link = f"{self.page}/#{need.label}" if self.page else None
+        self.send(NotifyEvent.NEEDS_INPUT, {**base, "waits_for": need.waits_for,
+                                            "message": need.message, "answer": need.answer,
+                                            "link": link})  # fmt: skip
 
     def _post(self, data: bytes) -> None:
         # urllib.request brings http, ssl and email (~20 ms): a run that sends no webhook
@@ -190,12 +172,3 @@ def loop_notifier(
     server = config.server
     page = f"http://{server.host}:{server.port}"
     return Notifier(settings, dict(os.environ), log=log, redactor=redactor, page=page)
-
-
-def _pending_operation(path: Path) -> str:
-    """The id of the operation an approval file holds; '?' when it cannot be read."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return str(data.get("operationId") or "?")
-    except (OSError, ValueError, AttributeError):
-        return "?"

@@ -161,6 +161,12 @@ def queue_places(root: Path) -> Mapping[str, QueuePlace]:
     return queue.places(root)
 
 
+def waited_on_by(task: TaskPaths) -> list[str]:
+    """The tasks (P/T) that wait for `task` to complete (started `--after` it)."""
+    places = queue_places(task.root)
+    return sorted(label for label, place in places.items() if task.label in place.after)
+
+
 def operations_status(task: TaskPaths) -> TaskStatus | None:
     """What a task of operations runs is doing, which no run-info says: awaiting approval while
     one of its runs is paused, running while one answers a message, else idle; None when it has

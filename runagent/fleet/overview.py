@@ -1,0 +1,120 @@
+"""The fleet at a glance: how many tasks run, wait for a slot, wait for other tasks or wait for a
+person; the queue in the order it will start; what was spent today against each daily budget;
+and what each task that needs a person waits for, with the command that answers it. The page's
+first view and `run-agent fleet` show it; it only reads.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from runagent.config.settings import Budget, BudgetSettings, LimitsSettings
+from runagent.record import record
+from runagent.store import needs, spend, tasks
+from runagent.store.needs import Need
+from runagent.store.runinfo import Reason, Usage
+from runagent.store.spend import GroupBy
+from runagent.store.tasks import TaskStatus, TaskView
+
+# A person answers these; a task whose latest run ended so, and that is not running again, waits.
+_STOPPED_FOR = {Reason.BUDGET: "budget", Reason.STUCK: "stuck"}
+_NOT_WAITING = {TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.BLOCKED, TaskStatus.COMPLETED}
+
+
+@record
+class Spent:
+    """What was spent today toward one daily budget (None: no budget, only what was spent)."""
+
+    what: str  # "the runs root today", "project p today"
+    used: Usage
+    budget: Budget | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        budget = None if self.budget is None else {"usd": self.budget.usd,
+                                                   "tokens": self.budget.tokens}  # fmt: skip
+        crossed = "" if self.budget is None else self.budget.crossed(
+            self.used.tokens_in + self.used.tokens_out, self.used.cost_usd, strict=False
+        )  # fmt: skip
+        return {"what": self.what, "used": self.used.to_dict(), "budget": budget,
+                "words": self.budget.words() if self.budget else None,
+                "spent": bool(crossed)}  # fmt: skip
+
+
+@record
+class Overview:
+    counts: dict[str, int]
+    queue: tuple[TaskView, ...]  # queued tasks in the order they start, then the blocked
+    spent: tuple[Spent, ...]
+    needs: tuple[Need, ...]
+    limits: LimitsSettings
+    day: str
+
+    def to_dict(self) -> dict[str, Any]:
+        limits = self.limits
+        return {
+            "day": self.day,
+            "counts": self.counts,
+            "queue": [view.to_dict() for view in self.queue],
+            "spent": [s.to_dict() for s in self.spent],
+            "needs": [n.to_dict() for n in self.needs],
+            "limits": {
+                "max_running": limits.max_running,
+                "per_project": limits.per_project,
+                "projects": dict(limits.projects),
+                "agents": dict(limits.agents),
+            },
+        }
+
+
+def overview(
+    root: Path, limits: LimitsSettings | None = None, budgets: BudgetSettings | None = None
+) -> Overview:
+    views = tasks.all_tasks(root)
+    needs = [need for view in views for need in needs_of(view)]
+    waiting = [v for v in views if v.queue is not None]
+    queued = sorted((v for v in waiting if not _blocked(v)), key=_place)
+    blocked = sorted((v for v in waiting if _blocked(v)), key=lambda v: v.label)
+    counts = {
+        "running": sum(v.status is TaskStatus.RUNNING for v in views),
+        "queued": len(queued),
+        "blocked": len(blocked),
+        "needs_person": len({n.label for n in needs}),
+        "tasks": len(views),
+    }
+    today = datetime.now(UTC).date()
+    return Overview(counts, (*queued, *blocked), _spent(root, budgets or BudgetSettings(), today),
+                    tuple(needs), limits or LimitsSettings(), today.isoformat())  # fmt: skip
+
+
+def _blocked(view: TaskView) -> bool:
+    return view.queue is not None and view.queue.blocked
+
+
+def _place(view: TaskView) -> tuple[int, str]:
+    assert view.queue is not None
+    return view.queue.ahead, view.label
+
+
+def _spent(root: Path, budgets: BudgetSettings, today: Any) -> tuple[Spent, ...]:
+    """Today's spend of the whole root and of each project that has a budget or spent any."""
+    groups, total = spend.summed(spend.runs(root), (GroupBy.PROJECT,), today)
+    by_project = {group.key[0]: group.used for group in groups}
+    found = [Spent("the runs root today", total.used, budgets.daily)]
+    for project in sorted(by_project.keys() | budgets.projects.keys()):
+        used = by_project.get(project, Usage())
+        found.append(Spent(f"project {project} today", used, budgets.projects.get(project)))
+    return tuple(found)
+
+
+def needs_of(view: TaskView) -> list[Need]:
+    """What the task waits for from a person (runagent.store.needs)."""
+    task = view.paths
+    found = [needs.approval(task, task.run_folder(run_id)) for run_id in task.run_ids()]
+    found.append(needs.reply(task))
+    latest = view.latest
+    if latest is not None and latest.reason in _STOPPED_FOR and view.status not in _NOT_WAITING:
+        found.append(needs.stopped(task, _STOPPED_FOR[latest.reason], latest.message or ""))
+    return [need for need in found if need is not None]
+

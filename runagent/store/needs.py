@@ -1,0 +1,70 @@
+"""What a task waits for from a person, and the command that answers it: an operation held for
+approval, the chat's reply to a copy-paste run's outbox, or a look after its loop stopped on a
+budget or stuck. The notifiers tell it as it happens (`needs_input`); the fleet view lists it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from runagent.record import record
+from runagent.store.runfolder import RunPaths, TaskPaths
+
+
+@record
+class Need:
+    label: str  # P/T
+    waits_for: str  # approval, reply, budget, stuck
+    episode: str  # which wait this is: a notifier tells each one once
+    message: str
+    answer: str
+
+    def to_dict(self) -> dict[str, Any]:
+        project, _, task = self.label.partition("/")
+        return {"project_id": project, "task_id": task, "waits_for": self.waits_for,
+                "message": self.message, "answer": self.answer}  # fmt: skip
+
+
+def approval(task: TaskPaths, run_folder: Path) -> Need | None:
+    """The operation of the run in `run_folder` held for a person's approval, if one is."""
+    pending = RunPaths(run_folder).approval_pending
+    if not pending.is_file():
+        return None
+    operation = _pending_operation(pending)
+    run = run_folder.name
+    return Need(task.label, "approval", f"{run}/{operation}",
+                f"operation {operation} of run {run} awaits approval",
+                f"run-agent ops approve {run} {operation} (or ops deny ...)")  # fmt: skip
+
+
+def reply(task: TaskPaths) -> Need | None:
+    """The chat's reply a copy-paste task waits for, if it waits for one (none handed in)."""
+    if not (task.folder / "paste").is_dir():
+        return None
+    from runagent.paste import state  # only a copy-paste task pays for it
+
+    view = state.view(task)
+    if view is None or view["complete"] or not view["outbox"] or view["waiting_replies"]:
+        return None
+    return Need(task.label, "reply", str(view["outbox"]),
+                f"the chat's reply to {view['outbox']} is awaited",
+                f"run-agent paste reply FILE -p {task.project_id} -t {task.task_id} "
+                f"(FILE: the chat's answer to {view['outbox_path']})")  # fmt: skip
+
+
+def stopped(task: TaskPaths, why: str, message: str) -> Need:
+    """A loop that stopped on a budget or stuck: a person looks, then resumes it."""
+    answer = f"run-agent resume -p {task.project_id} -t {task.task_id}"
+    if why == "budget":
+        answer += " --budget AMOUNT (a larger one)"
+    return Need(task.label, why, message, message, answer)
+
+
+def _pending_operation(path: Path) -> str:
+    """The id of the operation an approval file holds; '?' when it cannot be read."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return str(data.get("operationId") or "?")
+    except (OSError, ValueError, AttributeError):
+        return "?"

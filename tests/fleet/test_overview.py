@@ -1,0 +1,108 @@
+"""The fleet at a glance (`run-agent fleet`, GET /api/fleet, the page's first view): counts, the
+queue in the order it starts, today's spend against each daily budget, the tasks that need a
+person with the command that answers each, and the tasks that wait on a task. Real loops, a real
+queue and keeper, real run folders."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import yaml
+
+import backends
+from runagent.service import StartRequest
+from tests.conftest import LOCAL, Workspace, wait_for
+from tests.fleet.test_queue import HOLD, go, keepers, listed, service
+
+
+def busy_fleet(ws: Workspace) -> None:
+    """Project p may run one task at a time: p/a runs (its agent holding), p/b and p/c (a
+    higher priority) wait for the slot, p/d waits for p/b. In project q, q/x was stopped by its
+    budget. The root and q have daily budgets."""
+    ws.write_config(HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["limits"] = {"projects": {"p": 1}}
+    data["budgets"] = {"daily": {"usd": 5}, "projects": {"q": {"usd": 0.5, "tokens": 100000}}}
+    data["agents"]["spender"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--claude-result", "0.3", "--exit", "1"])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    stopped = ws.cli("-p", "q", "-t", "x", "--agent", "spender", "--budget", "0.2usd", "go")
+    assert stopped.returncode == 4, stopped.stderr
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "running", what="p/a running")
+    door.start(StartRequest(ws.task("p", "b"), "go"))
+    door.start(StartRequest(ws.task("p", "c"), "go", priority=5))
+    door.start(StartRequest(ws.task("p", "d"), "go", after=("p/b",)))
+
+
+def settle(ws: Workspace) -> None:
+    for task in "abcd":
+        go(ws, task)
+    wait_for(lambda: all(listed(ws)[f"p/{t}"]["status"] == "completed" for t in "abcd"),
+             timeout=90, what="the fleet to complete")  # fmt: skip
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def check(found: dict[str, Any]) -> None:
+    assert found["counts"] == {"running": 1, "queued": 2, "blocked": 1, "needs_person": 1,
+                               "tasks": 5}  # fmt: skip
+    queue = [(row["task_id"], row["status"]) for row in found["queue"]]
+    assert queue == [("c", "queued"), ("b", "queued"), ("d", "blocked")]
+    assert found["queue"][0]["queue"]["ahead"] == 0 and found["queue"][1]["queue"]["ahead"] == 1
+    spent = {s["what"]: s for s in found["spent"]}
+    root, q = spent["the runs root today"], spent["project q today"]
+    assert root["budget"] == {"usd": 5.0, "tokens": None} and not root["spent"]
+    assert q["used"]["cost_usd"] == 0.3 and q["words"] == "$0.50 and 100,000 tokens"
+    assert spent["project p today"]["budget"] is None
+    (need,) = found["needs"]
+    assert (need["project_id"], need["task_id"], need["waits_for"]) == ("q", "x", "budget")
+    assert need["message"] == "budget: $0.30 of $0.20 per task (exited with code 1)"
+    assert need["answer"] == "run-agent resume -p q -t x --budget AMOUNT (a larger one)"
+    assert found["limits"]["projects"] == {"p": 1}
+
+
+def test_the_command_line_shows_the_fleet_and_who_waits_on_a_task(ws: Workspace) -> None:
+    busy_fleet(ws)
+    try:
+        shown = ws.cli("fleet", "--json")
+        assert shown.returncode == 0, shown.stderr
+        check(json.loads(shown.stdout))
+        text = ws.cli("fleet")
+        assert text.returncode == 0, text.stderr
+        lines = text.stdout.splitlines()
+        assert lines[0] == "1 running · 2 queued · 1 blocked · 1 need a person · 5 tasks"
+        queue = lines.index("queue, in the order it starts:")
+        assert lines[queue + 1].startswith("  1. p/c  ") and lines[queue + 2].startswith("  2. p/b")
+        assert "  p/d  waits for p/b" in lines
+        assert "  project q today: 150 tokens, $0.30 of $0.50 and 100,000 tokens" in lines
+        assert "    run-agent resume -p q -t x --budget AMOUNT (a larger one)" in lines
+        status = ws.cli("status", "-p", "p", "-t", "b")
+        assert "waited on by  p/d" in status.stdout, status.stdout
+        assert json.loads(ws.cli("status", "-p", "p", "-t", "b", "--json").stdout)[
+            "waited_on_by"] == ["p/d"]  # fmt: skip
+    finally:
+        settle(ws)
+    after = json.loads(ws.cli("fleet", "--json").stdout)
+    assert after["counts"]["running"] == after["counts"]["queued"] == 0 and not after["queue"]
+
+
+def test_the_api_gives_the_same_fleet_and_a_task_its_waiters(ws: Workspace) -> None:
+    from starlette.testclient import TestClient
+
+    from server.app import create_app
+    from server.settings import Settings
+
+    busy_fleet(ws)
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path,
+                              backend_names=backends.known()))  # fmt: skip
+    try:
+        with TestClient(app, base_url=LOCAL) as c:
+            found = c.get("/api/fleet")
+            assert found.status_code == 200, found.text
+            check(found.json())
+            assert c.get("/api/projects/p/tasks/b").json()["waited_on_by"] == ["p/d"]
+            assert c.get("/api/projects/p/tasks/a").json()["waited_on_by"] == []
+    finally:
+        settle(ws)
