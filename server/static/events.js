@@ -1,6 +1,7 @@
 // The root event stream (/api/events): task rows as they change, handed to the views that show them.
 
 import { watchSource } from "./connection.js";
+import { refreshFleetSoon } from "./fleet.js";
 import { pastePanel } from "./paste.js";
 import { refreshSchedulesSoon } from "./schedules.js";
 import { key, state } from "./state.js";
@@ -15,6 +16,7 @@ export function connectEvents() {
   eventsSource.addEventListener("snapshot", (e) => {
     state.tasks = new Map(JSON.parse(e.data).map((row) => [key(row), row]));
     renderTasks();
+    refreshFleetSoon();
     if (state.task) refreshTask();
   });
   eventsSource.addEventListener("task", (e) => {
@@ -22,11 +24,13 @@ export function connectEvents() {
     const before = state.tasks.get(key(row));
     state.tasks.set(key(row), row);
     renderTasks();
+    refreshFleetSoon();
     refreshSchedulesSoon();
     if (state.task === key(row)) onTaskChanged(before, row);
   });
   // A paste run's outbox, inbox or session changed (which changes no row): its panel reads it.
   eventsSource.addEventListener("paste", (e) => {
+    refreshFleetSoon();
     if (state.task === key(JSON.parse(e.data))) pastePanel.refresh();
   });
   // A detached loop said more in supervisor.log (how it ended comes after its last row change).
@@ -36,5 +40,6 @@ export function connectEvents() {
   eventsSource.addEventListener("removed", (e) => {
     state.tasks.delete(key(JSON.parse(e.data)));
     renderTasks();
+    refreshFleetSoon();
   });
 }

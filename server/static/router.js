@@ -3,6 +3,7 @@
 
 import { parseHash, routeWith } from "./address.js";
 import { $ } from "./dom.js";
+import { showFleet } from "./fleet.js";
 import { pastePanel } from "./paste.js";
 import { closeLog } from "./runview.js";
 import { clearSearch } from "./search.js";
@@ -16,7 +17,7 @@ export async function route() {
   document.body.classList.toggle("nav-open", where.view === "home");
   $("#new-task").hidden = where.view !== "new";
   $("#task-view").hidden = where.view !== "task";
-  $("#placeholder").hidden = where.view !== "home";
+  showFleet(where.view === "home");
   if (where.view !== "task") {
     closeLog();
     clearSearch();

@@ -3,6 +3,7 @@
 
 import { hashFor, navigate } from "./address.js";
 import { $, badge } from "./dom.js";
+import { refreshFleetSoon } from "./fleet.js";
 import { key, shownStatus, state } from "./state.js";
 import { setTaskStatus } from "./taskview.js";
 
@@ -18,6 +19,7 @@ export function showAwaiting(rows) {
   state.awaiting = awaiting;
   if (JSON.stringify([...awaiting]) === before) return;
   renderTasks();
+  refreshFleetSoon();
   if (state.task) {
     const row = state.tasks.get(state.task);
     setTaskStatus(state.detail ? state.detail.status : row ? row.status : "");

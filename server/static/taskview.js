@@ -61,6 +61,7 @@ export async function refreshTask() {
   resume.textContent = detail.status === "completed" ? "Run again" : "Resume";
   resume.dataset.again = detail.status === "completed" ? "1" : "";
   renderSummary(detail);
+  renderWaits(detail);
   renderTimeline(detail.runs_list);
   renderRuns(detail.runs_list);
   renderGit(detail.git, detail.status);
@@ -87,6 +88,44 @@ function renderSummary(detail) {
   if (detail.usage) parts.push(`all runs: ${usageText(detail.usage)}`);
   if (detail.disk_bytes != null) parts.push(`${bytesText(detail.disk_bytes)} on disk`);
   $("#task-summary").textContent = parts.join(" · ");
+}
+
+// What the task waits for (a slot, other tasks) and the tasks that wait for it, each a link.
+function renderWaits(detail) {
+  const box = $("#task-waits");
+  box.replaceChildren();
+  const lines = [];
+  if (detail.queue) {
+    const p = document.createElement("p");
+    p.className = "waits-for";
+    p.append(`${detail.status === "blocked" ? "blocked" : "queued"}: ${detail.queue.waits_for}`);
+    if (detail.queue.after.length) p.append(" · after ", ...links(detail.queue.after));
+    lines.push(p);
+  }
+  if (detail.waited_on_by && detail.waited_on_by.length) {
+    const p = document.createElement("p");
+    p.className = "waited-on-by";
+    p.append("waited on by ", ...links(detail.waited_on_by));
+    lines.push(p);
+  }
+  box.append(...lines);
+  box.hidden = lines.length === 0;
+}
+
+function links(labels) {
+  const parts = [];
+  labels.forEach((label, i) => {
+    if (i) parts.push(", ");
+    const a = document.createElement("a");
+    a.href = hashFor(label);
+    a.textContent = label;
+    a.addEventListener("click", (event) => {
+      event.preventDefault();
+      navigate(hashFor(label));
+    });
+    parts.push(a);
+  });
+  return parts;
 }
 
 // An issue run's git work: the issue and its link, the branch, whether a commit carries the

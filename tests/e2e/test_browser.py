@@ -294,6 +294,73 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
     assert remembered["budget"] == ["2usd", "300000tokens"]
 
 
+def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    import yaml
+
+    ws.write_config(["--lines", "1", "--wait-in-task", "go"], max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["limits"] = {"projects": {"p": 1}}
+    data["budgets"] = {"daily": {"usd": 5}}
+    data["agents"]["spender"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--claude-result", "0.3", "--exit", "1"])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    spent = ws.cli("-p", "q", "-t", "x", "--agent", "spender", "--budget", "0.2usd", "go")
+    assert spent.returncode == 4, spent.stderr
+    first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    wait_for(lambda: len(ws.agent_pids()) == 2, what="a's agent")  # a holds p's one slot
+    second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    third = ws.start_cli("job", "-p", "p", "-t", "c", "--after", "p/b", "third")
+    page.goto(server.url)
+    fleet = page.locator("#fleet")
+    expect(fleet).to_be_visible()
+
+    def count(name: str) -> object:
+        return page.locator(f"#fleet-counts li[data-count={name}] strong")
+
+    expect(count("running")).to_have_text("1")
+    expect(count("queued")).to_have_text("1")
+    expect(count("blocked")).to_have_text("1")
+    expect(count("needs_person")).to_have_text("1")
+    expect(page.locator("#fleet-queue li")).to_have_count(2)
+    expect(page.locator("#fleet-queue li").nth(0)).to_contain_text("p/b")
+    expect(page.locator("#fleet-queue li").nth(0)).to_contain_text("project p's limit of 1")
+    expect(page.locator("#fleet-queue li").nth(1)).to_contain_text("waits for p/b")
+    expect(page.locator("#fleet-limits")).to_have_text("limits: project p 1")
+    root_day = page.locator("#fleet-spent tr[data-what='the runs root today']")
+    expect(root_day).to_contain_text("$0.30")
+    expect(root_day).to_contain_text("$5.00")
+    need = page.locator("#fleet-needs li[data-task='q/x']")
+    expect(need).to_contain_text("budget: $0.30 of $0.20 per task")
+    expect(need.locator("code")).to_have_text(
+        "run-agent resume -p q -t x --budget AMOUNT (a larger one)")  # fmt: skip
+    shot(page, "fleet")
+    # Its action: resume with a larger budget. It runs once more (and fails: no restarts left),
+    # no longer stopped by a budget, so nobody is needed any more; the day's spend follows.
+    need.locator("input[name=budget]").fill("1usd")
+    need.locator("button[type=submit]").click()
+    expect(count("needs_person")).to_have_text("0")
+    expect(root_day).to_contain_text("$0.60")
+    # A task's view names what it waits for and the tasks that wait on it.
+    page.locator("#fleet-queue a[data-task='p/b']").click()
+    expect(page.locator("#task-waits .waits-for")).to_contain_text("queued: project p's limit")
+    expect(page.locator("#task-waits .waited-on-by")).to_have_text("waited on by p/c")
+    page.locator("#task-waits .waited-on-by a").click()
+    expect(page.locator("#task-title")).to_have_text("p/c")
+    expect(page.locator("#task-waits .waits-for")).to_contain_text("blocked: waits for p/b")
+    page.click("#home-link")
+    for task in ("a", "b", "c"):
+        folder = ws.task("p", task).folder
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "go").touch()
+    assert first.wait(60) == 0 and second.wait(60) == 0 and third.wait(60) == 0
+    expect(count("running")).to_have_text("0")  # live: no reload
+    expect(count("queued")).to_have_text("0")
+    expect(count("blocked")).to_have_text("0")
+    expect(page.locator("#fleet-queue-empty")).to_be_visible()
+
+
 def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
     ws: Workspace, server: Server, page: Page
 ) -> None:

@@ -1,0 +1,190 @@
+// The page's first view: the fleet at a glance (GET /api/fleet). How many tasks run, wait for a
+// slot, wait for other tasks or wait for a person; the tasks that need a person, each with its
+// action; the queue in the order it starts; today's spend against each daily budget. It is read
+// again whenever a task's row changes (the root event stream), so it stays live.
+
+import { hashFor, navigate, taskUrl } from "./address.js";
+import { $, badge } from "./dom.js";
+
+const COUNTS = [["running", "running"], ["queued", "queued"], ["blocked", "blocked"],
+  ["needs_person", "need a person"]];
+const ACTIONS = { approval: "approve or deny", reply: "paste the reply", budget: "resume with", stuck: "resume" };
+
+let shown = false;
+let timer = null;
+let asked = 0;
+
+export function showFleet(visible) {
+  shown = visible;
+  $("#fleet").hidden = !visible;
+  if (visible) loadFleet();
+}
+
+// Many rows change at once when a fleet moves: one read for them all.
+export function refreshFleetSoon() {
+  if (!shown || timer) return;
+  timer = setTimeout(() => {
+    timer = null;
+    loadFleet();
+  }, 250);
+}
+
+export async function loadFleet() {
+  const mine = ++asked;
+  const response = await fetch("/api/fleet");
+  if (mine !== asked || !shown) return; // a later read, or the reader went elsewhere
+  const found = await response.json();
+  if (!response.ok) {
+    $("#fleet-error").textContent = found.error;
+    return;
+  }
+  $("#fleet-error").textContent = "";
+  renderCounts(found);
+  renderNeeds(found.needs);
+  renderQueue(found.queue, found.limits);
+  renderSpent(found.day, found.spent);
+}
+
+function renderCounts(found) {
+  const list = $("#fleet-counts");
+  list.replaceChildren();
+  for (const [name, words] of COUNTS) {
+    const li = document.createElement("li");
+    li.dataset.count = name;
+    const n = document.createElement("strong");
+    n.textContent = String(found.counts[name]);
+    li.append(n, ` ${words}`);
+    if (name === "queued" && found.limits.max_running != null) li.append(` (max_running ${found.limits.max_running})`);
+    list.append(li);
+  }
+}
+
+function taskAnchor(projectId, taskId) {
+  const a = document.createElement("a");
+  const label = `${projectId}/${taskId}`;
+  a.href = hashFor(label);
+  a.textContent = label;
+  a.dataset.task = label;
+  return a;
+}
+
+function renderNeeds(needs) {
+  const list = $("#fleet-needs");
+  list.replaceChildren();
+  $("#fleet-needs-box").hidden = needs.length === 0;
+  for (const need of needs) {
+    const li = document.createElement("li");
+    li.dataset.task = `${need.project_id}/${need.task_id}`;
+    li.dataset.waitsFor = need.waits_for;
+    const what = document.createElement("span");
+    what.className = `badge ${need.waits_for}`;
+    what.textContent = need.waits_for;
+    const message = document.createElement("span");
+    message.className = "message";
+    message.textContent = need.message;
+    const answer = document.createElement("code");
+    answer.textContent = need.answer;
+    answer.title = "the command that answers it";
+    li.append(taskAnchor(need.project_id, need.task_id), " ", what, " ", message, " ", action(need), " ", answer);
+    list.append(li);
+  }
+}
+
+// What the page can do about a need: resume a stuck task, resume one stopped by its budget with
+// a larger one; an approval or a reply is given in the task's own view.
+function action(need) {
+  const label = `${need.project_id}/${need.task_id}`;
+  if (need.waits_for === "approval" || need.waits_for === "reply") {
+    const open = document.createElement("button");
+    open.type = "button";
+    open.textContent = ACTIONS[need.waits_for];
+    open.addEventListener("click", () => navigate(hashFor(label)));
+    return open;
+  }
+  const form = document.createElement("form");
+  form.className = "need-action";
+  let budget = null;
+  if (need.waits_for === "budget") {
+    budget = document.createElement("input");
+    budget.name = "budget";
+    budget.required = true;
+    budget.placeholder = "e.g. 1usd, 400k-tokens";
+    budget.setAttribute("aria-label", `a larger budget for ${label}`);
+  }
+  const go = document.createElement("button");
+  go.type = "submit";
+  go.textContent = ACTIONS[need.waits_for];
+  const error = document.createElement("span");
+  error.className = "error";
+  form.append(go, ...(budget ? [" ", budget] : []), " ", error);
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const body = budget ? { budget: budget.value } : {};
+    const response = await fetch(`${taskUrl(label)}/resume`, {
+      method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+    });
+    if (!response.ok) {
+      error.textContent = (await response.json()).error;
+      return;
+    }
+    error.textContent = "";
+    refreshFleetSoon();
+  });
+  return form;
+}
+
+function renderQueue(rows, limits) {
+  const list = $("#fleet-queue");
+  list.replaceChildren();
+  $("#fleet-queue-empty").hidden = rows.length > 0;
+  for (const row of rows) {
+    const li = document.createElement("li");
+    li.dataset.task = `${row.project_id}/${row.task_id}`;
+    const waits = document.createElement("span");
+    waits.className = "waits";
+    waits.textContent = row.queue.waits_for + (row.queue.priority ? ` · priority ${row.queue.priority}` : "");
+    li.append(taskAnchor(row.project_id, row.task_id), " ", badge(row.status), " ", waits);
+    list.append(li);
+  }
+  $("#fleet-limits").textContent = limitsText(limits);
+}
+
+function limitsText(limits) {
+  const parts = [];
+  if (limits.max_running != null) parts.push(`max_running ${limits.max_running}`);
+  if (limits.per_project != null) parts.push(`per_project ${limits.per_project}`);
+  for (const [name, cap] of Object.entries(limits.projects)) parts.push(`project ${name} ${cap}`);
+  for (const [name, cap] of Object.entries(limits.agents)) parts.push(`agent ${name} ${cap}`);
+  return parts.length ? `limits: ${parts.join(", ")}` : "no limits: every start runs at once";
+}
+
+function renderSpent(day, spent) {
+  $("#fleet-day").textContent = day;
+  const body = $("#fleet-spent tbody");
+  body.replaceChildren();
+  for (const row of spent) {
+    const tr = document.createElement("tr");
+    tr.dataset.what = row.what;
+    if (row.spent) tr.className = "spent";
+    const used = row.used;
+    const cells = [
+      row.what,
+      (used.tokens_in + used.tokens_out).toLocaleString("en"),
+      used.cost_usd == null ? "—" : `$${used.cost_usd.toFixed(2)}`,
+      row.words ? row.words + (row.spent ? " · spent" : "") : "no budget",
+    ];
+    for (const text of cells) {
+      const td = document.createElement("td");
+      td.textContent = text;
+      tr.append(td);
+    }
+    body.append(tr);
+  }
+}
+
+$("#fleet").addEventListener("click", (e) => {
+  const a = e.target.closest("a[data-task]");
+  if (!a) return;
+  e.preventDefault();
+  navigate(hashFor(a.dataset.task));
+});
