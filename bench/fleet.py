@@ -6,9 +6,12 @@ Samples the process table every 50 ms for the agents alive, and prints: the most
 every task completed (none lost), the processes and memory the waiting tasks held right after
 submission (the keeper, against a resident process per queued task), and, for each run that
 took a freed slot, the time from the end of the run that freed it to its own start. With
-`--kill-serve`, the server is SIGKILLed after half the submissions and started again.
+`--kill-serve`, the server is SIGKILLed after half the submissions and started again. With
+`--mixed`, the submissions take turns between the API, the command line (`run-agent job`, which
+waits in its own process, as a shell's run does) and a schedule fired as cron fires it
+(`run-agent schedule now`), each submitted once the one before is in the queue.
 
-    python bench/fleet.py [--tasks 200] [--max-running 4] [--kill-serve]
+    python bench/fleet.py [--tasks 200] [--max-running 4] [--kill-serve] [--mixed]
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 
@@ -74,6 +78,17 @@ def agents_alive() -> int:
     return count
 
 
+def submitted_by(client: httpx.Client, task: str) -> None:
+    """Wait until a `job` started for `task` is in the queue (or already past it)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        answer = client.get(f"/api/projects/bench/tasks/{task}")
+        if answer.status_code == 200 and answer.json()["status"] != "pending":
+            return
+        time.sleep(0.02)
+    sys.exit(f"{task}: the job never reached the queue")
+
+
 def stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -83,6 +98,7 @@ def main() -> None:
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--max-running", type=int, default=4)
     parser.add_argument("--kill-serve", action="store_true")
+    parser.add_argument("--mixed", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"{MARKER}-") as tmp:
         root, config = Path(tmp, "runs"), Path(tmp, "config.yaml")
@@ -91,7 +107,11 @@ def main() -> None:
                                    "command": ["sh", "-c", "sleep 1", f"{MARKER}-agent"]}},
             "defaults": {"agent": "sleeper", "max_restarts": 0, "idle_timeout": 0},
             "limits": {"max_running": args.max_running},
+            "schedules": {"s": {"cron": "0 0 1 1 *", "project": "bench", "prompt": "sleep",
+                                "overlap": "allow"}},
         }))  # fmt: skip
+        cli = [sys.executable, "-m", "runagent", "--config", str(config), "--root", str(root)]
+        waiters: list[subprocess.Popen[bytes]] = []
         port = free_port()
         server = serve(config, root, port)
         peak, samples, stop = [0], [0], threading.Event()
@@ -104,19 +124,34 @@ def main() -> None:
 
         sampler = threading.Thread(target=sample, daemon=True)
         sampler.start()
-        order = [f"t{i:04d}" for i in range(args.tasks)]
+        order: list[str] = []
+        ways = ("api", "cli", "schedule") if args.mixed else ("api",)
         started = time.monotonic()
         held: tuple[int, float] | None = None
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            for i, task in enumerate(order):
+            for i in range(args.tasks):
                 if args.kill_serve and i == args.tasks // 2:
                     os.killpg(server.pid, signal.SIGKILL)
                     server.wait()
                     server = serve(config, root, port)
-                answer = client.post("/api/projects/bench/tasks",
-                                     json={"task_id": task, "prompt": "sleep"})  # fmt: skip
-                if answer.status_code != 202:
-                    sys.exit(f"{task}: {answer.status_code} {answer.text}")
+                task, way = f"t{i:04d}", ways[i % len(ways)]
+                if way == "api":
+                    answer = client.post("/api/projects/bench/tasks",
+                                         json={"task_id": task, "prompt": "sleep"})  # fmt: skip
+                    if answer.status_code != 202:
+                        sys.exit(f"{task}: {answer.status_code} {answer.text}")
+                elif way == "cli":
+                    waiters.append(subprocess.Popen(
+                        [*cli, "job", "-p", "bench", "-t", task, "sleep"],
+                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                        start_new_session=True,
+                    ))  # fmt: skip
+                    submitted_by(client, task)
+                else:
+                    fired = subprocess.run([*cli, "schedule", "now", "s"], capture_output=True,
+                                           text=True, check=True)  # fmt: skip
+                    task = fired.stdout.strip().rpartition("/")[2]
+                order.append(task)
             submitted = time.monotonic() - started
             procs = ours()
             rss = sum(p.memory_info().rss for p in procs if p.is_running())
@@ -130,6 +165,8 @@ def main() -> None:
             rows = client.get("/api/projects/bench/tasks").json()
         stop.set()
         sampler.join()
+        for waiter in waiters:
+            waiter.wait(30)
         os.killpg(server.pid, signal.SIGTERM)
         server.wait()
         elapsed = time.monotonic() - started
@@ -143,24 +180,37 @@ def main() -> None:
         completed = sum(1 for r in rows if r["status"] == "completed")
         by_start = sorted(runs, key=lambda r: r[1])
         fifo = [t for t, _, _ in by_start] == order[: len(by_start)]
+        place = {task: n for n, task in enumerate(order)}
+        # How far from its place in the queue each run started (0 everywhere: FIFO).
+        displaced = [abs(place[t] - n) for n, (t, _, _) in enumerate(by_start) if t in place]
+        # Which doors the runs that started ahead of their place came through.
+        ahead = Counter(ways[place[t] % len(ways)] for n, (t, _, _) in enumerate(by_start)
+                        if t in place and place[t] > n)  # fmt: skip
         ends = sorted(end for _, _, end in runs)
         waits = [
             (by_start[k][1] - ends[k - args.max_running]) * 1000
             for k in range(args.max_running, len(by_start))
             if by_start[k][1] >= ends[k - args.max_running]
         ]
-    print(f"{args.tasks} tasks, max_running {args.max_running}, on {os.cpu_count()} cores"
+    how = ", submitted in turn through the API, `job` and `schedule now`" if args.mixed else ""
+    print(f"{args.tasks} tasks, max_running {args.max_running}, on {os.cpu_count()} cores{how}"
           f"{', serve SIGKILLed and restarted halfway' if args.kill_serve else ''}")  # fmt: skip
     print(f"  submitted in {submitted:.1f} s; all done in {elapsed:.1f} s")
     print(f"  most agents alive at once: {peak[0]} (sampled {samples[0]} times every 50 ms; "
           f"limit {args.max_running})")  # fmt: skip
-    print(f"  started in submission order (FIFO): {fifo}")
+    moved = sum(1 for d in displaced if d)
+    print(f"  started in submission order (FIFO): {fifo}"
+          + ("" if fifo else f" ({moved} runs started out of place, by at most "
+                             f"{max(displaced)} places; those ahead came through "
+                             f"{dict(ahead)})"))  # fmt: skip
     print(f"  completed: {completed} of {args.tasks}; runs recorded: {len(runs)} (none lost: "
           f"{completed == args.tasks == len(runs)})")  # fmt: skip
     if held is not None:
+        foreground = f", {len(waiters)} of them `job` waiting in its own process" if waiters else ""
+        resident = args.tasks - args.max_running
         print(f"  right after submission: {held[0]} run-agent processes ({held[1]:.0f} MiB RSS "
-              f"in all) for {args.tasks} tasks, against {args.tasks - args.max_running} "
-              f"resident waiting processes of ~20 MiB each")  # fmt: skip
+              f"in all{foreground}) for {args.tasks} tasks, against {resident} resident "
+              "waiting processes of ~20 MiB each")  # fmt: skip
     if waits:
         p90 = sorted(waits)[int(0.9 * (len(waits) - 1))]
         print(f"  a freed slot to the next run's start: median {statistics.median(waits):.0f} ms, "

@@ -5,6 +5,8 @@ OpenAI chat completions (perplexity, xai). `scenario` picks the behaviour for ev
 
 - "text": answer "hello from fake model";
 - "tool": first call the CLI's shell tool to write fake_tool_output.txt, then answer;
+- "tool_forever": call the shell tool on every request, never answering: a CLI that works turn
+  after turn until it is stopped (each turn reports its usage as the CLI does);
 - "error": HTTP 400; "auth": HTTP 401; "rate_limit": HTTP 429 (Retry-After: 1) every time;
 - "rate_limit_once": HTTP 429 on the first model request, then "text";
 - "hang": send the response headers, then nothing until the server stops;
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -142,7 +145,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         # The shell command the model calls for, or "" for a plain answer.
-        wants = behaviour == "tool" and not has_tool_result(fmt, body)
+        wants = behaviour == "tool_forever" or (
+            behaviour == "tool" and not has_tool_result(fmt, body)
+        )
         tool = self.fake.tool_command if wants else ""
         if fmt == "gemini" and ":generateContent" in path:
             self._json(200, gemini_chunk(TEXT, tool=""))
@@ -212,12 +217,13 @@ def sse(data: Any, event: str | None = None) -> str:
 def anthropic_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str]:
     model = (body or {}).get("model", "fake")
     usage = {"input_tokens": 10, "output_tokens": 1}
-    message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+    unique = uuid.uuid4().hex[:12]  # each message and tool call its own id, as the API gives
+    message = {"id": f"msg_fake_{unique}", "type": "message", "role": "assistant", "model": model,
                "content": [], "stop_reason": None, "stop_sequence": None,
                "usage": usage}  # fmt: skip
     yield sse({"type": "message_start", "message": message}, "message_start")
     if tool:
-        block = {"type": "tool_use", "id": "toolu_fake1", "name": "Bash", "input": {}}
+        block = {"type": "tool_use", "id": f"toolu_fake_{unique}", "name": "Bash", "input": {}}
         arguments = json.dumps({"command": tool, "description": "write"})
         delta = {"type": "input_json_delta", "partial_json": arguments}
     else:

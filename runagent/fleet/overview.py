@@ -117,4 +117,3 @@ def needs_of(view: TaskView) -> list[Need]:
     if latest is not None and latest.reason in _STOPPED_FOR and view.status not in _NOT_WAITING:
         found.append(needs.stopped(task, _STOPPED_FOR[latest.reason], latest.message or ""))
     return [need for need in found if need is not None]
-

@@ -311,6 +311,12 @@ def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
     first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
     wait_for(lambda: len(ws.agent_pids()) == 2, what="a's agent")  # a holds p's one slot
     second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+
+    def queued(task: str) -> bool:
+        rows = json.loads(ws.cli("list", "--json").stdout)
+        return any(r["task_id"] == task and r["status"] == "queued" for r in rows)
+
+    wait_for(lambda: queued("b"), what="b queued")  # c may only name a task that exists
     third = ws.start_cli("job", "-p", "p", "-t", "c", "--after", "p/b", "third")
     page.goto(server.url)
     fleet = page.locator("#fleet")
