@@ -162,6 +162,12 @@ class Service:
             config = self.current_config()
             limits = config.limits if config is not None else LimitsSettings()
             after = self._after(request)
+            if on_ray and after:
+                raise UsageError(
+                    f"task {task.label} runs after {', '.join(after)}, and a loop on the Ray "
+                    "cluster cannot wait for other tasks yet: start it once they have completed, "
+                    "or run it here with --executor local"
+                )
             if not on_ray and self._gated(task, limits, after):  # Ray's own queue caps a cluster
                 from runagent.fleet import gate
 

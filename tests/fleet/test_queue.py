@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import subprocess
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -354,3 +355,22 @@ def test_the_keeper_starts_no_record_it_cannot_trust(ws: Workspace, damage: str)
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
     assert not path.exists() and not ws.runs("p", "b")  # dropped, never started
     assert "dropped the queue record of p/b" in (fleet.folder / "keeper.log").read_text()
+
+
+def test_a_loop_on_the_ray_cluster_that_runs_after_others_is_refused_before_it_starts(
+    ws: Workspace,
+) -> None:
+    """Ray's own queue caps a cluster, but it cannot wait for other tasks: a start there with
+    --after would run at once, before what it depends on. It is refused in one line, and leaves
+    no task behind (no cluster is asked: the refusal comes first)."""
+    from runagent.config.settings import ExecutorSettings, ExecutorType
+
+    configure(ws, None)
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    ray = replace(door, executor=ExecutorSettings(type=ExecutorType.RAY, address="127.0.0.1:1"))
+    with pytest.raises(UsageError, match=r"runs after p/a, and a loop on the Ray cluster cannot"):
+        ray.start(StartRequest(ws.task("p", "b"), "go", after=("p/a",)))
+    assert not ws.task("p", "b").folder.exists()
+    go(ws, "a")
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", timeout=60, what="a")
