@@ -61,6 +61,19 @@ def shot(page: Page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+@pytest.fixture
+def shells(ws: Workspace) -> Iterator[list[subprocess.Popen[str]]]:
+    """Commands a test starts as a shell would (`ws.start_cli`): whatever a failing test left
+    running is killed, process group and all, before the workspace checks for leftovers."""
+    started: list[subprocess.Popen[str]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(10)
+
+
 def start_from_form(page: Page, task: str, prompt: str, **fields: str) -> None:
     """Start task p/TASK the way a person does: the New task form (and its other `fields`)."""
     page.click("#new-task-button")
@@ -252,7 +265,7 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
 
 
 def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
-    ws: Workspace, server: Server, page: Page
+    ws: Workspace, server: Server, page: Page, shells: list[subprocess.Popen[str]]
 ) -> None:
     import yaml
 
@@ -262,9 +275,12 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
     data["limits"] = {"max_running": 1}
     ws.config.write_text(yaml.safe_dump(data))
     first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    shells.append(first)
     wait_for(lambda: ws.agent_pids(), what="a's agent")  # a holds the one slot
     second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    shells.append(second)
     third = ws.start_cli("job", "-p", "p", "-t", "c", "--after", "p/a", "third")
+    shells.append(third)
     page.goto(server.url)
     b = page.locator("nav a[data-task='p/b'] .badge")
     expect(b).to_have_text("queued")
@@ -295,7 +311,7 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
 
 
 def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
-    ws: Workspace, server: Server, page: Page
+    ws: Workspace, server: Server, page: Page, shells: list[subprocess.Popen[str]]
 ) -> None:
     import yaml
 
@@ -309,8 +325,10 @@ def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
     spent = ws.cli("-p", "q", "-t", "x", "--agent", "spender", "--budget", "0.2usd", "go")
     assert spent.returncode == 4, spent.stderr
     first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
+    shells.append(first)
     wait_for(lambda: len(ws.agent_pids()) == 2, what="a's agent")  # a holds p's one slot
     second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
+    shells.append(second)
 
     def queued(task: str) -> bool:
         rows = json.loads(ws.cli("list", "--json").stdout)
@@ -318,6 +336,7 @@ def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
 
     wait_for(lambda: queued("b"), what="b queued")  # c may only name a task that exists
     third = ws.start_cli("job", "-p", "p", "-t", "c", "--after", "p/b", "third")
+    shells.append(third)
     page.goto(server.url)
     fleet = page.locator("#fleet")
     expect(fleet).to_be_visible()
