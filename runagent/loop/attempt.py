@@ -291,7 +291,8 @@ class Attempt:
                 return process.stop(s.kill_grace), Reason.TIMEOUT
             if s.idle_timeout and now - last_output >= s.idle_timeout:
                 return process.stop(s.kill_grace), Reason.IDLE_TIMEOUT
-            if self.spending is not None and (grew or live.recount(now)):
+            recounted = live.recount(now)  # also while the output keeps growing
+            if self.spending is not None and (grew or recounted):
                 if grew:  # what it reported can only change so
                     live.seen(self._usage())
                 self.over_budget = self.spending.crossed(live.used)
