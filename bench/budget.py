@@ -117,7 +117,7 @@ class Sampler(threading.Thread):
                 self._look(pid)
                 if self.crossed_at is None:
                     used = self.backend.usage(ctx)
-                    if used is not None and used.tokens_in + used.tokens_out > self.budget:
+                    if used is not None and used.tokens > self.budget:
                         self.crossed_at, self.used = now, used
                 elif not self._alive():
                     self.gone_at = now
@@ -225,7 +225,7 @@ def main() -> None:
         times = [r["overshoot"] for r in runs if r["overshoot"] is not None]
         exits = sorted({r["exit"] for r in runs})
         used = [r["used"] for r in runs if r["used"] is not None]
-        tokens = f"{used[0].tokens_in + used[0].tokens_out} tokens at the event" if used else "-"
+        tokens = f"{used[0].tokens} tokens at the event" if used else "-"
         if times:
             figure = (f"median {statistics.median(times) * 1000:.0f} ms, max "
                       f"{max(times) * 1000:.0f} ms")  # fmt: skip

@@ -10,6 +10,7 @@ import click
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup
 from runagent.fleet.overview import Overview, Spent, overview
+from runagent.store.tasks import TaskView
 
 
 @cli.command()
@@ -35,16 +36,12 @@ def describe(found: Overview) -> list[str]:
         + (f" (max_running {cap})" if cap is not None else "")
         + f" · {c['blocked']} blocked · {c['needs_person']} need a person · {c['tasks']} tasks"
     ]
-    queued = [v for v in found.queue if v.queue is not None and not v.queue.blocked]
-    blocked = [v for v in found.queue if v.queue is not None and v.queue.blocked]
-    if queued:
+    if found.queued:
         lines.append("queue, in the order it starts:")
-        lines += [
-            f"  {n}. {v.label}  {v.queue.waits_for}" for n, v in enumerate(queued, 1) if v.queue
-        ]
-    if blocked:
+        lines += [f"  {n}. {v.label}  {_waits(v)}" for n, v in enumerate(found.queued, 1)]
+    if found.blocked:
         lines.append("blocked:")
-        lines += [f"  {v.label}  {v.queue.waits_for}" for v in blocked if v.queue]
+        lines += [f"  {v.label}  {_waits(v)}" for v in found.blocked]
     lines.append(f"spent today ({found.day}, UTC):")
     lines += [f"  {s.what}: {spent_words(s)}" for s in found.spent]
     if found.needs:
@@ -56,11 +53,15 @@ def describe(found: Overview) -> list[str]:
 
 def spent_words(spent: Spent) -> str:
     used = spent.used
-    words = f"{used.tokens_in + used.tokens_out:,} tokens"
+    words = f"{used.tokens:,} tokens"
     if used.cost_usd is not None:
         words += f", ${used.cost_usd:.2f}"
     if spent.budget is not None:
         words += f" of {spent.budget.words()}"
-        if spent.to_dict()["spent"]:
+        if spent.spent:
             words += " (spent: no new start today)"
     return words
+
+
+def _waits(view: TaskView) -> str:
+    return view.queue.waits_for if view.queue is not None else ""

@@ -6,7 +6,7 @@ first view and `run-agent fleet` show it; it only reads.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,21 +31,24 @@ class Spent:
     used: Usage
     budget: Budget | None = None
 
+    @property
+    def spent(self) -> bool:
+        """Whether the budget is reached: nothing more starts under it today."""
+        b, used = self.budget, self.used
+        return b is not None and bool(b.crossed(used.tokens, used.cost_usd, strict=False))
+
     def to_dict(self) -> dict[str, Any]:
-        budget = None if self.budget is None else {"usd": self.budget.usd,
-                                                   "tokens": self.budget.tokens}  # fmt: skip
-        crossed = "" if self.budget is None else self.budget.crossed(
-            self.used.tokens_in + self.used.tokens_out, self.used.cost_usd, strict=False
-        )  # fmt: skip
-        return {"what": self.what, "used": self.used.to_dict(), "budget": budget,
-                "words": self.budget.words() if self.budget else None,
-                "spent": bool(crossed)}  # fmt: skip
+        b = self.budget
+        return {"what": self.what, "used": self.used.to_dict(),
+                "budget": None if b is None else {"usd": b.usd, "tokens": b.tokens},
+                "words": b.words() if b else None, "spent": self.spent}  # fmt: skip
 
 
 @record
 class Overview:
     counts: dict[str, int]
-    queue: tuple[TaskView, ...]  # queued tasks in the order they start, then the blocked
+    queued: tuple[TaskView, ...]  # in the order they start
+    blocked: tuple[TaskView, ...]
     spent: tuple[Spent, ...]
     needs: tuple[Need, ...]
     limits: LimitsSettings
@@ -56,7 +59,7 @@ class Overview:
         return {
             "day": self.day,
             "counts": self.counts,
-            "queue": [view.to_dict() for view in self.queue],
+            "queue": [view.to_dict() for view in (*self.queued, *self.blocked)],
             "spent": [s.to_dict() for s in self.spent],
             "needs": [n.to_dict() for n in self.needs],
             "limits": {
@@ -84,8 +87,9 @@ def overview(
         "tasks": len(views),
     }
     today = datetime.now(UTC).date()
-    return Overview(counts, (*queued, *blocked), _spent(root, budgets or BudgetSettings(), today),
-                    tuple(needs), limits or LimitsSettings(), today.isoformat())  # fmt: skip
+    spent = _spent(root, budgets or BudgetSettings(), today)
+    return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
+                    limits or LimitsSettings(), today.isoformat())  # fmt: skip
 
 
 def _blocked(view: TaskView) -> bool:
@@ -97,7 +101,7 @@ def _place(view: TaskView) -> tuple[int, str]:
     return view.queue.ahead, view.label
 
 
-def _spent(root: Path, budgets: BudgetSettings, today: Any) -> tuple[Spent, ...]:
+def _spent(root: Path, budgets: BudgetSettings, today: date) -> tuple[Spent, ...]:
     """Today's spend of the whole root and of each project that has a budget or spent any."""
     groups, total = spend.summed(spend.runs(root), (GroupBy.PROJECT,), today)
     by_project = {group.key[0]: group.used for group in groups}

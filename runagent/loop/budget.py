@@ -83,7 +83,7 @@ class Spending:
         `strict`; else to it), in words: "$0.52 of $0.50 per task"; '' while within all."""
         for limit in self.limits:
             used = limit.before + live if live is not None else limit.before
-            said = limit.budget.crossed(used.tokens_in + used.tokens_out, used.cost_usd, strict)
+            said = limit.budget.crossed(used.tokens, used.cost_usd, strict)
             if said:
                 return f"{said} {limit.what}"
         return ""

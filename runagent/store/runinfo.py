@@ -56,6 +56,11 @@ class Usage:
     tokens_out: int = 0
     cost_usd: float | None = None
 
+    @property
+    def tokens(self) -> int:
+        """Read and written: what a token budget counts."""
+        return self.tokens_in + self.tokens_out
+
     def __add__(self, other: Usage) -> Usage:
         costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
         return Usage(
