@@ -199,7 +199,8 @@ class Api:
         task = self.task_paths(request)
 
         def detail() -> dict[str, Any]:
-            view = tasks.view(task)
+            places = tasks.queue_places(self.root)  # read once for its place and its waiters
+            view = tasks.view(task, places)
             row = view.to_dict()
             row["prompt"] = taskfolder.read_task_prompt(task)
             row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
@@ -210,7 +211,7 @@ class Api:
             row["loop_message"] = None if row["status"] == "running" else loop_message(task)
             row["disk_bytes"] = cleanup.folder_size(task.folder)
             row["paste"] = PasteFolders.of(task).root.is_dir()  # GET .../paste tells more
-            row["waited_on_by"] = tasks.waited_on_by(task)
+            row["waited_on_by"] = tasks.waited_on_by(task, places)
             return row
 
         return JSONResponse(await run_in_threadpool(detail))

@@ -103,7 +103,8 @@ def status(
 ) -> None:
     """Show a task's status and its latest run."""
     _, task = existing_task(config_path, root, project_id, task_id)
-    view = tasks.view(task)
+    places = tasks.queue_places(task.root)  # read once for its place and its waiters
+    view = tasks.view(task, places)
     used = tasks.usage(task)
     if as_json:
         from runagent.issues import worktree  # git is read only for a task that has git work
@@ -111,7 +112,7 @@ def status(
         git_work = worktree.progress(task, view.latest, os.environ)
         extra = {"git": git_work} if git_work is not None else {}
         usage = {"usage": used.to_dict() if used else None}
-        waited = {"waited_on_by": tasks.waited_on_by(task)}
+        waited = {"waited_on_by": tasks.waited_on_by(task, places)}
         click.echo(json.dumps({**view.to_dict(), **usage, **waited, **extra}, indent=2))
         return
     runs = plural(view.run_count, "run")
@@ -121,7 +122,7 @@ def status(
     ]
     if view.queue is not None:
         rows.append(("waits", view.queue.waits_for))
-    waited_on_by = tasks.waited_on_by(task)
+    waited_on_by = tasks.waited_on_by(task, places)
     if waited_on_by:
         rows.append(("waited on by", ", ".join(waited_on_by)))
     if used is not None:

@@ -161,9 +161,10 @@ def queue_places(root: Path) -> Mapping[str, QueuePlace]:
     return queue.places(root)
 
 
-def waited_on_by(task: TaskPaths) -> list[str]:
-    """The tasks (P/T) that wait for `task` to complete (started `--after` it)."""
-    places = queue_places(task.root)
+def waited_on_by(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> list[str]:
+    """The tasks (P/T) that wait for `task` to complete (started `--after` it); `places` as
+    for `view`."""
+    places = places if places is not None else queue_places(task.root)
     return sorted(label for label, place in places.items() if task.label in place.after)
 
 
