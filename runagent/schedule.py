@@ -243,7 +243,7 @@ class Scheduler:
             pid = self.launch(firing)
             state.last_fired, state.last_task, state.last_outcome = firing.at, firing.task_id, None
         self.log(f"{schedule.name}: fired {firing.at.isoformat()} as {firing.label} "
-                 f"(supervisor pid {pid})")  # fmt: skip
+                 f"({_launched(pid)})")  # fmt: skip
         return firing
 
     def _running(self, state: ScheduleState, schedule: ScheduleConfig) -> bool:
@@ -279,7 +279,7 @@ class Scheduler:
             state.last_outcome = f"not started: {exc}"
             return None
         state.last_fired, state.last_task, state.last_outcome = firing.at, firing.task_id, None
-        self.log(f"{name}: fired {firing.at.isoformat()} as {firing.label} (supervisor pid {pid})")
+        self.log(f"{name}: fired {firing.at.isoformat()} as {firing.label} ({_launched(pid)})")
         return firing
 
     def _retain(self, schedule: ScheduleConfig, now: datetime) -> None:
@@ -304,6 +304,11 @@ class Scheduler:
         if queued is not None and not self._running(state, schedule):
             del self.queued[schedule.name]
             self._launch(queued, state)
+
+
+def _launched(pid: int) -> str:
+    """How a firing's start went, for the log: its supervisor, or queued (pid 0)."""
+    return f"supervisor pid {pid}" if pid else "queued: it starts when its turn comes"
 
 
 def firing_tasks(root: Path, schedule: ScheduleConfig) -> list[TaskPaths]:

@@ -162,18 +162,16 @@ class Service:
             config = self.current_config()
             limits = config.limits if config is not None else LimitsSettings()
             after = self._after(request)
-            if on_ray and after:
-                raise UsageError(
-                    f"task {task.label} runs after {', '.join(after)}, and a loop on the Ray "
-                    "cluster cannot wait for other tasks yet: start it once they have completed, "
-                    "or run it here with --executor local"
-                )
-            if not on_ray and self._gated(task, limits, after):  # Ray's own queue caps a cluster
+            # On a cluster the cap is the hosts' agent_slot and the queue is Ray's: the gate
+            # holds a start there only for the tasks it runs after, then hands it to Ray.
+            if on_ray:
+                limits = LimitsSettings()
+            if self._gated(task, limits, after):
                 from runagent.fleet import gate
 
                 argv = control.loop_argv(
                     request.command.value, task, overrides, self.config_path, request.schedule,
-                    request.again,
+                    request.again, on="ray" if on_ray else "local",
                 )  # fmt: skip
                 start = {"argv": argv, "cwd": str(self.workdir.resolve()), "env": dict(env)}
                 turn = gate.submit(
@@ -285,6 +283,9 @@ class Service:
             left = gate.dequeue(task)
             if left is not None:
                 return left
+        withdrawn = control.withdraw(task, self.executor)  # from the cluster's queue
+        if withdrawn is not None:
+            return withdrawn
         return control.stop(task, wait, self.executor)
 
     def delete(
@@ -301,6 +302,9 @@ class Service:
             from runagent.fleet import gate
 
             gate.dequeue(task)
+        from runagent.executors import control
+
+        control.withdraw(task, self.executor)  # nor once its actor waits in Ray's queue
         return doomed, cleanup.carry_out([doomed], self.root)
 
     def hold_scheduler(self) -> bool:

@@ -255,6 +255,10 @@ def dispatch(s: Setup, request: StartRequest) -> None:
     """Hand the task's loop to the configured executor (a cluster) instead of running it here."""
     task = request.task
     started = service_for(s).start(request)
+    if started.queued is not None:  # in the cluster's queue, or blocked until others complete
+        click.echo(f"run-agent: {started.queued.words(task.label)}; watch it with "
+                   f"`run-agent watch -p {task.project_id}`", err=True)  # fmt: skip
+        return
     where = started.holder.describe() if started.holder is not None else f"pid {started.pid}"
     click.echo(
         f"run-agent: task {task.label} dispatched to {s.config.executor.type} (supervisor "

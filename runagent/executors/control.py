@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings, ExecutorType
@@ -16,6 +16,9 @@ from runagent.executors.local import START_WAIT, Started, loop_argv, start_local
 from runagent.store import host
 from runagent.store.lock import Holder
 from runagent.store.runfolder import TaskPaths
+
+if TYPE_CHECKING:  # a queued task's record: loaded where there is a queue
+    from runagent.fleet.queue import Waiting
 
 __all__ = ["START_WAIT", "Started", "loop_argv", "start_detached", "stop"]
 
@@ -65,6 +68,14 @@ def stop(
     return stop_local(task, wait)
 
 
+def withdraw(task: TaskPaths, executor: ExecutorSettings | None) -> Waiting | None:
+    """Take a task that waits in the cluster's queue out of it (`stop`); its record, or None
+    if it does not wait there (a local queue is the fleet's: gate.dequeue)."""
+    if executor is None or executor.type is not ExecutorType.RAY:
+        return None
+    return ray_executor(executor).withdraw(task)
+
+
 class Executor(Protocol):
     """What runs task loops elsewhere than in a detached supervisor on this machine."""
 
@@ -75,6 +86,8 @@ class Executor(Protocol):
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None: ...
 
+    def withdraw(self, task: TaskPaths) -> Waiting | None: ...
+
     def hold_name(self, name: str) -> bool: ...
 
     def read(self, task: TaskPaths, relative: str, offset: int, limit: int) -> bytes: ...
@@ -82,6 +95,8 @@ class Executor(Protocol):
     def receive_runs(self, root: Path) -> None: ...
 
     def judge(self, label: str, on: str, pid: int, start: float | None) -> bool: ...
+
+    def waits(self, label: str, actor_id: str) -> bool: ...
 
 
 def ray_executor(settings: ExecutorSettings) -> Executor:
@@ -111,8 +126,9 @@ SCHEDULER_NAME = "scheduler"
 
 
 def judge_foreign_hosts(executor: ExecutorSettings) -> None:
-    """Have supervisors on other hosts judged alive by the cluster, which is joined only when
-    one is first met (a listing of local tasks never pays for Ray)."""
+    """Have supervisors on other hosts, and tasks queued on the cluster, judged by the
+    cluster, which is joined only when one is first met (a listing of local tasks never pays
+    for Ray)."""
 
     def judge(label: str, on: str, pid: int, start: float | None) -> bool:
         try:
@@ -121,4 +137,12 @@ def judge_foreign_hosts(executor: ExecutorSettings) -> None:
             return True
         return cluster.judge(label, on, pid, start)
 
+    def waits(label: str, actor_id: str) -> bool:
+        try:
+            cluster = ray_executor(executor)
+        except RunAgentError:  # no cluster to ask: a queued task is taken at its word
+            return True
+        return cluster.waits(label, actor_id)
+
     host.set_judge(judge)
+    host.set_queue_judge(waits)

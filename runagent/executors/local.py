@@ -42,8 +42,10 @@ def loop_argv(
     config_path: Path | None,
     schedule: str | None = None,
     again: bool = False,
+    on: str = "local",
 ) -> list[str]:
-    """The one command line of a detached loop: `run-agent COMMAND` for `task` under its root."""
+    """The one command line of a detached loop: `run-agent COMMAND` for `task` under its root,
+    run where it is started (`on` another executor: that command line hands it there)."""
     args = [command, "--project", task.project_id, "--task", task.task_id, "--root",
             str(task.root)]  # fmt: skip
     if config_path is not None:
@@ -52,8 +54,8 @@ def loop_argv(
         args += ["--schedule", schedule]
     if again:
         args.append("--again")
-    # The loop runs where this command line is started, whatever executor the config names.
-    return [*args, *overrides.to_args(), "--executor", "local", "--quiet"]
+    # The loop runs where this command line says, whatever executor the config names.
+    return [*args, *overrides.to_args(), "--executor", on, "--quiet"]
 
 
 def start_local(

@@ -22,10 +22,12 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import ray
+from ray._private import state as ray_state  # the cluster's actor table and free resources
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
 
 from runagent.config.overrides import LoopOverrides
@@ -37,6 +39,7 @@ from runagent.errors import (
     error_for_exit,
 )
 from runagent.executors import local as localexecutor
+from runagent.fleet.queue import Fleet, Turn, Waiting, needs_words, now
 from runagent.record import record
 from runagent.store import host, runfolder, taskfolder
 from runagent.store.lock import Holder, already_running, live_holder
@@ -44,7 +47,9 @@ from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import TaskPaths
 
 WORKER_ROOT_ENV = "RUN_AGENT_WORKER_ROOT"  # a host's own runs root, when the root is not shared
-PLACEMENT_WAIT = 60.0  # seconds a start waits for a host with a free agent_slot
+PLACEMENT_WAIT = 60.0  # seconds a start placed on a host waits for its loop to start there
+PLACEMENT_LOOK = 2.0  # seconds a start waits for a host before it looks why it has none
+PLACEMENT_GRACE = 10.0  # seconds a host that had room is given to start a worker for a loop
 CALL_WAIT = 30.0  # seconds a call to an actor may take before it counts as unanswered
 NAME_FREED_WAIT = 15.0  # seconds a stop waits for the actor's name to be free again
 WATCH_TICK = 0.1
@@ -128,6 +133,7 @@ class TaskLoop:
         self._stopping = threading.Event()
         self._stop_asked, self._stop_answered = threading.Event(), threading.Event()
         self._located = threading.Event()  # the starter has asked where the loop runs
+        self._unattended = False  # the starter did not wait: it waited in the cluster's queue
         self._mirror = Mirror(self.task)
         threading.Thread(target=self._watch, daemon=True).start()
 
@@ -196,7 +202,9 @@ class TaskLoop:
             time.sleep(ANSWER_GRACE)
         if w.error is not None:  # the starter reads the error first
             self._stopping.wait(CALL_WAIT)
-        elif mirror:
+            if self._unattended:  # nobody reads it but in the task's supervisor.log
+                self._log(f"the loop could not start on host {self.host}: {w.error}")
+        if mirror and (w.error is None or self._unattended):
             self._mirror.sync(final=True)
         # A loop that ended at once (a quick task) still lets its starter read where it ran:
         # an actor gone before that reads to the starter as one that died while starting.
@@ -219,6 +227,19 @@ class TaskLoop:
     def forget(self) -> None:
         """The starter has read why the loop could not start: the actor may end."""
         self._stopping.set()
+
+    def unattended(self) -> None:
+        """The starter went on while this actor waited in the cluster's queue: nobody waits
+        to read where the loop runs or why it could not start (that goes to supervisor.log)."""
+        self._unattended = True
+        self._located.set()
+        self._stopping.set()
+
+    def _log(self, line: str) -> None:
+        try:
+            runfolder.append_line(runfolder.supervisor_log_path(self.task), f"run-agent: {line}")
+        except OSError:
+            pass
 
     def read(self, relative: str, offset: int, limit: int) -> bytes:
         """`limit` bytes of a file of the task's folder from byte `offset` (b'' past its end)."""
@@ -364,6 +385,9 @@ class RayExecutor:
             config_path.resolve() if config_path else None, cwd.resolve(), schedule, again,
             taskfolder.read_task_prompt(task), wait,
         )  # fmt: skip
+        self._refuse_unmeetable(task.label)
+        queued_at = now()  # before the actor: any run of it starts later
+        room = self._room()
         try:
             actor = RemoteTaskLoop.options(
                 name=task.label,
@@ -377,27 +401,96 @@ class RayExecutor:
         except ValueError as exc:  # ActorAlreadyExistsError is a ValueError
             if "already taken" not in str(exc):
                 raise
-            where = self.locate(task.label)
-            holder = where.holder(task.label) if where is not None else None
-            raise AlreadyRunningError(already_running(task.label, holder)) from None
+            raise AlreadyRunningError(self._refusal(task.label)) from None
         try:
-            where = ray.get(actor.locate.remote(), timeout=wait + PLACEMENT_WAIT)
-        except GetTimeoutError:
-            ray.kill(actor, no_restart=True)
-            raise RunAgentError(
-                f"no host of the Ray cluster took task {task.label} within "
-                f"{wait + PLACEMENT_WAIT:g}s: none has {dict(s.resources)} free; join hosts "
-                "with `ray start --resources '{\"agent_slot\": N}'`"
-            ) from None
+            where = self._placed(actor, task.label, wait, room)
         except RayActorError as exc:
             raise RunAgentError(
                 f"the actor of task {task.label} died while starting: {exc}"
             ) from exc
+        fleet = Fleet(task.root)
+        if where is None:  # no host has room: it waits in Ray's queue, and this start returns
+            actor.unattended.remote()
+            return localexecutor.Started(0, None, self._queue(fleet, task, actor, queued_at))
+        if fleet.exists():
+            fleet.off_cluster(task)
         if where.error is not None:
             actor.forget.remote()
             code = where.exit_code if where.exit_code is not None else 1
             raise error_for_exit(code, where.error)
         return localexecutor.Started(where.pid, where.holder(task.label))
+
+    def _placed(self, actor: Any, label: str, wait: float, room: bool) -> Where | None:
+        """Where the new actor's loop runs, once it does; None if it waits in the cluster's
+        queue: no host's worker has taken it and every host that could is full. When a host
+        had `room` as it was made, that host is given PLACEMENT_GRACE to start a worker for it
+        (its slot is taken meanwhile, so the cluster looks full)."""
+        answer = actor.locate.remote()
+        began = time.monotonic()
+        look = PLACEMENT_LOOK
+        while True:
+            try:
+                found: Where = ray.get(answer, timeout=look)
+                return found
+            except GetTimeoutError:
+                look = 0.5
+            waited = time.monotonic() - began
+            if (not room or waited > PLACEMENT_GRACE) and self._waiting(actor):
+                return None
+            if waited > wait + PLACEMENT_WAIT:
+                ray.kill(actor, no_restart=True)
+                raise RunAgentError(
+                    f"the actor of task {label} was taken by a host of the Ray "
+                    f"cluster but its loop did not start within {wait + PLACEMENT_WAIT:g}s; "
+                    "see the host's Ray worker logs"
+                )
+
+    def _waiting(self, actor: Any) -> bool:
+        """Whether the actor waits for a host: no worker has taken it, and none has room."""
+        return _state(actor) == ("PENDING_CREATION", False) and not self._room()
+
+    def _room(self) -> bool:
+        """Whether a host of the cluster has room for one more loop now."""
+        free = ray_state.available_resources_per_node()  # type: ignore[no-untyped-call]
+        return any(_fits(room, self.settings.resources) for room in free.values())
+
+    def _refuse_unmeetable(self, label: str) -> None:
+        """A loop no host of the cluster could ever take is refused, not queued forever."""
+        needs = self.settings.resources
+        hosts = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+        if not any(_fits(node.get("Resources") or {}, needs) for node in hosts):
+            raise RunAgentError(
+                f"task {label} cannot start: no host of the Ray cluster has "
+                f"{needs_words(needs)} (executor.resources); join hosts with "
+                "`ray start --resources '{\"agent_slot\": N}'`"
+            )
+
+    def _queue(self, fleet: Fleet, task: TaskPaths, actor: Any, queued_at: str) -> Turn:
+        """Record that the task waits in the cluster's queue (so listings show it queued);
+        its turn, with the tasks recorded as waiting before it."""
+        with fleet.locked():
+            ahead = [w for w in fleet.on_cluster(clean=True) if w.label != task.label]
+            waiting = Waiting(
+                task.project_id, task.task_id, "", fleet.next_seq(), submitted=queued_at,
+                cluster={"actor": actor._actor_id.hex(), "needs": dict(self.settings.resources)},
+            )  # fmt: skip
+            fleet.put_on_cluster(waiting)
+        return Turn(False, len(ahead), waiting.cluster_words())
+
+    def _queued(self, label: str) -> bool:
+        """Whether the task's actor waits in the cluster's queue: no host has taken it."""
+        actor = self._actor(label)
+        return actor is not None and _state(actor) == ("PENDING_CREATION", False)
+
+    def _refusal(self, label: str) -> str:
+        """Why a second start of a task whose actor exists is refused: it runs, or it waits."""
+        if self._queued(label):
+            return (
+                f"task {label} is already queued on the Ray cluster, waiting for a free host; "
+                "`run-agent stop` takes it out"
+            )
+        where = self.locate(label)
+        return already_running(label, where.holder(label) if where is not None else None)
 
     def _actor(self, label: str) -> Any | None:
         try:
@@ -423,9 +516,29 @@ class RayExecutor:
                 return _GONE
 
     def locate(self, label: str) -> Where | None:
-        """Where the task's actor runs its loop; None if it has no actor (or it died)."""
+        """Where the task's actor runs its loop; None if it has no actor (or it died), or its
+        actor waits in the cluster's queue (and would answer only once it has a host)."""
+        if self._queued(label):
+            return None
         where = self._call(label, "locate")
         return where if isinstance(where, Where) and where.error is None else None
+
+    def withdraw(self, task: TaskPaths) -> Waiting | None:
+        """Take a task that waits in the cluster's queue out of it (its actor, which holds no
+        host yet, goes); its record, or None if it was not waiting there."""
+        fleet = Fleet(task.root)
+        left = fleet.off_cluster(task) if fleet.exists() else None
+        actor = self._actor(task.label)
+        if actor is None or _state(actor) != ("PENDING_CREATION", False):
+            return None
+        ray.kill(actor, no_restart=True)
+        return left or Waiting(task.project_id, task.task_id, "", 0)
+
+    def waits(self, label: str, actor_id: str) -> bool:
+        """Whether the cluster still has the actor `actor_id` of a queued task (waiting, or
+        starting: a run of it then shows soon)."""
+        state, _ = _state_of(actor_id)
+        return state not in ("", "DEAD")
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
         before = self.locate(task.label)
@@ -524,6 +637,7 @@ def connect(settings: ExecutorSettings) -> RayExecutor:
     made = _executors[key] = RayExecutor(settings)
     if len(_executors) == 1:
         host.set_judge(made.judge)
+        host.set_queue_judge(made.waits)
     return made
 
 
@@ -540,6 +654,23 @@ def _reachable(address: str) -> None:
         ) from None
 
 
+def _state(actor: Any) -> tuple[str, bool]:
+    """The actor's state in the cluster's table (`PENDING_CREATION`, `ALIVE`, ...; '' if it
+    has none), and whether a host's worker has taken it (the worker's pid is known)."""
+    return _state_of(actor._actor_id.hex())
+
+
+def _state_of(actor_id: str) -> tuple[str, bool]:
+    info = ray_state.actors(actor_id=actor_id)
+    if not info:
+        return "", False
+    return str(info.get("State") or ""), bool(info.get("Pid"))
+
+
+def _fits(room: Mapping[str, float], needs: Mapping[str, float]) -> bool:
+    return all(room.get(name, 0) >= amount for name, amount in needs.items())
+
+
 def _first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
 
@@ -548,5 +679,6 @@ def disconnect() -> None:
     """Leave the cluster (tests, and a process that wants to join another)."""
     _executors.clear()
     host.set_judge(None)
+    host.set_queue_judge(None)
     if ray.is_initialized():
         ray.shutdown()

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -115,9 +116,13 @@ def _start(fleet: Fleet, waiting: Waiting) -> None:
     task = TaskPaths(fleet.root, waiting.project, waiting.task)
     start = waiting.start or {}
     try:
-        start_local(task, [str(a) for a in start["argv"]], cwd=Path(str(start["cwd"])),
-                    env={str(k): str(v) for k, v in dict(start["env"]).items()})  # fmt: skip
-    except (RunAgentError, OSError, KeyError, TypeError) as exc:
+        argv = [str(a) for a in start["argv"]]
+        cwd, env = Path(str(start["cwd"])), {str(k): str(v) for k, v in dict(start["env"]).items()}
+        if argv[-3:-1] == ["--executor", "ray"]:
+            _hand_to_cluster(task, argv, cwd, env)
+        else:
+            start_local(task, argv, cwd=cwd, env=env)
+    except (RunAgentError, OSError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
         with fleet.locked():
             fleet.release(task)
         try:
@@ -127,6 +132,30 @@ def _start(fleet: Fleet, waiting: Waiting) -> None:
             )
         except OSError:
             pass
+
+
+def _hand_to_cluster(task: TaskPaths, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+    """Start a task whose loop runs on the Ray cluster: its command line hands it to Ray (where
+    it may wait in the cluster's own queue) and exits; what it says goes to supervisor.log."""
+    from runagent.errors import error_for_exit
+    from runagent.executors.local import START_WAIT
+    from runagent.store import runfolder
+
+    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
+    log = runfolder.supervisor_log_path(task)
+    with open(log, "ab") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "runagent", *argv], cwd=cwd, env=env,
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            timeout=START_WAIT + HAND_OVER_WAIT, check=False,
+        )  # fmt: skip
+    if done.returncode != 0:
+        tail = runfolder.tail(log, 600).strip().splitlines()
+        why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {done.returncode}"
+        raise error_for_exit(done.returncode, why)
+
+
+HAND_OVER_WAIT = 120.0  # seconds a hand-over to the cluster may take beyond a local start
 
 
 def main(args: list[str]) -> int:

@@ -8,6 +8,11 @@ lock, so the cap holds whichever process starts a task.
   priority), and either the foreground run waiting in its own process (its pid) or, for a
   detached start, how the keeper starts it: argv, folder and environment. Like at(1)'s jobs,
   which keep their environment too, these files are readable by their owner only.
+- `cluster/P@T.json`: a task waiting in a Ray cluster's queue (its cap is the hosts' `agent_slot`,
+  its order Ray's): no process waits for it, and this record only lets listings show it queued.
+  It is judged, never trusted: it counts for nothing once the task holds its lock, a run of it
+  has started since, or the cluster no longer has its actor (a root a host cannot write to is
+  never cleaned by that host, so the record cannot be relied on to be removed).
 - `seq`: the counter that numbers places in the queue.
 - `lock`: held while any of these is read, decided on and written (a few milliseconds).
 
@@ -77,10 +82,34 @@ class Waiting:
     waiter_started: float | None = None
     start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env}
     limits: Mapping[str, Any] | None = None  # the limits in force when it was queued
+    cluster: Mapping[str, Any] | None = None  # in a Ray cluster's queue: {actor, needs}
 
     @property
     def label(self) -> str:
         return f"{self.project}/{self.task}"
+
+    def still_on_cluster(self, root: Path) -> bool:
+        """Whether a task recorded as waiting in the cluster's queue still waits there: it
+        does not hold its lock, no run of it has started since it was queued, and the cluster
+        (when this process knows it) still has its actor."""
+        from runagent.store import host
+        from runagent.store.lock import live_holder
+        from runagent.store.runfolder import read_run_record
+
+        task = TaskPaths(root, self.project, self.task)
+        if live_holder(task.lock) is not None:
+            return False
+        runs = task.run_ids()
+        latest = read_run_record(task.run_folder(runs[-1])) if runs else None
+        if latest is not None and _instant(latest.start_time) >= _instant(self.submitted):
+            return False
+        actor = str((self.cluster or {}).get("actor") or "")
+        return host.waits_on_cluster(self.label, actor)
+
+    def cluster_words(self) -> str:
+        """What a task in the cluster's queue waits for, in words."""
+        needs = dict((self.cluster or {}).get("needs") or {})
+        return f"a Ray host with {needs_words(needs)} free"
 
     @property
     def eligible(self) -> bool:
@@ -107,6 +136,7 @@ class Waiting:
             "waiter_started": self.waiter_started,
             "start": dict(self.start) if self.start is not None else None,
             "limits": dict(self.limits) if self.limits is not None else None,
+            "cluster": dict(self.cluster) if self.cluster is not None else None,
         }  # fmt: skip
 
     @classmethod
@@ -121,7 +151,22 @@ class Waiting:
             waiter=data.get("waiter"), waiter_started=data.get("waiter_started"),
             start=dict(start) if isinstance(start, dict) else None,
             limits=data.get("limits") if isinstance(data.get("limits"), dict) else None,
+            cluster=data.get("cluster") if isinstance(data.get("cluster"), dict) else None,
         )  # fmt: skip
+
+
+def needs_words(needs: Mapping[str, Any]) -> str:
+    """A Ray resource request in words: `agent_slot 1`."""
+    return ", ".join(f"{name} {amount:g}" for name, amount in needs.items()) or "room"
+
+
+def _instant(stamp: str) -> datetime:
+    """An ISO 8601 time as written in records (a `Z` for UTC); the epoch if unreadable."""
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return datetime.fromtimestamp(0, UTC)
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 @record
@@ -159,6 +204,8 @@ def places(root: Path) -> dict[str, QueuePlace]:
             len(ahead), waits, waiting.priority, waiting.after, waiting.start is not None,
             not waiting.eligible,
         )  # fmt: skip
+    for n, waiting in enumerate(fleet.on_cluster()):
+        found[waiting.label] = QueuePlace(n, waiting.cluster_words(), waiting.priority)
     return found
 
 
@@ -233,6 +280,7 @@ class Fleet:
         self.folder = root / FOLDER
         self.slots = self.folder / "slots"
         self.queue = self.folder / "queue"
+        self.cluster = self.folder / "cluster"
 
     def exists(self) -> bool:
         return self.folder.is_dir()
@@ -330,6 +378,31 @@ class Fleet:
             seq = 1
         _write_text(path, f"{seq}\n")
         return seq
+
+    # Ray's queue.
+
+    def on_cluster(self, clean: bool = False) -> list[Waiting]:
+        """The tasks that still wait in a Ray cluster's queue, in the order they were queued;
+        with `clean` (under the lock), the records of the others are removed."""
+        found = []
+        for path in _files(self.cluster):
+            waiting = _read(path, Waiting.from_json)
+            if waiting is not None and waiting.still_on_cluster(self.root):
+                found.append(waiting)
+            elif clean:
+                path.unlink(missing_ok=True)
+        return order(found)
+
+    def put_on_cluster(self, waiting: Waiting) -> None:
+        self.cluster.mkdir(exist_ok=True, mode=0o700)
+        _write(self.cluster / _file_name(waiting.project, waiting.task), waiting.to_json())
+
+    def off_cluster(self, task: TaskPaths) -> Waiting | None:
+        """Remove the task's record of waiting in the cluster's queue; the record, if any."""
+        path = self.cluster / _file_name(task.project_id, task.task_id)
+        waiting = _read(path, Waiting.from_json)
+        path.unlink(missing_ok=True)
+        return waiting
 
     def join(self, waiting: Waiting) -> Waiting:
         """The record as it joins the queue proper: at its end, now."""

@@ -4,7 +4,8 @@ A lock holder and a run name their host, so that a reader on another host of a c
 says "pid 1234" of a process it cannot see nor calls it dead by looking in its own /proc. How a
 foreign holder is judged is up to whoever knows the cluster (the Ray executor registers its
 judge when it connects); without one, a foreign holder counts as alive: a run is never called
-lost on a guess.
+lost on a guess. A task waiting in the cluster's queue is judged the same way: by the cluster,
+which still has its actor or not, else taken at its word.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ HOST_ENV = "RUN_AGENT_HOST"  # names this host where its name is not what the cl
 # (task label, host, pid, process start) -> whether that supervisor is still alive
 Judge = Callable[[str, str, int, float | None], bool]
 _judge: Judge | None = None
+# (task label, Ray actor id) -> whether the cluster still has that actor (waiting, or starting)
+QueueJudge = Callable[[str, str], bool]
+_queue_judge: QueueJudge | None = None
 
 
 def this_host() -> str:
@@ -35,3 +39,14 @@ def set_judge(judge: Judge | None) -> None:
 
 def foreign_alive(label: str, host: str, pid: int, start: float | None) -> bool:
     return True if _judge is None else _judge(label, host, pid, start)
+
+
+def set_queue_judge(judge: QueueJudge | None) -> None:
+    global _queue_judge
+    _queue_judge = judge
+
+
+def waits_on_cluster(label: str, actor: str) -> bool:
+    """Whether a task queued on the cluster still waits there (taken at its word when this
+    process does not know the cluster)."""
+    return True if _queue_judge is None else _queue_judge(label, actor)

@@ -8,6 +8,7 @@ extra fails the module: the cluster tests are never silently left out there.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -303,6 +304,101 @@ def test_the_pages_api_starts_and_stops_a_loop_on_the_cluster(
         assert stopped.status_code == 200 and stopped.json()["stopped"] is True
         assert not [p for p in pids if alive(p)]
         assert name_free(on_cluster.settings, "p/api")
+
+
+HOLD = ["--lines", "1", "--wait-in-task", "go"]  # each agent waits for `go` in its task folder
+
+
+def listed(ws: Workspace) -> dict[str, dict[str, Any]]:
+    done = ws.cli("list", "--json", "--config", str(ws.config))
+    assert done.returncode == 0, done.stderr
+    return {f"{t['project_id']}/{t['task_id']}": t for t in json.loads(done.stdout)}
+
+
+def go(task: TaskPaths) -> None:
+    task.folder.mkdir(parents=True, exist_ok=True)
+    (task.folder / "go").touch()
+
+
+def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """The cluster's 4 agent_slots taken, a start returns at once as queued (Ray's queue holds
+    its actor, no process of it waits here), listings show it queued with its place, `stop`
+    takes one out, and the next starts on a host once a slot frees."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    holders = [ws.task("p", f"hold{n}") for n in range(4)]
+    queued = [ws.task("p", "q1"), ws.task("p", "q2")]
+    try:
+        for task in holders:
+            start(ws, settings, task)
+        wait_for(lambda: all(tasks.view(t).status is tasks.TaskStatus.RUNNING for t in holders),
+                 60, "four loops holding the four agent_slots")  # fmt: skip
+        for n, task in enumerate(queued):
+            done = ws.cli("run", "-p", "p", "-t", task.task_id, "--config", str(ws.config), "go")
+            assert done.returncode == 0, done.stderr
+            assert (
+                f"task {task.label} queued: {n} ahead (a Ray host with agent_slot 1 free)"
+                in done.stderr
+            ), done.stderr
+            assert task.run_ids() == []  # nothing of it runs
+        rows = listed(ws)
+        for n, task in enumerate(queued):
+            assert rows[task.label]["status"] == "queued", rows[task.label]
+            assert rows[task.label]["queue"]["ahead"] == n
+            assert rows[task.label]["queue"]["waits_for"] == "a Ray host with agent_slot 1 free"
+        fleet = json.loads(ws.cli("fleet", "--json", "--config", str(ws.config)).stdout)
+        assert fleet["counts"]["queued"] == 2 and fleet["counts"]["running"] == 4
+        again = ws.cli("run", "-p", "p", "-t", "q1", "--config", str(ws.config), "go")
+        assert again.returncode == ExitCode.ALREADY_RUNNING
+        assert "task p/q1 is already queued on the Ray cluster" in again.stderr
+        left = ws.cli("stop", "-p", "p", "-t", "q2", "--config", str(ws.config))
+        assert left.returncode == 0 and "left the queue" in left.stdout, left.stderr
+        assert name_free(settings, "p/q2") and listed(ws)["p/q2"]["status"] == "pending"
+        doomed = ws.task("p", "q3")  # a queued task deleted never starts either
+        queue = ws.cli("run", "-p", "p", "-t", "q3", "--config", str(ws.config), "go")
+        assert "queued: 1 ahead" in queue.stderr, queue.stderr
+        gone = ws.cli("delete", "-p", "p", "-t", "q3", "--yes", "--config", str(ws.config))
+        assert gone.returncode == 0, gone.stderr
+        assert name_free(settings, "p/q3") and not doomed.folder.exists()
+        go(holders[0])  # its agent completes, its loop ends, its slot frees
+        view = wait_for(
+            lambda: (v := tasks.view(queued[0])).status is tasks.TaskStatus.RUNNING and v, 60,
+            "the queued task to start once a slot frees",
+        )  # fmt: skip
+        assert view.supervisor is not None and view.supervisor.host in HOSTS
+        assert listed(ws)[queued[0].label]["queue"] is None
+        assert queued[1].run_ids() == []  # taken out: never started
+    finally:
+        for task in [*holders, *queued]:
+            go(task)
+        for task in [*holders, *queued]:
+            wait_for(lambda t=task: name_free(settings, t.label), 60, f"{task.label} to end")
+
+
+def test_a_task_after_another_waits_here_then_runs_on_the_cluster(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """--after on the cluster: the task waits blocked in this root's queue, and the keeper
+    hands it to the cluster once the task it runs after has completed."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    first, then = ws.task("p", "first"), ws.task("p", "then")
+    done = ws.cli("run", "-p", "p", "-t", "first", "--config", str(ws.config), "go")
+    assert done.returncode == 0 and "dispatched to ray" in done.stderr, done.stderr
+    after = ws.cli("run", "-p", "p", "-t", "then", "--after", "p/first", "--config",
+                   str(ws.config), "go")  # fmt: skip
+    assert after.returncode == 0, after.stderr
+    assert "task p/then is blocked: it waits for p/first" in after.stderr
+    assert listed(ws)["p/then"]["status"] == "blocked" and then.run_ids() == []
+    go(then)  # its agent, once it runs, goes through at once
+    go(first)
+    wait_for(lambda: listed(ws)["p/first"]["status"] == "completed", 60, "the first task")
+    row = wait_for(lambda: (r := listed(ws)["p/then"])["status"] == "completed" and r, 90,
+                   "the task after it to run on the cluster and complete")  # fmt: skip
+    assert row["latest_run"]["host"] in HOSTS
+    wait_for(lambda: name_free(settings, then.label), 30, "its loop to end")
 
 
 def _api_run(server: Server, run_id: str) -> dict[str, Any] | None:

@@ -357,20 +357,29 @@ def test_the_keeper_starts_no_record_it_cannot_trust(ws: Workspace, damage: str)
     assert "dropped the queue record of p/b" in (fleet.folder / "keeper.log").read_text()
 
 
-def test_a_loop_on_the_ray_cluster_that_runs_after_others_is_refused_before_it_starts(
+def test_a_loop_on_the_ray_cluster_that_runs_after_others_waits_here_blocked_for_the_cluster(
     ws: Workspace,
 ) -> None:
-    """Ray's own queue caps a cluster, but it cannot wait for other tasks: a start there with
-    --after would run at once, before what it depends on. It is refused in one line, and leaves
-    no task behind (no cluster is asked: the refusal comes first)."""
+    """A start on the cluster with --after waits as `blocked` in this root's queue, not in
+    Ray's, which cannot wait for other tasks; its record hands it to the cluster when its turn
+    comes (the command line says `--executor ray`), and limits: on this machine do not count it
+    (the cluster's agent_slot does). No cluster is asked while it waits (its address here is
+    one nothing listens on). tests/e2e/test_cluster.py runs the hand-over on a real cluster."""
     from runagent.config.settings import ExecutorSettings, ExecutorType
 
-    configure(ws, None)
+    configure(ws, {"max_running": 1})
     door = service(ws)
     door.start(StartRequest(ws.task("p", "a"), "go"))
     ray = replace(door, executor=ExecutorSettings(type=ExecutorType.RAY, address="127.0.0.1:1"))
-    with pytest.raises(UsageError, match=r"runs after p/a, and a loop on the Ray cluster cannot"):
-        ray.start(StartRequest(ws.task("p", "b"), "go", after=("p/a",)))
-    assert not ws.task("p", "b").folder.exists()
+    started = ray.start(StartRequest(ws.task("p", "b"), "go", after=("p/a",)))
+    assert started.pid == 0 and started.queued is not None and started.queued.blocked
+    record = Fleet(ws.root).record_of(ws.task("p", "b"))
+    assert record is not None and record.start is not None and record.after == ("p/a",)
+    assert record.start["argv"][:5] == ["run", "--project", "p", "--task", "b"]
+    assert record.start["argv"][-3:] == ["--executor", "ray", "--quiet"]
+    assert record.limit_settings() == LimitsSettings()  # the cluster's own cap holds it
+    assert listed(ws)["p/b"]["status"] == "blocked"
+    stopped = ws.cli("stop", "-p", "p", "-t", "b")
+    assert stopped.returncode == 0 and "left the queue" in stopped.stdout, stopped.stderr
     go(ws, "a")
     wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", timeout=60, what="a")
