@@ -22,7 +22,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,7 @@ from runagent.store.runfolder import TaskPaths
 WORKER_ROOT_ENV = "RUN_AGENT_WORKER_ROOT"  # a host's own runs root, when the root is not shared
 PLACEMENT_WAIT = 60.0  # seconds a start placed on a host waits for its loop to start there
 PLACEMENT_LOOK = 2.0  # seconds a start waits for a host before it looks why it has none
+QUEUED_LOOK = 0.2  # seconds a start with no host free waits before it looks again
 PLACEMENT_GRACE = 10.0  # seconds a host that had room is given to start a worker for a loop
 CALL_WAIT = 30.0  # seconds a call to an actor may take before it counts as unanswered
 NAME_FREED_WAIT = 15.0  # seconds a stop waits for the actor's name to be free again
@@ -68,6 +69,9 @@ GROWING = {runfolder.STDOUT, runfolder.STDERR, runfolder.SUPERVISOR_LOG}
 SEEDED_NOT = {*GROWING, runfolder.LOCK}
 
 _GONE = object()  # what a call to an actor that is not there returns
+# The cluster's hosts and what each has free now (Ray leaves these untyped).
+_hosts: Callable[[], list[dict[str, Any]]] = ray.nodes
+_free_per_host: Callable[[], dict[str, dict[str, float]]] = ray_state.available_resources_per_node
 _executors: dict[str, RayExecutor] = {}  # by settings: one view of the cluster per process
 
 
@@ -427,7 +431,7 @@ class RayExecutor:
         (its slot is taken meanwhile, so the cluster looks full)."""
         answer = actor.locate.remote()
         began = time.monotonic()
-        look = PLACEMENT_LOOK
+        look = PLACEMENT_LOOK if room else QUEUED_LOOK
         while True:
             try:
                 found: Where = ray.get(answer, timeout=look)
@@ -451,13 +455,13 @@ class RayExecutor:
 
     def _room(self) -> bool:
         """Whether a host of the cluster has room for one more loop now."""
-        free = ray_state.available_resources_per_node()  # type: ignore[no-untyped-call]
+        free = _free_per_host()
         return any(_fits(room, self.settings.resources) for room in free.values())
 
     def _refuse_unmeetable(self, label: str) -> None:
         """A loop no host of the cluster could ever take is refused, not queued forever."""
         needs = self.settings.resources
-        hosts = [node for node in ray.nodes() if node.get("Alive")]  # type: ignore[no-untyped-call]
+        hosts = [node for node in _hosts() if node.get("Alive")]
         if not any(_fits(node.get("Resources") or {}, needs) for node in hosts):
             raise RunAgentError(
                 f"task {label} cannot start: no host of the Ray cluster has "
@@ -536,8 +540,12 @@ class RayExecutor:
 
     def waits(self, label: str, actor_id: str) -> bool:
         """Whether the cluster still has the actor `actor_id` of a queued task (waiting, or
-        starting: a run of it then shows soon)."""
-        state, _ = _state_of(actor_id)
+        starting: a run of it then shows soon); taken at its word if the cluster cannot be
+        asked, as a listing never fails on it."""
+        try:
+            state, _ = _state_of(actor_id)
+        except (RayError, OSError, ValueError):
+            return True
         return state not in ("", "DEAD")
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
