@@ -33,6 +33,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import backends  # noqa: E402
+from bench.fleet import alive_together  # noqa: E402
 from runagent.config.settings import ExecutorSettings, ExecutorType  # noqa: E402
 from runagent.service import Service, StartRequest  # noqa: E402
 from runagent.store import tasks  # noqa: E402
@@ -59,12 +60,12 @@ def write_config(folder: Path, root: Path, settings: ExecutorSettings, slots: in
 
 
 def agents_alive() -> int:
-    alive = 0
+    found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
         if MARKER in cmdline and "bash" in os.path.basename(cmdline[0] if cmdline else ""):
-            alive += 1
-    return alive
+            found.append(proc)
+    return alive_together(found)
 
 
 def stamp(text: str) -> float:

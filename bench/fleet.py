@@ -70,12 +70,39 @@ def ours() -> list[psutil.Process]:
 
 
 def agents_alive() -> int:
-    count = 0
+    found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
         if len(cmdline) >= 3 and cmdline[0] == "sh" and MARKER in cmdline[-1]:
-            count += 1
+            found.append(proc)
+    return alive_together(found)
+
+
+def alive_together(found: list[psutil.Process]) -> int:
+    """How many agents of `found` are alive at one moment. Walking the process table takes
+    tens of milliseconds, during which an agent that ends and the next one that starts in its
+    slot would both be seen: those found are looked at again, together, at its end. A shell's
+    child is counted with its shell (between fork and exec it bears the shell's command line)."""
+    pids = {proc.pid for proc in found}
+    count = 0
+    for proc in found:
+        try:
+            alive = proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE
+            count += alive and proc.ppid() not in pids
+        except psutil.NoSuchProcess:
+            continue
     return count
+
+
+def overlapping(spans: list[tuple[float, float]]) -> int:
+    """The most of `spans` (start, end) that overlap at one moment (an end before a start at
+    the same instant)."""
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    now = most = 0
+    for _, step in events:
+        now += step
+        most = max(most, now)
+    return most
 
 
 def submitted_by(client: httpx.Client, task: str) -> None:
@@ -197,7 +224,8 @@ def main() -> None:
           f"{', serve SIGKILLed and restarted halfway' if args.kill_serve else ''}")  # fmt: skip
     print(f"  submitted in {submitted:.1f} s; all done in {elapsed:.1f} s")
     print(f"  most agents alive at once: {peak[0]} (sampled {samples[0]} times every 50 ms; "
-          f"limit {args.max_running})")  # fmt: skip
+          f"limit {args.max_running}); most runs overlapping by their run-info times: "
+          f"{overlapping([(s, e) for _, s, e in runs])}")  # fmt: skip
     moved = sum(1 for d in displaced if d)
     print(f"  started in submission order (FIFO): {fifo}"
           + ("" if fifo else f" ({moved} runs started out of place, by at most "
