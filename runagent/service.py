@@ -60,6 +60,7 @@ class StartRequest:
     conflict_hint: str = "resume it, or start a new task"  # what to do about another prompt
     after: tuple[str, ...] = ()  # P/T of tasks that must complete first (as given: checked here)
     priority: int = 0  # its place in the queue among those that wait (higher first)
+    issue_run: bool = False  # an issue run: its worktree comes from the issue's repository
 
 
 @record
@@ -113,8 +114,35 @@ class Service:
 
             depends.parse_after(request.after, task)
         self._refuse_spent(task)
-        self.check(request, LoopOverrides.remembered(task).merged(request.overrides).agent)
+        merged = LoopOverrides.remembered(task).merged(request.overrides)
+        self.check(request, merged.agent)
+        if not request.issue_run:
+            self._check_worktree(merged, request.overrides.base)
         return prompt
+
+    def _check_worktree(self, overrides: LoopOverrides, base: str | None) -> None:
+        """A loop that is to work in a worktree of its own (as asked, as the task was started,
+        or as its agent's config says) starts from a repository and a base that exist, with
+        the runs root outside it; `--base` without a worktree is refused."""
+        config = self.current_config()
+        wanted = overrides.worktree
+        if wanted is None and config is not None:
+            try:
+                agent = config.agent(overrides.agent, self.backend_names or config.agents)
+                wanted = agent.loop_defaults(config.defaults).worktree
+            except RunAgentError:  # no agent to ask: as the defaults say
+                wanted = config.defaults.worktree
+        if not wanted:
+            if base is not None:
+                raise UsageError(
+                    f"--base {base!r} goes with --worktree: without a worktree of its own the "
+                    "agent works in the folder as it is"
+                )
+            return
+        from runagent.issues import worktree
+
+        folder = (self.workdir / (overrides.working_dir or ".")).resolve()
+        worktree.check_tree(folder, overrides.base, self.root, os.environ)
 
     def _refuse_spent(self, task: TaskPaths) -> None:
         """BudgetError when the task's project or the whole root has spent its budget for
@@ -263,6 +291,7 @@ class Service:
         overrides = LoopOverrides(
             agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout,
             until=config.until, stuck_after=config.stuck_after, budget=config.budget,
+            worktree=config.worktree, base=config.base, working_dir=config.cwd,
         )  # fmt: skip
         request = StartRequest(
             task, prompt, overrides=overrides, schedule=config.name,

@@ -80,8 +80,8 @@ LAZY: dict[str, Lazy] = {
                   "them, summed by project, task, agent or day (UTC), with a total."),
     "watch": Lazy("runagent.cli.watch",
                   "Show the tasks and their latest runs, updating in place until Ctrl-C."),
-    "worktrees": Lazy("runagent.cli.issues", "List issue runs' worktrees, or prune those whose "
-                      "tasks are done with them."),
+    "worktrees": Lazy("runagent.cli.issues", "List the tasks' worktrees (issue and --worktree "
+                      "runs), or prune those done with them."),
 }  # fmt: skip
 
 

@@ -44,7 +44,7 @@ def worktrees(
     action: str, every: bool, force: bool, as_json: bool, config_path: Path | None,
     root: Path | None,
 ) -> None:  # fmt: skip
-    """List issue runs' worktrees, or prune those whose tasks are done with them."""
+    """List the tasks' worktrees (issue and --worktree runs), or prune those done with them."""
     s = setup(config_path, root)
     env = dict(os.environ)
     found = pruning.issue_worktrees(s.root, env)

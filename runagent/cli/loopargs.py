@@ -90,6 +90,11 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--until", type=click.Choice([u.value for u in Until]),
             help="exit: exit 0 completes the task; done-file: only a DONE file does; "
             "ready-marker: only a commit since the start carrying the ready marker.")),
+        ("worktree", click.option(
+            "--worktree/--no-worktree", default=None, help="Work in a git worktree of its own, on "
+            "a new branch from the working folder's HEAD (or --base); `merge` brings it back.")),
+        ("base", click.option(
+            "--base", metavar="REF", help="The revision a --worktree's branch starts from.")),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
         ("again", click.option(
             "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
@@ -153,4 +158,5 @@ def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 
 OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
-                    "idle_timeout", "until", "stuck_after", "budget")  # fmt: skip
+                    "idle_timeout", "until", "stuck_after", "budget", "worktree",
+                    "base")  # fmt: skip

@@ -142,12 +142,13 @@ def resume(
 ) -> None:
     """Run a task's loop again from its TASK.md."""
     s, task = existing_task(config_path, root, project_id, task_id)
+    issue = remembered_issue(s, task)
     request = StartRequest(
         task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
         schedule=loop.schedule, conflict_hint=CONFLICT_HINT, after=loop.after,
-        priority=loop.priority,
+        priority=loop.priority, issue_run=issue is not None,
     )  # fmt: skip
-    enter(s, request, loop, remembered_issue(s, task))
+    enter(s, request, loop, issue)
 
 
 def start_loop(
@@ -167,6 +168,7 @@ def start_loop(
     request = StartRequest(
         task, text, overrides=loop.overrides, again=loop.again, schedule=loop.schedule,
         conflict_hint=CONFLICT_HINT, after=loop.after, priority=loop.priority,
+        issue_run=issue is not None,
     )  # fmt: skip
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
@@ -203,8 +205,8 @@ def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
 
 def remembered_issue(s: Setup, task: TaskPaths) -> Issue | None:
     """The issue a task was started on (its issue.yaml and ISSUE.md), for a resume."""
-    record = taskfolder.read_issue_record(task)
-    if not record:
+    record = taskfolder.read_worktree_record(task)
+    if not record.get("issue"):  # not an issue run (a worktree run's record names none)
         return None
     try:
         body = task.issue_body.read_text(encoding="utf-8")
@@ -277,12 +279,23 @@ def foreground_loop(
     remembered = LoopOverrides.remembered(task)
     overrides = remembered.merged(loop.overrides)
     agent, backend = usable_backend(s.config, overrides.agent)
+    settings = overrides.apply(agent.loop_defaults(s.config.defaults))
+    tree = None
     if issue is not None:  # made (or found) once the loop holds the task
         overrides = replace(overrides, working_dir=task.worktree)
     working_dir = (overrides.working_dir or Path.cwd()).resolve()
     if issue is None and not working_dir.is_dir():
         raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
     started_with = replace(overrides, agent=agent.name, working_dir=working_dir)
+    if issue is not None:
+        from runagent.issues.worktree import Tree
+
+        tree = Tree(issue.repo, None, issue.setup)
+    elif settings.worktree:  # the agent works in the task's worktree, at the folder's place
+        from runagent.issues import worktree
+
+        tree = worktree.Tree(working_dir, overrides.base or "HEAD", s.config.issues.setup)
+        working_dir = worktree.work_folder(task, working_dir, os.environ)
     if loop.one_run:  # a job's single run is not how the task's loop is to be resumed
         started_with = replace(started_with, max_restarts=remembered.max_restarts)
     if loop.no_stuck:  # for this loop only
@@ -292,11 +305,12 @@ def foreground_loop(
         prompt=prompt,
         agent_name=agent.name,
         working_dir=working_dir,
-        settings=overrides.apply(agent.loop_defaults(s.config.defaults)),
+        settings=settings,
         base_env=dict(os.environ),
         parent_run_id=parent_run_id(os.environ),
         executable_dir=executable_dir(),
         started_with=started_with.to_record(),
+        worktree=tree,
         issue=issue,
         budgets=s.config.budgets,
     )

@@ -322,7 +322,8 @@ def _schedule(
 
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
-           "keep", "after", "priority", "stuck_after", "budget")  # fmt: skip
+           "keep", "after", "priority", "stuck_after", "budget", "worktree", "base",
+           "cwd")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -372,7 +373,19 @@ def _schedule(
         priority=_priority(s),
         stuck_after=s.count("stuck_after", 0) if s.has("stuck_after") else None,
         budget=_budget(s, "budget") if s.has("budget") else None,
+        worktree=s.flag("worktree", False) if s.has("worktree") else None,
+        base=s.string("base"),
+        cwd=_folder(s, "cwd", base_dir),
     )
+
+
+def _folder(s: Section, name: str, base_dir: Path) -> Path | None:
+    """A folder named in the config, relative to the config file's folder."""
+    given = s.string(name)
+    if not given:
+        return None
+    path = Path(given).expanduser()
+    return path if path.is_absolute() else base_dir / path
 
 
 def _priority(s: Section) -> int:
@@ -449,7 +462,7 @@ def _agent(
 ) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env", "mode", "max_turns", "stuck_after",
-           "budget")  # fmt: skip
+           "budget", "worktree")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -479,6 +492,7 @@ def _agent(
         paste=paste,
         stuck_after=s.count("stuck_after", 0) if s.has("stuck_after") else None,
         budget=_budget(s, "budget") if s.has("budget") else None,
+        worktree=s.flag("worktree", False) if s.has("worktree") else None,
     )
 
 
@@ -546,6 +560,8 @@ def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
         return s.choice(name, kind, default)
     if kind == Budget | None:
         return _budget(s, name) if s.has(name) else default
+    if kind is bool:
+        return s.flag(name, default)
     raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to configfile.py")
 
 

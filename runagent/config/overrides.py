@@ -36,6 +36,8 @@ class LoopOverrides:
     until: Until | None = None
     stuck_after: int | None = None  # 0: stuck detection off for this task
     budget: Budget | None = None  # what the task may spend over all its runs
+    worktree: bool | None = None  # the loop works in a git worktree of its own
+    base: str | None = None  # the revision its worktree's branch starts from (default: HEAD)
 
     @classmethod
     def parse(
@@ -70,6 +72,8 @@ class LoopOverrides:
                 changes[name] = _until(value, where(name))
             elif name == "working_dir":
                 changes[name] = Path(str(value))
+            elif name == "worktree":
+                changes[name] = _yes_no(value, where(name))
             elif isinstance(value, str) and value.strip():
                 changes[name] = value
             else:
@@ -93,6 +97,8 @@ class LoopOverrides:
             changes["stuck_after"] = self.stuck_after
         if self.budget is not None:
             changes["budget"] = self.budget
+        if self.worktree is not None:
+            changes["worktree"] = self.worktree
         return dataclasses.replace(settings, **changes)
 
     def merged(self, given: LoopOverrides) -> LoopOverrides:
@@ -127,6 +133,9 @@ class LoopOverrides:
             if value is None:
                 continue
             option = "--cwd" if field.name == "working_dir" else flag(field.name)
+            if isinstance(value, bool):
+                args.append(option if value else f"--no-{option.removeprefix('--')}")
+                continue
             if isinstance(value, Budget):
                 args += [arg for given in value.to_args() for arg in (option, given)]
                 continue
@@ -145,6 +154,17 @@ def _count(value: object, where: str, what: str = "restarts") -> int:
     if count < 0:
         raise UsageError(f"{where}: {count} is negative; give 0 or more {what}")
     return count
+
+
+def _yes_no(value: object, where: str) -> bool:
+    """A switch from JSON (true/false) or a form or record's text (true/false, yes/no, on/off)."""
+    if isinstance(value, bool):
+        return value
+    words = {"true": True, "yes": True, "on": True, "1": True,
+             "false": False, "no": False, "off": False, "0": False}  # fmt: skip
+    if isinstance(value, str) and value.strip().lower() in words:
+        return words[value.strip().lower()]
+    raise UsageError(f"{where}: {value!r} is not true or false")
 
 
 def _until(value: object, where: str) -> Until:

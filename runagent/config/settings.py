@@ -156,6 +156,7 @@ class AgentConfig:
     paste: PasteSettings = field(default_factory=PasteSettings)  # the config's `paste:` section
     stuck_after: int | None = None  # this agent's own (None: as defaults.stuck_after says)
     budget: Budget | None = None  # what a task run by this agent may spend, unless told else
+    worktree: bool | None = None  # its tasks work in worktrees of their own (None: as defaults)
 
     def loop_defaults(self, defaults: LoopSettings) -> LoopSettings:
         """The config's loop defaults with what this agent sets for itself in their place."""
@@ -163,6 +164,8 @@ class AgentConfig:
             defaults = replace(defaults, stuck_after=self.stuck_after)
         if self.budget is not None:
             defaults = replace(defaults, budget=self.budget)
+        if self.worktree is not None:
+            defaults = replace(defaults, worktree=self.worktree)
         return defaults
 
 
@@ -186,6 +189,7 @@ class LoopSettings:
     max_rate_limit_waits: int = 10  # rate-limited runs in a row before giving up
     budget: Budget | None = None  # what the task may spend over all its runs (None: no bound)
     stuck_after: int = 3  # attempts in a row without progress before the loop stops (0: never)
+    worktree: bool = False  # each task's loop works in a git worktree of its own
 
 
 class Overlap(enum.StrEnum):
@@ -260,6 +264,9 @@ class ScheduleConfig:
     stuck_after: int | None = None  # each firing's stuck detection (None: as its agent's)
     budget: Budget | None = None  # what each firing may spend
     priority: int = 0  # each firing's place in the queue under `limits:`
+    worktree: bool | None = None  # each firing works in a worktree of its own (None: as its agent)
+    base: str | None = None  # the revision such a worktree starts from (None: HEAD)
+    cwd: Path | None = None  # the folder (repository) its agent works in (None: serve's folder)
 
 
 @record

@@ -100,7 +100,7 @@ def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
     """Every issue task's worktree under the runs root that has not been removed."""
     found = []
     for view in tasks.all_tasks(root):
-        record = taskfolder.read_issue_record(view.paths)
+        record = taskfolder.read_worktree_record(view.paths)
         if not record or record.get("removed"):
             continue
         path, repo = view.paths.worktree, Path(str(record.get("repo")))
@@ -170,8 +170,8 @@ def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool
         w.path.rename(w.path.with_name(f"{w.path.name}.stale-{_stamp()}"))
     git(w.repo, "worktree", "prune", env=env)
     deleted = _delete_if_merged(w, env)
-    record = taskfolder.read_issue_record(w.task.paths)
-    taskfolder.write_issue_record(w.task.paths, {**record, "removed": runfolder.timestamp()})
+    record = taskfolder.read_worktree_record(w.task.paths)
+    taskfolder.write_worktree_record(w.task.paths, {**record, "removed": runfolder.timestamp()})
     return Pruned(w, PruneAction.REMOVED, saved, deleted)
 
 

@@ -1,5 +1,6 @@
-"""An issue run's git worktree: made fresh from the default branch under its task's folder, and
-locked while a loop works in it (listing and pruning them is `pruning.py`'s).
+"""A task's own git worktree: made fresh under its task's folder, on a new branch from a base (an
+issue run's: the default branch; a worktree run's: the HEAD it was started from, or `--base`),
+and locked while a loop works in it (listing and pruning them is `pruning.py`'s).
 
 What goes wrong elsewhere does not happen here: a stale branch is never reused (a fresh name is
 taken), a registration left by a crash (locked, its folder gone) is repaired rather than fatal,
@@ -34,6 +35,15 @@ from runagent.store.runinfo import RunInfo
 
 BRANCH_PREFIX = "run-agent/"
 LOCK_REASON = "run-agent: task {label} is running (supervisor pid {pid})"
+
+
+@record
+class Tree:
+    """A loop's own worktree: a fresh branch from `base` of the repository `repo` is in."""
+
+    repo: Path  # a folder of the repository (a linked worktree's too)
+    base: str | None = None  # a revision, read in `repo`; None: the default branch (issue runs)
+    setup: tuple[str, ...] = ()  # run once in a new worktree (config issues.setup)
 
 
 @record
@@ -142,43 +152,87 @@ def branch_name(task: TaskPaths) -> str:
 
 
 def open_worktree(
-    task: TaskPaths, issue: Issue, env: Mapping[str, str], setup_timeout: float | None = None
-) -> Checkout:
+    task: TaskPaths, tree: Tree, env: Mapping[str, str], setup_timeout: float | None = None,
+    issue: Issue | None = None,
+) -> Checkout:  # fmt: skip
     """The task's worktree, ready for a loop that holds the task's lock: its own worktree from
     an earlier loop is reused (the work goes on), else one is made on a fresh branch from the
-    default branch. Submodules are initialised, the setup command run once, and the worktree
+    tree's base. Submodules are initialised, the setup command run once, and the worktree
     locked; the checkout's base is its HEAD now, the loop's start."""
-    repo = main_repository(issue.repo, env)
+    repo = main_repository(tree.repo, env)
     repair(repo, env)
-    runfolder.atomic_write(issue.body_file, issue.body)
+    if issue is not None:
+        runfolder.atomic_write(issue.body_file, issue.body)
     path = task.worktree
     entry = registration(repo, path, env)
     if entry is None:
         if path.exists():  # a folder git no longer knows: kept aside, never deleted
             path.rename(path.with_name(f"{path.name}.stale-{_stamp()}"))
-        _create(task, issue, repo, env)
+        _create(task, tree, repo, env, issue)
     elif entry.locked is not None:  # a loop that died holding it: we hold the task lock now
         git(repo, "worktree", "unlock", str(path), env=env, check=False)
     if (path / ".gitmodules").exists():
         git(path, "submodule", "update", "--init", "--recursive", env=env)
-    _setup(task, issue, env, setup_timeout)
+    _setup(task, tree.setup, env, setup_timeout)
     reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
     git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
     return Checkout.at(path)
 
 
-def close_worktree(task: TaskPaths, issue: Issue, env: Mapping[str, str]) -> None:
+def close_worktree(task: TaskPaths, tree: Tree, env: Mapping[str, str]) -> None:
     """Unlock the worktree when its loop ends; best effort (a crash leaves it to `repair`)."""
     try:
-        repo = main_repository(issue.repo, env)
+        repo = main_repository(tree.repo, env)
         git(repo, "worktree", "unlock", str(task.worktree), env=env, check=False)
     except RunAgentError:
         pass
 
 
-def _create(task: TaskPaths, issue: Issue, repo: Path, env: Mapping[str, str]) -> None:
-    start = default_branch(repo, env)
-    fork = git(repo, "rev-parse", "--verify", f"{start}^{{commit}}", env=env)
+def resolve_base(folder: Path, base: str | None, env: Mapping[str, str]) -> str:
+    """The commit `base` names in the repository of `folder` (None: its HEAD); a UsageError
+    naming it when it names none, so that a typo never starts a run."""
+    ref = base or "HEAD"
+    sha = git(folder, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", env=env,
+              check=False)  # fmt: skip
+    if not sha:
+        raise UsageError(
+            f"--base {ref!r} names no commit of the repository at {folder}; give a branch, "
+            "tag or commit of it"
+        )
+    return sha
+
+
+def check_tree(folder: Path, base: str | None, root: Path, env: Mapping[str, str]) -> None:
+    """Before a worktree run is admitted: `folder` is in a git repository, `base` (None: HEAD)
+    names a commit of it, and the runs root (where the worktree is made) is outside it."""
+    from runagent.config.file import refuse_root_inside
+
+    if not folder.is_dir():
+        raise UsageError(f"working folder {str(folder)!r} does not exist; check --cwd")
+    try:
+        trees = working_trees(folder, env)
+    except UsageError:
+        raise UsageError(
+            f"--worktree needs a git repository, and {str(folder)!r} is in none; give --cwd a "
+            "folder of one"
+        ) from None
+    resolve_base(folder, base, env)
+    refuse_root_inside(root, "--root or storage.runs_dir", trees)
+
+
+def work_folder(task: TaskPaths, folder: Path, env: Mapping[str, str]) -> Path:
+    """Where in the task's worktree the agent works: at `folder`'s place in its own working
+    tree (a run started in `repo/web` works in `worktree/web`)."""
+    top = Path(git(folder, "rev-parse", "--show-toplevel", env=env))
+    inside = folder.resolve().relative_to(top.resolve())
+    return task.worktree / inside
+
+
+def _create(
+    task: TaskPaths, tree: Tree, repo: Path, env: Mapping[str, str], issue: Issue | None
+) -> None:
+    start = tree.base or default_branch(repo, env)
+    fork = resolve_base(tree.repo if tree.base else repo, start, env)
     name = branch_name(task)
     if git(repo, "check-ref-format", "--branch", name, env=env, check=False) != name:
         raise UsageError(
@@ -186,38 +240,41 @@ def _create(task: TaskPaths, issue: Issue, repo: Path, env: Mapping[str, str]) -
         )
     branch = fresh_branch(repo, name, env)
     git(repo, "worktree", "add", "--quiet", "-b", branch, str(task.worktree), fork, env=env)
-    taskfolder.write_issue_record(
+    taskfolder.write_worktree_record(
         task,
         {
-            "issue": issue.number,
-            "url": issue.url,
+            "issue": issue.number if issue is not None else None,
+            "url": issue.url if issue is not None else "",
             "repo": str(repo),
             "worktree": str(task.worktree),
             "branch": branch,
-            "default_branch": start,
+            "default_branch": start if issue is not None else None,
+            "base": start,
             "fork": fork,
             "created": runfolder.timestamp(),
-            "setup_done": not issue.setup,
+            "setup_done": not tree.setup,
         },
     )
 
 
-def _setup(task: TaskPaths, issue: Issue, env: Mapping[str, str], timeout: float | None) -> None:
+def _setup(
+    task: TaskPaths, setup: tuple[str, ...], env: Mapping[str, str], timeout: float | None
+) -> None:
     """Run the setup command in the worktree, once (until it has succeeded), for at most
     `timeout` seconds (then its whole group is killed); its output goes to setup.log in the
     task folder."""
-    record = taskfolder.read_issue_record(task)
-    if not issue.setup or record.get("setup_done"):
+    record = taskfolder.read_worktree_record(task)
+    if not setup or record.get("setup_done"):
         return
     with open(task.setup_log, "ab") as log:
         try:
             process = subprocess.Popen(
-                issue.setup, cwd=task.worktree, env=dict(env), stdin=subprocess.DEVNULL,
+                setup, cwd=task.worktree, env=dict(env), stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
             )  # fmt: skip
         except OSError as exc:
             raise RunAgentError(
-                f"setup command {issue.setup[0]!r} could not start: {exc.strerror}; fix "
+                f"setup command {setup[0]!r} could not start: {exc.strerror}; fix "
                 "issues.setup in config.yaml"
             ) from exc
         try:
@@ -227,16 +284,16 @@ def _setup(task: TaskPaths, issue: Issue, env: Mapping[str, str], timeout: float
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
             raise RunAgentError(
-                f"setup command {' '.join(issue.setup)!r} ran longer than {timeout:g}s in "
+                f"setup command {' '.join(setup)!r} ran longer than {timeout:g}s in "
                 f"{task.worktree} and was stopped; see {task.setup_log}",
                 exit_code=ExitCode.TIMED_OUT,
             ) from None
     if code != 0:
         raise RunAgentError(
-            f"setup command {' '.join(issue.setup)!r} exited with code {code} in "
+            f"setup command {' '.join(setup)!r} exited with code {code} in "
             f"{task.worktree}; see {task.setup_log}"
         )
-    taskfolder.write_issue_record(task, {**record, "setup_done": True})
+    taskfolder.write_worktree_record(task, {**record, "setup_done": True})
 
 
 def _stamp() -> str:
@@ -249,7 +306,7 @@ def progress(
     """Where a task's git work stands, for `status --json`: the issue (for an issue run), the
     branch, the commits since the base of its latest run, and whether one carries the ready
     marker (`COCODE_READY_MARKER` here, else the default). None for a task with no git work."""
-    record = taskfolder.read_issue_record(task)
+    record = taskfolder.read_worktree_record(task)
     base = latest.base_commit if latest is not None else None
     if not base and record.get("fork"):
         base = str(record["fork"])
@@ -267,7 +324,8 @@ def progress(
         except RunAgentError:  # the folder or the base is gone: nothing to show
             commits = []
     seen = next((c for c in commits if marker in c.message), None)
-    issue = {"number": record.get("issue"), "url": record.get("url") or None} if record else None
+    number = record.get("issue")
+    issue = {"number": number, "url": record.get("url") or None} if number else None
     return {
         "issue": issue,
         "repo": record.get("repo") or (latest.repo if latest else None),

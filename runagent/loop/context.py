@@ -23,6 +23,7 @@ from runagent.store.runfolder import RunPaths, TaskPaths
 if TYPE_CHECKING:  # only named in annotations: a listing validates ids without git's modules
     from runagent.issues.issue import Issue
     from runagent.issues.repository import Checkout
+    from runagent.issues.worktree import Tree
 
 
 # Variables of the contract between run-agent and the agents it starts.
@@ -57,8 +58,10 @@ class LoopRequest:
     checkout: Checkout | None = None
     # Variables the loop adds for its agent beside the contract.
     loop_env: Mapping[str, str] = field(default_factory=dict)
-    # An issue run: the loop works in the task's worktree (`working_dir` is its path), made or
-    # reused and locked once the loop holds the task, and its agent gets the COCODE_* variables.
+    # A loop in a worktree of its own (an issue run, or a run with --worktree): made or reused
+    # and locked once the loop holds the task; `working_dir` is in it.
+    worktree: Tree | None = None
+    # An issue run (in its worktree): its agent gets the COCODE_* variables.
     issue: Issue | None = None
     # What may be spent in a day by the task's project and by the whole root (config `budgets:`).
     budgets: BudgetSettings | None = None

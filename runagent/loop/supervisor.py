@@ -31,7 +31,7 @@ from runagent.store.lock import TaskLock
 from runagent.store.pids import process_start_time
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
 
-if TYPE_CHECKING:  # issue runs import their worktree handling when one starts
+if TYPE_CHECKING:  # loops in a worktree import its handling when one starts
     from runagent.issues.repository import Checkout
 
 _DOCTOR = "`run-agent doctor` checks what is missing"
@@ -89,7 +89,7 @@ class Supervisor:
             supervisor_pid=pid,
             supervisor_start=process_start_time(pid),
         )
-        if request.issue is None:  # a rule that cannot apply is refused before anything starts
+        if request.worktree is None:  # a rule that cannot apply is refused before anything starts
             self._bind(request.checkout)
 
     @property
@@ -101,8 +101,10 @@ class Supervisor:
         r = self.request
         rule = completion.rule(r.settings.until).for_loop(r.working_dir, r.base_env, checkout)
         request = r
-        if r.issue is not None and checkout is not None:
-            loop_env = {**r.loop_env, **r.issue.environment(checkout.folder, r.base_env)}
+        if r.worktree is not None and checkout is not None:  # its runs record the worktree's
+            loop_env = dict(r.loop_env)
+            if r.issue is not None:
+                loop_env.update(r.issue.environment(checkout.folder, r.base_env))
             request = replace(r, checkout=checkout, loop_env=loop_env)
         self._lent = replace(self._lent, rule=rule, request=request)
 
@@ -118,17 +120,18 @@ class Supervisor:
         """Hold the task lock and run attempts until the task completes or the loop gives up."""
         lock = TaskLock(runfolder.confine(self.task).lock, self.label)
         lock.acquire()
-        issue, env = self.request.issue, self.request.base_env
-        if issue is not None:  # an issue run imports its worktree handling, no other run does
+        tree, env = self.request.worktree, self.request.base_env
+        if tree is not None:  # a loop in a worktree imports its handling, no other loop does
             from runagent.issues import worktree
         try:
-            if issue is not None:
+            if tree is not None:
                 timeout = self.settings.timeout  # bounds the setup command too
-                self._bind(worktree.open_worktree(self.task, issue, env, timeout))
+                checkout = worktree.open_worktree(self.task, tree, env, timeout, self.request.issue)
+                self._bind(checkout)
             result = self._loop()
         finally:
-            if issue is not None:
-                worktree.close_worktree(self.task, issue, env)
+            if tree is not None:
+                worktree.close_worktree(self.task, tree, env)
             lock.release()
             self.stop_signal.close()
         self.on_event(Event(EventKind.LOOP_ENDED, message=result.message, outcome=result.outcome))

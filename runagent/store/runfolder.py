@@ -50,6 +50,7 @@ OPS_SETTINGS = "ops.json"  # the workspace and policy an operations run acts wit
 APPROVAL_PENDING = "approval-pending.json"  # the paused batch, while an approval is awaited
 OPS_LOCK = ".ops.lock"  # held by whichever process answers a message of an operations run
 ISSUE_RECORD = "issue.yaml"  # an issue run: the issue, repository, worktree, branch, fork point
+WORKTREE_RECORD = "worktree.yaml"  # a worktree run's (not an issue run's) repository and branch
 ISSUE_BODY = "ISSUE.md"  # the issue body as the agent reads it (COCODE_ISSUE_BODY_FILE)
 WORKTREE = "worktree"  # an issue run's git worktree
 SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed by force
@@ -115,6 +116,10 @@ class TaskPaths:
     @property
     def issue_record(self) -> Path:
         return self.folder / ISSUE_RECORD
+
+    @property
+    def worktree_record(self) -> Path:
+        return self.folder / WORKTREE_RECORD
 
     @property
     def issue_body(self) -> Path:

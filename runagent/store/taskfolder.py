@@ -55,19 +55,28 @@ def read_task_settings(task: TaskPaths) -> dict[str, object]:
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def write_issue_record(task: TaskPaths, record: Mapping[str, object]) -> None:
-    """Write down an issue run's issue, repository, worktree and branch (issue.yaml)."""
+def write_worktree_record(task: TaskPaths, record: Mapping[str, object]) -> None:
+    """Write down a task's worktree: its repository, branch and base, and for an issue run the
+    issue (issue.yaml; a worktree run's is worktree.yaml)."""
+    task = runfolder.confine(task)
+    path = task.issue_record if record.get("issue") else task.worktree_record
     text = runfolder.dump_yaml(dict(record), sort_keys=False, allow_unicode=True)
-    runfolder.atomic_write(runfolder.confine(task).issue_record, text)
+    runfolder.atomic_write(path, text)
 
 
-def read_issue_record(task: TaskPaths) -> dict[str, object]:
-    """An issue run's record; {} for a task that is not one (or an unreadable record)."""
-    try:
-        data = runfolder.load_yaml(runfolder.confine(task).issue_record.read_text(encoding="utf-8"))
-    except (OSError, ValueError):  # not YAML (YAMLSyntaxError), not UTF-8
-        return {}
-    return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+def read_worktree_record(task: TaskPaths) -> dict[str, object]:
+    """The record of a task's worktree (an issue run's, else a worktree run's); {} for a task
+    that has none (or an unreadable record)."""
+    task = runfolder.confine(task)
+    for path in (task.issue_record, task.worktree_record):
+        try:
+            data = runfolder.load_yaml(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):  # not YAML (YAMLSyntaxError), not UTF-8
+            return {}
+        return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+    return {}
 
 
 def check_task_prompt(task: TaskPaths, prompt: str, hint: str) -> None:

@@ -912,6 +912,36 @@ def test_the_forms_until_offers_ready_marker_and_the_loop_completes_on_a_marked_
     assert "cocode ready for check" in git(repo, "log", "-1", "--format=%B")
 
 
+def test_the_form_starts_a_task_in_a_worktree_of_its_own(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.gitrepo import GIT_ENV, git, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    head = git(repo, "rev-parse", "HEAD")
+    ws.write_config(["--commit", "work"], env=GIT_ENV, max_restarts=0)
+    page.goto(server.url)
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "isolated")
+    page.fill("textarea[name=prompt]", "work on a branch")
+    page.fill("input[name=cwd]", "repo")
+    page.check("input[name=worktree]")
+    page.fill("input[name=base]", "no-such-branch")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("names no commit")
+    assert not ws.task("p", "isolated").folder.exists()  # refused before anything was made
+    page.fill("input[name=base]", "main")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/isolated")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    task = ws.task("p", "isolated")
+    (run,) = ws.runs("p", "isolated")
+    assert run.cwd == str(task.worktree) and run.branch == "run-agent/p/isolated"
+    assert git(task.worktree, "log", "--format=%s", f"{head}..HEAD") == "work"
+    assert git(repo, "rev-parse", "HEAD") == head and git(repo, "status", "--porcelain") == ""
+
+
 def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:
 
     import yaml

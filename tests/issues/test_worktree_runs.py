@@ -1,0 +1,199 @@
+"""Any task in a git worktree of its own (`--worktree`), through the real command line and real
+repositories: where it starts, that tasks on one repository never touch each other or the
+user's checkout, and what is refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import yaml
+
+from runagent.errors import ExitCode
+from tests.conftest import Server, Workspace, wait_for
+from tests.gitrepo import GIT_ENV, commit, git, make_repo
+from tests.issues.test_issue_runs import setup_config, worktrees
+
+WORK = ["--commit", "work of {attempt}"]
+
+
+def run(ws: Workspace, folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """`run-agent ARGS` started in `folder` (the repository's checkout, or a folder of it)."""
+    return subprocess.run(
+        [*ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), *args)],
+        cwd=folder, env={**os.environ, **GIT_ENV}, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_a_worktree_run_works_on_a_branch_of_its_own_from_the_checkouts_head(
+    ws: Workspace,
+) -> None:
+    """From a subfolder of a checkout on a feature branch, with uncommitted changes: the agent
+    works at the same place in a worktree on a new branch from that HEAD, commits there, and the
+    checkout is left as it was, its changes included."""
+    repo = make_repo(ws.path / "repo")
+    (repo / "web").mkdir()
+    (repo / "web" / "app.txt").write_text("app\n")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "a web folder")
+    git(repo, "switch", "-q", "-c", "feature")
+    head = commit(repo, "feature work")
+    (repo / "README").write_text("an uncommitted change\n")
+    setup_config(ws, ["--edit", "here.txt", *WORK])
+    done = run(ws, repo / "web", "-p", "p", "-t", "t", "--worktree", "go")
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    task = ws.task("p", "t")
+    (info,) = ws.runs("p", "t")
+    assert info.cwd == str(task.worktree / "web") and info.branch == "run-agent/p/t"
+    assert info.base_commit == head
+    assert (task.worktree / "web" / "here.txt").read_text() == "edited by attempt 1\n"
+    assert git(task.worktree, "log", "--format=%s", f"{head}..HEAD") == "work of 1"
+    # The checkout: its branch, HEAD and uncommitted change as they were; nothing of the agent.
+    assert git(repo, "rev-parse", "--abbrev-ref", "HEAD") == "feature"
+    assert git(repo, "rev-parse", "HEAD") == head
+    assert (repo / "README").read_text() == "an uncommitted change\n"
+    assert not (repo / "web" / "here.txt").exists()
+    assert "locked" not in worktrees(repo)[str(task.worktree)]
+    record = yaml.safe_load(task.worktree_record.read_text())
+    assert (record["branch"], record["fork"], record["issue"]) == ("run-agent/p/t", head, None)
+    assert not task.issue_record.exists()
+    remembered = yaml.safe_load((task.folder / "task.yaml").read_text())
+    assert remembered["worktree"] is True and remembered["working_dir"] == str(repo / "web")
+    listed = json.loads(ws.cli("worktrees", "--json", "--config", str(ws.config)).stdout)
+    (row,) = listed
+    assert row["path"] == str(task.worktree) and row["branch"] == "run-agent/p/t"
+    pruned = ws.cli("worktrees", "prune", "--config", str(ws.config), env=GIT_ENV)
+    assert pruned.returncode == 0, pruned.stderr
+    assert not task.worktree.exists()
+    assert git(repo, "rev-parse", "run-agent/p/t")  # not merged: its branch is kept
+
+
+def test_two_tasks_on_one_repository_never_touch_each_others_files(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, [*WORK, "--edit", "same-name.txt", "--wait-in-task", "go"])
+    first = subprocess.Popen(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "a",
+                    "--worktree", "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    second = subprocess.Popen(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "b",
+                    "--worktree", "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    a, b = ws.task("p", "a"), ws.task("p", "b")
+    wait_for(lambda: ws.runs("p", "a") and ws.runs("p", "b"), 30, "both agents at work")
+    for task in (a, b):
+        (task.folder / "go").touch()
+    assert first.wait(60) == ExitCode.COMPLETED, first.stderr
+    assert second.wait(60) == ExitCode.COMPLETED, second.stderr
+    assert git(a.worktree, "rev-parse", "--abbrev-ref", "HEAD") == "run-agent/p/a"
+    assert git(b.worktree, "rev-parse", "--abbrev-ref", "HEAD") == "run-agent/p/b"
+    assert git(repo, "status", "--porcelain") == ""  # the checkout saw nothing
+    for task in (a, b):
+        log = git(task.worktree, "log", "--format=%s", "main..HEAD").splitlines()
+        assert log == ["work of 1"]
+        assert (task.worktree / "same-name.txt").exists()
+
+
+def test_a_branch_that_exists_is_never_reused_and_base_picks_the_start(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    first = git(repo, "rev-parse", "HEAD")
+    commit(repo, "later work")
+    git(repo, "branch", "run-agent/p/t")  # someone's branch of that name
+    taken = git(repo, "rev-parse", "run-agent/p/t")
+    setup_config(ws, WORK)
+    done = run(ws, repo, "-p", "p", "-t", "t", "--worktree", "--base", first, "go")
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    (info,) = ws.runs("p", "t")
+    assert info.branch == "run-agent/p/t-2" and info.base_commit == first
+    assert git(repo, "rev-parse", "run-agent/p/t") == taken  # left as it was
+
+
+def test_what_a_worktree_run_refuses_before_anything_runs(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, WORK)
+    bad = run(ws, repo, "-p", "p", "-t", "t", "--worktree", "--base", "no-such-ref", "go")
+    assert bad.returncode == ExitCode.USAGE
+    assert "--base 'no-such-ref' names no commit of the repository" in bad.stderr
+    alone = run(ws, repo, "-p", "p", "-t", "t", "--base", "main", "go")
+    assert alone.returncode == ExitCode.USAGE and "goes with --worktree" in alone.stderr
+    plain = ws.path / "plain"
+    plain.mkdir()
+    outside = run(ws, plain, "-p", "p", "-t", "t", "--worktree", "go")
+    assert outside.returncode == ExitCode.USAGE and "needs a git repository" in outside.stderr
+    inside = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(repo / "runs"), "-p", "p", "-t",
+                    "t", "--worktree", "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert inside.returncode != 0 and "is inside the repository" in inside.stderr
+    for proc in (bad, alone, outside, inside):
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not ws.task("p", "t").folder.exists() and not (repo / "runs").exists()
+
+
+def test_resume_goes_on_in_the_same_worktree_and_an_agent_can_ask_for_one(
+    ws: Workspace,
+) -> None:
+    repo = make_repo(ws.path / "repo")
+    ws.write_config([*WORK, "--exit", "1"], env=GIT_ENV, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    for agent in data["agents"].values():
+        agent["worktree"] = True  # no --worktree: the agent's config asks for it
+    ws.config.write_text(yaml.safe_dump(data))
+    failed = run(ws, repo, "-p", "p", "-t", "t", "go")
+    assert failed.returncode == ExitCode.FAILED, failed.stderr
+    task = ws.task("p", "t")
+    again = run(ws, repo, "resume", "-p", "p", "-t", "t")
+    assert again.returncode == ExitCode.FAILED, again.stderr
+    first, second = ws.runs("p", "t")
+    assert first.cwd == second.cwd == str(task.worktree)
+    assert first.branch == second.branch == "run-agent/p/t"
+    log = git(task.worktree, "log", "--format=%s", "main..HEAD").splitlines()
+    assert len(log) == 2  # the second run went on from the first's commit
+
+
+def test_the_api_and_the_pages_form_start_a_worktree_run(ws: Workspace, server: Server) -> None:
+    """Through the door as the page's form sends it (`worktree` ticked, a `base`): a detached
+    loop in a worktree of its own; a base that names nothing is refused, nothing created."""
+    import httpx
+
+    repo = make_repo(ws.path / "repo")
+    base = git(repo, "rev-parse", "HEAD")
+    commit(repo, "not in the worktree")
+    setup_config(ws, WORK)
+    url = f"{server.url}/api/projects/p/tasks"
+    bad = httpx.post(url, json={"task_id": "api", "prompt": "go", "worktree": "true",
+                                "base": "nothing-here", "cwd": str(repo)}, timeout=30)  # fmt: skip
+    assert bad.status_code == 400 and "names no commit" in bad.json()["error"]
+    assert not ws.task("p", "api").folder.exists()
+    started = httpx.post(url, json={"task_id": "api", "prompt": "go", "worktree": "true",
+                                    "base": base, "cwd": str(repo)}, timeout=30)  # fmt: skip
+    assert started.status_code == 202, started.text
+    task = ws.task("p", "api")
+    wait_for(lambda: httpx.get(f"{url}/api").json()["status"] == "completed", 60, "the run")
+    (info,) = ws.runs("p", "api")
+    assert info.cwd == str(task.worktree) and info.base_commit == base
+    assert git(task.worktree, "log", "--format=%s", f"{base}..HEAD") == "work of 1"
+
+
+def test_a_schedule_fires_its_task_into_a_worktree_of_its_own(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, WORK, schedules={"s": {
+        "cron": "0 0 1 1 *", "project": "p", "task": "nightly", "prompt": "go",
+        "worktree": True, "cwd": str(repo),
+    }})  # fmt: skip
+    fired = ws.cli("schedule", "now", "s", env=GIT_ENV)
+    assert fired.returncode == 0, fired.stderr
+    task = ws.task("p", "nightly")
+    wait_for(lambda: ws.runs("p", "nightly") and ws.runs("p", "nightly")[0].end_time, 60, "run")
+    (info,) = ws.runs("p", "nightly")
+    assert info.cwd == str(task.worktree) and info.branch == "run-agent/p/nightly"
+    assert git(repo, "status", "--porcelain") == ""
