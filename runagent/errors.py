@@ -16,6 +16,7 @@ class ExitCode(enum.IntEnum):
     BUDGET = 4
     STUCK = 5
     BLOCKED = 6
+    CONFLICT = 7
     ALREADY_RUNNING = 75
     TIMED_OUT = 124
     STOPPED = 130
@@ -113,6 +114,13 @@ class BlockedError(RunAgentError):
     """A task waits for another that did not complete (failed, stopped, deleted)."""
 
     exit_code = ExitCode.BLOCKED
+    http_status = 409
+
+
+class ConflictError(RunAgentError):
+    """A merge refused: the branch conflicts, or uncommitted changes are in the way."""
+
+    exit_code = ExitCode.CONFLICT
     http_status = 409
 
 

@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runagent.config.overrides import LoopOverrides
-from runagent.config.settings import Config, ExecutorSettings, ExecutorType, LimitsSettings
+from runagent.config.settings import (
+    Config,
+    ExecutorSettings,
+    ExecutorType,
+    LimitsSettings,
+    MergeMode,
+)
 from runagent.errors import BudgetError, NotFoundError, RunAgentError, UsageError
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
@@ -335,6 +341,22 @@ class Service:
 
         control.withdraw(task, self.executor)  # nor once its actor waits in Ray's queue
         return doomed, cleanup.carry_out([doomed], self.root)
+
+    def merge(
+        self, task: TaskPaths, *, push: str | None = None, into: str | None = None,
+        force: bool = False,
+    ) -> str:  # fmt: skip
+        """Bring a task's worktree branch back: merged into the branch it started from (as
+        `issues.merge` says), or pushed to `push`; what was done, in words."""
+        from runagent.issues import merging
+
+        if push is not None:
+            if into is not None:
+                raise UsageError("--push and --into do not go together: push, or merge")
+            return merging.push(task, push, os.environ, force=force)
+        config = self.current_config()
+        mode = config.issues.merge if config is not None else MergeMode.FF
+        return merging.merge(task, mode, os.environ, into=into, force=force).words(task.label)
 
     def hold_scheduler(self) -> bool:
         """Whether this process may fire schedules (on a cluster, only one does)."""

@@ -54,6 +54,7 @@ class Actions:
             Route(task, self.delete, methods=["DELETE"]),
             Route(f"{task}/stop", self.stop, methods=["POST"]),
             Route(f"{task}/resume", self.resume, methods=["POST"]),
+            Route(f"{task}/merge", self.merge, methods=["POST"]),
             Route(f"{task}/paste", self.paste_reply, methods=["POST"]),
         ]
 
@@ -179,6 +180,23 @@ class Actions:
         left = isinstance(holder, Waiting)  # taken out of the queue, never started
         return JSONResponse({"stopped": holder is not None, "left_queue": left,
                              "status": tasks.view(task).status})  # fmt: skip
+
+    async def merge(self, request: Request) -> Response:
+        """`{"push": REMOTE?, "into": BRANCH?, "force": bool?}`: bring the task's worktree
+        branch back (Service.merge); 409 on a conflict or changes in the way."""
+        body = await self._body(request)
+        task = self.paths.task(request)
+        given = {}
+        for name in ("push", "into"):
+            value = body.get(name)
+            if value is not None and (not isinstance(value, str) or not value.strip()):
+                raise UsageError(f"{name} {value!r} is not a name; leave it out, or give one")
+            given[name] = value
+        force = body.get("force") is True
+        said = await run_in_threadpool(
+            lambda: self.service.merge(task, push=given["push"], into=given["into"], force=force)
+        )
+        return JSONResponse({"done": said})
 
     async def paste_reply(self, request: Request) -> Response:
         """`{"reply": TEXT}`: the chat's answer into the task's paste inbox, where the run reads

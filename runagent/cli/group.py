@@ -61,6 +61,8 @@ LAZY: dict[str, Lazy] = {
                "Remove old runs of tasks that are not running (never a running task's)."),
     "job": Lazy("runagent.cli.run", "Run the agent once: one run, no restarts."),
     "list": Lazy("runagent.cli.show", "List tasks (all, or one project's), or one task's runs."),
+    "merge": Lazy("runagent.cli.issues", "Bring a task's worktree branch back: merge it into the "
+                  "branch it started from, or push it."),
     "ops": Lazy("runagent.cli.ops", "Run JSON operations from a model in a workspace (files, "
                 "shell) under a policy."),
     "output": Lazy("runagent.cli.show", "Print a run's output, stdout, stderr or prompt."),

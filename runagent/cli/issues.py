@@ -1,4 +1,5 @@
-"""worktrees and cocode: issue runs' git worktrees, and run-agent as a cocode agent."""
+"""merge, worktrees and cocode: tasks' git worktrees and the way back from them, and run-agent
+as a cocode agent."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ from pathlib import Path
 import click
 
 from runagent.cli.group import cli
-from runagent.cli.options import common, json_option, service_for, setup, usable_backend
+from runagent.cli.options import (
+    common,
+    existing_task,
+    json_option,
+    service_for,
+    setup,
+    task_option,
+    usable_backend,
+)
 from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.cli.show import print_table
 from runagent.config.overrides import LoopOverrides
@@ -30,6 +39,23 @@ from runagent.service import StartRequest
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
+
+
+@cli.command()
+@task_option(required=True)
+@click.option("--push", metavar="REMOTE", help="Push the task's branch to REMOTE instead.")
+@click.option(
+    "--into", metavar="BRANCH", help="Merge into BRANCH (default: the branch it started from)."
+)
+@click.option("--force", is_flag=True, help="Bring back a task that did not complete.")
+@common
+def merge(
+    project_id: str, task_id: str, push: str | None, into: str | None, force: bool,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Bring a task's worktree branch back: merge it into the branch it started from, or push it."""
+    s, task = existing_task(config_path, root, project_id, task_id)
+    click.echo(f"run-agent: {service_for(s).merge(task, push=push, into=into, force=force)}")
 
 
 @cli.command()

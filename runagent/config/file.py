@@ -29,6 +29,7 @@ from runagent.config.settings import (
     IssueSettings,
     LimitsSettings,
     LoopSettings,
+    MergeMode,
     Mode,
     NotifyConfig,
     NotifyEvent,
@@ -305,8 +306,8 @@ def _paste(s: Section) -> PasteSettings:
 
 
 def _issues(s: Section) -> IssueSettings:
-    s.only("setup")
-    return IssueSettings(setup=s.argv("setup"))
+    s.only("setup", "merge")
+    return IssueSettings(setup=s.argv("setup"), merge=s.choice("merge", MergeMode, MergeMode.FF))
 
 
 def _schedule(

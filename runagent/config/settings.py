@@ -287,13 +287,23 @@ class ServerSettings:
         return env.get(self.api_key_env) or None
 
 
+class MergeMode(enum.StrEnum):
+    """How `run-agent merge` brings a task's branch back (`issues.merge`)."""
+
+    FF = "ff"  # a fast-forward where it can be one, else a merge commit
+    FF_ONLY = "ff-only"  # a fast-forward, or nothing
+    NO_FF = "no-ff"  # always a merge commit
+
+
 @record
 class IssueSettings:
-    """The `issues:` section: how an issue run's new worktree is made ready."""
+    """The `issues:` section: how a task's new worktree (an issue or --worktree run) is made
+    ready, and how `merge` brings its branch back."""
 
     # Run in a new worktree before its first agent (ignored files such as .env or
     # node_modules are not in a fresh checkout).
     setup: tuple[str, ...] = ()
+    merge: MergeMode = MergeMode.FF
 
 
 class ExecutorType(enum.StrEnum):

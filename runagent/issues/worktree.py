@@ -239,6 +239,7 @@ def _create(
             f"task id {task.task_id!r} cannot name a git branch ({name}); give another --task"
         )
     branch = fresh_branch(repo, name, env)
+    into = _branch_of(tree.repo if tree.base else repo, start, env)
     git(repo, "worktree", "add", "--quiet", "-b", branch, str(task.worktree), fork, env=env)
     taskfolder.write_worktree_record(
         task,
@@ -250,11 +251,23 @@ def _create(
             "branch": branch,
             "default_branch": start if issue is not None else None,
             "base": start,
+            "into": into,
             "fork": fork,
             "created": runfolder.timestamp(),
             "setup_done": not tree.setup,
         },
     )
+
+
+def _branch_of(folder: Path, ref: str, env: Mapping[str, str]) -> str | None:
+    """The local branch `ref` stands for in `folder` (HEAD: the branch checked out there), the
+    one `merge` brings the work back into; None for a detached HEAD, a tag or a commit."""
+    if ref == "HEAD":
+        on = git(folder, "symbolic-ref", "--quiet", "--short", "HEAD", env=env, check=False)
+        return on or None
+    found = git(folder, "rev-parse", "--verify", "--quiet", f"refs/heads/{ref}", env=env,
+                check=False)  # fmt: skip
+    return ref if found else None
 
 
 def _setup(
@@ -336,4 +349,23 @@ def progress(
         "ready_marker": marker,
         "marker_seen": seen is not None,
         "marker_commit": seen.sha if seen else None,
+        **(_branch_work(record, folder, env) if record else {}),
     }
+
+
+def _branch_work(
+    record: Mapping[str, object], folder: Path, env: Mapping[str, str]
+) -> dict[str, object]:
+    """A worktree's branch against where it forked, for the page's merge: the branch it goes
+    back into, its commits since the fork, the diff stat, and whether it was merged or pushed."""
+    fork = str(record.get("fork") or "")
+    ahead, stat = 0, ""
+    if fork and folder.is_dir():
+        count = git(folder, "rev-list", "--count", f"{fork}..HEAD", env=env, check=False)
+        ahead = int(count) if count.isdigit() else 0
+        stat = git(folder, "diff", "--shortstat", fork, "HEAD", env=env, check=False).strip()
+    return {
+        "fork_commit": fork or None, "into": record.get("into"), "ahead": ahead,
+        "diffstat": stat, "merged": record.get("merged"), "pushed": record.get("pushed"),
+        "removed": bool(record.get("removed")),
+    }  # fmt: skip

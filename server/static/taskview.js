@@ -156,6 +156,9 @@ function renderGit(git, status) {
   const marker = $("#git-marker");
   marker.className = `badge ${git.marker_seen ? "completed" : "pending"}`;
   marker.textContent = git.marker_seen ? "ready marker seen" : "no ready marker yet";
+  // A worktree run of its own (no issue) is not finished by a marker: no badge until one shows.
+  marker.hidden = "fork_commit" in git && !git.issue && !git.marker_seen;
+  renderWayBack(git, status);
   const list = $("#git-commits");
   list.replaceChildren();
   for (const commit of git.commits) {
@@ -170,6 +173,23 @@ function renderGit(git, status) {
     gitTimer = setTimeout(() => { if (state.task === shown) refreshTask(); }, 5000);
   }
 }
+
+// A worktree's way back: its commits since the fork, the diff stat, and Merge (into the branch
+// it started from) once the task has completed; or what was done with it.
+function renderWayBack(git, status) {
+  const line = $("#git-way-back");
+  line.hidden = !("fork_commit" in git) || git.removed;
+  if (line.hidden) return;
+  const into = git.into ? ` → ${git.into}` : "";
+  const what = `${git.ahead} commit${git.ahead === 1 ? "" : "s"} since the fork${git.diffstat ? ` · ${git.diffstat}` : ""}${into}`;
+  const done = git.merged ? ` · merged into ${git.merged.into} (${git.merged.how})`
+    : git.pushed ? ` · pushed to ${git.pushed.remote}` : "";
+  $("#git-ahead").textContent = what + done;
+  const button = $("#merge-button");
+  button.hidden = status !== "completed" || !git.into || git.ahead === 0 || Boolean(git.merged);
+}
+
+$("#merge-button").addEventListener("click", () => action("merge"));
 
 function renderRuns(runs) {
   const list = $("#runs");

@@ -940,6 +940,14 @@ def test_the_form_starts_a_task_in_a_worktree_of_its_own(
     assert run.cwd == str(task.worktree) and run.branch == "run-agent/p/isolated"
     assert git(task.worktree, "log", "--format=%s", f"{head}..HEAD") == "work"
     assert git(repo, "rev-parse", "HEAD") == head and git(repo, "status", "--porcelain") == ""
+    # The way back: what the branch holds, and Merge once the task has completed.
+    expect(page.locator("#git-ahead")).to_contain_text("1 commit since the fork")
+    expect(page.locator("#git-ahead")).to_contain_text("1 file changed")
+    expect(page.locator("#git-ahead")).to_contain_text("→ main")
+    page.click("#merge-button")
+    expect(page.locator("#git-ahead")).to_contain_text("merged into main (fast-forward)")
+    expect(page.locator("#merge-button")).to_be_hidden()
+    assert git(repo, "rev-parse", "HEAD") == git(task.worktree, "rev-parse", "HEAD")
 
 
 def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:

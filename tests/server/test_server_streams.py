@@ -27,8 +27,8 @@ def test_a_client_that_reconnects_with_last_event_id_gets_exactly_the_missing_by
 ) -> None:
     go = ws.path / "go"
     ws.write_config(
-        ["--lines", "3", "--line-text", "before", "--wait-for", str(go), "--chunks", *CHUNKS,
-         "--interval", "0.05"],
+        ["--lines", "3", "--line-text", "before", "--hold-at", "3", "--hold-for", str(go),
+         "--chunks", *CHUNKS, "--interval", "0.05"],
         max_restarts=0,
     )  # fmt: skip
     start_task(server)
