@@ -25,6 +25,7 @@ from runagent.config.settings import (
     ExecutorType,
     LimitsSettings,
     MergeMode,
+    Until,
 )
 from runagent.errors import BudgetError, NotFoundError, RunAgentError, UsageError
 from runagent.loop.context import validate_id, validate_prompt
@@ -67,6 +68,18 @@ class StartRequest:
     after: tuple[str, ...] = ()  # P/T of tasks that must complete first (as given: checked here)
     priority: int = 0  # its place in the queue among those that wait (higher first)
     issue_run: bool = False  # an issue run: its worktree comes from the issue's repository
+    issue: IssueStart | None = None  # a detached issue run (the page, the API, a schedule)
+
+
+@record
+class IssueStart:
+    """An issue a detached start works on: its worktree comes from `repo`'s default branch, its
+    body is the prompt unless one is given, and it completes by the ready marker."""
+
+    number: int
+    repo: Path
+    body: str = ""
+    url: str = ""
 
 
 @record
@@ -102,6 +115,8 @@ class Service:
         """
         task = request.task
         prompt = request.prompt if request.command is Command.RUN else None
+        if request.issue is not None:
+            prompt = self._admit_issue(request.issue, prompt)
         if prompt is None:
             existing = taskfolder.read_task_prompt(task)
             if existing is None and request.command is Command.RESUME:
@@ -122,9 +137,30 @@ class Service:
         self._refuse_spent(task)
         merged = LoopOverrides.remembered(task).merged(request.overrides)
         self.check(request, merged.agent)
-        if not request.issue_run:
+        if not request.issue_run and request.issue is None:
             self._check_worktree(merged, request.overrides.base)
         return prompt
+
+    def _admit_issue(self, issue: IssueStart, prompt: str | None) -> str:
+        """An issue run from the page, the API or a schedule: its repository is one, holds
+        neither the config nor the runs root (a repository never chooses what runs here), and
+        it has a text to work from; the prompt (else the issue's body)."""
+        from runagent.config.file import refuse_config_inside, refuse_root_inside
+        from runagent.issues.worktree import main_repository, working_trees
+
+        if self.executor is not None and self.executor.type is ExecutorType.RAY:
+            raise UsageError("an issue run needs its worktree here; run it with --executor local")
+        repo = (self.workdir / issue.repo).resolve()
+        main_repository(repo, os.environ)
+        trees = working_trees(repo, os.environ)
+        refuse_config_inside(self.config_path, trees, os.environ)
+        refuse_root_inside(self.root, "--root or storage.runs_dir", trees)
+        text = prompt or issue.body
+        if not text.strip():
+            raise UsageError(
+                f"issue #{issue.number} has no text: give a prompt or the issue's body"
+            )
+        return validate_prompt(text, "the issue's text")
 
     def _check_worktree(self, overrides: LoopOverrides, base: str | None) -> None:
         """A loop that is to work in a worktree of its own (as asked, as the task was started,
@@ -185,6 +221,9 @@ class Service:
         created = not task.folder.exists()
         taskfolder.claim_task_prompt(task, prompt, request.conflict_hint)
         overrides = request.overrides
+        if request.issue is not None:  # its loop takes the issue up as a resume of it does
+            overrides = self._issue_task(task, request.issue, prompt, overrides)
+            request = replace(request, command=Command.RESUME)
         if overrides.working_dir is not None:  # as meant here, wherever the loop starts
             overrides = replace(
                 overrides, working_dir=(self.workdir / overrides.working_dir).resolve()
@@ -227,6 +266,23 @@ class Service:
             if created:  # a refused start leaves no task behind
                 taskfolder.discard_new_task(task)
             raise
+
+    def _issue_task(
+        self, task: TaskPaths, issue: IssueStart, prompt: str, overrides: LoopOverrides
+    ) -> LoopOverrides:  # fmt: skip
+        """Write down the issue a detached issue run works on (issue.yaml, ISSUE.md), where
+        its loop finds it; its overrides, under the issue runs' defaults."""
+        from runagent.issues.issue import ISSUE_TIMEOUT
+        from runagent.issues.worktree import main_repository
+
+        repo = main_repository((self.workdir / issue.repo).resolve(), os.environ)
+        runfolder.atomic_write(task.issue_body, issue.body or prompt)
+        if not taskfolder.read_worktree_record(task).get("branch"):  # no worktree made yet
+            taskfolder.write_worktree_record(
+                task, {"issue": issue.number, "url": issue.url, "repo": str(repo)}
+            )
+        defaults = LoopOverrides(until=Until.READY_MARKER, timeout=ISSUE_TIMEOUT)
+        return replace(defaults.merged(overrides), working_dir=None)
 
     def take_turn(self, request: StartRequest, agent: str, tell: Callable[[Turn], None]) -> None:
         """Before a loop runs in this process: wait here, if it must, for a slot under
@@ -299,11 +355,13 @@ class Service:
             until=config.until, stuck_after=config.stuck_after, budget=config.budget,
             worktree=config.worktree, base=config.base, working_dir=config.cwd,
         )  # fmt: skip
+        issue = config.issue
         request = StartRequest(
             task, prompt, overrides=overrides, schedule=config.name,
             again=True,  # a firing of a task it fired before runs it again
             conflict_hint="use {datetime} in the schedule's task",
             after=config.after, priority=config.priority,
+            issue=IssueStart(issue.number, issue.repo, prompt, issue.url) if issue else None,
         )  # fmt: skip
         return self.start(request).pid
 

@@ -19,7 +19,7 @@ from runagent.errors import AlreadyCompletedError, UsageError
 from runagent.fleet.queue import Waiting
 from runagent.loop.context import new_task_id, validate_prompt
 from runagent.paste import state as paste_state
-from runagent.service import Command, Service, StartRequest
+from runagent.service import Command, IssueStart, Service, StartRequest
 from runagent.store import tasks
 from server.paths import Paths
 from server.schedules import ScheduleRunner
@@ -137,7 +137,9 @@ class Actions:
         validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
         overrides = self._overrides(body)
         again = body.get("again") is True
-        start = StartRequest(task, prompt, overrides=overrides, again=again, **self._place(body))
+        issue = _issue(body.get("issue"))
+        start = StartRequest(task, prompt, overrides=overrides, again=again, issue=issue,
+                             **self._place(body))  # fmt: skip
         return await self._start(start)
 
     async def resume(self, request: Request) -> Response:
@@ -239,3 +241,21 @@ def _json_type(value: object) -> str:
     if isinstance(value, int | float):
         return "a number"
     return "an array" if isinstance(value, list) else "an object"
+
+
+def _issue(given: object) -> IssueStart | None:
+    """`issue` of a start's body: `{"number", "repo", "url"?, "body"?}` (the prompt is the
+    body unless one is given); None when it names none."""
+    if given is None or given == {}:
+        return None
+    if not isinstance(given, dict):
+        raise UsageError(f"issue {given!r} is not an object: give number and repo")
+    from runagent.issues.issue import issue_number
+
+    number = issue_number(given.get("number"), "issue.number")
+    repo, url, text = given.get("repo"), given.get("url") or "", given.get("body") or ""
+    if not isinstance(repo, str) or not repo.strip():
+        raise UsageError(f"issue.repo {repo!r} is not a folder: name the issue's repository")
+    if not isinstance(url, str) or not isinstance(text, str):
+        raise UsageError("issue.url and issue.body are strings")
+    return IssueStart(number, Path(repo).expanduser(), text, url)

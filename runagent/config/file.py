@@ -38,6 +38,7 @@ from runagent.config.settings import (
     PasteSettings,
     Permissions,
     ScheduleConfig,
+    ScheduleIssue,
     ScheduleKeep,
     ServerSettings,
     Until,
@@ -324,7 +325,7 @@ def _schedule(
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
            "keep", "after", "priority", "stuck_after", "budget", "worktree", "base",
-           "cwd")  # fmt: skip
+           "cwd", "issue")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -377,7 +378,19 @@ def _schedule(
         worktree=s.flag("worktree", False) if s.has("worktree") else None,
         base=s.string("base"),
         cwd=_folder(s, "cwd", base_dir),
+        issue=_schedule_issue(s.section("issue"), base_dir) if s.has("issue") else None,
     )
+
+
+def _schedule_issue(s: Section, base_dir: Path) -> ScheduleIssue:
+    s.only("number", "repo", "url")
+    number = s.get("number", None)
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise ConfigError(f"{s.key('number')}: {number!r} is not an issue number (1 or more)")
+    repo = _folder(s, "repo", base_dir)
+    if repo is None:
+        raise ConfigError(f"{s.key('repo')}: missing; name the issue's repository folder")
+    return ScheduleIssue(number, repo, s.string("url") or "")
 
 
 def _folder(s: Section, name: str, base_dir: Path) -> Path | None:

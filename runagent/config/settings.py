@@ -267,6 +267,16 @@ class ScheduleConfig:
     worktree: bool | None = None  # each firing works in a worktree of its own (None: as its agent)
     base: str | None = None  # the revision such a worktree starts from (None: HEAD)
     cwd: Path | None = None  # the folder (repository) its agent works in (None: serve's folder)
+    issue: ScheduleIssue | None = None  # each firing an issue run on this issue
+
+
+@record
+class ScheduleIssue:
+    """A schedule's `issue:`: each firing works on it in a fresh worktree (an issue run)."""
+
+    number: int
+    repo: Path
+    url: str = ""
 
 
 @record

@@ -101,7 +101,7 @@ def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
     found = []
     for view in tasks.all_tasks(root):
         record = taskfolder.read_worktree_record(view.paths)
-        if not record or record.get("removed"):
+        if not record.get("branch") or record.get("removed"):  # none made yet, or gone
             continue
         path, repo = view.paths.worktree, Path(str(record.get("repo")))
         try:

@@ -37,6 +37,9 @@ $("#new-task").addEventListener("submit", async (e) => {
   const form = new FormData(e.target);
   const body = { prompt: form.get("prompt") };
   for (const name of FORM_FIELDS) if (form.get(name)) body[name] = form.get(name);
+  if (form.get("issue_number") || form.get("issue_repo")) {
+    body.issue = { number: form.get("issue_number"), repo: form.get("issue_repo"), url: form.get("issue_url") };
+  }
   const project = encodeURIComponent(form.get("project"));
   const response = await fetch(`/api/projects/${project}/tasks`, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),

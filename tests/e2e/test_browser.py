@@ -950,6 +950,27 @@ def test_the_form_starts_a_task_in_a_worktree_of_its_own(
     assert git(repo, "rev-parse", "HEAD") == git(task.worktree, "rev-parse", "HEAD")
 
 
+def test_the_form_starts_an_issue_run(ws: Workspace, server: Server, page: Page) -> None:
+    from tests.gitrepo import GIT_ENV, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    ws.write_config(["--ready-from", "1"], env=GIT_ENV, max_restarts=0)
+    page.goto(server.url)
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "issue-3")
+    page.fill("textarea[name=prompt]", "The login button does nothing")
+    page.fill("input[name=issue_number]", "3")
+    page.fill("input[name=issue_repo]", "repo")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/issue-3")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=20000)
+    expect(page.locator("#git-issue")).to_have_text("issue #3")
+    expect(page.locator("#git-marker")).to_have_text("ready marker seen")
+    (run,) = ws.runs("p", "issue-3")
+    assert run.cwd == str(ws.task("p", "issue-3").worktree) and run.repo == str(repo)
+
+
 def test_a_schedules_tasks_are_grouped_under_it_latest_first(ws: Workspace, page: Page) -> None:
 
     import yaml

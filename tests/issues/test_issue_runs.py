@@ -10,7 +10,7 @@ import yaml
 
 from runagent.errors import ExitCode
 from runagent.store.runinfo import Reason, RunStatus
-from tests.conftest import Workspace, alive, wait_for
+from tests.conftest import Server, Workspace, alive, wait_for
 from tests.gitrepo import GIT_ENV, commit, git, make_repo
 
 MARKER = "cocode ready for check"
@@ -278,3 +278,57 @@ def test_a_setup_command_that_hangs_is_stopped_by_the_timeout(ws: Workspace) -> 
     pids = ws.agent_pids()
     assert pids and not any(alive(p) for p in pids)  # its whole group was killed
     assert ws.runs("p", "issue-13") == []  # no agent started
+
+
+def test_an_issue_run_starts_from_the_api_as_from_the_command_line(
+    ws: Workspace, server: Server
+) -> None:
+    """The page's form and the API take the issue (number, repository, link; the prompt is its
+    body) through the one door: a detached loop in a fresh worktree of the default branch,
+    completed by the ready marker, with the COCODE_* variables. A repository that is none, or
+    that holds the runs root, is refused before anything is made."""
+    import httpx
+
+    repo = make_repo(ws.path / "repo")
+    main = git(repo, "rev-parse", "HEAD")
+    setup_config(ws, ["--ready-from", "1", "--echo-env", "COCODE_ISSUE_NUMBER",
+                      "COCODE_ISSUE_URL"])  # fmt: skip
+    url = f"{server.url}/api/projects/p/tasks"
+    issue = {"number": 7, "repo": str(repo), "url": "https://example.invalid/issues/7"}
+    plain = ws.path / "plain"
+    plain.mkdir()
+    bad = httpx.post(url, json={"task_id": "i7", "prompt": "Fix it",
+                                "issue": {**issue, "repo": str(plain)}}, timeout=30)  # fmt: skip
+    assert bad.status_code == 400 and "not a git repository" in bad.json()["error"], bad.text
+    assert not ws.task("p", "i7").folder.exists()
+    started = httpx.post(url, json={"task_id": "i7", "prompt": "Fix the bug", "issue": issue},
+                         timeout=30)  # fmt: skip
+    assert started.status_code == 202, started.text
+    task = ws.task("p", "i7")
+    wait_for(lambda: httpx.get(f"{url}/i7").json()["status"] == "completed", 60, "the run")
+    (run,) = ws.runs("p", "i7")
+    assert run.cwd == str(task.worktree) and run.base_commit == main
+    assert run.reason == Reason.READY_MARKER
+    stdout = task.run(run.run_id).stdout.read_text()
+    assert "COCODE_ISSUE_NUMBER=7" in stdout
+    assert "COCODE_ISSUE_URL=https://example.invalid/issues/7" in stdout
+    assert task.issue_body.read_text() == "Fix the bug"
+    record = yaml.safe_load(task.issue_record.read_text())
+    assert (record["issue"], record["branch"]) == (7, "run-agent/p/i7")
+    detail = httpx.get(f"{url}/i7").json()
+    assert detail["git"]["issue"]["number"] == 7
+
+
+def test_a_schedule_fires_an_issue_run(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, ["--ready-from", "1"], schedules={"triage": {
+        "cron": "0 9 * * 1", "project": "p", "task": "triage", "prompt": "Triage the issue",
+        "issue": {"number": 12, "repo": str(repo)},
+    }})  # fmt: skip
+    fired = ws.cli("schedule", "now", "triage", env=GIT_ENV)
+    assert fired.returncode == 0, fired.stderr
+    task = ws.task("p", "triage")
+    wait_for(lambda: ws.runs("p", "triage") and ws.runs("p", "triage")[0].end_time, 60, "run")
+    (run,) = ws.runs("p", "triage")
+    assert run.cwd == str(task.worktree) and run.reason == Reason.READY_MARKER
+    assert yaml.safe_load(task.issue_record.read_text())["issue"] == 12

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 from pathlib import Path
 
 import yaml
 
 from runagent.errors import ExitCode
-from tests.conftest import Server, Workspace, wait_for
+from tests.conftest import Server, Workspace, alive, wait_for
 from tests.gitrepo import GIT_ENV, commit, git, make_repo
-from tests.issues.test_issue_runs import setup_config, worktrees
+from tests.issues.test_issue_runs import locked_by_us, setup_config, worktrees
 
 WORK = ["--commit", "work of {attempt}"]
 
@@ -197,3 +198,30 @@ def test_a_schedule_fires_its_task_into_a_worktree_of_its_own(ws: Workspace) -> 
     (info,) = ws.runs("p", "nightly")
     assert info.cwd == str(task.worktree) and info.branch == "run-agent/p/nightly"
     assert git(repo, "status", "--porcelain") == ""
+
+
+def test_a_sigkilled_worktree_run_is_taken_up_again_by_resume(ws: Workspace) -> None:
+    repo = make_repo(ws.path / "repo")
+    go = ws.path / "go"
+    setup_config(ws, ["--wait-for", str(go)])
+    proc = subprocess.Popen(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "t",
+                    "--worktree", "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    task = ws.task("p", "t")
+    tree = str(task.worktree)
+    wait_for(lambda: locked_by_us(repo, tree), 30, "the worktree locked by the loop")
+    wait_for(lambda: ws.runs("p", "t") and ws.runs("p", "t")[0].pid, 30, "the agent")
+    commit(task.worktree, "partial work")
+    os.kill(proc.pid, signal.SIGKILL)  # the supervisor dies; its reaper stops the agent
+    proc.wait(30)
+    pids = ws.agent_pids()
+    wait_for(lambda: not any(alive(p) for p in pids), 30, "the agent stopped")
+    go.touch()
+    again = run(ws, repo, "resume", "-p", "p", "-t", "t")
+    assert again.returncode == ExitCode.COMPLETED, again.stderr
+    assert "partial work" in git(task.worktree, "log", "--format=%s")
+    assert "locked" not in worktrees(repo)[tree]
+    assert [r.status.value for r in ws.runs("p", "t")] == ["lost", "completed"]
