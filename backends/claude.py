@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from runagent.backend import (
@@ -47,6 +49,10 @@ class ClaudeBackend(Backend):
     name = "claude"
     default_command = ("claude",)
     token_variable = "ANTHROPIC_API_KEY"
+
+    def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        home = Path(env.get("HOME") or Path.home())
+        return (Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude"), home / ".claude.json")
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         env = self.environment(ctx)

@@ -10,6 +10,8 @@ model provider given with `-c` overrides, whose key comes from CODEX_API_KEY.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
+from pathlib import Path
 
 from runagent.backend import (
     Backend,
@@ -33,6 +35,10 @@ class CodexBackend(Backend):
     name = "codex"
     default_command = ("codex",)
     token_variable = "CODEX_API_KEY"
+
+    def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        home = Path(env.get("HOME") or Path.home())
+        return (Path(env.get("CODEX_HOME") or home / ".codex"),)
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         argv = [*self.command(), "exec", "--json", "--skip-git-repo-check"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 from runagent.backend import (
@@ -45,6 +46,10 @@ class GeminiBackend(Backend):
     name = "gemini"
     default_command = ("gemini",)
     token_variable = "GEMINI_API_KEY"
+
+    def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        home = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home())
+        return (home / ".gemini",)
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         env = self.environment(ctx)

@@ -12,7 +12,7 @@ import shutil
 import socket
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from runagent.config.settings import AgentConfig, Config
@@ -136,16 +136,29 @@ def check_port(host: str = "127.0.0.1", port: int = DEFAULT_PORT) -> Section:
     return Section("server port", (finding,))
 
 
-def check_sandbox(choice: str) -> Section:
+def check_sandbox(choice: str, sandboxed: Sequence[str] = ()) -> Section:
     """Which sandbox shell operations get here under the config's `ops.sandbox`: a `bwrap` that
-    cannot run is a failure; `auto` without it is not, but the line says why it is not in force."""
+    cannot run is a failure; `auto` without it is not, but the line says why it is not in force.
+    And whether bubblewrap can hold the agents themselves (`sandbox: bwrap`; `sandboxed` names
+    the agents the config runs so): a failure when one asks for it and it cannot."""
     from runagent.ops.sandbox import Bwrap, InForce, Sandbox
 
-    if Sandbox(choice) is Sandbox.BWRAP and (problem := Bwrap(Path.cwd()).problem()):
+    problem = Bwrap(Path.cwd()).problem()
+    if Sandbox(choice) is Sandbox.BWRAP and problem:
         line = Finding(False, f"shell operations: not sandboxed: {problem}", "")
     else:
         line = Finding(True, "shell operations: " + InForce.of(Sandbox(choice), Path.cwd()).line)
-    return Section("sandbox", (line,))
+    who = f" ({', '.join(sandboxed)} asks for it)" if sandboxed else ""
+    if problem is None:
+        agents = Finding(True, f"agents: bubblewrap works here (sandbox: bwrap){who}")
+    else:
+        agents = Finding(
+            not sandboxed,
+            f"agents: sandbox: bwrap cannot run here{who}: {problem}",
+            "bubblewrap needs unprivileged user namespaces (sysctl "
+            "kernel.unprivileged_userns_clone=1) and `apt-get install bubblewrap`",
+        )
+    return Section("sandbox", (line, agents))
 
 
 def check_environment() -> Section:

@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING
 
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import (
+    AgentSandbox,
     Config,
     ExecutorSettings,
     ExecutorType,
     LimitsSettings,
+    LoopSettings,
     MergeMode,
     Until,
 )
@@ -137,8 +139,8 @@ class Service:
         self._refuse_spent(task)
         merged = LoopOverrides.remembered(task).merged(request.overrides)
         self.check(request, merged.agent)
-        if not request.issue_run and request.issue is None:
-            self._check_worktree(merged, request.overrides.base)
+        issue = request.issue_run or request.issue is not None
+        self._check_isolation(merged, request.overrides.base, issue)
         return prompt
 
     def _admit_issue(self, issue: IssueStart, prompt: str | None) -> str:
@@ -162,18 +164,35 @@ class Service:
             )
         return validate_prompt(text, "the issue's text")
 
-    def _check_worktree(self, overrides: LoopOverrides, base: str | None) -> None:
+    def _settings(self, overrides: LoopOverrides) -> LoopSettings:
+        """The loop settings a start will run with: its overrides over its agent's and the
+        config's defaults."""
+        config = self.current_config()
+        if config is None:
+            return overrides.apply(LoopSettings())
+        try:
+            agent = config.agent(overrides.agent, self.backend_names or config.agents)
+            defaults = agent.loop_defaults(config.defaults)
+        except RunAgentError:  # no agent to ask: as the defaults say
+            defaults = config.defaults
+        return overrides.apply(defaults)
+
+    def _check_isolation(self, overrides: LoopOverrides, base: str | None, issue: bool) -> None:
+        """What a loop's isolation needs is there before it starts: bubblewrap that works here
+        for a sandboxed agent (else MissingDependencyError, never an unsandboxed run), and for
+        a worktree of its own (not an issue run's) a repository and base (_check_worktree)."""
+        settings = self._settings(overrides)
+        if settings.sandbox is AgentSandbox.BWRAP:
+            from runagent.loop import sandbox
+
+            sandbox.check(self.workdir)
+        if not issue:
+            self._check_worktree(overrides, base, settings.worktree)
+
+    def _check_worktree(self, overrides: LoopOverrides, base: str | None, wanted: bool) -> None:
         """A loop that is to work in a worktree of its own (as asked, as the task was started,
         or as its agent's config says) starts from a repository and a base that exist, with
         the runs root outside it; `--base` without a worktree is refused."""
-        config = self.current_config()
-        wanted = overrides.worktree
-        if wanted is None and config is not None:
-            try:
-                agent = config.agent(overrides.agent, self.backend_names or config.agents)
-                wanted = agent.loop_defaults(config.defaults).worktree
-            except RunAgentError:  # no agent to ask: as the defaults say
-                wanted = config.defaults.worktree
         if not wanted:
             if base is not None:
                 raise UsageError(

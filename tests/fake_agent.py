@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 
@@ -74,6 +75,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ready-from", type=int, default=0, help="from this attempt on, commit last"
                    " with $COCODE_READY_MARKER in the message")  # fmt: skip
     p.add_argument("--edit", default=None, help="write this file (relative to the cwd)")
+    p.add_argument("--probe-read", action="append", default=[], help="say if PATH can be read")
+    p.add_argument("--probe-write", action="append", default=[], help="say if PATH can be written")
+    p.add_argument("--probe-connect", action="append", default=[], help="say if HOST:PORT answers")
     p.add_argument("--pid-file", default=None, help="append our pids here")
     p.add_argument("--marker", default="", help="an inert word to find our processes by")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -116,6 +120,28 @@ def child(args: argparse.Namespace) -> None:
     time.sleep(3600)
 
 
+def probe(args: argparse.Namespace) -> None:
+    """What this process may see and do (a sandbox's tests): one line per probe."""
+    import socket
+
+    def outcome(act: Callable[[], object]) -> str:
+        try:
+            act()
+        except OSError as exc:
+            return type(exc).__name__
+        return "ok"
+
+    for path in args.probe_read:
+        print(f"read {path}: {outcome(lambda p=path: Path(p).read_bytes())}")
+    for path in args.probe_write:
+        print(f"write {path}: {outcome(lambda p=path: Path(p).write_text('written'))}")
+    for where in args.probe_connect:
+        host, _, port = where.rpartition(":")
+        reach = lambda h=host, n=int(port): socket.create_connection((h, n), 3).close()  # noqa: E731
+        print(f"connect {where}: {outcome(reach)}")
+    sys.stdout.flush()
+
+
 def commit(message: str) -> None:
     """Change a file and commit everything in the working folder with `message`."""
     with open("fake-agent-work.txt", "a") as f:
@@ -145,6 +171,7 @@ def main(argv: list[str]) -> int:
         print("\n".join(sys.argv[1:]))
     if args.echo_fds:  # listed before Python opens anything of its own
         print("\n".join(str(fd) for fd in INHERITED))
+    probe(args)
     sys.stdout.flush()
     if args.stderr:
         sys.stderr.write(args.stderr + "\n")

@@ -76,10 +76,18 @@ def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     sections += [
         doctor.check_root(s.root),
         doctor.check_port(port=port),
-        doctor.check_sandbox(s.config.ops.sandbox),
+        doctor.check_sandbox(s.config.ops.sandbox, sandboxed_agents(s.config)),
         doctor.check_environment(),
     ]
     if print_sections(sections):
         click.echo("everything run-agent needs is in place")
         return
     fail("some checks failed; see the lines marked ✗", ExitCode.MISSING_DEPENDENCY)
+
+
+def sandboxed_agents(config: Config) -> list[str]:
+    """The agents the config runs under bubblewrap (theirs, or the defaults' `sandbox: bwrap`)."""
+    from runagent.config.settings import AgentSandbox
+
+    return [name for name, agent in config.agents.items()
+            if agent.loop_defaults(config.defaults).sandbox is AgentSandbox.BWRAP]  # fmt: skip

@@ -12,7 +12,7 @@ import click
 
 from runagent.cli.options import PathValue
 from runagent.config.overrides import LoopOverrides
-from runagent.config.settings import Until
+from runagent.config.settings import AgentSandbox, Until
 from runagent.errors import UsageError
 from runagent.record import record
 
@@ -95,6 +95,9 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "a new branch from the working folder's HEAD (or --base); `merge` brings it back.")),
         ("base", click.option(
             "--base", metavar="REF", help="The revision a --worktree's branch starts from.")),
+        ("sandbox", click.option(
+            "--sandbox", type=click.Choice([c.value for c in AgentSandbox]), help="bwrap: run the "
+            "agent under bubblewrap (its folders writable, the home hidden); none: as you.")),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
         ("again", click.option(
             "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
@@ -159,4 +162,4 @@ def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
                     "idle_timeout", "until", "stuck_after", "budget", "worktree",
-                    "base")  # fmt: skip
+                    "base", "sandbox")  # fmt: skip

@@ -20,6 +20,7 @@ from runagent.config.settings import (
     CRON_ALIASES,
     DEFAULT_MAX_TURNS,
     AgentConfig,
+    AgentSandbox,
     Approvals,
     Budget,
     BudgetSettings,
@@ -476,7 +477,7 @@ def _agent(
 ) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env", "mode", "max_turns", "stuck_after",
-           "budget", "worktree")  # fmt: skip
+           "budget", "worktree", "sandbox", "network")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -507,6 +508,8 @@ def _agent(
         stuck_after=s.count("stuck_after", 0) if s.has("stuck_after") else None,
         budget=_budget(s, "budget") if s.has("budget") else None,
         worktree=s.flag("worktree", False) if s.has("worktree") else None,
+        sandbox=s.choice("sandbox", AgentSandbox, AgentSandbox.NONE) if s.has("sandbox") else None,
+        network=s.flag("network", True) if s.has("network") else None,
     )
 
 

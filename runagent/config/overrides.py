@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent.config.duration import parse_duration
-from runagent.config.settings import Budget, LoopSettings, Until, parse_budget
+from runagent.config.settings import AgentSandbox, Budget, LoopSettings, Until, parse_budget
 from runagent.errors import RunAgentError, UsageError
 from runagent.record import record
 from runagent.store import taskfolder
@@ -38,6 +38,7 @@ class LoopOverrides:
     budget: Budget | None = None  # what the task may spend over all its runs
     worktree: bool | None = None  # the loop works in a git worktree of its own
     base: str | None = None  # the revision its worktree's branch starts from (default: HEAD)
+    sandbox: AgentSandbox | None = None  # the agent's process under bubblewrap, or not
 
     @classmethod
     def parse(
@@ -74,6 +75,8 @@ class LoopOverrides:
                 changes[name] = Path(str(value))
             elif name == "worktree":
                 changes[name] = _yes_no(value, where(name))
+            elif name == "sandbox":
+                changes[name] = _sandbox(value, where(name))
             elif isinstance(value, str) and value.strip():
                 changes[name] = value
             else:
@@ -99,6 +102,8 @@ class LoopOverrides:
             changes["budget"] = self.budget
         if self.worktree is not None:
             changes["worktree"] = self.worktree
+        if self.sandbox is not None:
+            changes["sandbox"] = self.sandbox
         return dataclasses.replace(settings, **changes)
 
     def merged(self, given: LoopOverrides) -> LoopOverrides:
@@ -114,7 +119,9 @@ class LoopOverrides:
             if isinstance(value, Budget):
                 record[field.name] = value.to_args()
             elif value is not None:
-                record[field.name] = str(value) if isinstance(value, Path | Until) else value
+                record[field.name] = (
+                    str(value) if isinstance(value, Path | Until | AgentSandbox) else value
+                )
         return record
 
     @classmethod
@@ -165,6 +172,14 @@ def _yes_no(value: object, where: str) -> bool:
     if isinstance(value, str) and value.strip().lower() in words:
         return words[value.strip().lower()]
     raise UsageError(f"{where}: {value!r} is not true or false")
+
+
+def _sandbox(value: object, where: str) -> AgentSandbox:
+    try:
+        return AgentSandbox(str(value))
+    except ValueError:
+        choices = ", ".join(c.value for c in AgentSandbox)
+        raise UsageError(f"{where}: {value!r} is not one of {choices}") from None
 
 
 def _until(value: object, where: str) -> Until:

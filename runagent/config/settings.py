@@ -133,6 +133,14 @@ class PasteSettings:
         return {"wait": self.wait, "clipboard": self.clipboard}
 
 
+class AgentSandbox(enum.StrEnum):
+    """Where an agent's process runs: as the user (`none`), or under bubblewrap (`bwrap`): its
+    folders writable, its CLI's own login folders too, the rest read-only, the home hidden."""
+
+    NONE = "none"
+    BWRAP = "bwrap"
+
+
 @record
 class AgentConfig:
     """One entry of `agents:`; `type` is the backend that runs it."""
@@ -157,6 +165,8 @@ class AgentConfig:
     stuck_after: int | None = None  # this agent's own (None: as defaults.stuck_after says)
     budget: Budget | None = None  # what a task run by this agent may spend, unless told else
     worktree: bool | None = None  # its tasks work in worktrees of their own (None: as defaults)
+    sandbox: AgentSandbox | None = None  # its process under bubblewrap (None: as defaults)
+    network: bool | None = None  # whether it reaches the network when sandboxed (None: as defaults)
 
     def loop_defaults(self, defaults: LoopSettings) -> LoopSettings:
         """The config's loop defaults with what this agent sets for itself in their place."""
@@ -166,6 +176,10 @@ class AgentConfig:
             defaults = replace(defaults, budget=self.budget)
         if self.worktree is not None:
             defaults = replace(defaults, worktree=self.worktree)
+        if self.sandbox is not None:
+            defaults = replace(defaults, sandbox=self.sandbox)
+        if self.network is not None:
+            defaults = replace(defaults, network=self.network)
         return defaults
 
 
@@ -190,6 +204,8 @@ class LoopSettings:
     budget: Budget | None = None  # what the task may spend over all its runs (None: no bound)
     stuck_after: int = 3  # attempts in a row without progress before the loop stops (0: never)
     worktree: bool = False  # each task's loop works in a git worktree of its own
+    sandbox: AgentSandbox = AgentSandbox.NONE  # the agent's process under bubblewrap, or not
+    network: bool = True  # a sandboxed agent reaches the network (false: its own, empty one)
 
 
 class Overlap(enum.StrEnum):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
+from runagent.config.settings import AgentSandbox
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.loop.backend import Backend
 from runagent.loop.budget import Spending
@@ -251,6 +252,12 @@ class Attempt:
         self.info = self.info.replace(
             commandline=backend.commandline(spec), agent_version=backend.version()
         )
+        settings = self.lent.request.settings
+        if settings.sandbox is AgentSandbox.BWRAP:  # the agent's process under bubblewrap
+            from runagent.loop import sandbox
+
+            own = backend.own_files(spec.env)
+            spec = sandbox.wrap(spec, self.ctx.task.folder, own, network=settings.network)
         self._record()
         self.lent.on_event(Event(EventKind.RUN_STARTED, run=self.info, run_folder=self.folder))
         grace = self.lent.request.settings.kill_grace

@@ -120,6 +120,12 @@ class Backend(abc.ABC):
         printed `line`; else None."""
         return None
 
+    def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        """Where the agent CLI keeps its login, settings and session state, under the agent's
+        environment `env`: what a sandboxed run of it may read and write besides its folders
+        (`sandbox: bwrap`); none for an agent that keeps nothing."""
+        return ()
+
     # Credentials and environment -------------------------------------------------------------
 
     def token(self, env: Mapping[str, str]) -> str | None:

@@ -108,12 +108,12 @@ def _arguments(workspace: Path, cwd: Path) -> list[str]:
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     # After /tmp, so a workspace under /tmp is mounted into the empty one, not hidden by it.
     args += ["--bind", str(workspace), str(workspace)]
-    args += _git_arguments(workspace)
+    args += git_arguments(workspace)
     args += ["--chdir", str(cwd), "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp"]
     return args
 
 
-def _git_arguments(workspace: Path) -> list[str]:
+def git_arguments(workspace: Path) -> list[str]:
     """A workspace that is a git checkout keeps git working, and git's own code out of reach.
 
     A linked worktree (an issue run's) keeps its repository in a `.git` file's `gitdir:`, outside

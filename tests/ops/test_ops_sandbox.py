@@ -211,16 +211,21 @@ def test_doctor_says_which_sandbox_is_in_force(
 ) -> None:
     from runagent import doctor
 
-    (line,) = doctor.check_sandbox("none").findings
+    line, _ = doctor.check_sandbox("none").findings
     assert line.ok and line.what == "shell operations: not sandboxed: the sandbox is set to none"
     if UNUSABLE is None:
-        (line,) = doctor.check_sandbox("auto").findings
+        line, agents = doctor.check_sandbox("auto").findings
         assert line.ok and line.what == "shell operations: sandboxed (bubblewrap)"
+        assert agents.ok and agents.what == "agents: bubblewrap works here (sandbox: bwrap)"
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap here
-    (line,) = doctor.check_sandbox("auto").findings
+    line, agents = doctor.check_sandbox("auto").findings
     assert line.ok and line.what.startswith("shell operations: not sandboxed: sandbox bwrap:")
-    (line,) = doctor.check_sandbox("bwrap").findings
+    assert agents.ok  # no agent asks for it: said, not a failure
+    assert agents.what.startswith("agents: sandbox: bwrap cannot run here: ")
+    line, agents = doctor.check_sandbox("bwrap", ["claude"]).findings
     assert not line.ok and "not found on PATH" in line.what
+    assert not agents.ok and "(claude asks for it)" in agents.what
+    assert "unprivileged user namespaces" in agents.fix
 
 
 @needs_bwrap
