@@ -164,12 +164,18 @@ def test_a_429_waits_then_succeeds_with_the_restart_budget_intact(
         assert [r.reason for r in runs] == ["rate_limit", "exited"]
 
 
+@pytest.mark.parametrize("sandbox", ["none", "bwrap"])
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_hang_is_stopped_by_the_idle_timeout_with_its_whole_tree(
-    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str, sandbox: str
 ) -> None:
+    """Inside the sandbox as outside it: nothing of the CLI's tree survives its stop."""
+    from runagent.ops.sandbox import Bwrap
+
+    if sandbox == "bwrap" and Bwrap(Path("/")).problem() is not None:
+        pytest.skip("bubblewrap cannot run here")
     provider.scenario = "hang"
-    work = configure(ws, cli, provider, max_restarts=0, idle_timeout="5s")
+    work = configure(ws, cli, provider, max_restarts=0, idle_timeout="5s", sandbox=sandbox)
     proc = run(ws, work, private_cache)
     assert proc.returncode == 124, proc.stderr
     (info,) = ws.runs()
@@ -214,3 +220,38 @@ def test_an_issue_run_with_claude_completes_on_its_marker_commit(
     assert git(tree, "log", "-1", "--format=%B").endswith("cocode ready for check")
     assert (tree / "fix.txt").read_text() == "fixed\n"
     assert git(repo, "log", "--format=%s", "main") == "initial commit"  # main untouched
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_sandboxed_cli_completes_its_turn_and_its_commands_stay_inside(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    """`sandbox: bwrap`: the real CLI logs in (its own folders are there), completes its turn,
+    and the shell command the model asks it to run can neither read a file outside what is
+    shared (another folder, the home) nor write outside the working folder."""
+    from runagent.ops.sandbox import Bwrap
+
+    if Bwrap(Path("/")).problem() is not None:
+        pytest.skip("bubblewrap cannot run here")
+    outside = ws.path / "elsewhere"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("a secret of another project\n")
+    (ws.path / "home" / ".ssh").mkdir(parents=True)
+    (ws.path / "home" / ".ssh" / "id_ed25519").write_text("a private key\n")
+    provider.scenario = "tool"
+    provider.tool_command = (
+        f"cat {outside / 'secret.txt'} {ws.path / 'home' / '.ssh' / 'id_ed25519'}"
+        f" > read.txt 2>&1; {{ echo leaked > {outside / 'written.txt'}; }} 2> write.txt;"
+        " echo 'hello from fake tool' > fake_tool_output.txt"
+    )
+    work = configure(ws, cli, provider, sandbox="bwrap")
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 0, proc.stderr
+    assert output(ws) == "hello from fake model\n"
+    assert (work / "fake_tool_output.txt").read_text() == "hello from fake tool\n"
+    read = (work / "read.txt").read_text()
+    assert "a secret of another project" not in read and "a private key" not in read
+    assert read.count("No such file or directory") == 2, read
+    assert not (outside / "written.txt").exists()
+    assert (work / "write.txt").read_text().strip(), "the write outside was refused, loudly"
+    wait_for(lambda: not _processes_in(work), timeout=10, what="the CLI's tree to be gone")
