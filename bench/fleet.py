@@ -11,7 +11,7 @@ took a freed slot, the time from the end of the run that freed it to its own sta
 waits in its own process, as a shell's run does) and a schedule fired as cron fires it
 (`run-agent schedule now`), each submitted once the one before is in the queue.
 
-    python bench/fleet.py [--tasks 200] [--max-running 4] [--kill-serve] [--mixed]
+    python bench/fleet.py [--tasks 200] [--max-running 4] [--kill-serve] [--mixed] [--isolated]
 """
 
 from __future__ import annotations
@@ -73,8 +73,8 @@ def agents_alive() -> int:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if len(cmdline) >= 3 and cmdline[0] == "sh" and MARKER in cmdline[-1]:
-            found.append(proc)
+        if len(cmdline) >= 3 and os.path.basename(cmdline[0]) == "sh" and MARKER in cmdline[-1]:
+            found.append(proc)  # (under bwrap the agent is started by its full path)
     return alive_together(found)
 
 
@@ -116,6 +116,20 @@ def submitted_by(client: httpx.Client, task: str) -> None:
     sys.exit(f"{task}: the job never reached the queue")
 
 
+def make_repository(folder: Path) -> None:
+    """A git repository with one commit, for the agents' worktrees."""
+    folder.mkdir()
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "bench",
+        "GIT_AUTHOR_EMAIL": "bench@example.invalid",
+        "GIT_COMMITTER_NAME": "bench",
+        "GIT_COMMITTER_EMAIL": "bench@example.invalid",
+    }
+    for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "start"]):
+        subprocess.run(["git", "-C", str(folder), *argv], env=env, check=True)
+
+
 def stamp(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
@@ -126,16 +140,26 @@ def main() -> None:
     parser.add_argument("--max-running", type=int, default=4)
     parser.add_argument("--kill-serve", action="store_true")
     parser.add_argument("--mixed", action="store_true")
+    parser.add_argument(
+        "--isolated",
+        action="store_true",
+        help="every task in a worktree of its own and its agent under bwrap",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix=f"{MARKER}-") as tmp:
         root, config = Path(tmp, "runs"), Path(tmp, "config.yaml")
+        work = Path(tmp, "repo")  # where the agents work (a repository: their worktrees')
+        make_repository(work)
+        defaults: dict[str, object] = {"agent": "sleeper", "max_restarts": 0, "idle_timeout": 0}
+        if args.isolated:
+            defaults.update(worktree=True, sandbox="bwrap")
         config.write_text(yaml.safe_dump({
             "agents": {"sleeper": {"type": "command",
                                    "command": ["sh", "-c", "sleep 1", f"{MARKER}-agent"]}},
-            "defaults": {"agent": "sleeper", "max_restarts": 0, "idle_timeout": 0},
+            "defaults": defaults,
             "limits": {"max_running": args.max_running},
             "schedules": {"s": {"cron": "0 0 1 1 *", "project": "bench", "prompt": "sleep",
-                                "overlap": "allow"}},
+                                "overlap": "allow", "cwd": str(work)}},
         }))  # fmt: skip
         cli = [sys.executable, "-m", "runagent", "--config", str(config), "--root", str(root)]
         waiters: list[subprocess.Popen[bytes]] = []
@@ -163,13 +187,13 @@ def main() -> None:
                     server = serve(config, root, port)
                 task, way = f"t{i:04d}", ways[i % len(ways)]
                 if way == "api":
-                    answer = client.post("/api/projects/bench/tasks",
-                                         json={"task_id": task, "prompt": "sleep"})  # fmt: skip
+                    answer = client.post("/api/projects/bench/tasks", json={
+                        "task_id": task, "prompt": "sleep", "cwd": str(work)})  # fmt: skip
                     if answer.status_code != 202:
                         sys.exit(f"{task}: {answer.status_code} {answer.text}")
                 elif way == "cli":
                     waiters.append(subprocess.Popen(
-                        [*cli, "job", "-p", "bench", "-t", task, "sleep"],
+                        [*cli, "job", "-p", "bench", "-t", task, "--cwd", str(work), "sleep"],
                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                         start_new_session=True,
                     ))  # fmt: skip
@@ -220,6 +244,7 @@ def main() -> None:
             if by_start[k][1] >= ends[k - args.max_running]
         ]
     how = ", submitted in turn through the API, `job` and `schedule now`" if args.mixed else ""
+    how += ", each in a worktree of its own with its agent under bwrap" if args.isolated else ""
     print(f"{args.tasks} tasks, max_running {args.max_running}, on {os.cpu_count()} cores{how}"
           f"{', serve SIGKILLed and restarted halfway' if args.kill_serve else ''}")  # fmt: skip
     print(f"  submitted in {submitted:.1f} s; all done in {elapsed:.1f} s")

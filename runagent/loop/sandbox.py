@@ -6,8 +6,10 @@ working folder (a worktree's git folders with it, so that it commits), its task 
 folder, DONE), and the folders its CLI keeps its login and session state in (the backend's
 `own_files`: claude's ~/.claude and ~/.claude.json, codex's $CODEX_HOME, gemini's ~/.gemini).
 Read-only besides: the prefixes of the PATH folders under the home (where agent CLIs and their
-runtimes are installed). The rest of the home (~/.ssh, other credentials, other projects) is
-not there. Its network is the host's unless `network: false`, which gives it its own empty one.
+runtimes are installed), and the agent's own program where the sandbox would hide it (its
+install prefix, the script its command names). The rest of the home (~/.ssh, other
+credentials, other projects) is not there. Its network is the host's unless `network: false`,
+which gives it its own empty one.
 
 It runs in its own PID namespace: when its first process ends, or the reaper kills the tree,
 the kernel ends every process left in it, setsid and double-forked ones included.
@@ -41,6 +43,8 @@ def wrap(
         args += ["--tmpfs", home]
         for prefix in _installed_under(Path(home), spec.env.get("PATH", "")):
             args += ["--ro-bind", str(prefix), str(prefix)]
+    for folder in _program_folders(exe, spec.argv[1:]):  # where they are hidden (/tmp, home)
+        args += ["--ro-bind", str(folder), str(folder)]
     writable = [spec.cwd, task_folder, *own]
     for path in writable:
         if os.path.exists(path):
@@ -54,6 +58,30 @@ def wrap(
 def check(folder: Path) -> None:
     """Raise MissingDependencyError saying why, unless an agent can run under bwrap here."""
     Bwrap(folder).check()
+
+
+def _program_folders(exe: str, args: Iterable[str]) -> list[Path]:
+    """What the agent's program needs to start, read-only, should it live where the sandbox
+    hides (under /tmp or the home): its executable's install prefix, by the path it is called
+    by and by its real path (a venv and the interpreter it links to; a node package's whole
+    node_modules), and the folder of the first file its command line names by full path (the
+    script an interpreter runs; files named after it are the agent's business, not shared)."""
+    paths = [Path(exe), Path(os.path.realpath(exe))]
+    script = next((a for a in args if a.startswith("/") and os.path.isfile(a)), None)
+    if script is not None:  # the first file it names: what an interpreter runs, not its data
+        paths.append(Path(script))
+    found: list[Path] = []
+    for path in paths:
+        parts = path.parts
+        if "node_modules" in parts:
+            folder = Path(*parts[: parts.index("node_modules") + 1])
+        elif path.parent.name == "bin":
+            folder = path.parent.parent
+        else:
+            folder = path.parent
+        if folder != Path("/") and folder not in found and folder.is_dir():
+            found.append(folder)
+    return found
 
 
 def _installed_under(home: Path, path: str) -> list[Path]:
