@@ -24,6 +24,9 @@ from pathlib import Path
 
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.fleet import make_repository
+
 AGENT = 'printf "%s" "$EPOCHREALTIME" > "$TASK_FOLDER/stamp"'
 KINDS = {"plain": [], "sandbox": ["--sandbox", "bwrap"], "worktree": ["--worktree"],
          "both": ["--sandbox", "bwrap", "--worktree"]}  # fmt: skip
@@ -35,16 +38,8 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="run-agent-bench-sandbox-") as tmp:
         repo, root, config = Path(tmp, "repo"), Path(tmp, "runs"), Path(tmp, "config.yaml")
-        repo.mkdir()
-        env = {
-            **os.environ,
-            "GIT_AUTHOR_NAME": "bench",
-            "GIT_AUTHOR_EMAIL": "b@example.invalid",
-            "GIT_COMMITTER_NAME": "bench",
-            "GIT_COMMITTER_EMAIL": "b@example.invalid",
-        }
-        for argv in (["init", "-q", "-b", "main"], ["commit", "-q", "--allow-empty", "-m", "0"]):
-            subprocess.run(["git", "-C", str(repo), *argv], env=env, check=True)
+        make_repository(repo)
+        env = dict(os.environ)
         config.write_text(yaml.safe_dump({
             "agents": {"stamp": {"type": "command", "command": ["bash", "-c", AGENT]}},
             "defaults": {"agent": "stamp", "idle_timeout": 0},

@@ -4,9 +4,10 @@ typed once, applied to the config's loop settings, and carried to a detached sup
 from __future__ import annotations
 
 import dataclasses
+import enum
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from runagent.config.duration import parse_duration
 from runagent.config.settings import AgentSandbox, Budget, LoopSettings, Until, parse_budget
@@ -16,6 +17,7 @@ from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 
 DURATIONS = ("restart_delay", "timeout", "idle_timeout")
+C = TypeVar("C", bound=enum.Enum)
 
 
 def flag(name: str) -> str:
@@ -70,13 +72,13 @@ class LoopOverrides:
                         raise UsageError(f"{where(name)} {value!r} is not a budget")
                     changes[name] = parse_budget(parts, where(name))
             elif name == "until":
-                changes[name] = _until(value, where(name))
+                changes[name] = _choice(value, where(name), Until)
             elif name == "working_dir":
                 changes[name] = Path(str(value))
             elif name == "worktree":
                 changes[name] = _yes_no(value, where(name))
             elif name == "sandbox":
-                changes[name] = _sandbox(value, where(name))
+                changes[name] = _choice(value, where(name), AgentSandbox)
             elif isinstance(value, str) and value.strip():
                 changes[name] = value
             else:
@@ -174,17 +176,10 @@ def _yes_no(value: object, where: str) -> bool:
     raise UsageError(f"{where}: {value!r} is not true or false")
 
 
-def _sandbox(value: object, where: str) -> AgentSandbox:
+def _choice(value: object, where: str, kind: type[C]) -> C:
+    """One of the enum `kind`'s values, else a UsageError naming them."""
     try:
-        return AgentSandbox(str(value))
+        return kind(str(value))
     except ValueError:
-        choices = ", ".join(c.value for c in AgentSandbox)
-        raise UsageError(f"{where}: {value!r} is not one of {choices}") from None
-
-
-def _until(value: object, where: str) -> Until:
-    try:
-        return Until(str(value))
-    except ValueError:
-        choices = ", ".join(u.value for u in Until)
+        choices = ", ".join(str(c.value) for c in kind)
         raise UsageError(f"{where}: {value!r} is not one of {choices}") from None

@@ -29,6 +29,15 @@ def run(ws: Workspace, folder: Path, *args: str) -> subprocess.CompletedProcess[
     )  # fmt: skip
 
 
+def start(ws: Workspace, folder: Path, *args: str) -> subprocess.Popen[str]:
+    """`run-agent ARGS` started in `folder`, not waited for."""
+    return subprocess.Popen(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), *args), cwd=folder,
+        env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+
+
 def test_a_worktree_run_works_on_a_branch_of_its_own_from_the_checkouts_head(
     ws: Workspace,
 ) -> None:
@@ -75,18 +84,8 @@ def test_a_worktree_run_works_on_a_branch_of_its_own_from_the_checkouts_head(
 def test_two_tasks_on_one_repository_never_touch_each_others_files(ws: Workspace) -> None:
     repo = make_repo(ws.path / "repo")
     setup_config(ws, [*WORK, "--edit", "same-name.txt", "--wait-in-task", "go"])
-    first = subprocess.Popen(
-        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "a",
-                    "--worktree", "go"),
-        cwd=repo, env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    second = subprocess.Popen(
-        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "b",
-                    "--worktree", "go"),
-        cwd=repo, env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    first, second = (start(ws, repo, "-p", "p", "-t", task, "--worktree", "go")
+                     for task in ("a", "b"))  # fmt: skip
     a, b = ws.task("p", "a"), ws.task("p", "b")
     wait_for(lambda: ws.runs("p", "a") and ws.runs("p", "b"), 30, "both agents at work")
     for task in (a, b):
@@ -204,12 +203,7 @@ def test_a_sigkilled_worktree_run_is_taken_up_again_by_resume(ws: Workspace) -> 
     repo = make_repo(ws.path / "repo")
     go = ws.path / "go"
     setup_config(ws, ["--wait-for", str(go)])
-    proc = subprocess.Popen(
-        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "t",
-                    "--worktree", "go"),
-        cwd=repo, env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    proc = start(ws, repo, "-p", "p", "-t", "t", "--worktree", "go")
     task = ws.task("p", "t")
     tree = str(task.worktree)
     wait_for(lambda: locked_by_us(repo, tree), 30, "the worktree locked by the loop")
