@@ -146,7 +146,9 @@ def main() -> None:
         help="every task in a worktree of its own and its agent under bwrap",
     )
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix=f"{MARKER}-") as tmp:
+    # A loop that has just ended may still be writing its last lines as the folder goes: its
+    # removal is tried again (remove_tree) rather than failing the bench at its very end.
+    with tempfile.TemporaryDirectory(prefix=f"{MARKER}-", ignore_cleanup_errors=True) as tmp:
         root, config = Path(tmp, "runs"), Path(tmp, "config.yaml")
         work = Path(tmp, "repo")  # where the agents work (a repository: their worktrees')
         make_repository(work)
@@ -243,6 +245,7 @@ def main() -> None:
             for k in range(args.max_running, len(by_start))
             if by_start[k][1] >= ends[k - args.max_running]
         ]
+    remove_tree(tmp)
     how = ", submitted in turn through the API, `job` and `schedule now`" if args.mixed else ""
     how += ", each in a worktree of its own with its agent under bwrap" if args.isolated else ""
     print(f"{args.tasks} tasks, max_running {args.max_running}, on {os.cpu_count()} cores{how}"
@@ -268,6 +271,16 @@ def main() -> None:
         p90 = sorted(waits)[int(0.9 * (len(waits) - 1))]
         print(f"  a freed slot to the next run's start: median {statistics.median(waits):.0f} ms, "
               f"p90 {p90:.0f} ms over {len(waits)} hand-overs")  # fmt: skip
+
+
+def remove_tree(folder: str) -> None:
+    """Remove `folder`, trying again for a few seconds while something still writes in it."""
+    import shutil
+
+    deadline = time.monotonic() + 10
+    while os.path.exists(folder) and time.monotonic() < deadline:
+        shutil.rmtree(folder, ignore_errors=True)
+        time.sleep(0.2)
 
 
 if __name__ == "__main__":
