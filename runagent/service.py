@@ -193,6 +193,11 @@ class Service:
         """A loop that is to work in a worktree of its own (as asked, as the task was started,
         or as its agent's config says) starts from a repository and a base that exist, with
         the runs root outside it; `--base` without a worktree is refused."""
+        if wanted and self.executor is not None and self.executor.type is ExecutorType.RAY:
+            raise UsageError(
+                "a worktree run needs its worktree made here, and a loop on the Ray cluster "
+                "runs on another host; run it with --executor local"
+            )
         if not wanted:
             if base is not None:
                 raise UsageError(

@@ -8,11 +8,17 @@ import json
 import os
 import signal
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import yaml
 
-from runagent.errors import ExitCode
+import backends
+from runagent.config.overrides import LoopOverrides
+from runagent.config.settings import ExecutorSettings, ExecutorType
+from runagent.errors import ExitCode, UsageError
+from runagent.service import Service, StartRequest
 from tests.conftest import Server, Workspace, alive, wait_for
 from tests.gitrepo import GIT_ENV, commit, git, make_repo
 from tests.issues.test_issue_runs import locked_by_us, setup_config, worktrees
@@ -219,3 +225,15 @@ def test_a_sigkilled_worktree_run_is_taken_up_again_by_resume(ws: Workspace) -> 
     assert "partial work" in git(task.worktree, "log", "--format=%s")
     assert "locked" not in worktrees(repo)[tree]
     assert [r.status.value for r in ws.runs("p", "t")] == ["lost", "completed"]
+
+
+def test_a_worktree_run_on_the_ray_cluster_is_refused_in_one_line(ws: Workspace) -> None:
+    """Its worktree is made where the loop runs, which on a cluster is another host: refused
+    before anything is made (no cluster is asked: the refusal comes first)."""
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, WORK)
+    door = Service(ws.root, config_path=ws.config, backend_names=backends.known(), workdir=repo)
+    ray = replace(door, executor=ExecutorSettings(type=ExecutorType.RAY, address="127.0.0.1:1"))
+    with pytest.raises(UsageError, match="a worktree run needs its worktree made here"):
+        ray.start(StartRequest(ws.task("p", "t"), "go", overrides=LoopOverrides(worktree=True)))
+    assert not ws.task("p", "t").folder.exists()
