@@ -43,12 +43,16 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+STARTED: list[subprocess.Popen[bytes]] = []  # every serve started: none outlives the bench
+
+
 def serve(config: Path, root: Path, port: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "runagent", "serve", "--config", str(config), "--root", str(root),
          "--port", str(port)],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
+    STARTED.append(proc)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
@@ -284,4 +288,10 @@ def remove_tree(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    finally:  # a bench that fails halfway leaves no server behind
+        for started in STARTED:
+            if started.poll() is None:
+                os.killpg(started.pid, signal.SIGKILL)
+                started.wait()
