@@ -251,6 +251,34 @@ def on_cluster(ws: Workspace, cluster: RayCluster) -> RayCluster:
     return cluster
 
 
+def test_a_sandboxed_loop_on_the_cluster_runs_its_agent_under_bwrap(
+    ws: Workspace, on_cluster: RayCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`sandbox: bwrap` holds on a host of the cluster as here: the loop that the actor starts
+    there wraps its agent, which sees neither another folder nor a system it could write."""
+    from runagent.ops.sandbox import Bwrap
+
+    if Bwrap(Path("/")).problem() is not None:
+        pytest.skip("bubblewrap cannot run here")
+    secret = tmp_path_factory.mktemp("elsewhere") / "secret.txt"
+    secret.write_text("another project's secret")
+    cluster_config(ws, on_cluster.settings, ["--probe-read", str(secret), "--probe-write",
+                                             "/usr/sandbox-probe.txt"], max_restarts=0)  # fmt: skip
+    data = yaml.safe_load(ws.config.read_text())
+    for agent in data["agents"].values():
+        agent["sandbox"] = "bwrap"
+    ws.config.write_text(yaml.safe_dump(data))
+    task = ws.task("p", "sandboxed")
+    start(ws, on_cluster.settings, task)
+    info = wait_for(lambda: (i := latest(task)) and i.status is RunStatus.COMPLETED and i, 60,
+                    "the sandboxed run on a host")  # fmt: skip
+    assert info.host in HOSTS
+    stdout = task.run(info.run_id).stdout.read_text()
+    assert f"read {secret}: FileNotFoundError" in stdout
+    assert "write /usr/sandbox-probe.txt: OSError" in stdout
+    wait_for(lambda: name_free(on_cluster.settings, task.label), 30, "its loop to end")
+
+
 def test_the_command_line_dispatches_and_serve_streams_the_run(
     ws: Workspace, on_cluster: RayCluster, server: Server
 ) -> None:
