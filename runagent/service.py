@@ -148,13 +148,11 @@ class Service:
         neither the config nor the runs root (a repository never chooses what runs here), and
         it has a text to work from; the prompt (else the issue's body)."""
         from runagent.config.file import refuse_config_inside, refuse_root_inside
-        from runagent.issues.worktree import main_repository, working_trees
+        from runagent.issues.worktree import working_trees
 
         if self.executor is not None and self.executor.type is ExecutorType.RAY:
             raise UsageError("an issue run needs its worktree here; run it with --executor local")
-        repo = (self.workdir / issue.repo).resolve()
-        main_repository(repo, os.environ)
-        trees = working_trees(repo, os.environ)
+        trees = working_trees((self.workdir / issue.repo).resolve(), os.environ)  # not one: refused
         refuse_config_inside(self.config_path, trees, os.environ)
         refuse_root_inside(self.root, "--root or storage.runs_dir", trees)
         text = prompt or issue.body

@@ -9,14 +9,13 @@ value, so a branch that moved meanwhile is never overwritten.
 
 from __future__ import annotations
 
-import os
 import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
 from runagent.config.settings import MergeMode
 from runagent.errors import AlreadyRunningError, ConflictError, RunAgentError, UsageError
-from runagent.issues.repository import git
+from runagent.issues.repository import git, run_git
 from runagent.issues.worktree import main_repository, registrations
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
@@ -99,10 +98,10 @@ def merge(
     if checkout is not None:
         _refuse_dirty(checkout, f"the checkout of {target} at {checkout}", env)
         flags = {MergeMode.FF: [], MergeMode.FF_ONLY: ["--ff-only"], MergeMode.NO_FF: ["--no-ff"]}
-        done = _git(checkout, "merge", "--quiet", *flags[mode], "-m", message, work.branch,
+        done = run_git(checkout, "merge", "--quiet", *flags[mode], "-m", message, work.branch,
                     env=env)  # fmt: skip
         if done.returncode != 0:
-            _git(checkout, "merge", "--abort", env=env)
+            run_git(checkout, "merge", "--abort", env=env)
             raise ConflictError(
                 f"task {task.label}: git refused to merge {work.branch} in {checkout}: "
                 f"{_last_line(done)}; nothing was changed"
@@ -123,9 +122,9 @@ def push(task: TaskPaths, remote: str, env: Mapping[str, str], *, force: bool = 
     """Push the task's branch to `remote` (instead of merging it); what was pushed, in words."""
     work = _ready(task, force)
     repo = main_repository(work.repo, env)
-    if _git(repo, "remote", "get-url", remote, env=env).returncode != 0:
+    if run_git(repo, "remote", "get-url", remote, env=env).returncode != 0:
         raise UsageError(f"{repo} has no remote {remote!r}; name one of `git remote`")
-    done = _git(repo, "push", "--quiet", remote, f"refs/heads/{work.branch}", env=env)
+    done = run_git(repo, "push", "--quiet", remote, f"refs/heads/{work.branch}", env=env)
     if done.returncode != 0:
         raise RunAgentError(
             f"task {task.label}: git push {remote} {work.branch} failed: {_last_line(done)}"
@@ -166,7 +165,7 @@ def _refuse_dirty(folder: Path, what: str, env: Mapping[str, str], untracked: bo
 def _refuse_conflict(
     task: TaskPaths, repo: Path, target: str, branch: str, env: Mapping[str, str]
 ) -> None:
-    done = _git(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", target,
+    done = run_git(repo, "merge-tree", "--write-tree", "--name-only", "--no-messages", target,
                 branch, env=env)  # fmt: skip
     if done.returncode == 1:
         files = [line for line in done.stdout.splitlines()[1:] if line]
@@ -180,7 +179,7 @@ def _refuse_conflict(
 
 
 def _is_ancestor(repo: Path, older: str, newer: str, env: Mapping[str, str]) -> bool:
-    return _git(repo, "merge-base", "--is-ancestor", older, newer, env=env).returncode == 0
+    return run_git(repo, "merge-base", "--is-ancestor", older, newer, env=env).returncode == 0
 
 
 def _recorded(task: TaskPaths, merged: Merged) -> Merged:
@@ -189,13 +188,6 @@ def _recorded(task: TaskPaths, merged: Merged) -> Merged:
         "into": merged.into, "commit": merged.commit, "how": merged.how,
         "at": runfolder.timestamp()}})  # fmt: skip
     return merged
-
-
-def _git(folder: Path, *args: str, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["git", "-C", str(folder), *args], env={**os.environ, **env, "GIT_TERMINAL_PROMPT": "0"},
-        capture_output=True, text=True, stdin=subprocess.DEVNULL, check=False,
-    )  # fmt: skip
 
 
 def _last_line(done: subprocess.CompletedProcess[str]) -> str:

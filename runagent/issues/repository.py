@@ -69,10 +69,21 @@ class Checkout:
 def git(folder: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> str:
     """Run `git -C folder ARGS`; its stdout without the final newline. A failure is a GitError
     with git's own words (unless `check` is off: then the output, whatever the exit)."""
-    argv = ["git", "-C", str(folder), *args]
+    done = run_git(folder, *args, env=env)
+    if check and done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise GitError(f"`git {' '.join(args)}` in {folder} failed: {' / '.join(said)}")
+    return done.stdout.removesuffix("\n")
+
+
+def run_git(
+    folder: Path, *args: str, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """`git -C folder ARGS` as it ended, for a caller that reads its exit code (a conflict, an
+    ancestry); never a prompt for credentials."""
     try:
-        done = subprocess.run(
-            argv,
+        return subprocess.run(
+            ["git", "-C", str(folder), *args],
             capture_output=True,
             text=True,
             env={**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0"},
@@ -80,10 +91,6 @@ def git(folder: Path, *args: str, env: Mapping[str, str] | None = None, check: b
         )
     except FileNotFoundError:
         raise MissingDependencyError("git not found on PATH; install git") from None
-    if check and done.returncode != 0:
-        said = (done.stderr or done.stdout).strip().splitlines()
-        raise GitError(f"`git {' '.join(args)}` in {folder} failed: {' / '.join(said)}")
-    return done.stdout.removesuffix("\n")
 
 
 def main_working_tree(folder: Path, env: Mapping[str, str] | None = None) -> Path:
