@@ -5,8 +5,12 @@ Two figures, each measured on both executors from one run:
 - dispatch latency: `control.start_detached` called -> the agent running (the bash agent stamps
   $EPOCHREALTIME in its task folder as its first act), median and max over --repeat tasks;
 - N tasks of a sleeping agent (default 100): time until every agent runs, and memory per task
-  per host (the sum of RSS and of USS over each task's processes: for Ray the actor's worker,
-  the supervisor, its reaper and the agent; locally the supervisor, reaper and agent).
+  per host (the sum of RSS and of USS over the tasks' processes, divided by their number: for
+  Ray the host's agent, a Ray worker shared by every task on its host, and each task's
+  supervisor, reaper and agent; locally each task's supervisor, reaper and agent).
+
+The first start on a cluster may wait for a host's agent to start (once per host and cluster
+lifetime, begun when a process first connects): that is the dispatch max.
 
 The cluster is a real in-process `ray.cluster_utils.Cluster`: a head (no agent_slot) and two
 more nodes, hostA, hostB and hostC, each offering agent_slot N/3 rounded up; every node shares
@@ -133,7 +137,7 @@ def many(
         per_host.setdefault(str(holder.host), []).append(holder.pid)
     rows = {}
     for name, pids in sorted(per_host.items()):
-        # A Ray task's actor worker is the supervisor's parent; count it with the task.
+        # On Ray the host agent is the supervisors' parent: counted once, shared by its tasks.
         tops = pids if name not in hosts else [psutil.Process(p).ppid() for p in pids]
         rss, uss = memory(processes_of(tops))
         rows[name] = (len(pids), rss / len(pids), uss / len(pids))

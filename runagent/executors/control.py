@@ -96,7 +96,7 @@ class Executor(Protocol):
 
     def judge(self, label: str, on: str, pid: int, start: float | None) -> bool: ...
 
-    def waits(self, label: str, actor_id: str) -> bool: ...
+    def waits(self, label: str, group_id: str) -> bool: ...
 
 
 def ray_executor(settings: ExecutorSettings) -> Executor:
@@ -137,12 +137,12 @@ def judge_foreign_hosts(executor: ExecutorSettings) -> None:
             return True
         return cluster.judge(label, on, pid, start)
 
-    def waits(label: str, actor_id: str) -> bool:
+    def waits(label: str, group_id: str) -> bool:
         try:
             cluster = ray_executor(executor)
         except RunAgentError:  # no cluster to ask: a queued task is taken at its word
             return True
-        return cluster.waits(label, actor_id)
+        return cluster.waits(label, group_id)
 
     host.set_judge(judge)
     host.set_queue_judge(waits)

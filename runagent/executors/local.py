@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -33,6 +34,9 @@ class Started:
     pid: int  # 0: not started yet, but queued
     holder: Holder | None
     queued: Turn | None = None  # where it waits, when it waits in the queue
+    # The supervisor's process, to the one that started it (an executor's host agent waits on
+    # it for the loop's exit code); never compared nor shown.
+    process: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
 
 
 def loop_argv(
@@ -69,15 +73,27 @@ def start_local(
 ) -> Started:
     """Start `run-agent ARGV` for `task` in its own session on this machine; return once it
     holds the lock. With `die_with_parent`, the kernel kills it (and so, through its reaper, its
-    agent's tree) when the process that started it dies: an executor's worker that is killed
+    agent's tree) when the thread that started it ends: an executor's worker that is killed
     leaves nothing behind."""
+    return await_lock(task, spawn_local(task, argv, cwd, env, die_with_parent), wait)
+
+
+def spawn_local(
+    task: TaskPaths,
+    argv: list[str],
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    die_with_parent: bool = False,
+) -> subprocess.Popen[bytes]:
+    """The supervisor's process, started (refused if another holds the task). The kernel's
+    parent-death signal follows the *thread* that forks: an executor that wants it calls this
+    from a thread that lives as long as it does."""
     holder = live_holder(task.lock)
     if holder is not None:
         raise AlreadyRunningError(already_running(task.label, holder))
     runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
-    log = runfolder.supervisor_log_path(task)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
+    with open(runfolder.supervisor_log_path(task), "ab") as out:
+        return subprocess.Popen(
             [sys.executable, "-m", "runagent", *argv],
             cwd=cwd,
             env=dict(env if env is not None else os.environ),
@@ -87,18 +103,23 @@ def start_local(
             start_new_session=True,
             preexec_fn=_die_with_parent if die_with_parent else None,
         )
+
+
+def await_lock(task: TaskPaths, proc: subprocess.Popen[bytes], wait: float) -> Started:
+    """Wait for a started supervisor to take the task's lock; the error its exit code stands
+    for, with its last word in supervisor.log, if it exits first."""
     deadline = time.monotonic() + wait
     while time.monotonic() < deadline:
         holder = live_holder(task.lock)
         if holder is not None and holder.pid == proc.pid:
-            return Started(proc.pid, holder)
+            return Started(proc.pid, holder, process=proc)
         code = proc.poll()
         if code is not None:
-            tail = runfolder.tail(log, 600).strip().splitlines()
+            tail = runfolder.tail(runfolder.supervisor_log_path(task), 600).strip().splitlines()
             why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {code}"
             raise error_for_exit(code, why)
         time.sleep(0.02)
-    return Started(proc.pid, None)
+    return Started(proc.pid, None, process=proc)
 
 
 def _die_with_parent() -> None:

@@ -1,34 +1,53 @@
-"""The Ray executor: each task's loop runs in a named, detached actor on a host of a Ray cluster.
+"""The Ray executor: task loops on the hosts of a Ray cluster, one long-lived agent per host.
 
 Imported only when `executor.type` is `ray` (control.ray_executor), so nothing else pays for
-Ray. The actor, named `project/task` in the configured namespace, starts today's detached
-supervisor on its host (localexecutor.start_local) and watches it; the supervisor runs the loop
-unchanged (restarts, timeouts, rate-limit waits, the reaper's tree kill). The actor's name is
-the cluster-wide lock: a second start anywhere is refused, naming the host that holds the task.
+Ray. Each task holds a named, detached placement group of what one loop takes of a host
+(`executor.resources`, `agent_slot: 1` by default). Its name, the task's label, is the
+cluster-wide lock: a second start anywhere is refused, naming the host that holds the task. Ray
+places the group on a host with the slot free, or keeps it in Ray's queue while none has one; a
+waiting group costs no process anywhere. On each host one detached actor, the host agent
+(`host:<node id>`), starts and watches the supervisors of the groups placed there: today's
+detached supervisor (localexecutor.start_local), which runs the loop unchanged. So a task costs
+its supervisor, as locally, and no Ray worker of its own.
 
-Measured on Ray 2.60 (RESEARCH.md, Q1), and why stop goes the way it does: `ray.cancel` cannot
-interrupt a blocking wait and `ray.kill` leaves `setsid` children alive, so a stop asks the actor,
-which signals its supervisor; the supervisor's reaper kills the agent's whole tree; only then does
-the actor end. The supervisor dies with the actor's worker (PR_SET_PDEATHSIG), so a host whose
-worker is killed keeps no agent, and when a host dies, Ray restarts the actor on another one
-(`max_restarts`): it starts a new supervisor, which marks the interrupted run `lost` and goes on
-with the next attempt.
+What a loop was started with (a LoopSpec) is kept in the cluster's key-value store beside its
+group, so the host agent of a host the group is placed on later finds it: a group that waited
+in Ray's queue, or one Ray moved there because its host died (the new supervisor marks the
+interrupted run `lost` and goes on with the next attempt, at most `executor.max_restarts`
+times). A loop's end (its exit code) is put there too, for the one that follows it. The groups
+and the store live in the cluster's GCS: with GCS fault tolerance (an external Redis) they
+outlive a head that dies, and the loops on the other hosts go on.
+
+Measured on Ray 2.60 (RESEARCH.md, Q1), and why stop goes the way it does: `ray.kill` leaves
+`setsid` children alive, so a stop asks the host agent, which signals the supervisor; the
+supervisor's reaper kills the agent's whole tree. The supervisors die with their host agent's
+worker (PR_SET_PDEATHSIG), so a host agent that is killed leaves no agent running; Ray starts it
+again on its host, and it takes its groups up again as a moved loop.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import pickle
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import ray
-from ray._private import state as ray_state  # the cluster's actor table and free resources
+from ray._private import state as ray_state  # the cluster's tables: groups, free resources
+from ray._raylet import PlacementGroupID
 from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError, RayError
+from ray.experimental import internal_kv
+from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings
@@ -43,19 +62,20 @@ from runagent.fleet.queue import Fleet, Turn, Waiting, needs_words, now
 from runagent.record import record
 from runagent.store import host, runfolder, taskfolder
 from runagent.store.lock import Holder, already_running, live_holder
-from runagent.store.pids import is_alive, process_start_time
+from runagent.store.pids import process_start_time
 from runagent.store.runfolder import TaskPaths
 
 WORKER_ROOT_ENV = "RUN_AGENT_WORKER_ROOT"  # a host's own runs root, when the root is not shared
+AGENT = "host:"  # a host agent's actor name: host:<node id>
+SPECS, ENDS = "spec/", "end/"  # the cluster's key-value store: a loop's spec, its end
 PLACEMENT_WAIT = 60.0  # seconds a start placed on a host waits for its loop to start there
-PLACEMENT_LOOK = 2.0  # seconds a start waits for a host before it looks why it has none
-QUEUED_LOOK = 0.2  # seconds a start with no host free waits before it looks again
-PLACEMENT_GRACE = 10.0  # seconds a host that had room is given to start a worker for a loop
-CALL_WAIT = 30.0  # seconds a call to an actor may take before it counts as unanswered
-NAME_FREED_WAIT = 15.0  # seconds a stop waits for the actor's name to be free again
-WATCH_TICK = 0.1
-ANSWER_GRACE = 1.0  # seconds an actor lives on after answering a stop, so the answer arrives
-LEASE_WAIT = 180.0  # seconds a restarted actor waits for a dead host's lock to be released
+PLACEMENT_GRACE = 10.0  # seconds a group is given to be placed while a host has room
+QUEUED_LOOK = 0.2  # seconds a start with no host free waits before it counts as queued
+CALL_WAIT = 30.0  # seconds a call to a host agent may take before it counts as unanswered
+ADOPT_TICK = 0.5  # seconds between a host agent's looks for groups placed on its host
+WATCH_TICK = 0.1  # seconds between a host agent's looks at its supervisors
+STALE_SPEC = 30.0  # seconds a spec without its group counts as a start still being made
+LEASE_WAIT = 180.0  # seconds a moved loop waits for a dead host's lock to be released
 JUDGE_TTL = 1.0  # seconds a judgement of a foreign supervisor is reused
 HOME = "home"  # the actor name of the server's runs root (serve holds it)
 COPY_CHUNK = 4 << 20
@@ -67,11 +87,16 @@ GROWING = {runfolder.STDOUT, runfolder.STDERR, runfolder.SUPERVISOR_LOG}
 # Not taken by a restarted loop: what only grows (sent by offset, which a copy would break) and
 # the lock, which is the dead host's.
 SEEDED_NOT = {*GROWING, runfolder.LOCK}
+WAITING_STATES = ("PENDING", "PREPARED", "RESCHEDULING")  # a group not (or no longer) placed
 
-_GONE = object()  # what a call to an actor that is not there returns
 # The cluster's hosts and what each has free now (Ray leaves these untyped).
 _hosts: Callable[[], list[dict[str, Any]]] = ray.nodes
 _free_per_host: Callable[[], dict[str, dict[str, float]]] = ray_state.available_resources_per_node
+# The cluster's placement groups: all of them (by id) or one (by id), and one by name.
+_group_table: Callable[..., dict[str, Any]] = ray_state.state.placement_group_table
+_group_by_name: Callable[[str, str], dict[str, Any] | None] = (
+    ray_state.state.get_placement_group_by_name
+)
 _executors: dict[str, RayExecutor] = {}  # by settings: one view of the cluster per process
 
 
@@ -83,11 +108,11 @@ def worker_root() -> Path:
 
 @record
 class LoopSpec:
-    """What an actor needs to start a task's loop on its host."""
+    """What a host agent needs to start a task's loop on its host."""
 
     project_id: str
     task_id: str
-    root: Path  # the starter's runs root (the actor's own, when it is shared)
+    root: Path  # the starter's runs root (the host's own, when it is shared)
     shared_root: bool
     command: str
     overrides: LoopOverrides
@@ -97,11 +122,19 @@ class LoopSpec:
     again: bool
     prompt: str | None  # TASK.md, carried to a host that does not share the root
     wait: float
+    submitted: float  # when the starter made it (time.time(); a follower knows its end by it)
+    max_moves: int  # executor.max_restarts
+    node: str = ""  # the host whose agent started it last ("": not started yet)
+    moves: int = 0  # times it was started again after its host (or host agent) died
+
+    @property
+    def label(self) -> str:
+        return f"{self.project_id}/{self.task_id}"
 
 
 @record
 class Where:
-    """Where an actor's loop runs, or why it could not start."""
+    """Where a loop runs, or why it could not start."""
 
     host: str
     pid: int
@@ -110,145 +143,89 @@ class Where:
     root: str
     error: str | None = None
     exit_code: int | None = None
+    node: str = ""
 
     def holder(self, label: str) -> Holder:
         return Holder(self.pid, self.process_start, self.since, self.host, label)
 
 
-class TaskLoop:
-    """The actor: one task's supervisor on this host, watched until it ends."""
+class _Loop:
+    """A loop a host agent started (or is starting), and the supervisor it watches."""
 
-    def __init__(self, spec: LoopSpec) -> None:
+    def __init__(self, spec: LoopSpec, task: TaskPaths) -> None:
         self.spec = spec
-        root = spec.root if spec.shared_root else worker_root()
-        self.task = runfolder.confine(TaskPaths(root, spec.project_id, spec.task_id))
+        self.task = task
+        self.placed = threading.Event()  # set once it runs, or could not start
+        self.where: Where | None = None
+        self.process: Any = None  # the supervisor's Popen
+        self.mirror = None if spec.shared_root else Mirror(task)
+
+
+class HostAgent:
+    """The actor on each host: starts the loops of the task groups placed on its host, watches
+    their supervisors, stops them, and serves reads of their folders; one per host, long-lived,
+    so a task costs no Ray worker of its own."""
+
+    def __init__(self) -> None:
+        context = ray.get_runtime_context()
+        self.node = context.get_node_id()
+        self.namespace = context.namespace
         self.host = host.this_host()
-        # This actor holds the task's name cluster-wide: a holder of it on another host is a
-        # supervisor that died with its host (this is then the actor restarted elsewhere).
-        label = self.task.label
-        host.set_judge(lambda task, on, pid, start: task != label)
-        self.where: Where
-        if not spec.shared_root and ray.get_runtime_context().was_current_actor_reconstructed:
-            self._seed()
-        try:
-            self._start()
-        except RunAgentError as exc:
-            self.where = Where(self.host, 0, None, "", str(root), str(exc), int(exc.exit_code))
-        self._stopping = threading.Event()
-        self._stop_asked, self._stop_answered = threading.Event(), threading.Event()
-        self._located = threading.Event()  # the starter has asked where the loop runs
-        self._unattended = False  # the starter did not wait: it waited in the cluster's queue
-        self._mirror = Mirror(self.task)
+        self.loops: dict[str, _Loop] = {}
+        self.lock = threading.Lock()
+        # Supervisors die with the thread that forked them (PR_SET_PDEATHSIG): all are forked
+        # by this one, which lives as long as the agent's worker.
+        self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
+        # A holder on another host of a task placed here is a supervisor that died with its
+        # host: the task's group, the cluster-wide lock, has moved here.
+        host.set_judge(lambda task, on, pid, start: task not in self.loops)
         threading.Thread(target=self._watch, daemon=True).start()
 
-    def _seed(self) -> None:
-        """Restarted on this host after another died, with a root of its own: take the task's
-        record from the server's copy (its runs' run-info, TASK.md, task.yaml), so the loop goes
-        on where it was: the interrupted run is marked lost and the next attempt numbered on."""
-        try:
-            home = ray.get_actor(HOME, namespace=ray.get_runtime_context().namespace)
-            found: Any = ray.get(home.task_files.remote(self.task.project_id, self.task.task_id))
-            files: dict[str, bytes] = dict(found)
-        except (ValueError, RayError):
-            return  # no server holds the copy: the loop starts from this host's root
-        for relative, data in files.items():
-            path = self.task.folder / relative
-            if not runfolder.within(self.task.root, path) or path.exists():
-                continue
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.seed")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+    # The starter's calls ----------------------------------------------------------------------
 
-    def _start(self) -> None:
-        s, task = self.spec, self.task
-        if s.prompt is not None and taskfolder.read_task_prompt(task) is None:
-            task.folder.mkdir(parents=True, exist_ok=True)
-            taskfolder.write_task_prompt(task, s.prompt)
-        argv = localexecutor.loop_argv(
-            s.command, task, s.overrides, s.config_path, s.schedule, s.again
-        )
-        # Restarted after its host died: on a shared root over NFS, the dead host's flock holds
-        # until the NFS server drops its lease; wait for that rather than give the loop up.
-        moved = ray.get_runtime_context().was_current_actor_reconstructed
-        deadline = time.monotonic() + (LEASE_WAIT if moved else 0)
-        while True:
-            try:
-                started = localexecutor.start_local(
-                    task, argv, cwd=s.cwd, wait=s.wait, die_with_parent=True
-                )
-                break
-            except AlreadyRunningError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(2)
-        holder = started.holder or live_holder(task.lock)
-        self.where = Where(
-            self.host,
-            started.pid,
-            process_start_time(started.pid),
-            holder.since if holder is not None else "",
-            str(task.root),
-        )
+    def start(self, spec: LoopSpec) -> Where:
+        """Start the loop of a group placed here (or, found here already, wait for it)."""
+        loop, new = self._take(spec)
+        if new:
+            self._launch(loop, attended=True)
+        else:
+            loop.placed.wait(spec.wait + PLACEMENT_WAIT)
+        return loop.where or Where(self.host, 0, None, "", "", "its loop is still starting", 1)
 
-    def _watch(self) -> None:
-        """End the actor once its supervisor has ended (its name is then free again). When this
-        host does not share the root, the task's folder is mirrored to the server's meanwhile,
-        so `serve` shows and streams the live run as it would a local one."""
-        w = self.where
-        mirror = not self.spec.shared_root
-        while w.error is None and is_alive(w.pid, w.process_start):
-            if mirror:
-                self._mirror.sync()
-            time.sleep(MIRROR_TICK if mirror else WATCH_TICK)
-        if self._stop_asked.is_set():  # let the stop's answer reach the one who asked
-            self._stop_answered.wait(CALL_WAIT)
-            time.sleep(ANSWER_GRACE)
-        if w.error is not None:  # the starter reads the error first
-            self._stopping.wait(CALL_WAIT)
-            if self._unattended:  # nobody reads it but in the task's supervisor.log
-                self._log(f"the loop could not start on host {self.host}: {w.error}")
-        if mirror and (w.error is None or self._unattended):
-            self._mirror.sync(final=True)
-        # A loop that ended at once (a quick task) still lets its starter read where it ran:
-        # an actor gone before that reads to the starter as one that died while starting.
-        self._located.wait(CALL_WAIT)
-        ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+    def locate(self, label: str) -> Where | None:
+        loop = self.loops.get(label)
+        if loop is None or not loop.placed.wait(CALL_WAIT) or loop.where is None:
+            return None
+        return loop.where if loop.where.error is None else None
 
-    def locate(self) -> Where:
-        self._located.set()
-        return self.where
+    def knows(self, label: str) -> bool:
+        """Whether this agent runs (or is starting) the task's loop."""
+        return label in self.loops
 
-    def stop(self, wait: float | None) -> Where:
-        """Stop the loop through its supervisor (whose reaper kills the agent's tree)."""
-        self._stop_asked.set()
-        try:
-            localexecutor.stop_local(self.task, wait)
-        finally:
-            self._stop_answered.set()
-        return self.where
+    def running(self) -> list[str]:
+        return sorted(self.loops)
 
-    def forget(self) -> None:
-        """The starter has read why the loop could not start: the actor may end."""
-        self._stopping.set()
+    def stop(self, label: str, wait: float | None) -> Where | None:
+        """Stop the loop through its supervisor (whose reaper kills the agent's tree); with a
+        wait, its group is gone when this returns, so a start right after finds the name free."""
+        loop = self.loops.get(label)
+        if loop is None or not loop.placed.wait(CALL_WAIT) or loop.where is None:
+            return None
+        if loop.where.error is not None:
+            return None
+        localexecutor.stop_local(loop.task, wait)
+        if wait is not None and loop.process is not None:
+            self._finish(loop, loop.process.wait(CALL_WAIT))
+        return loop.where
 
-    def unattended(self) -> None:
-        """The starter went on while this actor waited in the cluster's queue: nobody waits
-        to read where the loop runs or why it could not start (that goes to supervisor.log)."""
-        self._unattended = True
-        self._located.set()
-        self._stopping.set()
-
-    def _log(self, line: str) -> None:
-        try:
-            runfolder.append_line(runfolder.supervisor_log_path(self.task), f"run-agent: {line}")
-        except OSError:
-            pass
-
-    def read(self, relative: str, offset: int, limit: int) -> bytes:
-        """`limit` bytes of a file of the task's folder from byte `offset` (b'' past its end)."""
-        path = (self.task.folder / relative).resolve()
-        if not path.is_relative_to(self.task.folder.resolve()):
+    def read(self, root: str | None, project_id: str, task_id: str, relative: str, offset: int,
+             limit: int) -> bytes:  # fmt: skip
+        """`limit` bytes of a file of a task's folder on this host from byte `offset` (b''
+        past its end); `root` None: this host's own root."""
+        task = TaskPaths(Path(root) if root else worker_root(), project_id, task_id)
+        folder = task.folder.resolve()
+        path = (folder / relative).resolve()
+        if not path.is_relative_to(folder):
             raise ValueError(f"{relative!r} is outside the task's folder")
         try:
             with open(path, "rb") as f:
@@ -257,8 +234,215 @@ class TaskLoop:
         except FileNotFoundError:
             return b""
 
+    # Starting ---------------------------------------------------------------------------------
 
-RemoteTaskLoop: Any = ray.remote(TaskLoop)
+    def _take(self, spec: LoopSpec) -> tuple[_Loop, bool]:
+        with self.lock:
+            found = self.loops.get(spec.label)
+            if found is not None:
+                return found, False
+            root = spec.root if spec.shared_root else worker_root()
+            task = runfolder.confine(TaskPaths(root, spec.project_id, spec.task_id))
+            made = self.loops[spec.label] = _Loop(spec, task)
+            return made, True
+
+    def _launch(self, loop: _Loop, attended: bool) -> None:
+        """Start the loop's supervisor. A spec a host agent started before (this host's, whose
+        worker died, or another's that died) is started again: the new supervisor marks the
+        interrupted run lost and goes on, at most max_moves times."""
+        spec, task = loop.spec, loop.task
+        again = spec.node != ""
+        try:
+            if again:
+                spec = replace(spec, moves=spec.moves + 1)
+                if spec.moves > spec.max_moves:
+                    raise RunAgentError(
+                        f"task {spec.label} lost its host {spec.moves - 1} time(s) and is not "
+                        f"started again (executor.max_restarts {spec.max_moves})"
+                    )
+            spec = loop.spec = replace(spec, node=self.node)
+            _kv_put(self.namespace, SPECS + spec.label, pickle.dumps(spec))
+            if again and not spec.shared_root:
+                self._seed(task)
+            loop.where = self._start(loop, again)
+        except RunAgentError as exc:
+            code = int(exc.exit_code)
+            loop.where = Where(self.host, 0, None, "", str(task.root), str(exc), code, self.node)
+        finally:
+            loop.placed.set()
+        if loop.where.error is not None:
+            if not attended:  # nobody reads it but in the task's supervisor.log
+                self._log(task, f"the loop could not start on host {self.host}: {loop.where.error}")
+            self._finish(loop, loop.where.exit_code or 1)
+
+    def _start(self, loop: _Loop, again: bool) -> Where:
+        spec, task = loop.spec, loop.task
+        if spec.prompt is not None and taskfolder.read_task_prompt(task) is None:
+            task.folder.mkdir(parents=True, exist_ok=True)
+            taskfolder.write_task_prompt(task, spec.prompt)
+        argv = localexecutor.loop_argv(
+            spec.command, task, spec.overrides, spec.config_path, spec.schedule, spec.again
+        )
+        # Started again after its host died: on a shared root over NFS, the dead host's flock
+        # holds until the NFS server drops its lease; wait for that rather than give it up.
+        deadline = time.monotonic() + (LEASE_WAIT if again else 0)
+        while True:
+            try:
+                spawned = self.spawner.submit(
+                    localexecutor.spawn_local, task, argv, spec.cwd, None, True
+                )
+                started = localexecutor.await_lock(task, spawned.result(), spec.wait)
+                break
+            except AlreadyRunningError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(2)
+        loop.process = started.process
+        holder = started.holder or live_holder(task.lock)
+        return Where(
+            self.host, started.pid, process_start_time(started.pid),
+            holder.since if holder is not None else "", str(task.root), node=self.node,
+        )  # fmt: skip
+
+    def _seed(self, task: TaskPaths) -> None:
+        """Started again on this host after another died, with a root of its own: take the
+        task's record from the server's copy (its runs' run-info, TASK.md, task.yaml), so the
+        loop goes on where it was: the interrupted run is marked lost, the next numbered on."""
+        try:
+            home = ray.get_actor(HOME, namespace=self.namespace)
+            found: Any = ray.get(home.task_files.remote(task.project_id, task.task_id))
+            files: dict[str, bytes] = dict(found)
+        except (ValueError, RayError):
+            return  # no server holds the copy: the loop starts from this host's root
+        for relative, data in files.items():
+            path = task.folder / relative
+            if not runfolder.within(task.root, path) or path.exists():
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.seed")
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+
+    # Watching ---------------------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Each supervisor's end frees its task's group (and so its slot and its name); groups
+        placed on this host that no loop here holds yet are taken up; folders that are not on a
+        shared root are mirrored to the server's meanwhile."""
+        adopted = 0.0
+        while True:
+            try:
+                mirrored = self._look()
+                if time.monotonic() - adopted > ADOPT_TICK:
+                    adopted = time.monotonic()
+                    self._adopt()
+            except Exception as exc:  # never let the watch die: every loop here depends on it
+                print(f"run-agent host agent: {type(exc).__name__}: {exc}", file=sys.stderr)
+                mirrored = False
+            time.sleep(MIRROR_TICK if mirrored else WATCH_TICK)
+
+    def _look(self) -> bool:
+        mirrored = False
+        for loop in list(self.loops.values()):
+            if loop.process is None:
+                continue
+            code = loop.process.poll()
+            if loop.mirror is not None:
+                loop.mirror.sync(final=code is not None)
+                mirrored = True
+            if code is not None:
+                self._finish(loop, code)
+        return mirrored
+
+    def _adopt(self) -> None:
+        """Start the loops of groups placed on this host that no loop here holds: one that
+        waited in the cluster's queue, or one moved here from a host that died."""
+        for group in _group_table().values():
+            label = str(group.get("name") or "")
+            if group.get("state") != "CREATED" or not label or label in self.loops:
+                continue
+            if self.node not in (group.get("bundles_to_node_id") or {}).values():
+                continue
+            mine = _group_by_name(label, self.namespace)
+            if mine is None or mine.get("placement_group_id") != group["placement_group_id"]:
+                continue  # another namespace's group of the same name
+            spec = _spec(self.namespace, label)
+            if spec is None:
+                continue
+            loop, new = self._take(spec)
+            if new:
+                threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
+
+    def _finish(self, loop: _Loop, code: int) -> None:
+        """The loop ended with `code`: say so to whoever follows it, and free its group."""
+        spec = loop.spec
+        with self.lock:
+            if self.loops.get(spec.label) is not loop:
+                return
+            del self.loops[spec.label]
+        if loop.mirror is not None:
+            loop.mirror.sync(final=True)
+        end = {"code": code, "submitted": spec.submitted, "host": self.host, "node": self.node,
+               "root": str(loop.task.root)}  # fmt: skip
+        _kv_put(self.namespace, ENDS + spec.label, json.dumps(end).encode())
+        _remove_group(spec.label, self.namespace)
+        left = _spec(self.namespace, spec.label)
+        if left is not None and left.submitted == spec.submitted:
+            _kv_del(self.namespace, SPECS + spec.label)
+
+    def _log(self, task: TaskPaths, line: str) -> None:
+        try:
+            runfolder.append_line(runfolder.supervisor_log_path(task), f"run-agent: {line}")
+        except OSError:
+            pass
+
+
+RemoteHostAgent: Any = ray.remote(HostAgent)
+
+
+def _kv_put(namespace: str, key: str, value: bytes, overwrite: bool = True) -> bool:
+    """Put `value` under `key` in the cluster's store; whether the key was there already."""
+    return bool(internal_kv._internal_kv_put(key, value, overwrite, namespace=_kv(namespace)))
+
+
+def _kv_get(namespace: str, key: str) -> bytes | None:
+    found = internal_kv._internal_kv_get(key, namespace=_kv(namespace))
+    return found if isinstance(found, bytes) else None
+
+
+def _kv_del(namespace: str, key: str) -> None:
+    internal_kv._internal_kv_del(key, namespace=_kv(namespace))
+
+
+def _kv(namespace: str) -> str:
+    return f"run-agent/{namespace}"
+
+
+def _spec(namespace: str, label: str) -> LoopSpec | None:
+    data = _kv_get(namespace, SPECS + label)
+    try:
+        found = pickle.loads(data) if data else None
+    except Exception:  # a spec of another version of run-agent: not one to start
+        return None
+    return found if isinstance(found, LoopSpec) else None
+
+
+def _group(label: str, namespace: str) -> dict[str, Any] | None:
+    """The task's placement group in the cluster's table, or None."""
+    found = _group_by_name(label, namespace)
+    return found if isinstance(found, dict) and found.get("state") != "REMOVED" else None
+
+
+def _group_node(group: Mapping[str, Any]) -> str:
+    nodes = list((group.get("bundles_to_node_id") or {}).values())
+    return str(nodes[0]) if nodes else ""
+
+
+def _remove_group(label: str, namespace: str, group_id: str | None = None) -> None:
+    found = _group(label, namespace)
+    if found is None or (group_id is not None and found["placement_group_id"] != group_id):
+        return
+    remove_placement_group(PlacementGroup(PlacementGroupID.from_hex(found["placement_group_id"])))
 
 
 class Mirror:
@@ -372,11 +556,14 @@ RemoteHome: Any = ray.remote(_Home)
 
 
 class RayExecutor:
-    """The starter's side: creates, finds and stops task actors."""
+    """The starter's side: claims a task's group, hands its loop to the host it is placed on,
+    and finds, follows and stops it there."""
 
     def __init__(self, settings: ExecutorSettings) -> None:
         self.settings = settings
+        self.namespace = settings.namespace
         self._names: dict[str, Any] = {}
+        self._agents: dict[str, Any] = {}
         self._judged: dict[str, tuple[float, Where | None]] = {}
 
     def start(
@@ -387,71 +574,132 @@ class RayExecutor:
         spec = LoopSpec(
             task.project_id, task.task_id, task.root.resolve(), s.shared_root, command, overrides,
             config_path.resolve() if config_path else None, cwd.resolve(), schedule, again,
-            taskfolder.read_task_prompt(task), wait,
+            taskfolder.read_task_prompt(task), wait, time.time(), s.max_restarts,
         )  # fmt: skip
         self._refuse_unmeetable(task.label)
-        queued_at = now()  # before the actor: any run of it starts later
+        queued_at = now()  # before the group: any run of it starts later
+        self._claim(spec)
         room = self._room()
         try:
-            actor = RemoteTaskLoop.options(
-                name=task.label,
-                namespace=s.namespace,
-                lifetime="detached",
-                num_cpus=0,
-                resources=dict(s.resources),
-                max_restarts=s.max_restarts,
-                max_concurrency=4,  # stop and reads are answered while the loop is watched
-            ).remote(spec)
-        except ValueError as exc:  # ActorAlreadyExistsError is a ValueError
-            if "already taken" not in str(exc):
+            group = placement_group(
+                [self._bundle()], strategy="STRICT_PACK", name=task.label, lifetime="detached"
+            )
+        except RayError as exc:  # the name was taken between the claim and here
+            _kv_del(self.namespace, SPECS + task.label)
+            if "already exists" not in str(exc):
                 raise
             raise AlreadyRunningError(self._refusal(task.label)) from None
-        try:
-            where = self._placed(actor, task.label, wait, room)
-        except RayActorError as exc:
-            raise RunAgentError(
-                f"the actor of task {task.label} died while starting: {exc}"
-            ) from exc
         fleet = Fleet(task.root)
-        if where is None:  # no host has room: it waits in Ray's queue, and this start returns
-            actor.unattended.remote()
-            return localexecutor.Started(0, None, self._queue(fleet, task, actor, queued_at))
+        if not group.wait(PLACEMENT_GRACE if room else QUEUED_LOOK):
+            self.ensure_agents()  # the host it lands on takes it up
+            return localexecutor.Started(0, None, self._queue(fleet, task, group, queued_at))
         if fleet.exists():
             fleet.off_cluster(task)
+        found = _group(task.label, self.namespace)
+        node = _group_node(found) if found is not None else ""
+        try:
+            where: Where = self._ask(node, "start", spec, wait=wait + PLACEMENT_WAIT)
+        except GetTimeoutError:
+            raise RunAgentError(
+                f"task {task.label} was placed on a host of the Ray cluster but its loop did "
+                f"not start within {wait + PLACEMENT_WAIT:g}s; see the host's Ray worker logs"
+            ) from None
+        except (RayActorError, ActorUnavailableError) as exc:
+            raise RunAgentError(
+                f"the host agent that was to start task {task.label} died: {exc}"
+            ) from exc
         if where.error is not None:
-            actor.forget.remote()
             code = where.exit_code if where.exit_code is not None else 1
             raise error_for_exit(code, where.error)
         return localexecutor.Started(where.pid, where.holder(task.label))
 
-    def _placed(self, actor: Any, label: str, wait: float, room: bool) -> Where | None:
-        """Where the new actor's loop runs, once it does; None if it waits in the cluster's
-        queue: no host's worker has taken it and every host that could is full. When a host
-        had `room` as it was made, that host is given PLACEMENT_GRACE to start a worker for it
-        (its slot is taken meanwhile, so the cluster looks full)."""
-        answer = actor.locate.remote()
-        began = time.monotonic()
-        look = PLACEMENT_LOOK if room else QUEUED_LOOK
-        while True:
-            try:
-                found: Where = ray.get(answer, timeout=look)
-                return found
-            except GetTimeoutError:
-                look = 0.5
-            waited = time.monotonic() - began
-            if (not room or waited > PLACEMENT_GRACE) and self._waiting(actor):
-                return None
-            if waited > wait + PLACEMENT_WAIT:
-                ray.kill(actor, no_restart=True)
-                raise RunAgentError(
-                    f"the actor of task {label} was taken by a host of the Ray "
-                    f"cluster but its loop did not start within {wait + PLACEMENT_WAIT:g}s; "
-                    "see the host's Ray worker logs"
-                )
+    def _bundle(self) -> dict[str, float]:
+        """What the task's group holds of a host: executor.resources (a group must hold
+        something; with none configured, one byte of memory, which every host has)."""
+        return dict(self.settings.resources) or {"memory": 1.0}
 
-    def _waiting(self, actor: Any) -> bool:
-        """Whether the actor waits for a host: no worker has taken it, and none has room."""
-        return _state(actor) == ("PENDING_CREATION", False) and not self._room()
+    def _claim(self, spec: LoopSpec) -> None:
+        """Take the task's name cluster-wide, by putting its spec in the cluster's store where
+        none is; AlreadyRunningError (naming the host) if it runs, waits or is starting. A group
+        or spec some start left behind (a host agent gone with it) is cleared first."""
+        label = spec.label
+        for _ in range(2):
+            group = _group(label, self.namespace)
+            if group is not None:
+                if group.get("state") in WAITING_STATES:
+                    raise AlreadyRunningError(self._queued_words(label))
+                where = self._locate(group, label)
+                if where is not None:
+                    raise AlreadyRunningError(already_running(label, where.holder(label)))
+                if not self._left_behind(group, label):
+                    raise AlreadyRunningError(already_running(label, None))
+                _remove_group(label, self.namespace, group["placement_group_id"])
+                _kv_del(self.namespace, SPECS + label)
+            if not _kv_put(self.namespace, SPECS + label, pickle.dumps(spec), overwrite=False):
+                return
+            old = _spec(self.namespace, label)
+            young = old is not None and time.time() - old.submitted < STALE_SPEC
+            if young or _group(label, self.namespace) is not None:
+                continue  # another start is being made: look at it again
+            _kv_del(self.namespace, SPECS + label)
+        raise AlreadyRunningError(already_running(label, None))
+
+    def _left_behind(self, group: Mapping[str, Any], label: str) -> bool:
+        """Whether a placed group has no loop: its host has no agent, or its agent does not
+        know the task after it has had time to take the group up."""
+        node = _group_node(group)
+        for look in range(3):
+            try:
+                if self._ask(node, "knows", label, create=False):
+                    return False
+            except (RayActorError, ValueError):
+                return True
+            except (GetTimeoutError, ActorUnavailableError):
+                return False  # busy or restarting: not left behind on a guess
+            if look < 2:
+                time.sleep(ADOPT_TICK * 2)
+        return True
+
+    def _agent(self, node: str, create: bool = True) -> Any:
+        """The host agent of `node` (started there if it has none, unless not `create`)."""
+        agent = self._agents.get(node)
+        if agent is not None:
+            return agent
+        if not create:
+            agent = ray.get_actor(AGENT + node, namespace=self.namespace)  # ValueError: none
+        else:
+            agent = RemoteHostAgent.options(
+                name=AGENT + node, namespace=self.namespace, lifetime="detached",
+                get_if_exists=True, num_cpus=0, max_concurrency=64, max_restarts=-1,
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+            ).remote()  # fmt: skip
+        self._agents[node] = agent
+        return agent
+
+    def _ask(self, node: str, method: str, *args: Any, wait: float = CALL_WAIT,
+             create: bool = True) -> Any:  # fmt: skip
+        """`method(*args)` of `node`'s host agent; an agent being started again on its host is
+        waited for (up to `wait`), not taken for gone."""
+        deadline = time.monotonic() + wait
+        while True:
+            agent = self._agent(node, create)
+            try:
+                return ray.get(getattr(agent, method).remote(*args), timeout=wait)
+            except ActorUnavailableError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+            except RayActorError:
+                self._agents.pop(node, None)
+                raise
+
+    def ensure_agents(self) -> None:
+        """A host agent on every live host that could take a loop (started once; a host that
+        joins later gets one at the next start), so a group placed there is taken up."""
+        needs = self.settings.resources
+        for node in _hosts():
+            if node.get("Alive") and _fits(node.get("Resources") or {}, needs):
+                self._agent(str(node["NodeID"]))
 
     def _room(self) -> bool:
         """Whether a host of the cluster has room for one more loop now."""
@@ -469,128 +717,129 @@ class RayExecutor:
                 "`ray start --resources '{\"agent_slot\": N}'`"
             )
 
-    def _queue(self, fleet: Fleet, task: TaskPaths, actor: Any, queued_at: str) -> Turn:
+    def _queue(self, fleet: Fleet, task: TaskPaths, group: Any, queued_at: str) -> Turn:
         """Record that the task waits in the cluster's queue (so listings show it queued);
         its turn, with the tasks recorded as waiting before it."""
         with fleet.locked():
             ahead = [w for w in fleet.on_cluster(clean=True) if w.label != task.label]
             waiting = Waiting(
                 task.project_id, task.task_id, "", fleet.next_seq(), submitted=queued_at,
-                cluster={"actor": actor._actor_id.hex(), "needs": dict(self.settings.resources)},
+                cluster={"group": group.id.hex(), "needs": dict(self.settings.resources)},
             )  # fmt: skip
             fleet.put_on_cluster(waiting)
         return Turn(False, len(ahead), waiting.cluster_words())
 
-    def _queued(self, label: str) -> bool:
-        """Whether the task's actor waits in the cluster's queue: no host has taken it."""
-        actor = self._actor(label)
-        return actor is not None and _state(actor) == ("PENDING_CREATION", False)
+    def _queued_words(self, label: str) -> str:
+        return (
+            f"task {label} is already queued on the Ray cluster, waiting for a free host; "
+            "`run-agent stop` takes it out"
+        )
 
     def _refusal(self, label: str) -> str:
-        """Why a second start of a task whose actor exists is refused: it runs, or it waits."""
-        if self._queued(label):
-            return (
-                f"task {label} is already queued on the Ray cluster, waiting for a free host; "
-                "`run-agent stop` takes it out"
-            )
+        """Why a second start of a task whose group exists is refused: it runs, or it waits."""
+        group = _group(label, self.namespace)
+        if group is not None and group.get("state") in WAITING_STATES:
+            return self._queued_words(label)
         where = self.locate(label)
         return already_running(label, where.holder(label) if where is not None else None)
 
-    def _actor(self, label: str) -> Any | None:
+    def _locate(self, group: Mapping[str, Any], label: str) -> Where | None:
         try:
-            return ray.get_actor(label, namespace=self.settings.namespace)
-        except ValueError:
+            found = self._ask(_group_node(group), "locate", label, create=False)
+        except (RayActorError, ValueError):
             return None
-
-    def _call(self, label: str, method: str, *args: Any, wait: float = CALL_WAIT) -> Any:
-        """`method(*args)` of the task's actor; _GONE if it has no actor or it died. An actor
-        being restarted on another host is waited for (up to `wait`), not taken for gone."""
-        deadline = time.monotonic() + wait
-        while True:
-            actor = self._actor(label)
-            if actor is None:
-                return _GONE
-            try:
-                return ray.get(getattr(actor, method).remote(*args), timeout=wait)
-            except ActorUnavailableError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-            except RayActorError:
-                return _GONE
+        return found if isinstance(found, Where) else None
 
     def locate(self, label: str) -> Where | None:
-        """Where the task's actor runs its loop; None if it has no actor (or it died), or its
-        actor waits in the cluster's queue (and would answer only once it has a host)."""
-        if self._queued(label):
+        """Where the task's loop runs; None if it has no group, its group waits in the
+        cluster's queue, or no host agent runs it."""
+        group = _group(label, self.namespace)
+        if group is None or group.get("state") != "CREATED":
             return None
-        where = self._call(label, "locate")
-        return where if isinstance(where, Where) and where.error is None else None
+        return self._locate(group, label)
 
     def withdraw(self, task: TaskPaths) -> Waiting | None:
-        """Take a task that waits in the cluster's queue out of it (its actor, which holds no
+        """Take a task that waits in the cluster's queue out of it (its group, which holds no
         host yet, goes); its record, or None if it was not waiting there."""
         fleet = Fleet(task.root)
         left = fleet.off_cluster(task) if fleet.exists() else None
-        actor = self._actor(task.label)
-        if actor is None or _state(actor) != ("PENDING_CREATION", False):
+        group = _group(task.label, self.namespace)
+        if group is None or group.get("state") not in WAITING_STATES:
             return None
-        ray.kill(actor, no_restart=True)
+        _remove_group(task.label, self.namespace, group["placement_group_id"])
+        _kv_del(self.namespace, SPECS + task.label)
         return left or Waiting(task.project_id, task.task_id, "", 0)
 
-    def waits(self, label: str, actor_id: str) -> bool:
-        """Whether the cluster still has the actor `actor_id` of a queued task (waiting, or
-        starting: a run of it then shows soon); taken at its word if the cluster cannot be
+    def waits(self, label: str, group_id: str) -> bool:
+        """Whether the cluster still has the group `group_id` of a queued task (waiting, or
+        placed: a run of it then shows soon); taken at its word if the cluster cannot be
         asked, as a listing never fails on it."""
         try:
-            state, _ = _state_of(actor_id)
+            found = _group_table(PlacementGroupID.from_hex(group_id))
         except (RayError, OSError, ValueError):
             return True
-        return state not in ("", "DEAD")
+        return bool(found) and found.get("state") not in (None, "REMOVED")
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
-        before = self.locate(task.label)
-        if before is None:
+        group = _group(task.label, self.namespace)
+        if group is None or group.get("state") != "CREATED":
             return None
         try:
-            where = self._call(task.label, "stop", wait, wait=(wait or 0) + CALL_WAIT)
-        except RunAgentError:
-            raise
+            where = self._ask(_group_node(group), "stop", task.label, wait, create=False,
+                              wait=(wait or 0) + CALL_WAIT)  # fmt: skip
+        except (RayActorError, ValueError):
+            return None
         except RayError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, RunAgentError):
                 raise cause from None
             raise RunAgentError(f"stopping task {task.label} on the cluster failed: {exc}") from exc
-        if where is _GONE:  # it ended as it stopped, and took the answer with it
-            where = before
-        if wait is not None:  # a start right after the stop must find the name free
-            deadline = time.monotonic() + NAME_FREED_WAIT
-            while self._actor(task.label) is not None and time.monotonic() < deadline:
-                time.sleep(0.05)
-        assert isinstance(where, Where)
-        return where.holder(task.label)
+        return where.holder(task.label) if isinstance(where, Where) else None
+
+    def ended(self, label: str, since: float) -> dict[str, Any] | None:
+        """How the task's loop last ended (its exit code, host), if it ended after `since`
+        (time.time() of the start that made it)."""
+        data = _kv_get(self.namespace, ENDS + label)
+        try:
+            end = json.loads(data) if data else None
+        except ValueError:
+            return None
+        if not isinstance(end, dict) or float(end.get("submitted") or 0) < since:
+            return None
+        return end
 
     def read(self, task: TaskPaths, relative: str, offset: int, limit: int) -> bytes:
-        """Bytes of a file of the task's folder on the host that runs it, from `offset`."""
-        data = self._call(task.label, "read", relative, offset, limit)
+        """Bytes of a file of the task's folder on the host that runs it (or ran it last),
+        from `offset`."""
+        group = _group(task.label, self.namespace)
+        node = _group_node(group) if group is not None else ""
+        if not node:
+            end = self.ended(task.label, 0)
+            node = str(end.get("node") or "") if end is not None else ""
+        if not node:
+            return b""
+        root = None if not self.settings.shared_root else str(task.root.resolve())
+        try:
+            data = self._ask(node, "read", root, task.project_id, task.task_id, relative,
+                             offset, limit, create=False)  # fmt: skip
+        except (RayActorError, ValueError):
+            return b""
         return data if isinstance(data, bytes) else b""
 
     def receive_runs(self, root: Path) -> None:
         """Hold the cluster's HOME name for `root` while this process lives: hosts that do not
-        share the root send each task's folder here when its loop ends."""
+        share the root send each task's folder here as its loop runs."""
         if HOME in self._names:
             return
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         try:
             self._names[HOME] = RemoteHome.options(
-                name=HOME, namespace=self.settings.namespace, num_cpus=0, scheduling_strategy=here
+                name=HOME, namespace=self.namespace, num_cpus=0, scheduling_strategy=here
             ).remote(str(root))
         except ValueError:
             raise RunAgentError(
                 "another server already receives this cluster's run folders "
-                f"(namespace {self.settings.namespace!r}); give this one another namespace"
+                f"(namespace {self.namespace!r}); give this one another namespace"
             ) from None
 
     def hold_name(self, name: str) -> bool:
@@ -599,21 +848,21 @@ class RayExecutor:
             return True
         try:
             self._names[name] = RemoteName.options(
-                name=name, namespace=self.settings.namespace, num_cpus=0
+                name=name, namespace=self.namespace, num_cpus=0
             ).remote()
         except ValueError:
             return False
         return True
 
     def judge(self, label: str, on: str, pid: int, start: float | None) -> bool:
-        """Whether the supervisor `pid` on host `on` still runs `label`'s loop: its actor
-        lives and says so. A task whose actor is gone is lost."""
+        """Whether the supervisor `pid` on host `on` still runs `label`'s loop: its host
+        agent says so. A task no host agent runs is lost."""
         now = time.monotonic()
         seen = self._judged.get(label)
         if seen is None or now - seen[0] > JUDGE_TTL:
             try:
                 seen = (now, self.locate(label))
-            except (GetTimeoutError, ActorUnavailableError):  # busy or moving, not gone
+            except (GetTimeoutError, ActorUnavailableError):  # busy or restarting, not gone
                 return True
             self._judged[label] = seen
         where = seen[1]
@@ -643,6 +892,7 @@ def connect(settings: ExecutorSettings) -> RayExecutor:
                 "one with `ray start --head`, or set executor.address to HOST:PORT"
             ) from None
     made = _executors[key] = RayExecutor(settings)
+    made.ensure_agents()  # started ahead, so a task's start finds its host's agent ready
     if len(_executors) == 1:
         host.set_judge(made.judge)
         host.set_queue_judge(made.waits)
@@ -660,19 +910,6 @@ def _reachable(address: str) -> None:
             f"({getattr(exc, 'strerror', None) or exc}); check the address, or start the "
             "head with `ray start --head`"
         ) from None
-
-
-def _state(actor: Any) -> tuple[str, bool]:
-    """The actor's state in the cluster's table (`PENDING_CREATION`, `ALIVE`, ...; '' if it
-    has none), and whether a host's worker has taken it (the worker's pid is known)."""
-    return _state_of(actor._actor_id.hex())
-
-
-def _state_of(actor_id: str) -> tuple[str, bool]:
-    info = ray_state.actors(actor_id=actor_id)
-    if not info:
-        return "", False
-    return str(info.get("State") or ""), bool(info.get("Pid"))
 
 
 def _fits(room: Mapping[str, float], needs: Mapping[str, float]) -> bool:

@@ -11,7 +11,7 @@ lock, so the cap holds whichever process starts a task.
 - `cluster/P@T.json`: a task waiting in a Ray cluster's queue (its cap is the hosts' `agent_slot`,
   its order Ray's): no process waits for it, and this record only lets listings show it queued.
   It is judged, never trusted: it counts for nothing once the task holds its lock, a run of it
-  has started since, or the cluster no longer has its actor (a root a host cannot write to is
+  has started since, or the cluster no longer has its group (a root a host cannot write to is
   never cleaned by that host, so the record cannot be relied on to be removed).
 - `seq`: the counter that numbers places in the queue.
 - `lock`: held while any of these is read, decided on and written (a few milliseconds).
@@ -82,7 +82,7 @@ class Waiting:
     waiter_started: float | None = None
     start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env}
     limits: Mapping[str, Any] | None = None  # the limits in force when it was queued
-    cluster: Mapping[str, Any] | None = None  # in a Ray cluster's queue: {actor, needs}
+    cluster: Mapping[str, Any] | None = None  # in a Ray cluster's queue: {group, needs}
 
     @property
     def label(self) -> str:
@@ -91,7 +91,7 @@ class Waiting:
     def still_on_cluster(self, root: Path) -> bool:
         """Whether a task recorded as waiting in the cluster's queue still waits there: it
         does not hold its lock, no run of it has started since it was queued, and the cluster
-        (when this process knows it) still has its actor."""
+        (when this process knows it) still has its placement group."""
         from runagent.store import host
         from runagent.store.lock import live_holder
         from runagent.store.runfolder import read_run_record
@@ -103,8 +103,8 @@ class Waiting:
         latest = read_run_record(task.run_folder(runs[-1])) if runs else None
         if latest is not None and _instant(latest.start_time) >= _instant(self.submitted):
             return False
-        actor = str((self.cluster or {}).get("actor") or "")
-        return host.waits_on_cluster(self.label, actor)
+        group = str((self.cluster or {}).get("group") or "")
+        return host.waits_on_cluster(self.label, group)
 
     def cluster_words(self) -> str:
         """What a task in the cluster's queue waits for, in words."""

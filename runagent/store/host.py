@@ -5,7 +5,7 @@ says "pid 1234" of a process it cannot see nor calls it dead by looking in its o
 foreign holder is judged is up to whoever knows the cluster (the Ray executor registers its
 judge when it connects); without one, a foreign holder counts as alive: a run is never called
 lost on a guess. A task waiting in the cluster's queue is judged the same way: by the cluster,
-which still has its actor or not, else taken at its word.
+which still has its placement group or not, else taken at its word.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ HOST_ENV = "RUN_AGENT_HOST"  # names this host where its name is not what the cl
 # (task label, host, pid, process start) -> whether that supervisor is still alive
 Judge = Callable[[str, str, int, float | None], bool]
 _judge: Judge | None = None
-# (task label, Ray actor id) -> whether the cluster still has that actor (waiting, or starting)
+# (task label, placement group id) -> whether the cluster still has that group (waiting, or placed)
 QueueJudge = Callable[[str, str], bool]
 _queue_judge: QueueJudge | None = None
 
@@ -46,7 +46,7 @@ def set_queue_judge(judge: QueueJudge | None) -> None:
     _queue_judge = judge
 
 
-def waits_on_cluster(label: str, actor: str) -> bool:
+def waits_on_cluster(label: str, group: str) -> bool:
     """Whether a task queued on the cluster still waits there (taken at its word when this
     process does not know the cluster)."""
-    return True if _queue_judge is None else _queue_judge(label, actor)
+    return True if _queue_judge is None else _queue_judge(label, group)

@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import yaml
 
@@ -437,21 +436,37 @@ def _api_run(server: Server, run_id: str) -> dict[str, Any] | None:
     return info if info.get("status") == "completed" else None
 
 
-def test_a_task_whose_actor_is_gone_shows_as_lost(ws: Workspace, on_cluster: RayCluster) -> None:
-    cluster_config(ws, on_cluster.settings, ["--sleep", "120"])
+def test_a_host_agent_killed_loses_its_run_and_its_loop_goes_on_on_that_host(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """The supervisors die with their host agent's worker (no agent is left running); Ray starts
+    the agent again on its host, which takes the task's group up: the interrupted run is marked
+    lost, and the loop goes on there with its next attempt."""
+    cluster_config(ws, on_cluster.settings, ["--setsid-grandchild", "--wait-pids", "2",
+                                             "--sleep", "120"])  # fmt: skip
     task = ws.task("p", "gone")
     started = start(ws, on_cluster.settings, task)
-    wait_for(lambda: latest(task), 30, "the run")
-    actor = ray.get_actor(task.label, namespace=on_cluster.settings.namespace)
-    ray.kill(actor, no_restart=True)  # what a lost actor looks like; its worker dies with it
     assert started.holder is not None
-    wait_for(lambda: not psutil.pid_exists(started.pid) or not alive(started.pid), 20,
-             "the supervisor to die with its actor")  # fmt: skip
-    view = wait_for(
-        lambda: (v := tasks.view(task)).status is tasks.TaskStatus.LOST and v, 20, "lost"
-    )
-    assert view.latest is not None and view.latest.status is RunStatus.LOST
-    wait_for(lambda: not ws.leftovers(), 20, "the agent's tree to go")
+    old = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "the agents")
+    first = latest(task)
+    group = ray.util.placement_group_table(ray.util.get_placement_group(task.label))
+    node = group["bundles_to_node_id"][0]
+    agent = ray.get_actor(f"host:{node}", namespace=on_cluster.settings.namespace)
+    ray.kill(agent, no_restart=False)  # what a crashed host agent looks like
+    try:
+        wait_for(lambda: not alive(started.pid), 20, "the supervisor to die with its agent")
+        wait_for(lambda: not [p for p in old if alive(p)], 20, "the agent's tree to go")
+        again = wait_for(
+            lambda: (i := latest(task)) is not None and i.run_id != first.run_id
+            and i.status is RunStatus.RUNNING and i, 60, "the loop to go on",
+        )  # fmt: skip
+        assert again.host == started.holder.host and again.attempt == 2
+        assert read_run_info(task.run_folder(first.run_id)).status is RunStatus.LOST
+        assert tasks.view(task).status is tasks.TaskStatus.RUNNING
+    finally:
+        control.stop(task, 20, on_cluster.settings)
+    assert name_free(on_cluster.settings, task.label)
+    wait_for(lambda: not ws.leftovers(), 20, "nothing left")
 
 
 def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_the_actor(
