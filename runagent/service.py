@@ -54,6 +54,15 @@ class Command(StrEnum):
 
     RUN = "run"
     RESUME = "resume"
+    JOB = "job"  # one run, no restarts
+
+
+# Why an issue run is not handed to a cluster: its worktree is made from the repository here.
+ISSUE_ON_CLUSTER = (
+    "an issue run cannot go to the Ray cluster: its worktree is a git worktree of the "
+    "repository on this machine, and the loop would run on another host; run it with "
+    "--executor local"
+)
 
 
 @record
@@ -116,7 +125,7 @@ class Service:
         another), AlreadyCompletedError (unless `again`), and what the agent check raises.
         """
         task = request.task
-        prompt = request.prompt if request.command is Command.RUN else None
+        prompt = request.prompt if request.command is not Command.RESUME else None
         if request.issue is not None:
             prompt = self._admit_issue(request.issue, prompt)
         if prompt is None:
@@ -151,7 +160,7 @@ class Service:
         from runagent.issues.worktree import working_trees
 
         if self.executor is not None and self.executor.type is ExecutorType.RAY:
-            raise UsageError("an issue run needs its worktree here; run it with --executor local")
+            raise UsageError(ISSUE_ON_CLUSTER)
         trees = working_trees((self.workdir / issue.repo).resolve(), os.environ)  # not one: refused
         refuse_config_inside(self.config_path, trees, os.environ)
         refuse_root_inside(self.root, "--root or storage.runs_dir", trees)

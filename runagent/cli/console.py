@@ -59,6 +59,17 @@ class Console:
         self._clear()
         print(f"run-agent: {text}", file=self.stream, flush=True)
 
+    def relay(self, line: str, always: bool = False) -> None:
+        """A line a loop elsewhere wrote (its supervisor.log), as it wrote it."""
+        if self.quiet and not always:
+            return
+        self._clear()
+        print(line, file=self.stream, flush=True)
+
+    def done(self) -> None:
+        """Nothing more comes: the status line goes."""
+        self._clear()
+
     def _clear(self) -> None:
         if self._status_shown:
             self.stream.write("\r\x1b[K")

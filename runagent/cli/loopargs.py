@@ -29,6 +29,7 @@ class LoopArgs:
     after: tuple[str, ...] = ()  # P/T of tasks that must complete first (`--after`)
     priority: int = 0  # its place among tasks that wait in the queue (`--priority`)
     no_stuck: bool = False  # `--no-stuck`: off for this loop, not remembered for the task
+    detach: bool = False  # `--detach`: start the loop where it runs and return
 
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -60,7 +61,7 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
         loop = LoopArgs(
             overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"),
             after=tuple(kwargs.pop("after")), priority=kwargs.pop("priority") or 0,
-            no_stuck=no_stuck,
+            no_stuck=no_stuck, detach=bool(kwargs.pop("detach")),
         )  # fmt: skip
         return f(*args, loop=loop, **kwargs)
 
@@ -99,6 +100,9 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--sandbox", type=click.Choice([c.value for c in AgentSandbox]), help="bwrap: run the "
             "agent under bubblewrap (its folders writable, the home hidden); none: as you.")),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
+        ("detach", click.option(
+            "--detach", "-d", is_flag=True, help="Start the loop (on its executor) and return at "
+            "once with exit 0, saying where it runs; follow it with `output --follow`.")),
         ("again", click.option(
             "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
         ("schedule", click.option(

@@ -39,7 +39,7 @@ from runagent.loop.context import (
 )
 from runagent.loop.events import Event, Outcome
 from runagent.loop.supervisor import Supervisor
-from runagent.service import Command, Service, StartRequest
+from runagent.service import ISSUE_ON_CLUSTER, Command, Service, StartRequest
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 
@@ -176,22 +176,38 @@ def start_loop(
 
 
 def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) -> None:
-    """Through the one door: a loop for another executor is started there (detached); one for
-    this machine is admitted by the same checks and run here, in the foreground."""
-    if s.config.executor.type is not ExecutorType.LOCAL:
-        if issue is not None:
-            raise UsageError("an issue run needs its worktree here; run it with --executor local")
-        if loop.one_run:
-            raise UsageError(
-                "`job` runs in the foreground; use `run --max-restarts 0` on a cluster"
-            )
-        dispatch(s, request)
-        return
+    """Through the one door: the loop runs here in the foreground, or on the configured
+    executor followed here in the foreground (the same lines and exit code), or, with
+    --detach, is started where it runs and left to run."""
+    if loop.one_run:  # started elsewhere as `job`, which says its single run itself
+        once = replace(request.overrides, max_restarts=None)
+        request = replace(request, command=Command.JOB, overrides=once)
+    on_cluster = s.config.executor.type is not ExecutorType.LOCAL
+    if on_cluster and issue is not None:
+        raise UsageError(ISSUE_ON_CLUSTER)
     if issue is not None:  # not a repository, or a config or runs root inside it: refused
         s.refuse_inside(issue.repo)  # before anything (a resume finds the repository only now)
+    if loop.detach:
+        dispatch(s, _detached(request, issue), loop.quiet)
+        return
     service = service_for(s)
+    if on_cluster:
+        from runagent.cli.remote import follow_remote
+
+        follow_remote(service, request, loop.quiet)
     prompt = service.admit(request)
     foreground_loop(s, request.task, prompt, loop, issue, (service, request))
+
+
+def _detached(request: StartRequest, issue: Issue | None) -> StartRequest:
+    """The request of a detached start: an issue run goes as the door's issue start (which
+    writes the issue down for the loop to take up)."""
+    if issue is None or request.command is Command.RESUME:
+        return request
+    from runagent.service import IssueStart
+
+    start = IssueStart(issue.number, issue.repo, issue.body, issue.url)
+    return replace(request, issue=start, issue_run=True)
 
 
 def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
@@ -253,20 +269,21 @@ def reports_usage(backend: Backend) -> bool:
     return type(backend).usage is not Backend.usage
 
 
-def dispatch(s: Setup, request: StartRequest) -> None:
-    """Hand the task's loop to the configured executor (a cluster) instead of running it here."""
+def dispatch(s: Setup, request: StartRequest, quiet: bool = False) -> None:
+    """Start the task's loop where it runs (--detach), say where, and return."""
     task = request.task
     started = service_for(s).start(request)
-    if started.queued is not None:  # in the cluster's queue, or blocked until others complete
-        click.echo(f"run-agent: {started.queued.words(task.label)}; watch it with "
-                   f"`run-agent watch -p {task.project_id}`", err=True)  # fmt: skip
+    watch = f"`run-agent output -p {task.project_id} -t {task.task_id} --follow`"
+    if started.queued is not None:  # in the queue, or blocked until others complete
+        click.echo(f"run-agent: {started.queued.words(task.label)}; follow it with {watch}",
+                   err=True)  # fmt: skip
         return
-    where = started.holder.describe() if started.holder is not None else f"pid {started.pid}"
-    click.echo(
-        f"run-agent: task {task.label} dispatched to {s.config.executor.type} (supervisor "
-        f"{where}); watch it with `run-agent watch -p {task.project_id}`",
-        err=True,
-    )
+    on_cluster = s.config.executor.type is not ExecutorType.LOCAL
+    held = started.holder
+    where = held.describe(host=on_cluster) if held is not None else f"pid {started.pid}"
+    if not quiet:
+        click.echo(f"run-agent: task {task.label} started on {s.config.executor.type} "
+                   f"(supervisor {where}); follow it with {watch}", err=True)  # fmt: skip
 
 
 def foreground_loop(

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings, ExecutorType
@@ -76,6 +76,15 @@ def withdraw(task: TaskPaths, executor: ExecutorSettings | None) -> Waiting | No
     return ray_executor(executor).withdraw(task)
 
 
+class Located(Protocol):
+    """Where a loop runs on another executor."""
+
+    @property
+    def log_from(self) -> int: ...  # where its lines begin in the task's supervisor.log
+
+    def holder(self, label: str) -> Holder: ...
+
+
 class Executor(Protocol):
     """What runs task loops elsewhere than in a detached supervisor on this machine."""
 
@@ -91,6 +100,10 @@ class Executor(Protocol):
     def hold_name(self, name: str) -> bool: ...
 
     def read(self, task: TaskPaths, relative: str, offset: int, limit: int) -> bytes: ...
+
+    def locate(self, label: str) -> Located | None: ...
+
+    def ended(self, label: str, since: float) -> dict[str, Any] | None: ...
 
     def receive_runs(self, root: Path) -> None: ...
 

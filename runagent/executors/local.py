@@ -58,8 +58,11 @@ def loop_argv(
         args += ["--schedule", schedule]
     if again:
         args.append("--again")
-    # The loop runs where this command line says, whatever executor the config names.
-    return [*args, *overrides.to_args(), "--executor", on, "--quiet"]
+    # The loop runs where this command line says, whatever executor the config names; there in
+    # the foreground (its supervisor's words, event lines included, go to supervisor.log), or,
+    # handed on to another executor, detached there.
+    tail = ["--executor", on] if on == "local" else ["--detach", "--executor", on]
+    return [*args, *overrides.to_args(), *tail]
 
 
 def start_local(

@@ -144,6 +144,7 @@ class Where:
     error: str | None = None
     exit_code: int | None = None
     node: str = ""
+    log_from: int = 0  # where the loop's lines begin in the task's supervisor.log
 
     def holder(self, label: str) -> Holder:
         return Holder(self.pid, self.process_start, self.since, self.host, label)
@@ -283,6 +284,7 @@ class HostAgent:
         argv = localexecutor.loop_argv(
             spec.command, task, spec.overrides, spec.config_path, spec.schedule, spec.again
         )
+        log_from = _size(runfolder.supervisor_log_path(task))
         # Started again after its host died: on a shared root over NFS, the dead host's flock
         # holds until the NFS server drops its lease; wait for that rather than give it up.
         deadline = time.monotonic() + (LEASE_WAIT if again else 0)
@@ -302,6 +304,7 @@ class HostAgent:
         return Where(
             self.host, started.pid, process_start_time(started.pid),
             holder.since if holder is not None else "", str(task.root), node=self.node,
+            log_from=log_from,
         )  # fmt: skip
 
     def _seed(self, task: TaskPaths) -> None:
@@ -383,7 +386,7 @@ class HostAgent:
         if loop.mirror is not None:
             loop.mirror.sync(final=True)
         end = {"code": code, "submitted": spec.submitted, "host": self.host, "node": self.node,
-               "root": str(loop.task.root)}  # fmt: skip
+               "log_from": loop.where.log_from if loop.where is not None else 0}  # fmt: skip
         _kv_put(self.namespace, ENDS + spec.label, json.dumps(end).encode())
         _remove_group(spec.label, self.namespace)
         left = _spec(self.namespace, spec.label)
@@ -398,6 +401,13 @@ class HostAgent:
 
 
 RemoteHostAgent: Any = ray.remote(HostAgent)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _kv_put(namespace: str, key: str, value: bytes, overwrite: bool = True) -> bool:
@@ -630,7 +640,9 @@ class RayExecutor:
                     raise AlreadyRunningError(self._queued_words(label))
                 where = self._locate(group, label)
                 if where is not None:
-                    raise AlreadyRunningError(already_running(label, where.holder(label)))
+                    raise AlreadyRunningError(
+                        already_running(label, where.holder(label), host=True)
+                    )
                 if not self._left_behind(group, label):
                     raise AlreadyRunningError(already_running(label, None))
                 _remove_group(label, self.namespace, group["placement_group_id"])
@@ -741,7 +753,8 @@ class RayExecutor:
         if group is not None and group.get("state") in WAITING_STATES:
             return self._queued_words(label)
         where = self.locate(label)
-        return already_running(label, where.holder(label) if where is not None else None)
+        holder = where.holder(label) if where is not None else None
+        return already_running(label, holder, host=True)
 
     def _locate(self, group: Mapping[str, Any], label: str) -> Where | None:
         try:

@@ -84,7 +84,7 @@ def _due(fleet: Fleet) -> list[Waiting] | None:
 
 
 # What a queued start may run: run-agent's own loop commands, nothing else.
-STARTS = ("run", "resume")
+STARTS = ("run", "resume", "job")
 
 
 def _untrusted(fleet: Fleet, waiting: Waiting) -> str:
@@ -118,7 +118,7 @@ def _start(fleet: Fleet, waiting: Waiting) -> None:
     try:
         argv = [str(a) for a in start["argv"]]
         cwd, env = Path(str(start["cwd"])), {str(k): str(v) for k, v in dict(start["env"]).items()}
-        if argv[-3:-1] == ["--executor", "ray"]:
+        if _executor_of(argv) == "ray":
             _hand_to_cluster(task, argv, cwd, env)
         else:
             start_local(task, argv, cwd=cwd, env=env)
@@ -132,6 +132,12 @@ def _start(fleet: Fleet, waiting: Waiting) -> None:
             )
         except OSError:
             pass
+
+
+def _executor_of(argv: list[str]) -> str:
+    """The executor a start's command line names last (`--executor X`)."""
+    at = len(argv) - 1 - argv[::-1].index("--executor") if "--executor" in argv else -1
+    return argv[at + 1] if 0 <= at < len(argv) - 1 else "local"
 
 
 def _hand_to_cluster(task: TaskPaths, argv: list[str], cwd: Path, env: dict[str, str]) -> None:

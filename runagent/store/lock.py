@@ -34,9 +34,11 @@ class Holder:
         assert self.host is not None
         return foreign_alive(self.task, self.host, self.pid, self.process_start)
 
-    def describe(self) -> str:
-        """Which supervisor it is, in words: its pid, and its host when that is another."""
-        return f"pid {self.pid}" + ("" if is_here(self.host) else f" on host {self.host}")
+    def describe(self, host: bool = False) -> str:
+        """Which supervisor it is, in words: its pid, and its host when that is another (or
+        always, with `host`: a task that runs on a cluster, of which this may be a host)."""
+        named = self.host is not None and (host or not is_here(self.host))
+        return f"pid {self.pid}" + (f" on host {self.host}" if named else "")
 
 
 def read_holder(path: Path, label: str = "") -> Holder | None:
@@ -60,11 +62,13 @@ def live_holder(path: Path) -> Holder | None:
     return holder if holder is not None and holder.alive() else None
 
 
-def already_running(label: str, holder: Holder | None) -> str:
-    """The one wording of "another supervisor holds this task"."""
+def already_running(label: str, holder: Holder | None, host: bool = False) -> str:
+    """The one wording of "another supervisor holds this task" (naming its host when that is
+    another, or always with `host`)."""
     if holder is None:
         return f"task {label} is already running (its supervisor is starting)"
-    return f"task {label} is already running (supervisor {holder.describe()} since {holder.since})"
+    described = holder.describe(host)
+    return f"task {label} is already running (supervisor {described} since {holder.since})"
 
 
 class TaskLock:

@@ -41,8 +41,10 @@ def test_overrides_survive_the_trip_through_a_detached_command_line(tmp_path: Pa
     )  # fmt: skip
     argv = control.loop_argv("run", TaskPaths(tmp_path, "p", "t"), overrides, None, "nightly")
     assert argv[:7] == ["run", "--project", "p", "--task", "t", "--root", str(tmp_path)]
-    assert argv[-1] == "--quiet" and "--schedule" in argv
-    options = dict(zip(argv[9:-1:2], argv[10:-1:2], strict=True))
+    # runs there in the foreground, its words (event lines too) going to supervisor.log
+    assert argv[-2:] == ["--executor", "local"] and "--schedule" in argv
+    assert "--detach" not in argv and "--quiet" not in argv
+    options = dict(zip(argv[9:-2:2], argv[10:-2:2], strict=True))
     back = LoopOverrides.parse(
         {
             "agent": options["--agent"],

@@ -12,6 +12,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -242,6 +243,83 @@ def test_a_timeout_kills_the_tree_as_locally(ws: Workspace, executor: ExecutorSe
     wait_for(lambda: not ws.leftovers(), 15, "its supervisor to exit")
 
 
+def cli_with(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:
+    return ws.cli(*args, "--config", str(ws.config), timeout=120)
+
+
+def test_run_follows_its_loop_and_exits_with_its_code(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    """`run` and `job` are foreground on every executor: the loop's event lines as it goes,
+    then its own exit code (0 completed, 1 failed, 124 timed out)."""
+    kind = executor.type.value
+    cluster_config(ws, executor, ["--fail-first", "1", "--lines", "1"], max_restarts=1)
+    done = cli_with(ws, "run", "-p", "p", "-t", f"fg-{kind}", "go")
+    assert done.returncode == 0, done.stderr
+    lines = done.stderr.splitlines()
+    assert any(re.match(r"run-agent: attempt 1/2: run \S+ started \(fake\)", ln) for ln in lines)
+    assert any(re.match(r"run-agent: attempt 1: run \S+ failed", ln) for ln in lines)
+    assert any(re.match(r"run-agent: attempt 2: run \S+ completed", ln) for ln in lines)
+    assert lines[-1].startswith(f"run-agent: task p/fg-{kind} completed by run")
+    failed = cli_with(ws, "job", "-p", "p", "-t", f"job-{kind}", "go")
+    assert failed.returncode == ExitCode.FAILED, failed.stderr
+    assert latest(ws.task("p", f"job-{kind}")).status is RunStatus.FAILED
+    assert len(ws.task("p", f"job-{kind}").run_ids()) == 1  # a job runs once
+    cluster_config(ws, executor, ["--sleep", "60"], max_restarts=0)
+    slow = cli_with(ws, "run", "-p", "p", "-t", f"slow-{kind}", "--timeout", "1s", "go")
+    assert slow.returncode == ExitCode.TIMED_OUT, slow.stderr
+    quiet = cli_with(ws, "job", "-p", "p", "-t", f"quiet-{kind}", "-q", "--timeout", "1s", "go")
+    assert quiet.returncode == ExitCode.TIMED_OUT
+    assert len(quiet.stderr.strip().splitlines()) == 1, quiet.stderr  # the final line only
+    wait_for(lambda: not ws.leftovers(), 20, "nothing left")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_to_run_stops_the_loop_wherever_it_runs(
+    ws: Workspace, executor: ExecutorSettings, sig: signal.Signals
+) -> None:
+    cluster_config(ws, executor, ["--setsid-grandchild", "--wait-pids", "2", "--sleep", "120"])
+    task = ws.task("p", f"sig-{executor.type.value}-{sig.name}")
+    proc = subprocess.Popen(
+        ws.cli_argv("run", "-p", "p", "-t", task.task_id, "--config", str(ws.config), "go"),
+        cwd=ws.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 60, "agents")
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == ExitCode.STOPPED, err
+    assert not [p for p in pids if alive(p)]
+    assert latest(task).status is RunStatus.STOPPED
+    assert name_free(executor, task.label)
+    wait_for(lambda: not ws.leftovers(), 20, "nothing left")
+
+
+def test_detach_starts_the_loop_says_where_and_returns(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    cluster_config(ws, executor, HOLD, max_restarts=0)
+    task = ws.task("p", f"detached-{executor.type.value}")
+    done = cli_with(ws, "run", "-p", "p", "-t", task.task_id, "--detach", "go")
+    try:
+        assert done.returncode == 0, done.stderr
+        found = re.search(r"started on (\w+) \(supervisor pid (\d+)(?: on host (\w+))?\)",
+                          done.stderr)  # fmt: skip
+        assert found is not None, done.stderr
+        assert found[1] == executor.type.value
+        if executor.type is ExecutorType.RAY:  # on a cluster, always the host (this may be one)
+            assert found[3] in HOSTS
+        view = wait_for(lambda: (v := tasks.view(task)).status is tasks.TaskStatus.RUNNING
+                        and v, 30, "the loop to run on")  # fmt: skip
+        assert view.supervisor is not None and view.supervisor.pid == int(found[2])
+    finally:
+        go(task)
+    wait_for(lambda: tasks.view(task).status is tasks.TaskStatus.COMPLETED, 30, "completed")
+    wait_for(lambda: name_free(executor, task.label), 30, "its loop to end")
+
+
 # The cluster only ---------------------------------------------------------------------------
 
 
@@ -282,10 +360,10 @@ def test_the_command_line_dispatches_and_serve_streams_the_run(
     ws: Workspace, on_cluster: RayCluster, server: Server
 ) -> None:
     cluster_config(ws, on_cluster.settings, ["--lines", "5", "--interval", "0.2"])
-    done = ws.cli("run", "-p", "p", "-t", "cli", "--config", str(ws.config), "hello")
+    done = ws.cli("run", "-p", "p", "-t", "cli", "--detach", "--config", str(ws.config), "hello")
     assert done.returncode == 0, done.stderr
-    assert "task p/cli dispatched to ray (supervisor pid" in done.stderr
-    assert any(f"on host {h}" in done.stderr for h in HOSTS)
+    assert "task p/cli started on ray (supervisor pid" in done.stderr
+    assert any(f"on host {h})" in done.stderr for h in HOSTS)
     task = ws.task("p", "cli")
     run_id = wait_for(lambda: task.run_ids(), 30, "the run")[0]
     path = f"/api/projects/p/tasks/cli/runs/{run_id}/stream/stdout"
@@ -363,7 +441,8 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
         wait_for(lambda: all(tasks.view(t).status is tasks.TaskStatus.RUNNING for t in holders),
                  60, "four loops holding the four agent_slots")  # fmt: skip
         for n, task in enumerate(queued):
-            done = ws.cli("run", "-p", "p", "-t", task.task_id, "--config", str(ws.config), "go")
+            done = ws.cli("run", "-p", "p", "-t", task.task_id, "-d", "--config", str(ws.config),
+                          "go")  # fmt: skip
             assert done.returncode == 0, done.stderr
             assert (
                 f"task {task.label} queued: {n} ahead (a Ray host with agent_slot 1 free)"
@@ -377,14 +456,14 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
             assert rows[task.label]["queue"]["waits_for"] == "a Ray host with agent_slot 1 free"
         fleet = json.loads(ws.cli("fleet", "--json", "--config", str(ws.config)).stdout)
         assert fleet["counts"]["queued"] == 2 and fleet["counts"]["running"] == 4
-        again = ws.cli("run", "-p", "p", "-t", "q1", "--config", str(ws.config), "go")
+        again = ws.cli("run", "-p", "p", "-t", "q1", "-d", "--config", str(ws.config), "go")
         assert again.returncode == ExitCode.ALREADY_RUNNING
         assert "task p/q1 is already queued on the Ray cluster" in again.stderr
         left = ws.cli("stop", "-p", "p", "-t", "q2", "--config", str(ws.config))
         assert left.returncode == 0 and "left the queue" in left.stdout, left.stderr
         assert name_free(settings, "p/q2") and listed(ws)["p/q2"]["status"] == "pending"
         doomed = ws.task("p", "q3")  # a queued task deleted never starts either
-        queue = ws.cli("run", "-p", "p", "-t", "q3", "--config", str(ws.config), "go")
+        queue = ws.cli("run", "-p", "p", "-t", "q3", "-d", "--config", str(ws.config), "go")
         assert "queued: 1 ahead" in queue.stderr, queue.stderr
         gone = ws.cli("delete", "-p", "p", "-t", "q3", "--yes", "--config", str(ws.config))
         assert gone.returncode == 0, gone.stderr
@@ -412,9 +491,9 @@ def test_a_task_after_another_waits_here_then_runs_on_the_cluster(
     settings = on_cluster.settings
     cluster_config(ws, settings, HOLD, max_restarts=0)
     first, then = ws.task("p", "first"), ws.task("p", "then")
-    done = ws.cli("run", "-p", "p", "-t", "first", "--config", str(ws.config), "go")
-    assert done.returncode == 0 and "dispatched to ray" in done.stderr, done.stderr
-    after = ws.cli("run", "-p", "p", "-t", "then", "--after", "p/first", "--config",
+    done = ws.cli("run", "-p", "p", "-t", "first", "-d", "--config", str(ws.config), "go")
+    assert done.returncode == 0 and "started on ray" in done.stderr, done.stderr
+    after = ws.cli("run", "-p", "p", "-t", "then", "--after", "p/first", "-d", "--config",
                    str(ws.config), "go")  # fmt: skip
     assert after.returncode == 0, after.stderr
     assert "task p/then is blocked: it waits for p/first" in after.stderr

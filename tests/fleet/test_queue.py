@@ -376,7 +376,7 @@ def test_a_loop_on_the_ray_cluster_that_runs_after_others_waits_here_blocked_for
     record = Fleet(ws.root).record_of(ws.task("p", "b"))
     assert record is not None and record.start is not None and record.after == ("p/a",)
     assert record.start["argv"][:5] == ["run", "--project", "p", "--task", "b"]
-    assert record.start["argv"][-3:] == ["--executor", "ray", "--quiet"]
+    assert record.start["argv"][-3:] == ["--detach", "--executor", "ray"]
     assert record.limit_settings() == LimitsSettings()  # the cluster's own cap holds it
     assert listed(ws)["p/b"]["status"] == "blocked"
     stopped = ws.cli("stop", "-p", "p", "-t", "b")
