@@ -15,7 +15,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from runagent.config.settings import AgentConfig, Config
+from runagent.config.settings import AgentConfig, Config, ExecutorSettings
 from runagent.errors import RunAgentError
 from runagent.loop.backend import Backend, Finding
 from runagent.record import record
@@ -159,6 +159,40 @@ def check_sandbox(choice: str, sandboxed: Sequence[str] = ()) -> Section:
             "kernel.unprivileged_userns_clone=1) and `apt-get install bubblewrap`",
         )
     return Section("sandbox", (line, agents))
+
+
+def check_cluster(settings: ExecutorSettings) -> Section:
+    """For `executor.type: ray`: whether the cluster answers and has hosts for loops, and which
+    case it is in when its head dies: state kept in Redis (GCS fault tolerance), so loops on the
+    other hosts go on, or in the head's memory, so every loop goes with it."""
+    from runagent.executors import control
+
+    try:
+        cluster = control.ray_executor(settings)
+    except RunAgentError as exc:
+        return Section("cluster", (Finding(False, str(exc), ""),))
+    hosts, free = cluster.hosts()
+    needs = ", ".join(f"{k} {v:g}" for k, v in settings.resources.items()) or "nothing"
+    found = Finding(
+        hosts > 0,
+        f"Ray cluster at {settings.address}: {hosts} host(s) can take a loop ({needs}), "
+        f"{free} free now",
+        "join hosts with `ray start --address HEAD:PORT --resources '{\"agent_slot\": N}'`",
+    )
+    kept = cluster.state_kept()
+    if kept == "redis":
+        line = (
+            "the head's state is kept in Redis (GCS fault tolerance): when the head dies and "
+            "is started again, loops on the other hosts go on"
+        )
+    else:
+        line = (
+            f"the head's state is kept in {kept or 'its memory'}: a head that dies takes every "
+            "loop with it (for GCS fault tolerance, start the head with "
+            "RAY_REDIS_ADDRESS=HOST:PORT of a Redis)"
+        )
+    head = Finding(True, line)
+    return Section("cluster", (found, head))
 
 
 def check_environment() -> Section:

@@ -11,7 +11,7 @@ import click
 import backends
 from runagent.cli.group import cli, fail
 from runagent.cli.options import common, json_option, setup
-from runagent.config.settings import AgentConfig, Config
+from runagent.config.settings import AgentConfig, Config, ExecutorType
 from runagent.errors import ExitCode
 
 
@@ -79,6 +79,8 @@ def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
         doctor.check_sandbox(s.config.ops.sandbox, sandboxed_agents(s.config)),
         doctor.check_environment(),
     ]
+    if s.config.executor.type is ExecutorType.RAY:
+        sections.append(doctor.check_cluster(s.config.executor))
     if print_sections(sections):
         click.echo("everything run-agent needs is in place")
         return

@@ -88,6 +88,9 @@ GROWING = {runfolder.STDOUT, runfolder.STDERR, runfolder.SUPERVISOR_LOG}
 # the lock, which is the dead host's.
 SEEDED_NOT = {*GROWING, runfolder.LOCK}
 WAITING_STATES = ("PENDING", "PREPARED", "RESCHEDULING")  # a group not (or no longer) placed
+# Where the head keeps its state, as it records it on starting (Ray's usage tags, kept whether
+# or not usage stats are reported).
+GCS_STORAGE_KEY, USAGE_NAMESPACE = "extra_usage_tag_gcs_storage", "usage_stats"
 
 # The cluster's hosts and what each has free now (Ray leaves these untyped).
 _hosts: Callable[[], list[dict[str, Any]]] = ray.nodes
@@ -838,6 +841,19 @@ class RayExecutor:
         except (RayActorError, ValueError):
             return b""
         return data if isinstance(data, bytes) else b""
+
+    def hosts(self) -> tuple[int, int]:
+        """How many live hosts could take a loop, and how many have room for one now."""
+        needs = self.settings.resources
+        able = [n for n in _hosts() if n.get("Alive") and _fits(n.get("Resources") or {}, needs)]
+        free = _free_per_host()
+        return len(able), sum(1 for n in able if _fits(free.get(str(n["NodeID"]), {}), needs))
+
+    def state_kept(self) -> str:
+        """Where the cluster's head keeps its state: `redis` (GCS fault tolerance), `memory`,
+        or '' if it does not say (what the head recorded as it started)."""
+        found = internal_kv._internal_kv_get(GCS_STORAGE_KEY, namespace=USAGE_NAMESPACE)
+        return found.decode() if isinstance(found, bytes) else ""
 
     def receive_runs(self, root: Path) -> None:
         """Hold the cluster's HOME name for `root` while this process lives: hosts that do not
