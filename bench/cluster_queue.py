@@ -2,12 +2,12 @@
 
 N tasks (default 24), each an agent that sleeps 3 seconds, are submitted at once against S slots
 (default 4): locally `limits: {max_running: S}` (the keeper starts queued tasks), on the cluster
-two hosts offering agent_slot S/2 each and no limits (Ray's queue holds the actors). Prints, for
-each: how long a start takes to return (a queued one included), the most agents alive at once
-(the process table sampled every 50 ms), how many completed, and the time from the end of a run
-that freed a slot to the start of the next run (from the runs' own run-info times). Every node
-shares this machine's cores. Nothing asserts on speed; everything it starts is stopped and its
-temp folder removed.
+two hosts offering agent_slot S/2 each and no limits (Ray's queue holds their placement
+groups). Prints, for each: how long a start takes to return (a queued one included), the most
+agents alive at once (the process table sampled every 50 ms), how many completed, and the time
+from the end of a run that freed a slot to the start of the next run (from the runs' own
+run-info times). Every node shares this machine's cores. Nothing asserts on speed; everything
+it starts is stopped and its temp folder removed.
 
     python bench/cluster_queue.py [--tasks 24] [--slots 4]
 """

@@ -73,6 +73,7 @@ PLACEMENT_GRACE = 10.0  # seconds a group is given to be placed while a host has
 QUEUED_LOOK = 0.2  # seconds a start with no host free waits before it counts as queued
 CALL_WAIT = 30.0  # seconds a call to a host agent may take before it counts as unanswered
 ADOPT_TICK = 0.5  # seconds between a host agent's looks for groups placed on its host
+EAGER_TICK, EAGER_FOR = 0.05, 3.0  # looks (seconds apart) for so long after a slot here freed
 WATCH_TICK = 0.1  # seconds between a host agent's looks at its supervisors
 STALE_SPEC = 30.0  # seconds a spec without its group counts as a start still being made
 LEASE_WAIT = 180.0  # seconds a moved loop waits for a dead host's lock to be released
@@ -177,6 +178,7 @@ class HostAgent:
         self.host = host.this_host()
         self.loops: dict[str, _Loop] = {}
         self.lock = threading.Lock()
+        self.freed = 0.0  # when a loop here last ended: a waiting group is placed here soon
         # Supervisors die with the thread that forked them (PR_SET_PDEATHSIG): all are forked
         # by this one, which lives as long as the agent's worker.
         self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
@@ -339,13 +341,14 @@ class HostAgent:
         while True:
             try:
                 mirrored = self._look()
-                if time.monotonic() - adopted > ADOPT_TICK:
+                eager = time.monotonic() - self.freed < EAGER_FOR
+                if time.monotonic() - adopted > ADOPT_TICK or eager:
                     adopted = time.monotonic()
                     self._adopt()
             except Exception as exc:  # never let the watch die: every loop here depends on it
                 print(f"run-agent host agent: {type(exc).__name__}: {exc}", file=sys.stderr)
-                mirrored = False
-            time.sleep(MIRROR_TICK if mirrored else WATCH_TICK)
+                mirrored = eager = False
+            time.sleep(EAGER_TICK if eager else MIRROR_TICK if mirrored else WATCH_TICK)
 
     def _look(self) -> bool:
         mirrored = False
@@ -392,6 +395,7 @@ class HostAgent:
                "log_from": loop.where.log_from if loop.where is not None else 0}  # fmt: skip
         _kv_put(self.namespace, ENDS + spec.label, json.dumps(end).encode())
         _remove_group(spec.label, self.namespace)
+        self.freed = time.monotonic()
         left = _spec(self.namespace, spec.label)
         if left is not None and left.submitted == spec.submitted:
             _kv_del(self.namespace, SPECS + spec.label)

@@ -332,3 +332,29 @@ def test_a_schedule_fires_an_issue_run(ws: Workspace) -> None:
     (run,) = ws.runs("p", "triage")
     assert run.cwd == str(task.worktree) and run.reason == Reason.READY_MARKER
     assert yaml.safe_load(task.issue_record.read_text())["issue"] == 12
+
+
+def test_an_issue_run_detached_from_the_command_line_runs_on_in_its_worktree(
+    ws: Workspace,
+) -> None:
+    """`--detach` hands an issue run to a detached loop through the door (which writes the
+    issue down for it) and returns at once; the loop works in the issue's worktree until the
+    ready marker, as the foreground run does."""
+    repo = make_repo(ws.path / "repo")
+    main = git(repo, "rev-parse", "HEAD")
+    setup_config(ws, ["--commit", "progress {attempt}", "--ready-from", "1",
+                      "--echo-env", "COCODE_ISSUE_NUMBER"])  # fmt: skip
+    proc = issue_run(ws, repo, "--detach", "Fix the bug", number="2")
+    assert proc.returncode == 0, proc.stderr
+    assert "task p/issue-2 started on local (supervisor pid" in proc.stderr
+    task = ws.task("p", "issue-2")
+    wait_for(lambda: task.done.exists() or (ws.runs("p", "issue-2") or [None])[-1], 30, "a run")
+    run = wait_for(
+        lambda: (r := ws.runs("p", "issue-2")) and r[-1].status is RunStatus.COMPLETED and r[-1],
+        60, "the detached issue run to complete",
+    )  # fmt: skip
+    assert run.reason is Reason.READY_MARKER and run.cwd == str(task.worktree)
+    assert (run.branch, run.base_commit) == ("run-agent/p/issue-2", main)
+    assert "COCODE_ISSUE_NUMBER=2" in task.run(run.run_id).stdout.read_text()
+    assert yaml.safe_load(task.issue_record.read_text())["issue"] == 2
+    wait_for(lambda: not ws.leftovers(), 20, "its supervisor to exit")
