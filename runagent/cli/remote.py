@@ -43,14 +43,22 @@ def follow_remote(service: Service, request: StartRequest, quiet: bool) -> NoRet
     assert settings is not None
     task = request.task
     began = time.time()  # before the start: the loop's end is recorded after it
-    started = service.start(request)
-    if started.queued is not None:  # one line, even with --quiet: the run is not lost, it waits
-        click.echo(f"run-agent: {started.queued.words(task.label)}", err=True)
-    elif not quiet:
-        where = started.holder.describe(host=True) if started.holder else f"pid {started.pid}"
-        click.echo(f"run-agent: task {task.label} runs on {settings.type} (supervisor {where})",
-                   err=True)  # fmt: skip
-    Follower(service, settings, task, began, quiet).run()
+    follower = Follower(service, settings, task, began, quiet)
+    # A signal while it starts stops it once started: never a loop left running unfollowed.
+    previous = {sig: signal.signal(sig, follower.signalled) for sig in STOP_SIGNALS}
+    try:
+        started = service.start(request)
+        if started.queued is not None:  # one line, even with --quiet: it is not lost, it waits
+            click.echo(f"run-agent: {started.queued.words(task.label)}", err=True)
+        elif not quiet:
+            held = started.holder
+            where = held.describe(host=True) if held is not None else f"pid {started.pid}"
+            click.echo(f"run-agent: task {task.label} runs on {settings.type} (supervisor "
+                       f"{where})", err=True)  # fmt: skip
+        follower.run()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 class Follower:
@@ -66,35 +74,34 @@ class Follower:
         self.quiet = quiet
         self.console = Console(sys.stderr, 1, quiet)
         self.offset: int | None = None  # of this loop's first line in supervisor.log
+        self.node = ""  # the host whose supervisor.log it reads (a moved loop has another)
         self.pending = b""
         self.last_line = ""
         self.signals = 0
         self.stop_sent = False
 
     def run(self) -> NoReturn:
-        previous = {sig: signal.signal(sig, self._signalled) for sig in STOP_SIGNALS}
         unseen = time.monotonic()
-        try:
-            while True:
-                if self.signals and not self.stop_sent:
-                    self._stop()
-                end = self.cluster.ended(self.task.label, self.began)
-                self._relay(final=end is not None)
-                if end is not None:
-                    self._exit(int(end.get("code", ExitCode.FAILED)))
-                if self._blocked_for_good():
-                    self._exit(ExitCode.BLOCKED)
-                if self._somewhere():
-                    unseen = time.monotonic()
-                elif time.monotonic() - unseen > UNSEEN_GRACE:
-                    self._exit(self._by_latest_run())
-                self._status()
-                time.sleep(TICK)
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
+        while True:
+            if self.signals and not self.stop_sent:
+                self._stop()
+            end = self.cluster.ended(self.task.label, self.began)
+            if end is not None and end.get("withdrawn"):  # taken out of the cluster's queue
+                self.console.say(f"task {self.task.label} left the queue; it was never started")
+                self._exit(int(end.get("code", ExitCode.STOPPED)))
+            self._relay(final=end is not None)
+            if end is not None:
+                self._exit(int(end.get("code", ExitCode.FAILED)))
+            if self._blocked_for_good():
+                self._exit(ExitCode.BLOCKED)
+            if self._somewhere():
+                unseen = time.monotonic()
+            elif time.monotonic() - unseen > UNSEEN_GRACE:
+                self._exit(self._by_latest_run())
+            self._status()
+            time.sleep(TICK)
 
-    def _signalled(self, signum: int, frame: FrameType | None) -> None:
+    def signalled(self, signum: int, frame: FrameType | None) -> None:
         self.signals += 1
         if self.signals > 1:  # a second Ctrl-C: leave it stopping, go
             shows = f"`run-agent status -p {self.task.project_id}` shows when it has"
@@ -104,27 +111,32 @@ class Follower:
     def _stop(self) -> None:
         from runagent.fleet.queue import Waiting
 
-        self.stop_sent = True
         stopped = self.service.stop(self.task, None)
         if isinstance(stopped, Waiting):  # it never started: nothing to wait for
             self.console.say(f"task {self.task.label} left the queue; it was never started")
             sys.exit(int(ExitCode.STOPPED))
-        self.console.say(f"stopping task {self.task.label}")
+        if stopped is not None:  # else it is still being placed or started: asked again
+            self.stop_sent = True
+            self.console.say(f"stopping task {self.task.label}")
 
     def _relay(self, final: bool) -> None:
-        """Print the lines this loop's supervisor wrote since the last look."""
-        if self.offset is None:
+        """Print the lines this loop's supervisor wrote since the last look (at its end, all
+        of them)."""
+        if self.offset is None or not self.shared:  # a loop moved to a host of its own root
             where = self.cluster.locate(self.task.label)
             end = self.cluster.ended(self.task.label, self.began) if where is None else None
-            if where is not None:
-                self.offset = where.log_from
-            elif end is not None:
-                self.offset = int(end.get("log_from") or 0)
-            else:
+            found = (where.node, where.log_from) if where is not None else None
+            if end is not None:
+                found = (str(end.get("node") or ""), int(end.get("log_from") or 0))
+            if found is not None and (self.offset is None or found[0] != self.node):
+                self.node, self.offset, self.pending = found[0], found[1], b""
+            if self.offset is None:
                 return
-        data = self._read(self.offset)
-        self.offset += len(data)
-        self.pending += data
+        while data := self._read(self.offset):
+            self.offset += len(data)
+            self.pending += data
+            if not final:
+                break
         *lines, self.pending = self.pending.split(b"\n")
         if final and self.pending:
             lines, self.pending = [*lines, self.pending], b""
@@ -153,10 +165,13 @@ class Follower:
         sys.exit(code)
 
     def _somewhere(self) -> bool:
-        """Whether the loop runs, starts or waits (in the cluster's queue or this root's)."""
+        """Whether the loop runs, starts or waits: its placement group is on the cluster (placed,
+        waiting, or moving from a dead host), or it waits in this root's queue."""
+        if self.cluster.present(self.task.label):
+            return True
         view = tasks.view(self.task, tasks.queue_places(self.task.root))
         return view.status in (tasks.TaskStatus.RUNNING, tasks.TaskStatus.QUEUED,
-                               tasks.TaskStatus.BLOCKED) or self.offset is None  # fmt: skip
+                               tasks.TaskStatus.BLOCKED)  # fmt: skip
 
     def _blocked_for_good(self) -> bool:
         """Whether it waits here for a task that did not complete (it stays blocked)."""

@@ -82,6 +82,9 @@ class Located(Protocol):
     @property
     def log_from(self) -> int: ...  # where its lines begin in the task's supervisor.log
 
+    @property
+    def node(self) -> str: ...  # the cluster's id of its host
+
     def holder(self, label: str) -> Holder: ...
 
 
@@ -106,6 +109,8 @@ class Executor(Protocol):
     def ended(self, label: str, since: float) -> dict[str, Any] | None: ...
 
     def hosts(self) -> tuple[int, int]: ...
+
+    def present(self, label: str) -> bool: ...
 
     def state_kept(self) -> str: ...
 

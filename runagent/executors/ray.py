@@ -53,6 +53,7 @@ from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings
 from runagent.errors import (
     AlreadyRunningError,
+    ExitCode,
     MissingDependencyError,
     RunAgentError,
     error_for_exit,
@@ -72,6 +73,7 @@ PLACEMENT_WAIT = 60.0  # seconds a start placed on a host waits for its loop to 
 PLACEMENT_GRACE = 10.0  # seconds a group is given to be placed while a host has room
 QUEUED_LOOK = 0.2  # seconds a start with no host free waits before it counts as queued
 CALL_WAIT = 30.0  # seconds a call to a host agent may take before it counts as unanswered
+LOCATE_WAIT = 5.0  # seconds a host agent waits for a starting loop before it says "starting"
 ADOPT_TICK = 0.5  # seconds between a host agent's looks for groups placed on its host
 EAGER_TICK, EAGER_FOR = 0.05, 3.0  # looks (seconds apart) for so long after a slot here freed
 WATCH_TICK = 0.1  # seconds between a host agent's looks at its supervisors
@@ -130,6 +132,7 @@ class LoopSpec:
     max_moves: int  # executor.max_restarts
     node: str = ""  # the host whose agent started it last ("": not started yet)
     moves: int = 0  # times it was started again after its host (or host agent) died
+    group: str = ""  # its placement group's id, once the group is made
 
     @property
     def label(self) -> str:
@@ -164,6 +167,7 @@ class _Loop:
         self.where: Where | None = None
         self.process: Any = None  # the supervisor's Popen
         self.mirror = None if spec.shared_root else Mirror(task)
+        self.finishing = False  # its end is being recorded and its group removed
 
 
 class HostAgent:
@@ -199,10 +203,11 @@ class HostAgent:
         return loop.where or Where(self.host, 0, None, "", "", "its loop is still starting", 1)
 
     def locate(self, label: str) -> Where | None:
+        """Where the task's loop runs; None if it runs nowhere here, or is still starting."""
         loop = self.loops.get(label)
-        if loop is None or not loop.placed.wait(CALL_WAIT) or loop.where is None:
+        if loop is None or not loop.placed.wait(LOCATE_WAIT) or loop.where is None:
             return None
-        return loop.where if loop.where.error is None else None
+        return loop.where if loop.where.error is None and not loop.finishing else None
 
     def knows(self, label: str) -> bool:
         """Whether this agent runs (or is starting) the task's loop."""
@@ -221,7 +226,10 @@ class HostAgent:
             return None
         localexecutor.stop_local(loop.task, wait)
         if wait is not None and loop.process is not None:
-            self._finish(loop, loop.process.wait(CALL_WAIT))
+            self._finish(loop, exit_code(loop.process.wait(CALL_WAIT)))
+            deadline = time.monotonic() + CALL_WAIT  # the watch may be finishing it meanwhile
+            while self.loops.get(label) is loop and time.monotonic() < deadline:
+                time.sleep(0.01)
         return loop.where
 
     def read(self, root: str | None, project_id: str, task_id: str, relative: str, offset: int,
@@ -243,14 +251,20 @@ class HostAgent:
     # Starting ---------------------------------------------------------------------------------
 
     def _take(self, spec: LoopSpec) -> tuple[_Loop, bool]:
-        with self.lock:
-            found = self.loops.get(spec.label)
-            if found is not None:
-                return found, False
-            root = spec.root if spec.shared_root else worker_root()
-            task = runfolder.confine(TaskPaths(root, spec.project_id, spec.task_id))
-            made = self.loops[spec.label] = _Loop(spec, task)
-            return made, True
+        """The task's loop here: the one found (running or starting), or a new one to start. A
+        loop whose end is being recorded is waited out: this is a new start of the task."""
+        deadline = time.monotonic() + CALL_WAIT
+        while True:
+            with self.lock:
+                found = self.loops.get(spec.label)
+                if found is None:
+                    root = spec.root if spec.shared_root else worker_root()
+                    task = runfolder.confine(TaskPaths(root, spec.project_id, spec.task_id))
+                    made = self.loops[spec.label] = _Loop(spec, task)
+                    return made, True
+                if not found.finishing or time.monotonic() > deadline:
+                    return found, False
+            time.sleep(0.01)
 
     def _launch(self, loop: _Loop, attended: bool) -> None:
         """Start the loop's supervisor. A spec a host agent started before (this host's, whose
@@ -353,14 +367,18 @@ class HostAgent:
     def _look(self) -> bool:
         mirrored = False
         for loop in list(self.loops.values()):
-            if loop.process is None:
+            if loop.process is None or loop.finishing:
                 continue
             code = loop.process.poll()
-            if loop.mirror is not None:
-                loop.mirror.sync(final=code is not None)
-                mirrored = True
             if code is not None:
-                self._finish(loop, code)
+                self._finish(loop, exit_code(code))
+            elif loop.mirror is not None:
+                mirrored = True
+                try:  # one folder that cannot be mirrored holds up no other loop
+                    loop.mirror.sync()
+                except (OSError, RayError) as exc:
+                    print(f"run-agent host agent: mirroring {loop.spec.label}: {exc}",
+                          file=sys.stderr)  # fmt: skip
         return mirrored
 
     def _adopt(self) -> None:
@@ -375,30 +393,41 @@ class HostAgent:
             mine = _group_by_name(label, self.namespace)
             if mine is None or mine.get("placement_group_id") != group["placement_group_id"]:
                 continue  # another namespace's group of the same name
+            if mine.get("state") != "CREATED":
+                continue  # being removed
             spec = _spec(self.namespace, label)
             if spec is None:
                 continue
-            loop, new = self._take(spec)
+            loop, new = self._take(replace(spec, group=str(group["placement_group_id"])))
             if new:
                 threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
 
     def _finish(self, loop: _Loop, code: int) -> None:
         """The loop ended with `code`: say so to whoever follows it, and free its group."""
         spec = loop.spec
-        with self.lock:
-            if self.loops.get(spec.label) is not loop:
+        with self.lock:  # it stays in `loops` meanwhile, so its group is not taken up again
+            if self.loops.get(spec.label) is not loop or loop.finishing:
                 return
-            del self.loops[spec.label]
-        if loop.mirror is not None:
-            loop.mirror.sync(final=True)
-        end = {"code": code, "submitted": spec.submitted, "host": self.host, "node": self.node,
-               "log_from": loop.where.log_from if loop.where is not None else 0}  # fmt: skip
-        _kv_put(self.namespace, ENDS + spec.label, json.dumps(end).encode())
-        _remove_group(spec.label, self.namespace)
-        self.freed = time.monotonic()
-        left = _spec(self.namespace, spec.label)
-        if left is not None and left.submitted == spec.submitted:
-            _kv_del(self.namespace, SPECS + spec.label)
+            loop.finishing = True
+        try:
+            if loop.mirror is not None:
+                try:
+                    loop.mirror.sync(final=True)
+                except (OSError, RayError):
+                    pass
+            log_from = loop.where.log_from if loop.where is not None else 0
+            end = {"code": code, "submitted": spec.submitted, "host": self.host,
+                   "node": self.node, "log_from": log_from}  # fmt: skip
+            _kv_put(self.namespace, ENDS + spec.label, json.dumps(end).encode())
+            _remove_group(spec.label, self.namespace, spec.group or None)
+            left = _spec(self.namespace, spec.label)
+            if left is not None and left.submitted == spec.submitted:
+                _kv_del(self.namespace, SPECS + spec.label)
+        finally:
+            with self.lock:
+                if self.loops.get(spec.label) is loop:
+                    del self.loops[spec.label]
+            self.freed = time.monotonic()
 
     def _log(self, task: TaskPaths, line: str) -> None:
         try:
@@ -408,6 +437,11 @@ class HostAgent:
 
 
 RemoteHostAgent: Any = ray.remote(HostAgent)
+
+
+def exit_code(returned: int) -> int:
+    """A process's exit code as a shell gives it: a death by signal N is 128 + N."""
+    return 128 - returned if returned < 0 else returned
 
 
 def _size(path: Path) -> int:
@@ -614,6 +648,7 @@ class RayExecutor:
             fleet.off_cluster(task)
         found = _group(task.label, self.namespace)
         node = _group_node(found) if found is not None else ""
+        spec = replace(spec, group=group.id.hex())
         try:
             where: Where = self._ask(node, "start", spec, wait=wait + PLACEMENT_WAIT)
         except GetTimeoutError:
@@ -645,7 +680,10 @@ class RayExecutor:
             if group is not None:
                 if group.get("state") in WAITING_STATES:
                     raise AlreadyRunningError(self._queued_words(label))
-                where = self._locate(group, label)
+                try:
+                    where = self._locate(group, label)
+                except (GetTimeoutError, ActorUnavailableError):  # its host agent restarts
+                    raise AlreadyRunningError(already_running(label, None)) from None
                 if where is not None:
                     raise AlreadyRunningError(
                         already_running(label, where.holder(label), host=True)
@@ -671,10 +709,10 @@ class RayExecutor:
             try:
                 if self._ask(node, "knows", label, create=False):
                     return False
-            except (RayActorError, ValueError):
-                return True
             except (GetTimeoutError, ActorUnavailableError):
                 return False  # busy or restarting: not left behind on a guess
+            except (RayActorError, ValueError):
+                return True
             if look < 2:
                 time.sleep(ADOPT_TICK * 2)
         return True
@@ -764,8 +802,12 @@ class RayExecutor:
         return already_running(label, holder, host=True)
 
     def _locate(self, group: Mapping[str, Any], label: str) -> Where | None:
+        """Where the host agent of the group's host runs the loop (ActorUnavailableError and
+        GetTimeoutError when it cannot say now: restarting, or busy)."""
         try:
             found = self._ask(_group_node(group), "locate", label, create=False)
+        except ActorUnavailableError:
+            raise
         except (RayActorError, ValueError):
             return None
         return found if isinstance(found, Where) else None
@@ -786,9 +828,17 @@ class RayExecutor:
         group = _group(task.label, self.namespace)
         if group is None or group.get("state") not in WAITING_STATES:
             return None
+        spec = _spec(self.namespace, task.label)
         _remove_group(task.label, self.namespace, group["placement_group_id"])
+        if spec is not None:  # whoever follows it learns that it was stopped
+            end = {"code": int(ExitCode.STOPPED), "submitted": spec.submitted, "withdrawn": True}
+            _kv_put(self.namespace, ENDS + task.label, json.dumps(end).encode())
         _kv_del(self.namespace, SPECS + task.label)
         return left or Waiting(task.project_id, task.task_id, "", 0)
+
+    def present(self, label: str) -> bool:
+        """Whether the task has a placement group: it runs, starts, or waits for a host."""
+        return _group(label, self.namespace) is not None
 
     def waits(self, label: str, group_id: str) -> bool:
         """Whether the cluster still has the group `group_id` of a queued task (waiting, or

@@ -568,6 +568,12 @@ def test_usage_of_each_run_and_of_the_task_is_shown(
     expect(page.locator("#task-summary")).to_contain_text("on disk")
 
 
+# The bars' widths and the first gap's, from one look at the page.
+MEASURE = """t => [[...t.querySelectorAll('.bar')].map(e => e.getBoundingClientRect().width),
+             (t.querySelector('.gap') || {getBoundingClientRect: () => ({width: 0})})
+               .getBoundingClientRect().width]"""
+
+
 def test_the_loop_is_a_timeline_of_its_attempts_that_can_be_clicked(
     ws: Workspace, server: Server, page: Page
 ) -> None:
@@ -589,8 +595,9 @@ def test_the_loop_is_a_timeline_of_its_attempts_that_can_be_clicked(
     )
     # Measured in one step in the page: the timeline may be drawn again meanwhile (a live
     # update), and a handle taken before that would point at nothing.
-    widths = bars.evaluate_all("els => els.map(e => e.getBoundingClientRect().width)")
-    gap = page.locator("#timeline .gap").first.evaluate("e => e.getBoundingClientRect().width")
+    timeline = page.locator("#timeline")
+    widths, gap = wait_for(lambda: (m := timeline.evaluate(MEASURE)) and m[1] > 0 and m, 10,
+                           "the timeline laid out")  # fmt: skip
     assert gap > 0 and len(widths) == 3
     assert all(w >= 8 for w in widths)
     expect(bars.nth(2)).to_have_class(re.compile("selected"))  # the latest run is shown

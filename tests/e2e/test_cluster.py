@@ -468,6 +468,20 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
         gone = ws.cli("delete", "-p", "p", "-t", "q3", "--yes", "--config", str(ws.config))
         assert gone.returncode == 0, gone.stderr
         assert name_free(settings, "p/q3") and not doomed.folder.exists()
+        # Followed in the foreground while it waits, and taken out of the queue elsewhere: the
+        # follower says so and exits 130.
+        follower = subprocess.Popen(
+            ws.cli_argv("run", "-p", "p", "-t", "q4", "--config", str(ws.config), "go"),
+            cwd=ws.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            wait_for(lambda: listed(ws).get("p/q4", {}).get("status") == "queued", 60, "queued")
+            assert ws.cli("stop", "-p", "p", "-t", "q4", "--config", str(ws.config)).returncode == 0
+            _, err = follower.communicate(timeout=60)
+        finally:
+            follower.kill()
+        assert follower.returncode == ExitCode.STOPPED, err
+        assert "task p/q4 queued: 1 ahead" in err and "left the queue" in err, err
         go(holders[0])  # its agent completes, its loop ends, its slot frees
         view = wait_for(
             lambda: (v := tasks.view(queued[0])).status is tasks.TaskStatus.RUNNING and v, 60,
@@ -586,6 +600,20 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
         wait_for(lambda: name_free(settings, task.label), 30, "the loop to end")
         assert task.done.exists() and latest(task).status is RunStatus.COMPLETED
         assert (task.run_folder(run_id) / "agent-stdout.txt").read_bytes() == whole
+
+
+def test_without_a_shared_root_run_follows_the_loop_on_its_host(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """The follower reads the loop's lines and its end through the host agent."""
+    settings = replace(on_cluster.settings, shared_root=False)
+    cluster_config(ws, settings, ["--fail-first", "1", "--lines", "2"], max_restarts=1)
+    done = ws.cli("run", "-p", "p", "-t", "fg-apart", "--config", str(ws.config), "go",
+                  timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert re.search(r"attempt 1: run \S+ failed", done.stderr), done.stderr
+    assert done.stderr.splitlines()[-1].startswith("run-agent: task p/fg-apart completed by run")
+    assert not ws.task("p", "fg-apart").run_ids()  # nothing of it here: all on its host
 
 
 @contextlib.contextmanager
