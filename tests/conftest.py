@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -334,3 +335,31 @@ def server(ws: Workspace) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.communicate()
+
+
+@contextlib.contextmanager
+def serving(ws: Workspace) -> Iterator[str]:
+    """`run-agent serve` of the workspace's config on a free port, for a `with` block (a test
+    that starts it at a moment of its own); its URL."""
+    import httpx
+
+    port = free_port()
+    proc = subprocess.Popen(
+        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)), cwd=ws.path,
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+
+    def healthy() -> bool:
+        try:
+            return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(healthy, 60, "the server")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(30)

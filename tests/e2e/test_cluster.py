@@ -43,7 +43,7 @@ from runagent.store.host import this_host
 from runagent.store.runfolder import TaskPaths, read_run_info
 from runagent.store.runinfo import RunStatus
 from tests import sse
-from tests.conftest import Server, Workspace, alive, free_port, wait_for
+from tests.conftest import Server, Workspace, alive, serving, wait_for
 
 HOSTS = ("hostB", "hostC")
 # Node failure is noticed within seconds, not Ray's default half-minute (a test budget).
@@ -625,32 +625,6 @@ def stopped_at_the_end(task: TaskPaths, settings: ExecutorSettings, go: Path) ->
         go.touch()
         with contextlib.suppress(Exception):
             control.stop(task, 20, settings)
-
-
-@contextlib.contextmanager
-def serving(ws: Workspace) -> Iterator[str]:
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen(
-        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)), cwd=ws.path,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(healthy, 60, "the server")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
 
 
 def test_schedules_fire_once_with_two_schedulers_up(

@@ -42,7 +42,7 @@ if shutil.which("redis-server") is None:
     )
 
 from runagent.errors import ExitCode
-from tests.conftest import Workspace, alive, free_port, wait_for
+from tests.conftest import Workspace, alive, free_port, serving, wait_for
 
 HERE = Path(__file__).resolve().parent
 
@@ -188,29 +188,3 @@ def _running(ws: Workspace) -> dict[str, dict[str, Any]] | None:
         return None
     rows = {t["task_id"]: t for t in json.loads(done.stdout)}
     return rows if all(rows[t]["status"] == "running" for t in "ab") else None
-
-
-@contextlib.contextmanager
-def serving(ws: Workspace) -> Iterator[str]:
-    import httpx
-
-    port = free_port()
-    proc = subprocess.Popen(
-        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)), cwd=ws.path,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-
-    def healthy() -> bool:
-        try:
-            return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    try:
-        wait_for(healthy, 60, "the server")
-        yield url
-    finally:
-        proc.terminate()
-        proc.wait(30)
