@@ -10,7 +10,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from sse_starlette import EventSourceResponse
@@ -40,6 +40,7 @@ from server.schedules import ScheduleRunner
 from server.security import HostMiddleware, KeyMiddleware
 from server.settings import Settings as Settings  # where the callers have found it
 
+T = TypeVar("T")
 STREAM_FILES = ("stdout", "stderr", "output")
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
@@ -83,6 +84,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/", api.index),
         Route("/favicon.ico", api.favicon),
         Route("/api/health", api.health),
+        Route("/metrics", api.metrics),
         Route("/api/projects", api.projects),
         Route("/api/tasks", api.all_tasks),
         Route("/api/events", api.events),
@@ -106,13 +108,18 @@ def create_app(settings: Settings) -> Starlette:
         lifespan=lifespan,
         middleware=[
             Middleware(HostMiddleware, allowed=settings.allowed_hosts),
-            Middleware(KeyMiddleware, key=settings.api_key),
+            Middleware(KeyMiddleware, key=settings.api_key, open_paths=_open_paths(settings)),
         ],
         exception_handlers={HTTPException: _http_error, RunAgentError: _run_agent_error},
     )
     app.state.hub = hub  # its streams' shared tails, for the tests of the fan-out
     app.state.hub = hub
     return app
+
+
+def _open_paths(settings: Settings) -> frozenset[str]:
+    """What answers without the API key beside the page's assets: /metrics if made public."""
+    return frozenset({"/metrics"}) if settings.metrics_public else frozenset()
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
@@ -134,6 +141,7 @@ class Api:
         self.hub = hub
         self.task_paths = paths.task
         self.paste_task = paths.paste_task
+        self.sse_clients = 0  # SSE responses being sent now (the metrics' gauge)
 
     # Paths from requests ---------------------------------------------------------------------
 
@@ -277,17 +285,33 @@ class Api:
             return byte_count("Last-Event-ID", request.headers["last-event-id"] or "0")
         return byte_count("from", request.query_params.get("from") or "0")
 
+    async def metrics(self, request: Request) -> Response:
+        """The root's figures in Prometheus' text format (server/metrics.py)."""
+        from server import metrics
+
+        body = await run_in_threadpool(metrics.render, self.root, self.sse_clients)
+        return Response(body, media_type=metrics.CONTENT_TYPE)
+
     def _sse(self, events: AsyncIterator[streams.Event]) -> Response:
         """An SSE response of `events` that ends cleanly when the server shuts down (a client
         still connected on Ctrl-C gets the end of its response, and nothing is logged)."""
         stop = anyio.Event()
         return EventSourceResponse(
-            streams.until(stop, events),
+            self._counted(streams.until(stop, events)),
             ping=self.settings.heartbeat,
             send_timeout=60,
             shutdown_event=stop,
             shutdown_grace_period=SHUTDOWN_GRACE,
         )
+
+    async def _counted(self, events: AsyncIterator[T]) -> AsyncIterator[T]:
+        """`events`, counted among the SSE clients while they are sent."""
+        self.sse_clients += 1
+        try:
+            async for event in events:
+                yield event
+        finally:
+            self.sse_clients -= 1
 
     async def run_stream(self, request: Request) -> Response:
         folder, path = self.run_file(request, STREAM_FILES)

@@ -120,14 +120,20 @@ def opens_the_page(request: Request) -> bool:
 
 
 class KeyMiddleware:
-    """Requires the API key on every request but the static assets."""
+    """Requires the API key on every request but the static assets (and the paths made
+    public, `open_paths`: `/metrics` under `metrics.public`)."""
 
-    def __init__(self, app: ASGIApp, key: str | None) -> None:
+    def __init__(self, app: ASGIApp, key: str | None, open_paths: frozenset[str] = frozenset()):
         self.app = app
         self.key = key
+        self.open_paths = open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.key or scope["path"].startswith("/static/"):
+        path = scope.get("path", "")
+        if scope["type"] != "http" or not self.key or path.startswith("/static/"):
+            await self.app(scope, receive, send)
+            return
+        if path in self.open_paths:
             await self.app(scope, receive, send)
             return
         request = Request(scope)

@@ -36,6 +36,7 @@ class Settings:
     # will read it. Without them no agent is checked and the start form offers a free-text agent.
     check_agent: AgentCheck | None = None
     backend_names: Collection[str] = ()
+    metrics_public: bool = False  # `metrics.public`: /metrics answers without a key
 
     def service(self) -> Service:
         """The one door, as this server opens it."""

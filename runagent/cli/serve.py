@@ -61,6 +61,7 @@ def serve(
             # these names, as the detached supervisor it starts will.
             check_agent=usable_backend,
             backend_names=backends.known(),
+            metrics_public=s.config.metrics.public,
         )
     )
     enabled = [c.name for c in s.config.schedules.values() if c.enabled]

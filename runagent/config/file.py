@@ -31,6 +31,7 @@ from runagent.config.settings import (
     LimitsSettings,
     LoopSettings,
     MergeMode,
+    MetricsSettings,
     Mode,
     NotifyConfig,
     NotifyEvent,
@@ -190,7 +191,7 @@ def parse_config(
 ) -> Config:
     top = Section(data, "")
     top.only("agents", "defaults", "storage", "server", "schedules", "notify", "issues", "ops",
-             "paste", "executor", "limits", "budgets")  # fmt: skip
+             "paste", "executor", "limits", "budgets", "metrics")  # fmt: skip
     ops = _ops(top.section("ops")) if top.has("ops") else OpsSettings()
     paste = _paste(top.section("paste"))
     agents = {
@@ -223,7 +224,16 @@ def parse_config(
         paste=paste,
         limits=_limits(top.section("limits")),
         budgets=_budgets(top.section("budgets")),
+        metrics=_metrics(top.section("metrics")),
     )
+
+
+def _metrics(s: Section) -> MetricsSettings:
+    s.only("public")
+    public = s.data.get("public", False)
+    if not isinstance(public, bool):
+        raise ConfigError(f"{s.key('public')}: {public!r} is not true or false")
+    return MetricsSettings(public=public)
 
 
 def _limits(s: Section) -> LimitsSettings:

@@ -396,6 +396,13 @@ class BudgetSettings:
 
 
 @record
+class MetricsSettings:
+    """The `metrics:` section: who may scrape `GET /metrics`."""
+
+    public: bool = False  # true: without a key (the figures name projects, tasks and agents)
+
+
+@record
 class Config:
     """Everything config.yaml says; `source` is the file it came from (None: the defaults)."""
 
@@ -413,6 +420,7 @@ class Config:
     paste: PasteSettings = field(default_factory=PasteSettings)
     limits: LimitsSettings = field(default_factory=LimitsSettings)
     budgets: BudgetSettings = field(default_factory=BudgetSettings)
+    metrics: MetricsSettings = field(default_factory=MetricsSettings)
 
     def agent(self, name: str | None, backend_names: Collection[str]) -> AgentConfig:
         """The agent `name` (else `defaults.agent`) means: a configured agent, else a bare

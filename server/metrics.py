@@ -1,0 +1,214 @@
+"""`GET /metrics`: the runs root's figures in Prometheus' text format, read afresh from the run
+folders at each scrape (nothing is kept in the server, so a restarted server, or one of several
+over one root, says the same), with the official client library's families and exposition.
+
+Counters are counts of what the run folders hold: `gc` and `delete` lower them, which Prometheus'
+`rate()` and `increase()` take as a counter reset.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
+
+from runagent.store import runfolder, tasks
+from runagent.store.runfolder import RunPaths
+from runagent.store.runinfo import Reason, RunInfo, RunStatus
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+# Attempt durations, in seconds: from a quick job to a long night's attempt.
+BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
+# A task's status, as the metrics name it: a stopped loop says why when its last run does.
+STOPPED_BY = {Reason.STUCK: "stuck", Reason.BUDGET: "over_budget"}
+OPERATION_EVENTS = {"createFile", "readFile", "editFile", "deleteFile", "shell"}
+VERDICTS = {"policyDenied": "denied", "approvalRequired": "approval_required", "error": "error"}
+
+
+def render(root: Path, sse_clients: int) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RootCollector(root, sse_clients))
+    return generate_latest(registry)
+
+
+class RootCollector(Collector):
+    def __init__(self, root: Path, sse_clients: int) -> None:
+        self.root = root
+        self.sse_clients = sse_clients
+
+    def collect(self) -> Iterator[Metric]:
+        views = tasks.all_tasks(self.root) if self.root.is_dir() else []
+        by_status: Counter[str] = Counter()
+        started: Counter[str] = Counter()
+        ended: Counter[tuple[str, ...]] = Counter()
+        restarts: Counter[str] = Counter()
+        durations: dict[str, list[float]] = {}
+        tokens: Counter[tuple[str, ...]] = Counter()
+        cost: dict[tuple[str, ...], float] = {}
+        for view in views:
+            status = view.status.value
+            if view.latest is not None and view.latest.reason in STOPPED_BY:
+                status = STOPPED_BY[view.latest.reason]
+            by_status[status] += 1
+            for info in tasks.runs(view.paths):
+                _count_run(info, started, ended, restarts, durations, tokens, cost)
+        yield _gauge("run_agent_tasks", "Tasks under the runs root by status.", ["status"],
+                     {(s,): n for s, n in by_status.items()})  # fmt: skip
+        yield _counter("run_agent_runs_started", "Runs started, by agent.", ["agent"],
+                       {(a,): n for a, n in started.items()})  # fmt: skip
+        yield _counter("run_agent_runs_ended", "Runs ended, by agent and the reason they ended.",
+                       ["agent", "reason"], ended)  # fmt: skip
+        again: dict[tuple[str, ...], float] = {(a,): n for a, n in restarts.items()}
+        yield _counter("run_agent_restarts", "Runs that were a restart of their loop (attempt "
+                       "2 or later), by agent.", ["agent"], again)  # fmt: skip
+        yield _histogram(durations)
+        yield _counter("run_agent_tokens", "Tokens the runs used, by agent, project and "
+                       "direction (in, out).", ["agent", "project", "direction"],
+                       tokens)  # fmt: skip
+        yield _counter("run_agent_cost_usd", "What the runs cost, in US dollars, by agent and "
+                       "project.", ["agent", "project"], cost)  # fmt: skip
+        yield from self._queue()
+        sse = GaugeMetricFamily("run_agent_sse_clients", "SSE streams being sent by this server.")
+        sse.add_metric([], self.sse_clients)
+        yield sse
+        yield _counter("run_agent_operations", "Operations of operations runs, by type and "
+                       "verdict (done, denied, approval_required, error).",
+                       ["type", "verdict"], _operations(self.root))  # fmt: skip
+
+    def _queue(self) -> Iterator[Metric]:
+        """How many tasks wait (queued for a slot, or blocked on others), and the longest wait."""
+        waiting: Counter[str] = Counter()
+        oldest = 0.0
+        if (self.root / runfolder.FLEET).is_dir():
+            from runagent.fleet.queue import Fleet
+
+            fleet = Fleet(self.root)
+            for record in [*fleet.waiting(clean=False), *fleet.on_cluster()]:
+                waiting["blocked" if record.blocked or not record.joined else "queued"] += 1
+                oldest = max(oldest, _age(record.submitted))
+        length = GaugeMetricFamily("run_agent_queue_length", "Tasks waiting to start, queued "
+                                   "for a slot or blocked on tasks they run after.",
+                                   labels=["state"])  # fmt: skip
+        for state in ("queued", "blocked"):
+            length.add_metric([state], waiting[state])
+        yield length
+        wait = GaugeMetricFamily("run_agent_queue_oldest_wait_seconds", "How long the task "
+                                 "that has waited longest has waited (0: none waits).")  # fmt: skip
+        wait.add_metric([], oldest)
+        yield wait
+
+
+def _count_run(
+    info: RunInfo, started: Counter[str], ended: Counter[tuple[str, ...]],
+    restarts: Counter[str], durations: dict[str, list[float]],
+    tokens: Counter[tuple[str, ...]], cost: dict[tuple[str, ...], float],
+) -> None:  # fmt: skip
+    agent = info.agent or "unknown"
+    started[agent] += 1
+    if info.attempt > 1:
+        restarts[agent] += 1
+    if info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE):
+        ended[(agent, info.reason.value if info.reason else info.status.value)] += 1
+        took = _seconds(info.start_time, info.end_time)
+        if took is not None:
+            durations.setdefault(agent, []).append(took)
+    if info.tokens_in:
+        tokens[(agent, info.project_id, "in")] += info.tokens_in
+    if info.tokens_out:
+        tokens[(agent, info.project_id, "out")] += info.tokens_out
+    if info.cost_usd:
+        key = (agent, info.project_id)
+        cost[key] = cost.get(key, 0.0) + info.cost_usd
+
+
+def _operations(root: Path) -> Counter[tuple[str, ...]]:
+    """Every operation an operations run answered, by its type and what became of it."""
+    from runagent.ops import runs as opsruns
+
+    found: Counter[tuple[str, ...]] = Counter()
+    if not root.is_dir():
+        return found
+    for folder in opsruns.all_runs(root):
+        try:
+            lines = RunPaths(folder).events.read_text(encoding="utf-8").splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            for event in _events(line):
+                kind = str(event.get("type") or "")
+                if kind in OPERATION_EVENTS:
+                    found[(kind, "done")] += 1
+                elif kind in VERDICTS and event.get("operationType"):
+                    found[(str(event["operationType"]), VERDICTS[kind])] += 1
+    return found
+
+
+def _events(line: str) -> list[dict[str, Any]]:
+    try:
+        message = json.loads(line)
+    except ValueError:
+        return []
+    events = message.get("events") if isinstance(message, dict) else None
+    return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
+
+
+def _gauge(name: str, doc: str, labels: list[str],
+           values: Mapping[tuple[str, ...], float]) -> GaugeMetricFamily:  # fmt: skip
+    family = GaugeMetricFamily(name, doc, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+def _counter(name: str, doc: str, labels: list[str],
+             values: Mapping[tuple[str, ...], float]) -> CounterMetricFamily:  # fmt: skip
+    family = CounterMetricFamily(name, doc, labels=labels)
+    for key, value in sorted(values.items()):
+        family.add_metric(list(key), value)
+    return family
+
+
+def _histogram(durations: dict[str, list[float]]) -> HistogramMetricFamily:
+    family = HistogramMetricFamily(
+        "run_agent_attempt_duration_seconds",
+        "How long ended runs (attempts) took, by agent.",
+        labels=["agent"],
+    )
+    for agent, values in sorted(durations.items()):
+        buckets = [(_le(bound), float(sum(v <= bound for v in values))) for bound in BUCKETS]
+        buckets.append(("+Inf", float(len(values))))
+        family.add_metric([agent], buckets, sum(values))
+    return family
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}" if bound != int(bound) else f"{bound:.1f}"
+
+
+def _seconds(start: str | None, end: str | None) -> float | None:
+    try:
+        began = datetime.fromisoformat(str(start))
+        done = datetime.fromisoformat(str(end))
+    except ValueError:
+        return None
+    return max(0.0, (done - began).total_seconds())
+
+
+def _age(stamp: str) -> float:
+    try:
+        return max(0.0, time.time() - datetime.fromisoformat(stamp).timestamp())
+    except ValueError:
+        return 0.0

@@ -1,0 +1,133 @@
+"""`GET /metrics`: scraped from a real server and read with the Prometheus client library's own
+parser; its figures are checked against what the test ran (and the run folders recorded)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+from starlette.testclient import TestClient
+
+from server.app import Settings, create_app
+from tests.conftest import Workspace, serving, wait_for
+
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
+
+
+def scrape(text: str) -> Samples:
+    found: Samples = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return found
+
+
+def value(samples: Samples, name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def configure(ws: Workspace) -> None:
+    ws.write_config(["--fail-first", "1", "--lines", "1"], max_restarts=2)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["spender"] = {"type": "codex", "command": ws.agent_argv(
+        ["--ignore-unknown", "--codex-usage", "700", "--usage-lines", "3"])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+def test_metrics_count_what_ran(ws: Workspace) -> None:
+    configure(ws)
+    assert ws.cli("run", "-p", "p", "-t", "flaky", "go").returncode == 0  # fails once, then not
+    assert ws.cli("run", "-p", "p2", "-t", "spend", "--agent", "spender", "go").returncode == 0
+    assert ws.cli("job", "-p", "p", "-t", "bad", "go").returncode == 1
+    after = ws.cli("run", "-p", "p", "-t", "after", "--after", "p/bad", "go")
+    assert after.returncode == 6, after.stderr  # blocked: what it runs after failed
+    (ws.path / "project" / "victim").mkdir(parents=True)
+    message = {"protocolVersion": "1.0", "operations": [
+        {"type": "createFile", "path": "notes.txt", "content": "hi\n"},
+        {"type": "shell", "command": "echo one"},
+        {"type": "shell", "id": "rm-1", "command": "rm -r victim"},  # approval, under standard
+    ]}  # fmt: skip
+    ops = ws.cli("ops", "apply", "-", "-w", "project", "--policy", "standard",
+                 input=json.dumps(message))  # fmt: skip
+    assert json.loads(ops.stdout)["status"] == "awaiting_approval", ops.stderr
+    spent = next(r for r in ws.runs("p2", "spend"))
+
+    with serving(ws) as url:
+        answer = httpx.get(f"{url}/metrics", timeout=30)
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/plain; version=")
+        got = scrape(answer.text)
+        assert value(got, "run_agent_sse_clients") == 0
+
+    assert value(got, "run_agent_tasks", status="completed") == 2
+    assert value(got, "run_agent_tasks", status="failed") == 1
+    assert value(got, "run_agent_tasks", status="blocked") == 1
+    assert value(got, "run_agent_runs_started_total", agent="fake") == 3
+    assert value(got, "run_agent_runs_started_total", agent="spender") == 1
+    assert value(got, "run_agent_runs_ended_total", agent="fake", reason="exit_code") == 2
+    assert value(got, "run_agent_runs_ended_total", agent="fake", reason="exited") == 1
+    assert value(got, "run_agent_restarts_total", agent="fake") == 1
+    assert value(got, "run_agent_attempt_duration_seconds_count", agent="fake") == 3
+    assert value(got, "run_agent_attempt_duration_seconds_bucket", agent="fake", le="+Inf") == 3
+    assert spent.tokens_in == 2100 and spent.tokens_out == 0  # three turns of 700 in, none out
+    assert value(got, "run_agent_tokens_total", agent="spender", project="p2",
+                 direction="in") == spent.tokens_in  # fmt: skip
+    assert value(got, "run_agent_tokens_total", agent="spender", project="p2",
+                 direction="out") == spent.tokens_out  # fmt: skip
+    assert value(got, "run_agent_queue_length", state="blocked") == 1
+    assert value(got, "run_agent_queue_length", state="queued") == 0
+    assert value(got, "run_agent_queue_oldest_wait_seconds") > 0
+    assert value(got, "run_agent_operations_total", type="createFile", verdict="done") == 1
+    assert value(got, "run_agent_operations_total", type="shell", verdict="done") == 1
+    assert value(got, "run_agent_operations_total", type="shell",
+                 verdict="approval_required") == 1  # fmt: skip
+
+
+def test_metrics_count_the_sse_clients_being_served(ws: Workspace) -> None:
+    ws.write_config(["--lines", "1", "--sleep", "60"])
+    assert ws.cli("run", "-p", "p", "-t", "live", "--detach", "go").returncode == 0
+    task = ws.task("p", "live")
+    run_id = wait_for(lambda: task.run_ids(), 30, "the run")[0]
+    path = f"/api/projects/p/tasks/live/runs/{run_id}/stream/stdout"
+    try:
+        with serving(ws) as url:
+            assert sse_clients(url) == 0
+            with httpx.stream("GET", url + path, timeout=30) as stream:
+                lines = stream.iter_lines()  # held: an iterator let go of closes the response
+                next(line for line in lines if line.startswith("data"))
+                assert wait_for(lambda: sse_clients(url) == 1, 10, "one client counted")
+            assert wait_for(lambda: sse_clients(url) == 0, 30, "none once it left")
+    finally:
+        assert ws.cli("stop", "-p", "p", "-t", "live").returncode == 0
+
+
+def sse_clients(url: str) -> float:
+    return value(scrape(httpx.get(f"{url}/metrics", timeout=30).text), "run_agent_sse_clients")
+
+
+def app_client(tmp_path: Path, **settings: Any) -> TestClient:
+    app = create_app(Settings(root=tmp_path, run_schedules=False, **settings))
+    return TestClient(app, base_url="http://127.0.0.1")
+
+
+def test_metrics_need_the_key_unless_made_public(tmp_path: Path) -> None:
+    with app_client(tmp_path, api_key="k" * 32) as client:
+        assert client.get("/metrics").status_code == 401
+        given = client.get("/metrics", headers={"Authorization": "Bearer " + "k" * 32})
+        assert given.status_code == 200 and "run_agent_tasks" in given.text
+    with app_client(tmp_path, api_key="k" * 32, metrics_public=True) as client:
+        assert client.get("/metrics").status_code == 200
+        assert client.get("/api/tasks").status_code == 401  # nothing else is made public
+
+
+def test_metrics_public_is_read_from_the_config(ws: Workspace) -> None:
+    ws.write_config([])
+    data = yaml.safe_load(ws.config.read_text())
+    data["metrics"] = {"public": "yes"}
+    ws.config.write_text(yaml.safe_dump(data))
+    done = ws.invoke("list")
+    assert done.returncode == 2 and "metrics.public: 'yes' is not true or false" in done.stderr
