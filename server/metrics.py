@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -167,15 +167,18 @@ def _events(line: str) -> list[dict[str, Any]]:
 
 def _gauge(name: str, doc: str, labels: list[str],
            values: Mapping[tuple[str, ...], float]) -> GaugeMetricFamily:  # fmt: skip
-    family = GaugeMetricFamily(name, doc, labels=labels)
-    for key, value in sorted(values.items()):
-        family.add_metric(list(key), value)
-    return family
+    return _filled(GaugeMetricFamily(name, doc, labels=labels), values)
 
 
 def _counter(name: str, doc: str, labels: list[str],
              values: Mapping[tuple[str, ...], float]) -> CounterMetricFamily:  # fmt: skip
-    family = CounterMetricFamily(name, doc, labels=labels)
+    return _filled(CounterMetricFamily(name, doc, labels=labels), values)
+
+
+F = TypeVar("F", GaugeMetricFamily, CounterMetricFamily)
+
+
+def _filled(family: F, values: Mapping[tuple[str, ...], float]) -> F:
     for key, value in sorted(values.items()):
         family.add_metric(list(key), value)
     return family
