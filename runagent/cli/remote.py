@@ -10,7 +10,7 @@ import signal
 import sys
 import time
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import click
 
@@ -89,7 +89,7 @@ class Follower:
             if end is not None and end.get("withdrawn"):  # taken out of the cluster's queue
                 self.console.say(f"task {self.task.label} left the queue; it was never started")
                 self._exit(int(end.get("code", ExitCode.STOPPED)))
-            self._relay(final=end is not None)
+            self._relay(end)
             if end is not None:
                 self._exit(int(end.get("code", ExitCode.FAILED)))
             if self._blocked_for_good():
@@ -119,15 +119,16 @@ class Follower:
             self.stop_sent = True
             self.console.say(f"stopping task {self.task.label}")
 
-    def _relay(self, final: bool) -> None:
-        """Print the lines this loop's supervisor wrote since the last look (at its end, all
-        of them)."""
+    def _relay(self, end: dict[str, Any] | None) -> None:
+        """Print the lines this loop's supervisor wrote since the last look (all of them once
+        it has ended: `end` is its end record)."""
+        final = end is not None
         if self.offset is None or not self.shared:  # a loop moved to a host of its own root
-            where = self.cluster.locate(self.task.label)
-            end = self.cluster.ended(self.task.label, self.began) if where is None else None
-            found = (where.node, where.log_from) if where is not None else None
+            found = None
             if end is not None:
                 found = (str(end.get("node") or ""), int(end.get("log_from") or 0))
+            elif (where := self.cluster.locate(self.task.label)) is not None:
+                found = (where.node, where.log_from)
             if found is not None and (self.offset is None or found[0] != self.node):
                 self.node, self.offset, self.pending = found[0], found[1], b""
             if self.offset is None:

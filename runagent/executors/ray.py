@@ -147,7 +147,6 @@ class Where:
     pid: int
     process_start: float | None
     since: str
-    root: str
     error: str | None = None
     exit_code: int | None = None
     node: str = ""
@@ -200,7 +199,7 @@ class HostAgent:
             self._launch(loop, attended=True)
         else:
             loop.placed.wait(spec.wait + PLACEMENT_WAIT)
-        return loop.where or Where(self.host, 0, None, "", "", "its loop is still starting", 1)
+        return loop.where or Where(self.host, 0, None, "", "its loop is still starting", 1)
 
     def locate(self, label: str) -> Where | None:
         """Where the task's loop runs; None if it runs nowhere here, or is still starting."""
@@ -287,7 +286,7 @@ class HostAgent:
             loop.where = self._start(loop, again)
         except RunAgentError as exc:
             code = int(exc.exit_code)
-            loop.where = Where(self.host, 0, None, "", str(task.root), str(exc), code, self.node)
+            loop.where = Where(self.host, 0, None, "", str(exc), code, self.node)
         finally:
             loop.placed.set()
         if loop.where.error is not None:
@@ -322,7 +321,7 @@ class HostAgent:
         holder = started.holder or live_holder(task.lock)
         return Where(
             self.host, started.pid, process_start_time(started.pid),
-            holder.since if holder is not None else "", str(task.root), node=self.node,
+            holder.since if holder is not None else "", node=self.node,
             log_from=log_from,
         )  # fmt: skip
 
