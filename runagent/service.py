@@ -453,15 +453,15 @@ class Service:
 
         return control.hold_scheduler(self.executor)
 
-    def fleet(self) -> Overview:
+    def fleet(self, projects: frozenset[str] | None = None) -> Overview:
         """The fleet at a glance (runagent.fleet.overview), under the config's limits and
-        budgets as a start now would see them."""
+        budgets as a start now would see them; only `projects`' part of it, if given."""
         from runagent.fleet.overview import overview
 
         config = self.current_config()
         if config is None:
-            return overview(self.root)
-        return overview(self.root, config.limits, config.budgets)
+            return overview(self.root, projects=projects)
+        return overview(self.root, config.limits, config.budgets, projects)
 
     def agent_choices(self) -> dict[str, object]:
         """The config's agents as a start form offers them: each one's name, backend and model,

@@ -5,6 +5,7 @@ before anything is created."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +18,13 @@ from starlette.routing import Route
 from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyCompletedError, UsageError
 from runagent.fleet.queue import Waiting
-from runagent.loop.context import new_task_id, validate_prompt
+from runagent.loop.context import new_task_id, validate_id, validate_prompt
 from runagent.paste import state as paste_state
 from runagent.service import Command, IssueStart, Service, StartRequest
-from runagent.store import tasks
+from runagent.store import cleanup, tasks
 from server.paths import Paths
 from server.schedules import ScheduleRunner
-from server.security import bounded_body, cross_site_write
+from server.security import bounded_body, check_reach, cross_site_write, grant_of
 from server.settings import Settings
 
 STOP_WAIT = 30.0
@@ -50,6 +51,7 @@ class Actions:
             Route("/api/agents", self.agents),
             Route("/api/fleet", self.fleet),
             Route("/api/schedules/{name}/run", self.run_schedule, methods=["POST"]),
+            Route("/api/gc", self.gc, methods=["POST"]),
             Route("/api/projects/{project}/tasks", self.start, methods=["POST"]),
             Route(task, self.delete, methods=["DELETE"]),
             Route(f"{task}/stop", self.stop, methods=["POST"]),
@@ -61,7 +63,7 @@ class Actions:
     async def fleet(self, request: Request) -> Response:
         """The fleet at a glance: counts, the queue in order, today's spend against each daily
         budget, and the tasks that need a person (the page's first view)."""
-        found = await run_in_threadpool(self.service.fleet)
+        found = await run_in_threadpool(self.service.fleet, grant_of(request).projects)
         return JSONResponse(found.to_dict())
 
     async def _body(self, request: Request, limit: int | None = None) -> dict[str, Any]:
@@ -96,13 +98,15 @@ class Actions:
         }  # fmt: skip
         return JSONResponse(body, status_code=202)
 
-    def _place(self, body: dict[str, Any]) -> dict[str, Any]:
-        """`after` (a list of P/T) and `priority` (a whole number) of a start's body."""
+    def _place(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
+        """`after` (a list of P/T, of projects the request reaches) and `priority` (a whole
+        number) of a start's body."""
         after = body.get("after") or []
         if isinstance(after, str):
             after = [a for a in after.replace(",", " ").split() if a]
         if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
             raise UsageError(f"after {after!r} is not a list of PROJECT/TASK names")
+        check_reach(request, *(a.partition("/")[0] for a in after if "/" in a))
         priority = body.get("priority") or 0
         if isinstance(priority, str) and priority.strip().lstrip("-").isdigit():
             priority = int(priority)
@@ -139,7 +143,7 @@ class Actions:
         again = body.get("again") is True
         issue = _issue(body.get("issue"))
         start = StartRequest(task, prompt, overrides=overrides, again=again, issue=issue,
-                             **self._place(body))  # fmt: skip
+                             **self._place(request, body))  # fmt: skip
         return await self._start(start)
 
     async def resume(self, request: Request) -> Response:
@@ -147,7 +151,7 @@ class Actions:
         task = self.paths.task(request)
         overrides = self._overrides(body)
         again = body.get("again") is True
-        place = self._place(body)
+        place = self._place(request, body)
         start = StartRequest(
             task, command=Command.RESUME, overrides=overrides, again=again, **place
         )
@@ -164,16 +168,50 @@ class Actions:
         return JSONResponse({"deleted": task.label, "freed_bytes": freed})
 
     async def schedules(self, request: Request) -> Response:
-        return JSONResponse(await run_in_threadpool(self.runner.describe))
+        reaches = grant_of(request).reaches
+        rows = await run_in_threadpool(self.runner.describe)
+        return JSONResponse([row for row in rows if reaches(row["project"])])
 
     async def run_schedule(self, request: Request) -> Response:
         await self._body(request)
         name = request.path_params["name"]
         if name not in self.settings.schedules:
             raise HTTPException(404, f"no schedule {name!r}")
+        check_reach(request, self.settings.schedules[name].project)
         firing = await run_in_threadpool(self.runner.fire_now, name)
         body = {"schedule": name, "project_id": firing.schedule.project, "task_id": firing.task_id}
         return JSONResponse(body, status_code=202)
+
+    async def gc(self, request: Request) -> Response:
+        """`{"older_than": "30d"?, "keep_last": N?, "keep_failed": bool?, "project": P?,
+        "dry_run": bool?}`: remove old runs of tasks that are not running, as `run-agent gc`
+        does (admin scope; a token limited to projects names one of them)."""
+        body = await self._body(request)
+        project = body.get("project")
+        if project is not None:
+            project = validate_id("project", str(project))
+        if grant_of(request).projects is not None and project is None:
+            raise HTTPException(403, "this token reaches only some projects; name one: project")
+        check_reach(request, *([project] if project else []))
+        older_than, keep_last = body.get("older_than"), body.get("keep_last")
+        if older_than is not None and not isinstance(older_than, str):
+            raise UsageError(f"older_than {older_than!r} is not a duration such as 30d")
+        if keep_last is not None and (
+            isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0
+        ):
+            raise UsageError(f"keep_last {keep_last!r} is not a whole number of runs (0 or more)")
+        keep = cleanup.Retention.asked(older_than, keep_last, body.get("keep_failed") is True)
+
+        def collect() -> dict[str, Any]:
+            plan = cleanup.gc_plan(self.settings.root, keep, datetime.now(UTC), project)
+            doomed = [{"run": d.label, "bytes": d.size} for d in plan.doomed]
+            kept = [{"run": k.label, "why": k.why} for k in plan.kept]
+            if body.get("dry_run") is True:
+                return {"dry_run": True, "removed": doomed, "kept": kept, "freed_bytes": 0}
+            freed = cleanup.carry_out(plan.doomed, self.settings.root)
+            return {"dry_run": False, "removed": doomed, "kept": kept, "freed_bytes": freed}
+
+        return JSONResponse(await run_in_threadpool(collect))
 
     async def stop(self, request: Request) -> Response:
         await self._body(request)

@@ -37,7 +37,7 @@ from server.hub import Hub
 from server.ops import OpsApi
 from server.paths import Paths
 from server.schedules import ScheduleRunner
-from server.security import HostMiddleware, KeyMiddleware
+from server.security import HostMiddleware, KeyMiddleware, grant_of
 from server.settings import Settings as Settings  # where the callers have found it
 
 T = TypeVar("T")
@@ -108,12 +108,16 @@ def create_app(settings: Settings) -> Starlette:
         lifespan=lifespan,
         middleware=[
             Middleware(HostMiddleware, allowed=settings.allowed_hosts),
-            Middleware(KeyMiddleware, key=settings.api_key, open_paths=_open_paths(settings)),
+            Middleware(
+                KeyMiddleware,
+                key=settings.api_key,
+                root=settings.root,
+                open_paths=_open_paths(settings),
+            ),
         ],
         exception_handlers={HTTPException: _http_error, RunAgentError: _run_agent_error},
     )
     app.state.hub = hub  # its streams' shared tails, for the tests of the fan-out
-    app.state.hub = hub
     return app
 
 
@@ -176,6 +180,8 @@ class Api:
         return JSONResponse({"status": "ok", "version": __version__, "root": str(self.root)})
 
     async def projects(self, request: Request) -> Response:
+        reaches = grant_of(request).reaches
+
         def listing() -> list[dict[str, Any]]:
             used = tasks.project_usage(tasks.all_tasks(self.root))
             return [
@@ -185,13 +191,15 @@ class Api:
                     "usage": used[p].to_dict() if p in used else None,
                 }
                 for p in runfolder.project_ids(self.root)
+                if reaches(p)
             ]
 
         return JSONResponse(await run_in_threadpool(listing))
 
     async def all_tasks(self, request: Request) -> Response:
-        rows = await run_in_threadpool(lambda: list(streams.snapshot(self.root).values()))
-        return JSONResponse(rows)
+        reaches = grant_of(request).reaches
+        rows = await run_in_threadpool(streams.snapshot, self.root)
+        return JSONResponse(list(streams.of_projects(rows, reaches).values()))
 
     async def project_tasks(self, request: Request) -> Response:
         try:
@@ -337,7 +345,7 @@ class Api:
         )
 
     async def events(self, request: Request) -> Response:
-        return self._sse(streams.root_events(self.hub, self.root))
+        return self._sse(streams.root_events(self.hub, self.root, grant_of(request).reaches))
 
 
 def newlines_before(path: Path, offset: int) -> int:

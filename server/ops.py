@@ -34,7 +34,7 @@ from runagent.store import runfolder
 from runagent.store.runfolder import RunPaths, TaskPaths, within
 from server import streams
 from server.hub import Hub
-from server.security import bounded_body, cross_site_write
+from server.security import bounded_body, check_reach, cross_site_write, grant_of
 
 POLICIES = ("restrictive", "standard", "permissive")
 DECISIONS = ("approved", "denied")
@@ -89,17 +89,21 @@ class OpsApi:
         return real
 
     def folder(self, request: Request) -> Path:
+        """The operations run a request names, if its project is one the request reaches."""
         run_id = request.path_params["run"]
         try:
-            return find_run(self.root, validate_id("run", run_id))
+            found = find_run(self.root, validate_id("run", run_id))
         except (UsageError, NotFoundError):
             raise HTTPException(404, f"no operations run {run_id[:80]!r}") from None
+        check_reach(request, ids(found)["project_id"])
+        return found
 
     # Reading ---------------------------------------------------------------------------------
 
     async def list_runs(self, request: Request) -> Response:
+        reaches = grant_of(request).reaches
         return JSONResponse(
-            await run_in_threadpool(lambda: [describe(f) for f in all_runs(self.root)])
+            await run_in_threadpool(lambda: [describe(f) for f in all_runs(self.root, reaches)])
         )
 
     async def run(self, request: Request) -> Response:
@@ -107,9 +111,11 @@ class OpsApi:
         return JSONResponse(await run_in_threadpool(describe, folder))
 
     async def approvals(self, request: Request) -> Response:
+        reaches = grant_of(request).reaches
+
         def pending() -> list[dict[str, Any]]:
             rows = []
-            for folder in all_runs(self.root):
+            for folder in all_runs(self.root, reaches):
                 try:
                     waiting = Runtime.open(folder).pending
                 except RunAgentError:  # a run whose files cannot be read has nothing to answer
@@ -157,6 +163,7 @@ class OpsApi:
             task_id = validate_id("task", str(body.get("task_id") or "ops"))
         except UsageError as exc:
             raise HTTPException(400, str(exc)) from exc
+        check_reach(request, project)
         task = runfolder.confine(TaskPaths(self.root, project, task_id))
 
         def create() -> Path:

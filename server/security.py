@@ -19,15 +19,21 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import re
 import socket
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
 from starlette.datastructures import URL, Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from runagent.errors import UsageError
+from runagent.store import tokens
 
 COOKIE = "run_agent_key"
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
@@ -120,37 +126,127 @@ def opens_the_page(request: Request) -> bool:
 
 
 class KeyMiddleware:
-    """Requires the API key on every request but the static assets (and the paths made
-    public, `open_paths`: `/metrics` under `metrics.public`)."""
+    """Requires a credential on every request but the static assets (and the paths made
+    public, `open_paths`: `/metrics` under `metrics.public`), once the server has a key or any
+    token: the api_key (everything), or a scoped token (runagent/store/tokens.py) whose scope
+    and projects the route must be within. A request's grant is left in `scope["state"]` for
+    the handlers that list (they show only its projects)."""
 
-    def __init__(self, app: ASGIApp, key: str | None, open_paths: frozenset[str] = frozenset()):
+    def __init__(
+        self, app: ASGIApp, key: str | None, root: Path | None = None,
+        open_paths: frozenset[str] = frozenset(),
+    ) -> None:  # fmt: skip
         self.app = app
         self.key = key
+        self.root = root
         self.open_paths = open_paths
+        self._tokens: list[tokens.TokenRecord] = []
+        self._stamp: tuple[int, int, int] | None = None
+
+    def _records(self) -> list[tokens.TokenRecord]:
+        """The token file's records, read again only when it changed (a UsageError if it
+        cannot be read: then only the api_key gets in, never everyone)."""
+        if self.root is None:
+            return []
+        try:
+            stat = tokens.path(self.root).stat()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise UsageError(f"the token file cannot be read ({exc.strerror}); fix it") from None
+        stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
+        if stamp != self._stamp:
+            self._tokens, self._stamp = tokens.read(self.root), stamp
+        return self._tokens
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or not self.key or path.startswith("/static/"):
-            await self.app(scope, receive, send)
-            return
-        if path in self.open_paths:
+        if scope["type"] != "http" or path.startswith("/static/") or path in self.open_paths:
             await self.app(scope, receive, send)
             return
         request = Request(scope)
         given = presented_key(request)
-        if not keys_equal(given, self.key):
-            response: Response = JSONResponse(
-                {"error": "missing or wrong API key: send Authorization: Bearer KEY (a key in "
-                 "the address is taken only when opening the page, as /?key=KEY)"},
-                status_code=401,
-            )  # fmt: skip
-        elif "key" in request.query_params and opens_the_page(request):
-            response = redirect_without_key(request.url)
-            response.set_cookie(COOKIE, self.key, httponly=True, samesite="strict")
-        else:
-            await self.app(scope, receive, send)
+        try:
+            grant = self._grant(given)
+        except UsageError as exc:  # an unreadable token file lets in the api_key alone
+            await JSONResponse({"error": str(exc)}, status_code=503)(scope, receive, send)
             return
-        await response(scope, receive, send)
+        if grant is None:
+            response: Response = JSONResponse(
+                {"error": "missing, wrong, expired or revoked API key or token: send "
+                 "Authorization: Bearer KEY (a key in the address is taken only when opening "
+                 "the page, as /?key=KEY)"},
+                status_code=401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )  # fmt: skip
+            await response(scope, receive, send)
+            return
+        refusal = refused(grant, scope.get("method", "GET"), path)
+        if refusal is not None:
+            await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["grant"] = grant
+        if given is not None and "key" in request.query_params and opens_the_page(request):
+            response = redirect_without_key(request.url)
+            response.set_cookie(COOKIE, given, httponly=True, samesite="strict")
+            await response(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+    def _grant(self, given: str | None) -> tokens.Grant | None:
+        """What the credential `given` may do: everything for the api_key (or on a server
+        with neither a key nor a token), a token's grant, or None (a 401)."""
+        if given is not None and self.key and keys_equal(given, self.key):
+            return tokens.ADMIN
+        if not self.key and (self.root is None or not tokens.path(self.root).exists()):
+            return tokens.ADMIN  # a server that asks for nothing: open, as before
+        return tokens.verify(self._records(), given or "", datetime.now(UTC))
+
+
+PROJECT_PATH = re.compile(r"^/api/projects/([^/]+)")
+# Views of the whole root that cannot be cut to a token's projects: refused to such a token.
+WHOLE_ROOT = ("/metrics",)
+NEEDS = {"GET": tokens.Scope.READ, "HEAD": tokens.Scope.READ, "DELETE": tokens.Scope.ADMIN}
+ADMIN_PATHS = frozenset({"/api/gc"})  # writes that remove, as a DELETE does
+
+
+def refused(grant: tokens.Grant, method: str, path: str) -> str | None:
+    """Why `grant` may not `method` `path` (a 403), or None if it may: reads need `read`,
+    deletes and gc `admin`, every other write `operate`; a token limited to projects reaches
+    only theirs."""
+    needs = NEEDS.get(method.upper(), tokens.Scope.OPERATE)
+    if path in ADMIN_PATHS:
+        needs = tokens.Scope.ADMIN
+    if grant.scope < needs:
+        return (f"this token's scope is {grant.scope.word}; {method.upper()} {path} needs "
+                f"{needs.word}")  # fmt: skip
+    if grant.projects is None:
+        return None
+    found = PROJECT_PATH.match(path)
+    if found is not None and not grant.reaches(unquote(found[1])):
+        return unreached(unquote(found[1]))
+    if path.startswith(WHOLE_ROOT):
+        return f"{path} shows every project; this token reaches only some"
+    return None
+
+
+def unreached(project: str) -> str:
+    return f"this token does not reach project {project[:100]!r}"
+
+
+def check_reach(request: Request, *projects: str) -> None:
+    """A 403 unless the request's grant reaches every one of `projects` (a start's `after`, an
+    operations run's, a schedule's)."""
+    grant = grant_of(request)
+    for project in projects:
+        if not grant.reaches(project):
+            raise HTTPException(403, unreached(project))
+
+
+def grant_of(request: Request) -> tokens.Grant:
+    """The grant the key middleware left for the request (everything, where none is needed)."""
+    found = request.scope.get("state", {}).get("grant")
+    return found if isinstance(found, tokens.Grant) else tokens.ADMIN
 
 
 def redirect_without_key(url: URL) -> RedirectResponse:

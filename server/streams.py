@@ -14,10 +14,10 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 
@@ -29,6 +29,8 @@ from server.tail import Chunk as Chunk  # re-exported: the app and ops read run 
 from server.tail import Tail, decode
 from server.tail import file_size as file_size
 from server.tail import read_at as read_at
+
+V = TypeVar("V")
 
 RECHECK = 5.0  # seconds between checks when nothing changes (a supervisor killed by SIGKILL)
 
@@ -204,18 +206,26 @@ def loop_marks(root: Path) -> dict[str, tuple[int, int]]:
     return marks
 
 
-async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
+def of_projects(rows: dict[str, V], reaches: Callable[[str], bool]) -> dict[str, V]:
+    """The entries of `rows` (keyed `project/task`) whose project `reaches` lets through."""
+    return {key: row for key, row in rows.items() if reaches(key.partition("/")[0])}
+
+
+async def root_events(
+    hub: Hub, root: Path, reaches: Callable[[str], bool] = lambda project: True
+) -> AsyncIterator[Event]:
     """The task list once, then a `task` event for every task whose row changed, a `paste`
     event (its ids) for every task whose paste session changed (GET .../paste reads it), and a
-    `loop` event (its ids) when a task's detached loop said more (the detail's `loop_message`)."""
-    rows = snapshot(root)
-    marks = paste_marks(root)
-    said = loop_marks(root)
+    `loop` event (its ids) when a task's detached loop said more (the detail's `loop_message`);
+    of the projects `reaches` lets through (a token's)."""
+    rows = of_projects(snapshot(root), reaches)
+    marks = of_projects(paste_marks(root), reaches)
+    said = of_projects(loop_marks(root), reaches)
     yield event("snapshot", list(rows.values()))
     seen = hub.meta_generation
     while True:
         seen = await hub.wait(seen, RECHECK, meta=True)
-        fresh = snapshot(root)
+        fresh = of_projects(snapshot(root), reaches)
         for key, row in fresh.items():
             if rows.get(key) != row:
                 yield event("task", row)
@@ -223,13 +233,13 @@ async def root_events(hub: Hub, root: Path) -> AsyncIterator[Event]:
             project, _, task = key.partition("/")
             yield event("removed", {"project_id": project, "task_id": task})
         rows = fresh
-        now = paste_marks(root)
+        now = of_projects(paste_marks(root), reaches)
         for key, mark in now.items():
             if marks.get(key) != mark:
                 project, _, task = key.partition("/")
                 yield event("paste", {"project_id": project, "task_id": task})
         marks = now
-        now_said = loop_marks(root)
+        now_said = of_projects(loop_marks(root), reaches)
         for key, size_time in now_said.items():
             if said.get(key) != size_time:
                 project, _, task = key.partition("/")

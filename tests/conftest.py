@@ -338,22 +338,27 @@ def server(ws: Workspace) -> Iterator[Server]:
 
 
 @contextlib.contextmanager
-def serving(ws: Workspace) -> Iterator[str]:
+def serving(
+    ws: Workspace, env: dict[str, str] | None = None, log: Path | None = None
+) -> Iterator[str]:
     """`run-agent serve` of the workspace's config on a free port, for a `with` block (a test
-    that starts it at a moment of its own); its URL."""
+    that starts it at a moment of its own), with `env` added and its output into `log`; its
+    URL."""
     import httpx
 
     port = free_port()
-    proc = subprocess.Popen(
-        ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)), cwd=ws.path,
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )  # fmt: skip
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(log.open("ab")) if log is not None else subprocess.DEVNULL
+        proc = subprocess.Popen(
+            ws.cli_argv("serve", "--port", str(port), "--config", str(ws.config)),
+            cwd=ws.path, env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+            stdout=out, stderr=out, start_new_session=True,
+        )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
 
-    def healthy() -> bool:
+    def healthy() -> bool:  # answering at all: behind a key or a token, with a 401
         try:
-            return httpx.get(f"{url}/api/health", timeout=1).status_code == 200
+            return httpx.get(f"{url}/api/health", timeout=1).status_code in (200, 401)
         except httpx.HTTPError:
             return False
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
 from pathlib import Path
 
 import click
@@ -12,7 +11,6 @@ from runagent import schedule
 from runagent.cli.group import cli, fail
 from runagent.cli.options import common, existing_task, service_for, setup
 from runagent.cli.show import plural
-from runagent.config.duration import parse_duration
 from runagent.errors import ExitCode, UsageError
 from runagent.loop.context import validate_id
 from runagent.store import cleanup
@@ -42,18 +40,9 @@ def gc(
 ) -> None:  # fmt: skip
     """Remove old runs of tasks that are not running (never a running task's)."""
     s = setup(config_path, root)
-    if older_than is None and keep_last is None:
-        raise UsageError(
-            "say what to keep: --older-than DURATION and/or --keep-last N (gc never removes "
-            "every run by default)"
-        )
-    if older_than is None and keep_last == 0:
-        raise UsageError(
-            "--keep-last 0 alone keeps no run: it would remove every run of every task that is "
-            "not running; add --older-than DURATION, or keep more (--keep-last 1)"
-        )
-    age = parse_duration(older_than, "--older-than") if older_than is not None else None
-    keep = cleanup.Retention(timedelta(seconds=age) if age else None, keep_last or 0, keep_failed)
+    keep = cleanup.Retention.asked(
+        older_than, keep_last, keep_failed, lambda name: "--" + name.replace("_", "-")
+    )
     project = validate_id("project", project_id) if project_id else None
     planned = cleanup.gc_plan(s.root, keep, schedule.utc_now(), project)
     plan = planned.doomed

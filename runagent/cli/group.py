@@ -78,6 +78,8 @@ LAZY: dict[str, Lazy] = {
     "status": Lazy("runagent.cli.show", "Show a task's status and its latest run."),
     "stop": Lazy("runagent.cli.run",
                  "Stop a task's loop: its agent tree is killed and nothing restarts."),
+    "token": Lazy("runagent.cli.tokens", "Scoped API tokens for the server: create one (shown "
+                  "once), list them, revoke one."),
     "usage": Lazy("runagent.cli.usage", "Tokens and cost of the runs, as their agents reported "
                   "them, summed by project, task, agent or day (UTC), with a total."),
     "watch": Lazy("runagent.cli.watch",

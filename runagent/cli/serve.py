@@ -16,7 +16,9 @@ from runagent.errors import UsageError
 
 
 @cli.command()
-@click.option("--host", help="Address to listen on (default 127.0.0.1; others need an API key).")
+@click.option(
+    "--host", help="Address to listen on (default 127.0.0.1; others need an API key or a token)."
+)
 @click.option("--port", type=click.IntRange(1, 65535), help="Port (default 14355).")
 @click.option("--no-schedules", is_flag=True, help="Do not fire the config's schedules.")
 @common
@@ -28,6 +30,7 @@ def serve(
     import uvicorn
 
     from runagent.doctor import bind_problem
+    from runagent.store import tokens
     from server.app import Settings, create_app
     from server.security import allowed_hosts, is_loopback
 
@@ -35,10 +38,10 @@ def serve(
     host = host or s.config.server.host
     port = port or s.config.server.port
     key = s.config.server.api_key(os.environ)
-    if not is_loopback(host) and not key:
+    if not is_loopback(host) and not key and not tokens.path(s.root).exists():
         raise UsageError(
-            f"refusing to serve on {host}: anything but loopback needs an API key; "
-            f"set {s.config.server.api_key_env} and try again"
+            f"refusing to serve on {host}: anything but loopback needs an API key or a token; "
+            f"set {s.config.server.api_key_env}, or make one with `run-agent token create`"
         )
     problem = bind_problem(host, port)
     if problem is not None:

@@ -30,6 +30,7 @@ class Spent:
     what: str  # "the runs root today", "project p today"
     used: Usage
     budget: Budget | None = None
+    project: str | None = None  # None: the whole root
 
     @property
     def spent(self) -> bool:
@@ -72,9 +73,12 @@ class Overview:
 
 
 def overview(
-    root: Path, limits: LimitsSettings | None = None, budgets: BudgetSettings | None = None
-) -> Overview:
-    views = tasks.all_tasks(root)
+    root: Path, limits: LimitsSettings | None = None, budgets: BudgetSettings | None = None,
+    projects: frozenset[str] | None = None,
+) -> Overview:  # fmt: skip
+    """The fleet, or the part of it in `projects` (a token limited to them sees no other
+    project's tasks or spend, and not the whole root's)."""
+    views = [v for v in tasks.all_tasks(root) if projects is None or v.paths.project_id in projects]
     needs = [need for view in views for need in needs_of(view)]
     waiting = [v for v in views if v.queue is not None]
     queued = sorted((v for v in waiting if not _blocked(v)), key=_place)
@@ -88,6 +92,8 @@ def overview(
     }
     today = datetime.now(UTC).date()
     spent = _spent(root, budgets or BudgetSettings(), today)
+    if projects is not None:
+        spent = tuple(s for s in spent if s.project in projects)
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
                     limits or LimitsSettings(), today.isoformat())  # fmt: skip
 
@@ -108,7 +114,8 @@ def _spent(root: Path, budgets: BudgetSettings, today: date) -> tuple[Spent, ...
     found = [Spent("the runs root today", total.used, budgets.daily)]
     for project in sorted(by_project.keys() | budgets.projects.keys()):
         used = by_project.get(project, Usage())
-        found.append(Spent(f"project {project} today", used, budgets.projects.get(project)))
+        budget = budgets.projects.get(project)
+        found.append(Spent(f"project {project} today", used, budget, project))
     return tuple(found)
 
 

@@ -5,7 +5,7 @@ run rows show them."""
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +23,10 @@ class RunState(enum.StrEnum):
     DONE = "done"  # nothing under way: it takes the next message at once
 
 
-def all_runs(root: Path) -> Iterator[Path]:
-    """Every operations run's folder under the runs root, oldest first within a task."""
-    for project in runfolder.project_ids(root):
+def all_runs(root: Path, reaches: Callable[[str], bool] = lambda project: True) -> Iterator[Path]:
+    """Every operations run's folder under the runs root (in the projects `reaches` lets
+    through), oldest first within a task."""
+    for project in filter(reaches, runfolder.project_ids(root)):
         for task_id in runfolder.task_ids(root, project):
             task = TaskPaths(root, project, task_id)
             for run_id in task.run_ids():

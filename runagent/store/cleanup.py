@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import shutil
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from runagent.config.duration import parse_duration
 from runagent.errors import AlreadyRunningError, UsageError
 from runagent.record import record
 from runagent.store import runfolder, tasks
@@ -32,6 +33,28 @@ class Retention:
     older_than: timedelta | None = None
     keep_last: int = 0
     keep_failed: bool = False
+
+    @classmethod
+    def asked(
+        cls, older_than: str | None, keep_last: int | None, keep_failed: bool = False,
+        flag: Callable[[str], str] = lambda name: name,
+    ) -> Retention:  # fmt: skip
+        """What a gc request keeps, refused (UsageError) when it says too little to be safe:
+        gc never removes every run by default. `flag` spells an option's name as the asker
+        gave it (`--older-than`, `older_than`)."""
+        age, last = flag("older_than"), flag("keep_last")
+        if older_than is None and keep_last is None:
+            raise UsageError(
+                f"say what to keep: {age} DURATION and/or {last} N (gc never removes every run "
+                "by default)"
+            )
+        if older_than is None and keep_last == 0:
+            raise UsageError(
+                f"{last} 0 alone keeps no run: it would remove every run of every task that is "
+                f"not running; add {age} DURATION, or keep more ({last} 1)"
+            )
+        seconds = parse_duration(older_than, age) if older_than is not None else None
+        return cls(timedelta(seconds=seconds) if seconds else None, keep_last or 0, keep_failed)
 
 
 @record

@@ -1,0 +1,78 @@
+"""token: scoped API tokens for `run-agent serve` (runagent/store/tokens.py)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from runagent.cli.group import cli
+from runagent.cli.options import common, setup
+from runagent.config.duration import parse_duration
+from runagent.errors import UsageError
+from runagent.loop.context import validate_id
+from runagent.store import tokens
+
+
+@cli.group()
+def token() -> None:
+    """Scoped API tokens for the server: create one (shown once), list them, revoke one."""
+
+
+@token.command()
+@click.option(
+    "--scope", required=True, type=click.Choice(["read", "operate", "admin"]),
+    help="read: see; operate: also start, stop, resume, answer; admin: also delete.",
+)  # fmt: skip
+@click.option(
+    "--project", "-p", "projects", multiple=True,
+    help="Only this project (repeatable; default: every project).",
+)  # fmt: skip
+@click.option("--expires", help="How long it is good for, e.g. 30d (default: until revoked).")
+@common
+def create(
+    scope: str, projects: tuple[str, ...], expires: str | None, config_path: Path | None,
+    root: Path | None,
+) -> None:  # fmt: skip
+    """Make a token; it is printed once, and only its hash is kept."""
+    s = setup(config_path, root)
+    for project in projects:
+        validate_id("project", project)
+    seconds = None
+    if expires is not None:
+        seconds = parse_duration(expires, "--expires")
+        if seconds is None:
+            raise UsageError(f"--expires {expires!r} is no time; give e.g. 30d, or leave it out")
+    secret, made = tokens.create(s.root, tokens.Scope.named(scope), projects, seconds)
+    click.echo(secret)
+    limited = f" for {', '.join(made.projects)}" if made.projects else ""
+    ends = f", until {made.expires}" if made.expires else ""
+    click.echo(f"run-agent: token {made.id} ({scope}{limited}{ends}); it is shown only this "
+               "once: send it as Authorization: Bearer TOKEN", err=True)  # fmt: skip
+
+
+@token.command(name="list")
+@common
+def list_(config_path: Path | None, root: Path | None) -> None:
+    """The tokens: id, scope, projects, when made and until when, and whether still good."""
+    s = setup(config_path, root)
+    now = datetime.now(UTC)
+    rows = tokens.read(s.root)
+    if not rows:
+        click.echo("no tokens; make one with `run-agent token create --scope read`")
+        return
+    for r in rows:
+        projects = ",".join(r.projects) or "*"
+        click.echo(f"{r.id}  {r.scope.word:8} {projects:20} {r.created}  "
+                   f"{r.expires or 'no expiry':25} {r.state(now)}")  # fmt: skip
+
+
+@token.command()
+@click.argument("token_id")
+@common
+def revoke(token_id: str, config_path: Path | None, root: Path | None) -> None:
+    """Revoke a token by its id: it is refused from now on."""
+    s = setup(config_path, root)
+    done = tokens.revoke(s.root, token_id)
+    click.echo(f"run-agent: token {done.id} revoked")

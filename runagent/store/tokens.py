@@ -1,0 +1,169 @@
+"""Scoped API tokens: who may use `run-agent serve` besides the one `api_key`, with what scope
+and for which projects. A token is shown once, when it is made; only its SHA-256 is kept, in
+`.tokens/tokens.json` under the runs root (readable by its owner only). A token carries 256 bits
+of randomness, so a fast hash is enough: nothing about it can be guessed from the hash.
+
+    read     sees: every GET, the streams, /metrics
+    operate  also starts, stops, resumes, merges, answers approvals and paste replies
+    admin    also deletes (and so everything the single api_key may do)
+
+A token limited to projects reaches only those: their routes, and listings that show nothing
+else; a view of the whole root that cannot be cut to them (the fleet, the metrics) is refused.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from runagent.errors import NotFoundError, UsageError
+from runagent.record import record
+from runagent.store.runfolder import atomic_write
+
+FOLDER = ".tokens"
+FILE = "tokens.json"
+PREFIX = "rat"  # run-agent token: rat_<id>_<secret>
+TOKEN = re.compile(r"rat_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
+
+
+class Scope(enum.IntEnum):
+    READ = 1
+    OPERATE = 2
+    ADMIN = 3
+
+    @classmethod
+    def named(cls, name: str) -> Scope:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise UsageError(f"scope {name!r} is not one of read, operate, admin") from None
+
+    @property
+    def word(self) -> str:
+        return self.name.lower()
+
+
+@record
+class Grant:
+    """What a request may do: its scope, and the projects it may reach (None: all)."""
+
+    scope: Scope
+    projects: frozenset[str] | None = None
+    token_id: str = ""  # "" for the api_key or an open server
+
+    def reaches(self, project: str) -> bool:
+        return self.projects is None or project in self.projects
+
+
+ADMIN = Grant(Scope.ADMIN)  # the api_key, or a server that asks for no key
+
+
+@record
+class TokenRecord:
+    id: str
+    sha256: str
+    scope: Scope
+    projects: tuple[str, ...]
+    created: str
+    expires: str | None = None
+    revoked: str | None = None
+
+    def state(self, now: datetime) -> str:
+        if self.revoked:
+            return "revoked"
+        if self.expires and datetime.fromisoformat(self.expires) <= now:
+            return "expired"
+        return "active"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "sha256": self.sha256, "scope": self.scope.word,
+                "projects": list(self.projects), "created": self.created,
+                "expires": self.expires, "revoked": self.revoked}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TokenRecord:
+        return cls(
+            str(data["id"]), str(data["sha256"]), Scope.named(str(data["scope"])),
+            tuple(str(p) for p in data.get("projects") or ()), str(data["created"]),
+            data.get("expires"), data.get("revoked"),
+        )  # fmt: skip
+
+
+def path(root: Path) -> Path:
+    return root / FOLDER / FILE
+
+
+def read(root: Path) -> list[TokenRecord]:
+    try:
+        data = json.loads(path(root).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as exc:
+        raise UsageError(
+            f"the token file {path(root)} cannot be read ({exc}); fix or remove it"
+        ) from None
+    return [TokenRecord.from_dict(d) for d in data.get("tokens", []) if isinstance(d, dict)]
+
+
+def _write(root: Path, records: Iterable[TokenRecord]) -> None:
+    folder = root / FOLDER
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.chmod(folder, 0o700)
+    atomic_write(path(root), json.dumps({"tokens": [r.to_dict() for r in records]}, indent=1))
+    os.chmod(path(root), 0o600)
+
+
+def digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def create(
+    root: Path, scope: Scope, projects: Iterable[str] = (), expires: float | None = None,
+    now: datetime | None = None,
+) -> tuple[str, TokenRecord]:  # fmt: skip
+    """A new token (shown once) and its record, stored by its hash."""
+    now = now or datetime.now(UTC)
+    token_id = secrets.token_hex(6)
+    token = f"{PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
+    ends = (now + timedelta(seconds=expires)).isoformat(timespec="seconds") if expires else None
+    made = TokenRecord(token_id, digest(token), scope, tuple(sorted(set(projects))),
+                       now.isoformat(timespec="seconds"), ends)  # fmt: skip
+    _write(root, [*read(root), made])
+    return token, made
+
+
+def revoke(root: Path, token_id: str, now: datetime | None = None) -> TokenRecord:
+    records = read(root)
+    found = next((r for r in records if r.id == token_id), None)
+    if found is None:
+        raise NotFoundError(f"no token {token_id!r}; see `run-agent token list`")
+    when = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+    done = TokenRecord(found.id, found.sha256, found.scope, found.projects, found.created,
+                       found.expires, found.revoked or when)  # fmt: skip
+    _write(root, [done if r.id == token_id else r for r in records])
+    return done
+
+
+def verify(records: Iterable[TokenRecord], presented: str, now: datetime) -> Grant | None:
+    """The grant of a presented token, or None if it is none of the active ones (compared in
+    constant time, by hash)."""
+    match = TOKEN.fullmatch(presented)
+    if match is None:
+        return None
+    wanted = digest(presented)
+    for found in records:
+        if hmac.compare_digest(found.sha256, wanted) and found.id == match[1]:
+            if found.state(now) != "active":
+                return None
+            projects = frozenset(found.projects) if found.projects else None
+            return Grant(found.scope, projects, found.id)
+    return None

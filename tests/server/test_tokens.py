@@ -1,0 +1,343 @@
+"""Scoped API tokens: made, listed and revoked with `run-agent token`, and checked on every
+route of a real `run-agent serve` (REST and SSE alike) with every scope, a project limit, and
+tokens that must be refused (expired, revoked, one character changed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+from starlette.routing import Route
+
+from runagent.store import tasks, tokens
+from server.app import Settings, create_app
+from tests.conftest import Workspace, serving, wait_for
+
+KEY = "k" * 40
+MINE, THEIRS = "mine", "theirs"
+WRITE = {"content-type": "application/json"}
+
+
+def tree(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under the root, with its size and time: what a refused request must leave."""
+    found = {}
+    for folder, _, files in os.walk(root):
+        for name in files:
+            info = os.lstat(os.path.join(folder, name))
+            found[os.path.join(folder, name)] = (info.st_size, info.st_mtime_ns)
+    return found
+
+
+@dataclass
+class Credential:
+    name: str
+    secret: str | None
+    scope: tokens.Scope | None  # None: refused outright (a 401)
+    limited: bool = False
+
+
+def credentials(root: Path) -> list[Credential]:
+    """The api_key, a token of each scope for all projects and for MINE only, and three that
+    must be refused: expired, revoked, and a good one with one character changed."""
+    made = [Credential("none", None, None), Credential("api_key", KEY, tokens.Scope.ADMIN)]
+    for scope in tokens.Scope:
+        secret, _ = tokens.create(root, scope)
+        made.append(Credential(scope.word, secret, scope))
+        secret, _ = tokens.create(root, scope, [MINE])
+        made.append(Credential(f"{scope.word}@{MINE}", secret, scope, limited=True))
+    long_ago = datetime.now(UTC) - timedelta(days=2)
+    expired, _ = tokens.create(root, tokens.Scope.ADMIN, expires=3600, now=long_ago)
+    revoked, record = tokens.create(root, tokens.Scope.ADMIN)
+    tokens.revoke(root, record.id)
+    good = made[-1].secret or ""
+    changed = good[:-1] + ("A" if good[-1] != "A" else "B")
+    made += [Credential("expired", expired, None), Credential("revoked", revoked, None),
+             Credential("one character changed", changed, None)]  # fmt: skip
+    return made
+
+
+def needs(method: str, path: str) -> tokens.Scope:
+    if method in ("GET", "HEAD"):
+        return tokens.Scope.ADMIN if path == "/api/gc" else tokens.Scope.READ
+    return tokens.Scope.ADMIN if method == "DELETE" or path == "/api/gc" else tokens.Scope.OPERATE
+
+
+# The routes with no project in their path that show or change the whole root: a token limited
+# to projects gets them cut to its projects, except these (403).
+WHOLE_ROOT = {"/metrics", "/api/gc"}
+SSE = ("/stream", "/api/events")
+
+
+@dataclass
+class Target:
+    """One request to try: the filled-in path, the project it reaches (None: none in
+    particular) and the route's pattern."""
+
+    method: str
+    pattern: str
+    path: str
+    project: str | None
+
+
+def targets(runs: dict[str, str], ops: dict[str, str]) -> Iterator[Target]:
+    """Every route of the app (so a new one cannot go untried), each method, with its path
+    filled for MINE and for THEIRS where it names a project. Writes name a task that does not
+    exist, so an allowed one answers (404, 400) without changing anything."""
+    app = create_app(Settings(root=Path("/nonexistent"), run_schedules=False))
+    for route in app.routes:
+        assert isinstance(route, Route)
+        if route.path.startswith("/static/"):
+            continue
+        for method in sorted((route.methods or {"GET"}) - {"HEAD"}):
+            reading = method == "GET"
+            for project in (MINE, THEIRS) if "{" in route.path else (None,):
+                params = {"project": project or "", "task": "t1" if reading else "absent",
+                          "run": runs[project or MINE], "name": "stdout", "operation": "op",
+                          "schedule": project or ""}  # fmt: skip
+                if route.path.startswith("/api/ops/runs/{run}"):
+                    params["run"] = ops[project or MINE]
+                if route.path.startswith("/api/schedules/{name}"):
+                    params["name"] = f"s-{project}"
+                if not any(p in route.path for p in ("{project}", "{run}", "{name}")):
+                    project = None
+                path = route.path.format(**params)
+                yield Target(method, route.path, path, project)
+
+
+def expected(cred: Credential, target: Target) -> str:
+    """`401`, `403`, or `through` (the route's own answer, whatever it is)."""
+    if cred.scope is None:
+        return "401"
+    if cred.scope < needs(target.method, target.pattern):
+        return "403"
+    if cred.limited and (target.project == THEIRS or target.pattern in WHOLE_ROOT):
+        return "403"
+    return "through"
+
+
+def ask(client: httpx.Client, url: str, cred: Credential, target: Target) -> int:
+    headers = {"Authorization": f"Bearer {cred.secret}"} if cred.secret else {}
+    if target.method == "GET":
+        with client.stream("GET", url + target.path, headers=headers) as answer:
+            return answer.status_code  # a stream is left at its headers
+    return client.request(target.method, url + target.path, headers={**headers, **WRITE},
+                          content=b"{}").status_code  # fmt: skip
+
+
+def setup_root(ws: Workspace) -> tuple[dict[str, str], dict[str, str]]:
+    """Two projects with a finished task each, an operations run awaiting approval in each, and
+    a schedule for each; their run ids."""
+    ws.write_config(["--lines", "2"])
+    config = yaml.safe_load(ws.config.read_text())
+    config["schedules"] = {f"s-{p}": {"cron": "0 0 1 1 *", "project": p, "prompt": "go"}
+                           for p in (MINE, THEIRS)}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(config))
+    (ws.path / "project" / "victim").mkdir(parents=True)
+    runs, ops = {}, {}
+    for project in (MINE, THEIRS):
+        assert ws.cli("run", "-p", project, "-t", "t1", "go").returncode == 0
+        runs[project] = ws.task(project, "t1").run_ids()[-1]
+        message = {"protocolVersion": "1.0", "operations": [
+            {"type": "shell", "id": "op", "command": "rm -r victim"}]}  # fmt: skip
+        done = ws.cli("ops", "apply", "-", "-w", "project", "-p", project, "-t", "ops",
+                      input=json.dumps(message))  # fmt: skip
+        assert json.loads(done.stdout)["status"] == "awaiting_approval", done.stderr
+        ops[project] = json.loads(done.stdout)["runId"]
+    return runs, ops
+
+
+def test_every_route_checks_the_scope_and_the_project(ws: Workspace) -> None:
+    runs, ops = setup_root(ws)
+    creds = credentials(ws.root)
+    log = ws.path / "serve.log"
+    tried = refused = 0
+    with (
+        serving(ws, env={"RUN_AGENT_API_KEY": KEY}, log=log) as url,
+        httpx.Client(timeout=30) as client,
+    ):
+        for target in targets(runs, ops):
+            for cred in creds:
+                if (
+                    target.pattern == "/api/schedules/{name}/run"
+                    and expected(cred, target) == "through"
+                ):
+                    continue  # firing one starts a run: tried once, below
+                before = tree(ws.root)
+                got = ask(client, url, cred, target)
+                want = expected(cred, target)
+                where = f"{cred.name}: {target.method} {target.path}"
+                if want == "through":
+                    assert got not in (401, 403), f"{where} answered {got}"
+                else:
+                    assert str(got) == want, f"{where} answered {got}, not {want}"
+                    assert tree(ws.root) == before, f"{where} changed the root"
+                    refused += 1
+                tried += 1
+        # The one firing: a schedule of MINE, by an operate token limited to MINE.
+        limited = next(c for c in creds if c.name == f"operate@{MINE}")
+        fired = client.post(f"{url}/api/schedules/s-{MINE}/run", content=b"{}", headers={
+            "Authorization": f"Bearer {limited.secret}", **WRITE})  # fmt: skip
+        assert fired.status_code == 202, fired.text
+        task = ws.task(MINE, fired.json()["task_id"])
+        wait_for(lambda: tasks.view(task).status == "completed", 60, "the firing")
+    assert tried > 400 and refused > 250  # every route, each with every credential
+    # Never logged, never in a run folder, never in an error message (none was answered).
+    said = log.read_text(errors="replace")
+    for cred in creds:
+        if cred.secret:
+            assert cred.secret not in said
+            assert not any(cred.secret.encode() in p.read_bytes()
+                           for p in ws.root.rglob("*") if p.is_file())  # fmt: skip
+
+
+def test_a_token_limited_to_projects_sees_only_them(ws: Workspace) -> None:
+    runs, ops = setup_root(ws)
+    secret, _ = tokens.create(ws.root, tokens.Scope.OPERATE, [MINE])
+    auth = {"Authorization": f"Bearer {secret}"}
+    with (
+        serving(ws, env={"RUN_AGENT_API_KEY": KEY}) as url,
+        httpx.Client(base_url=url, headers=auth, timeout=30) as client,
+    ):
+        assert [p["project_id"] for p in client.get("/api/projects").json()] == [MINE]
+        assert {t["project_id"] for t in client.get("/api/tasks").json()} == {MINE}
+        assert [s["project"] for s in client.get("/api/schedules").json()] == [MINE]
+        assert [r["project_id"] for r in client.get("/api/ops/runs").json()] == [MINE]
+        assert [r["runId"] for r in client.get("/api/ops/approvals").json()] == [ops[MINE]]
+        fleet = client.get("/api/fleet").json()
+        assert fleet["counts"]["tasks"] == 2  # t1 and ops of MINE
+        assert {n["project_id"] for n in fleet["needs"]} == {MINE}
+        assert all(MINE in s["what"] for s in fleet["spent"])  # not the whole root's spend
+        with client.stream("GET", "/api/events") as events:
+            lines = events.iter_lines()
+            next(line for line in lines if line.startswith("event: snapshot"))
+            snapshot = json.loads(next(lines).removeprefix("data: "))
+        assert {t["project_id"] for t in snapshot} == {MINE}
+        # What a start waits for, or an operations run is made in, is within its reach too.
+        start = {"prompt": "go", "task_id": "later", "after": [f"{THEIRS}/t1"]}
+        refused = client.post(f"/api/projects/{MINE}/tasks", json=start)
+        assert refused.status_code == 403 and THEIRS in refused.json()["error"]
+        made = client.post("/api/ops/runs", json={"workspace": "project", "project_id": THEIRS})
+        assert made.status_code == 403
+        assert not ws.task(MINE, "later").folder.exists()
+        # The api_key still sees everything.
+        everything = client.get("/api/projects", headers={"Authorization": f"Bearer {KEY}"})
+        assert [p["project_id"] for p in everything.json()] == [MINE, THEIRS]
+    assert runs
+
+
+def test_gc_is_for_admin_tokens(ws: Workspace) -> None:
+    setup_root(ws)
+    for project in (MINE, THEIRS):  # a second run each: gc keeps the last one
+        assert ws.cli("job", "-p", project, "-t", "t1", "--again", "go").returncode == 0
+    admin_mine, _ = tokens.create(ws.root, tokens.Scope.ADMIN, [MINE])
+    operate, _ = tokens.create(ws.root, tokens.Scope.OPERATE)
+    keep = {"keep_last": 1}
+    with (
+        serving(ws, env={"RUN_AGENT_API_KEY": KEY}) as url,
+        httpx.Client(base_url=url, timeout=30) as client,
+    ):
+
+        def gc(secret: str, body: dict[str, object]) -> httpx.Response:
+            return client.post("/api/gc", json=body, headers={"Authorization": f"Bearer {secret}"})
+
+        assert gc(operate, keep).status_code == 403
+        assert gc(admin_mine, keep).status_code == 403  # it must name its project
+        assert gc(admin_mine, {**keep, "project": THEIRS}).status_code == 403
+        said = gc(admin_mine, {"project": MINE})
+        assert said.status_code == 400 and "keep_last" in said.json()["error"]
+        dry = gc(admin_mine, {**keep, "project": MINE, "dry_run": True}).json()
+        assert len(dry["removed"]) == 1 and len(ws.task(MINE, "t1").run_ids()) == 2
+        done = gc(admin_mine, {**keep, "project": MINE}).json()
+        assert done["removed"] == dry["removed"] and done["freed_bytes"] > 0
+    assert len(ws.task(MINE, "t1").run_ids()) == 1
+    assert len(ws.task(THEIRS, "t1").run_ids()) == 2
+
+
+def test_the_page_takes_a_token_once_and_keeps_it_in_a_cookie(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    secret, _ = tokens.create(tmp_path, tokens.Scope.READ)
+    app = create_app(Settings(root=tmp_path, run_schedules=False))
+    with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as client:
+        assert client.get("/api/tasks").status_code == 401  # a token exists: no longer open
+        assert client.get("/api/tasks").headers["www-authenticate"] == "Bearer"
+        opened = client.get(f"/?key={secret}")
+        assert opened.status_code == 303 and opened.headers["location"] == "/"
+        assert client.get("/api/tasks").status_code == 200  # the cookie carries it
+        stop = client.post("/api/projects/p/tasks/t/stop", json={})
+        assert stop.status_code == 403 and "needs operate" in stop.json()["error"]
+        assert secret not in stop.text
+    with TestClient(app, base_url="http://127.0.0.1") as fresh:  # no cookie
+        assert fresh.get(f"/api/tasks?key={secret}").status_code == 401  # only on the page
+
+
+def test_an_unreadable_token_file_lets_only_the_key_in(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    tokens.create(tmp_path, tokens.Scope.READ)
+    tokens.path(tmp_path).write_text("{not json")
+    app = create_app(Settings(root=tmp_path, api_key=KEY, run_schedules=False))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        broken = client.get("/api/tasks", headers={"Authorization": "Bearer rat_x"})
+        assert broken.status_code == 503 and "token file" in broken.json()["error"]
+        keyed = client.get("/api/tasks", headers={"Authorization": f"Bearer {KEY}"})
+        assert keyed.status_code == 200
+    # Without a key, the server stays closed rather than open.
+    app = create_app(Settings(root=tmp_path, run_schedules=False))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        assert client.get("/api/tasks").status_code == 503
+
+
+def test_token_commands(ws: Workspace) -> None:
+    made = ws.invoke("token", "create", "--scope", "operate", "-p", "app", "--expires", "30d")
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip()
+    assert tokens.TOKEN.fullmatch(secret)
+    assert "shown only this once" in made.stderr and secret not in made.stderr
+    stored = tokens.path(ws.root)
+    assert stat.S_IMODE(stored.stat().st_mode) == 0o600
+    assert stat.S_IMODE(stored.parent.stat().st_mode) == 0o700
+    assert secret not in stored.read_text() and secret.split("_")[2] not in stored.read_text()
+    (record,) = tokens.read(ws.root)
+    assert record.scope is tokens.Scope.OPERATE and record.projects == ("app",)
+    listed = ws.invoke("token", "list")
+    assert record.id in listed.stdout and "active" in listed.stdout and secret not in listed.stdout
+    assert ws.invoke("token", "revoke", record.id).returncode == 0
+    assert "revoked" in ws.invoke("token", "list").stdout
+    verdict = tokens.verify(tokens.read(ws.root), secret, datetime.now(UTC))
+    assert verdict is None
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        (["--scope", "root"], 2, "'root' is not one of"),
+        (["--scope", "read", "--expires", "soon"], 2, "'soon' is not a duration"),
+        (["--scope", "read", "--expires", "0"], 2, "--expires '0' is no time"),
+        (["--scope", "read", "-p", "../x"], 2, "project"),
+    ],
+)
+def test_token_create_refuses_bad_input(
+    ws: Workspace, args: list[str], code: int, said: str
+) -> None:
+    done = ws.invoke("token", "create", *args)
+    assert done.returncode == code and said in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr and not tokens.path(ws.root).exists()
+
+
+def test_revoking_an_unknown_token_says_so(ws: Workspace) -> None:
+    done = ws.invoke("token", "revoke", "000000000000")
+    assert done.returncode != 0 and "no token '000000000000'" in done.stderr
+
+
+def test_serve_beyond_loopback_takes_a_token_instead_of_a_key(ws: Workspace) -> None:
+    refused = ws.invoke("serve", "--host", "0.0.0.0", "--port", "1")
+    assert refused.returncode == 2 and "needs an API key or a token" in refused.stderr
