@@ -46,6 +46,12 @@ class UsageError(RunAgentError):
     http_status = 400
 
 
+class ForbiddenError(UsageError):
+    """A credential whose scope or projects do not reach what it asked for."""
+
+    http_status = 403
+
+
 class ConfigError(RunAgentError):
     """A bad config.yaml: the message carries the key path and the value."""
 

@@ -15,13 +15,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyCompletedError, UsageError
 from runagent.fleet.queue import Waiting
-from runagent.loop.context import new_task_id, validate_id, validate_prompt
+from runagent.loop.context import new_task_id, validate_id
 from runagent.paste import state as paste_state
-from runagent.service import Command, IssueStart, Service, StartRequest
+from runagent.service import Service, StartRequest
 from runagent.store import cleanup, tasks
+from server import bodies
 from server.paths import Paths
 from server.schedules import ScheduleRunner
 from server.security import bounded_body, check_reach, cross_site_write, grant_of
@@ -98,63 +98,18 @@ class Actions:
         }  # fmt: skip
         return JSONResponse(body, status_code=202)
 
-    def _place(self, request: Request, body: dict[str, Any]) -> dict[str, Any]:
-        """`after` (a list of P/T, of projects the request reaches) and `priority` (a whole
-        number) of a start's body."""
-        after = body.get("after") or []
-        if isinstance(after, str):
-            after = [a for a in after.replace(",", " ").split() if a]
-        if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
-            raise UsageError(f"after {after!r} is not a list of PROJECT/TASK names")
-        check_reach(request, *(a.partition("/")[0] for a in after if "/" in a))
-        priority = body.get("priority") or 0
-        if isinstance(priority, str) and priority.strip().lstrip("-").isdigit():
-            priority = int(priority)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise UsageError(f"priority {priority!r} is not a whole number")
-        return {"after": tuple(after), "priority": priority}
-
-    def _overrides(self, body: dict[str, Any]) -> LoopOverrides:
-        """The loop settings the body changes (the form's empty fields change nothing); a
-        working folder that is not one is refused here, before any task is created."""
-        values = {**body, "working_dir": body.get("cwd")}
-        overrides = LoopOverrides.parse(
-            values, where=lambda name: "cwd" if name == "working_dir" else name,
-            blank_is_unset=True,
-        )  # fmt: skip
-        if overrides.working_dir is not None:
-            folder = self.settings.workdir / overrides.working_dir.expanduser()
-            if not folder.is_dir():
-                raise UsageError(
-                    f"cwd {str(overrides.working_dir)!r} is not a folder on this machine"
-                )
-        return overrides
-
     async def start(self, request: Request) -> Response:
         body = await self._body(request)
         task = self.paths.task(
             request, must_exist=False, task_id=str(body.get("task_id") or "") or new_task_id()
         )
-        prompt = body.get("prompt")
-        if not isinstance(prompt, str):
-            raise HTTPException(400, "prompt is required: say what the agent should do")
-        validate_prompt(prompt, "the prompt")  # a UsageError: 400, naming what is wrong
-        overrides = self._overrides(body)
-        again = body.get("again") is True
-        issue = _issue(body.get("issue"))
-        start = StartRequest(task, prompt, overrides=overrides, again=again, issue=issue,
-                             **self._place(request, body))  # fmt: skip
+        start = bodies.start_request(body, task, self.settings.workdir, grant_of(request))
         return await self._start(start)
 
     async def resume(self, request: Request) -> Response:
         body = await self._body(request)
         task = self.paths.task(request)
-        overrides = self._overrides(body)
-        again = body.get("again") is True
-        place = self._place(request, body)
-        start = StartRequest(
-            task, command=Command.RESUME, overrides=overrides, again=again, **place
-        )
+        start = bodies.resume_request(body, task, self.settings.workdir, grant_of(request))
         return await self._start(start)
 
     async def agents(self, request: Request) -> Response:
@@ -247,7 +202,7 @@ class Actions:
         if "reply" not in body:
             raise HTTPException(400, "reply is required: the chat's whole answer, as a string")
         if not isinstance(reply, str):
-            raise HTTPException(400, f"reply must be a string, not {_json_type(reply)}")
+            raise HTTPException(400, f"reply must be a string, not {bodies.json_type(reply)}")
         try:
             reply.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -268,32 +223,3 @@ class Actions:
         path = await run_in_threadpool(submit)
         answer = {"project_id": task.project_id, "task_id": task.task_id, "file": path.name}
         return JSONResponse(answer, status_code=201)
-
-
-def _json_type(value: object) -> str:
-    """What JSON calls the type of a decoded value."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    return "an array" if isinstance(value, list) else "an object"
-
-
-def _issue(given: object) -> IssueStart | None:
-    """`issue` of a start's body: `{"number", "repo", "url"?, "body"?}` (the prompt is the
-    body unless one is given); None when it names none."""
-    if given is None or given == {}:
-        return None
-    if not isinstance(given, dict):
-        raise UsageError(f"issue {given!r} is not an object: give number and repo")
-    from runagent.issues.issue import issue_number
-
-    number = issue_number(given.get("number"), "issue.number")
-    repo, url, text = given.get("repo"), given.get("url") or "", given.get("body") or ""
-    if not isinstance(repo, str) or not repo.strip():
-        raise UsageError(f"issue.repo {repo!r} is not a folder: name the issue's repository")
-    if not isinstance(url, str) or not isinstance(text, str):
-        raise UsageError("issue.url and issue.body are strings")
-    return IssueStart(number, Path(repo).expanduser(), text, url)

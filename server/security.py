@@ -32,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runagent.errors import UsageError
+from runagent.errors import ForbiddenError, UsageError
 from runagent.store import tokens
 
 COOKIE = "run_agent_key"
@@ -208,6 +208,7 @@ PROJECT_PATH = re.compile(r"^/api/projects/([^/]+)")
 WHOLE_ROOT = ("/metrics",)
 NEEDS = {"GET": tokens.Scope.READ, "HEAD": tokens.Scope.READ, "DELETE": tokens.Scope.ADMIN}
 ADMIN_PATHS = frozenset({"/api/gc"})  # writes that remove, as a DELETE does
+MCP_PATH = "/mcp"
 
 
 def refused(grant: tokens.Grant, method: str, path: str) -> str | None:
@@ -217,30 +218,23 @@ def refused(grant: tokens.Grant, method: str, path: str) -> str | None:
     needs = NEEDS.get(method.upper(), tokens.Scope.OPERATE)
     if path in ADMIN_PATHS:
         needs = tokens.Scope.ADMIN
-    if grant.scope < needs:
-        return (f"this token's scope is {grant.scope.word}; {method.upper()} {path} needs "
-                f"{needs.word}")  # fmt: skip
-    if grant.projects is None:
-        return None
+    elif path == MCP_PATH:  # one address for every tool: each tool call checks its own
+        needs = tokens.Scope.READ
     found = PROJECT_PATH.match(path)
-    if found is not None and not grant.reaches(unquote(found[1])):
-        return unreached(unquote(found[1]))
-    if path.startswith(WHOLE_ROOT):
+    try:
+        grant.require(needs, f"{method.upper()} {path}")
+        grant.reach(*([unquote(found[1])] if found is not None else []))
+    except ForbiddenError as exc:
+        return str(exc)
+    if grant.projects is not None and path.startswith(WHOLE_ROOT):
         return f"{path} shows every project; this token reaches only some"
     return None
-
-
-def unreached(project: str) -> str:
-    return f"this token does not reach project {project[:100]!r}"
 
 
 def check_reach(request: Request, *projects: str) -> None:
     """A 403 unless the request's grant reaches every one of `projects` (a start's `after`, an
     operations run's, a schedule's)."""
-    grant = grant_of(request)
-    for project in projects:
-        if not grant.reaches(project):
-            raise HTTPException(403, unreached(project))
+    grant_of(request).reach(*projects)
 
 
 def grant_of(request: Request) -> tokens.Grant:

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from runagent.cli.options import PathValue
-from runagent.config.overrides import LoopOverrides
+from runagent.config.overrides import OPTIONS, LoopOverrides
 from runagent.config.settings import AgentSandbox, Until
 from runagent.errors import UsageError
 from runagent.record import record
@@ -66,39 +66,29 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
         return f(*args, loop=loop, **kwargs)
 
     options = [
-        ("agent", click.option(
-            "--agent", "-a", help="Agent from config.yaml `agents:` (or a backend name).")),
+        ("agent", click.option("--agent", "-a", help=OPTIONS["agent"].help)),
         ("working_dir", click.option(
             "--cwd", "working_dir", type=PathValue(file_okay=False, path_type=Path),
-            help="Working folder of the agent (default: the current folder).")),
+            help=OPTIONS["working_dir"].help)),
         ("max_restarts", click.option(
-            "--max-restarts", type=click.IntRange(min=0), help="Restarts after the first run.")),
-        ("restart_delay", click.option(
-            "--restart-delay", help="First backoff, e.g. 2s; it doubles up to restart_delay_max.")),
-        ("timeout", click.option(
-            "--timeout", help="Stop a run after this long in total, e.g. 30m (0: never).")),
-        ("idle_timeout", click.option(
-            "--idle-timeout", help="Stop a run after this long without output (0: never).")),
+            "--max-restarts", type=click.IntRange(min=0), help=OPTIONS["max_restarts"].help)),
+        ("restart_delay", click.option("--restart-delay", help=OPTIONS["restart_delay"].help)),
+        ("timeout", click.option("--timeout", help=OPTIONS["timeout"].help)),
+        ("idle_timeout", click.option("--idle-timeout", help=OPTIONS["idle_timeout"].help)),
         ("budget", click.option(
-            "--budget", multiple=True, metavar="AMOUNT", help="What the task may spend over all "
-            "its runs: a cost (0.50usd) and/or tokens (200k-tokens); crossing it stops the loop.")),
+            "--budget", multiple=True, metavar="AMOUNT", help=OPTIONS["budget"].help)),
         ("stuck_after", click.option(
-            "--stuck-after", metavar="N", help="Stop the loop after N attempts in a row without "
-            "progress: the same failure, or no change to the working folder (default 3).")),
+            "--stuck-after", metavar="N", help=OPTIONS["stuck_after"].help)),
         ("no_stuck", click.option(
             "--no-stuck", is_flag=True, help="Never stop the loop as stuck (this task).")),
         ("until", click.option(
-            "--until", type=click.Choice([u.value for u in Until]),
-            help="exit: exit 0 completes the task; done-file: only a DONE file does; "
-            "ready-marker: only a commit since the start carrying the ready marker.")),
+            "--until", type=click.Choice([u.value for u in Until]), help=OPTIONS["until"].help)),
         ("worktree", click.option(
-            "--worktree/--no-worktree", default=None, help="Work in a git worktree of its own, on "
-            "a new branch from the working folder's HEAD (or --base); `merge` brings it back.")),
-        ("base", click.option(
-            "--base", metavar="REF", help="The revision a --worktree's branch starts from.")),
+            "--worktree/--no-worktree", default=None, help=OPTIONS["worktree"].help)),
+        ("base", click.option("--base", metavar="REF", help=OPTIONS["base"].help)),
         ("sandbox", click.option(
-            "--sandbox", type=click.Choice([c.value for c in AgentSandbox]), help="bwrap: run the "
-            "agent under bubblewrap (its folders writable, the home hidden); none: as you.")),
+            "--sandbox", type=click.Choice([c.value for c in AgentSandbox]),
+            help=OPTIONS["sandbox"].help)),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
         ("detach", click.option(
             "--detach", "-d", is_flag=True, help="Start the loop (on its executor) and return at "

@@ -26,6 +26,66 @@ def flag(name: str) -> str:
 
 
 @record
+class Option:
+    """One loop option as every face offers it: the command line's help, and the JSON Schema of
+    its value in an API body or a tool call (checked again, with the same one-line errors, by
+    `LoopOverrides.parse`)."""
+
+    help: str
+    schema: dict[str, Any]
+    body_key: str = ""  # its key in a body, where that is not its name
+
+
+_DURATION = {"type": ["number", "string"], "examples": ["30m", 90]}
+OPTIONS: dict[str, Option] = {
+    "agent": Option("Agent from config.yaml `agents:` (or a backend name).", {"type": "string"}),
+    "working_dir": Option(
+        "Working folder of the agent (default: the current folder).", {"type": "string"}, "cwd"
+    ),
+    "max_restarts": Option("Restarts after the first run.", {"type": "integer", "minimum": 0}),
+    "restart_delay": Option(
+        "First backoff, e.g. 2s; it doubles up to restart_delay_max.", _DURATION
+    ),
+    "timeout": Option("Stop a run after this long in total, e.g. 30m (0: never).", _DURATION),
+    "idle_timeout": Option("Stop a run after this long without output (0: never).", _DURATION),
+    "budget": Option(
+        "What the task may spend over all its runs: a cost (0.50usd) and/or tokens "
+        "(200k-tokens); crossing it stops the loop.",
+        {"type": ["string", "array"], "items": {"type": "string"}, "examples": ["0.50usd"]},
+    ),
+    "stuck_after": Option(
+        "Stop the loop after N attempts in a row without progress: the same failure, or no "
+        "change to the working folder (default 3).",
+        {"type": "integer", "minimum": 0},
+    ),
+    "until": Option(
+        "exit: exit 0 completes the task; done-file: only a DONE file does; ready-marker: only "
+        "a commit since the start carrying the ready marker.",
+        {"enum": [u.value for u in Until]},
+    ),
+    "worktree": Option(
+        "Work in a git worktree of its own, on a new branch from the working folder's HEAD (or "
+        "--base); `merge` brings it back.",
+        {"type": "boolean"},
+    ),
+    "base": Option("The revision a --worktree's branch starts from.", {"type": "string"}),
+    "sandbox": Option(
+        "bwrap: run the agent under bubblewrap (its folders writable, the home hidden); none: "
+        "as you.",
+        {"enum": [c.value for c in AgentSandbox]},
+    ),
+}
+
+
+def body_schema() -> dict[str, dict[str, Any]]:
+    """The loop options as the properties of a JSON Schema, keyed as a body names them."""
+    return {
+        option.body_key or name: {**option.schema, "description": option.help}
+        for name, option in OPTIONS.items()
+    }
+
+
+@record
 class LoopOverrides:
     """None means "as the config says". A duration of 0 means "off" (for `restart_delay`: none)."""
 

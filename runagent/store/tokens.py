@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from runagent.errors import NotFoundError, UsageError
+from runagent.errors import ForbiddenError, NotFoundError, UsageError
 from runagent.record import record
 from runagent.store.runfolder import atomic_write
 
@@ -62,6 +62,18 @@ class Grant:
 
     def reaches(self, project: str) -> bool:
         return self.projects is None or project in self.projects
+
+    def reach(self, *projects: str) -> None:
+        """A ForbiddenError (403) unless this grant reaches every one of `projects`."""
+        for project in projects:
+            if not self.reaches(project):
+                raise ForbiddenError(f"this token does not reach project {project[:100]!r}")
+
+    def require(self, needs: Scope, what: str) -> None:
+        """A ForbiddenError (403) unless this grant's scope is at least `needs` for `what`."""
+        if self.scope < needs:
+            raise ForbiddenError(f"this token's scope is {self.scope.word}; {what} needs "
+                                 f"{needs.word}")  # fmt: skip
 
 
 ADMIN = Grant(Scope.ADMIN)  # the api_key, or a server that asks for no key

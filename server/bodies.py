@@ -1,0 +1,145 @@
+"""What a program sends to start or resume a task (an API body, an MCP tool call's arguments),
+read into the one door's `StartRequest` with the same one-line errors for both, and the JSON
+Schema of those arguments, built from the loop's typed options (runagent.config.overrides)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from runagent.config.overrides import OPTIONS, LoopOverrides, body_schema
+from runagent.errors import UsageError
+from runagent.loop.context import validate_prompt
+from runagent.service import Command, IssueStart, StartRequest
+from runagent.store.runfolder import TaskPaths
+from runagent.store.tokens import Grant
+
+PLACE: dict[str, dict[str, Any]] = {
+    "after": {
+        "type": ["array", "string"], "items": {"type": "string"},
+        "description": "Start only once these tasks (PROJECT/TASK) have completed; until then "
+        "it is blocked.",
+    },
+    "priority": {"type": "integer", "description": "Its place in the queue under limits: "
+                 "higher goes first (default 0)."},
+    "again": {"type": "boolean", "description": "Run a completed task again."},
+}  # fmt: skip
+ISSUE: dict[str, Any] = {
+    "type": "object",
+    "description": "An issue run: the issue's number and its repository's folder on this "
+    "machine; the prompt is the issue's text unless body is given.",
+    "properties": {"number": {"type": "integer", "minimum": 1}, "repo": {"type": "string"},
+                   "url": {"type": "string"}, "body": {"type": "string"}},
+    "required": ["number", "repo"],
+    "additionalProperties": False,
+}  # fmt: skip
+START: dict[str, Any] = {
+    "task_id": {"type": "string", "description": "The task's id (default: a new one)."},
+    "prompt": {"type": "string", "description": "What the agent should do."},
+}
+
+
+def start_schema() -> dict[str, dict[str, Any]]:
+    """The properties a start takes: the task, the prompt, the loop options, its place."""
+    return {**START, **body_schema(), **PLACE, "issue": ISSUE}
+
+
+def resume_schema() -> dict[str, dict[str, Any]]:
+    return {**body_schema(), **PLACE}
+
+
+def start_request(
+    body: dict[str, Any], task: TaskPaths, workdir: Path, grant: Grant
+) -> StartRequest:
+    """A start from `body` (its keys: `start_schema()`'s); unknown keys are refused, so a typo
+    never starts a run without what it meant to say."""
+    refuse_unknown(body, start_schema())
+    prompt = body.get("prompt")
+    if not isinstance(prompt, str):
+        raise UsageError("prompt is required: say what the agent should do")
+    validate_prompt(prompt, "the prompt")
+    return StartRequest(
+        task, prompt, overrides=overrides(body, workdir), again=body.get("again") is True,
+        issue=issue(body.get("issue")), **place(body, grant),
+    )  # fmt: skip
+
+
+def resume_request(
+    body: dict[str, Any], task: TaskPaths, workdir: Path, grant: Grant
+) -> StartRequest:
+    refuse_unknown(body, resume_schema())
+    return StartRequest(
+        task, command=Command.RESUME, overrides=overrides(body, workdir),
+        again=body.get("again") is True, **place(body, grant),
+    )  # fmt: skip
+
+
+def refuse_unknown(body: dict[str, Any], known: dict[str, Any]) -> None:
+    for name in body:
+        if name not in known:
+            raise UsageError(
+                f"{name!r} is not something a start takes; one of: {', '.join(sorted(known))}"
+            )
+
+
+def overrides(body: dict[str, Any], workdir: Path) -> LoopOverrides:
+    """The loop settings the body changes (the form's empty fields change nothing); a working
+    folder that is not one is refused here, before any task is created."""
+    keys = {option.body_key: name for name, option in OPTIONS.items() if option.body_key}
+    values = {keys.get(k, k): v for k, v in body.items()}
+    named = {name: key for key, name in keys.items()}
+    given = LoopOverrides.parse(
+        values, where=lambda name: named.get(name, name), blank_is_unset=True
+    )
+    if given.working_dir is not None:
+        folder = workdir / given.working_dir.expanduser()
+        if not folder.is_dir():
+            raise UsageError(f"cwd {str(given.working_dir)!r} is not a folder on this machine")
+    return given
+
+
+def place(body: dict[str, Any], grant: Grant) -> dict[str, Any]:
+    """`after` (a list of P/T, of projects the grant reaches) and `priority` (a whole number)."""
+    after = body.get("after") or []
+    if isinstance(after, str):
+        after = [a for a in after.replace(",", " ").split() if a]
+    if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
+        raise UsageError(f"after {after!r} is not a list of PROJECT/TASK names")
+    grant.reach(*(a.partition("/")[0] for a in after if "/" in a))
+    priority = body.get("priority") or 0
+    if isinstance(priority, str) and priority.strip().lstrip("-").isdigit():
+        priority = int(priority)
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise UsageError(f"priority {priority!r} is not a whole number")
+    return {"after": tuple(after), "priority": priority}
+
+
+def issue(given: object) -> IssueStart | None:
+    """`issue`: `{"number", "repo", "url"?, "body"?}` (the prompt is the body unless one is
+    given); None when it names none."""
+    if given is None or given == {}:
+        return None
+    if not isinstance(given, dict):
+        raise UsageError(f"issue {given!r} is not an object: give number and repo")
+    from runagent.issues.issue import issue_number
+
+    number = issue_number(given.get("number"), "issue.number")
+    repo, url, text = given.get("repo"), given.get("url") or "", given.get("body") or ""
+    if not isinstance(repo, str) or not repo.strip():
+        raise UsageError(f"issue.repo {repo!r} is not a folder: name the issue's repository")
+    if not isinstance(url, str) or not isinstance(text, str):
+        raise UsageError("issue.url and issue.body are strings")
+    return IssueStart(number, Path(repo).expanduser(), text, url)
+
+
+def json_type(value: object) -> str:
+    """What JSON calls the type of a decoded value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "an array" if isinstance(value, list) else "an object"
