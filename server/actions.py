@@ -21,6 +21,7 @@ from runagent.loop.context import new_task_id, validate_id
 from runagent.paste import state as paste_state
 from runagent.service import Service, StartRequest
 from runagent.store import cleanup, tasks
+from runagent.store.runfolder import TaskPaths
 from server import bodies
 from server.paths import Paths
 from server.schedules import ScheduleRunner
@@ -198,28 +199,31 @@ class Actions:
         it (as a file saved there by hand would be). 201 with the file's name."""
         body = await self._body(request, MAX_PASTE_BODY)
         task = self.paths.paste_task(request)
-        reply = body.get("reply")
-        if "reply" not in body:
-            raise HTTPException(400, "reply is required: the chat's whole answer, as a string")
-        if not isinstance(reply, str):
-            raise HTTPException(400, f"reply must be a string, not {bodies.json_type(reply)}")
-        try:
-            reply.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise HTTPException(
-                400, f"reply holds {reply[exc.start]!r} at character {exc.start}, which is not "
-                "text (a lone surrogate); paste the answer again",
-            ) from exc  # fmt: skip
-
-        def submit() -> Path:
-            try:
-                return paste_state.submit(task, reply)
-            except UsageError as exc:
-                session = paste_state.current(task)
-                if session is not None and session.is_complete:  # nothing more is read: 409
-                    raise AlreadyCompletedError(str(exc)) from exc
-                raise
-
-        path = await run_in_threadpool(submit)
+        path = await run_in_threadpool(submit_reply, task, body)
         answer = {"project_id": task.project_id, "task_id": task.task_id, "file": path.name}
         return JSONResponse(answer, status_code=201)
+
+
+def submit_reply(task: TaskPaths, body: dict[str, Any]) -> Path:
+    """`{"reply": TEXT}` into the task's paste inbox (the API and the MCP tool alike): a
+    UsageError naming what is wrong with it, AlreadyCompletedError (409) once the session is
+    complete; the inbox file's path."""
+    reply = body.get("reply")
+    if "reply" not in body:
+        raise UsageError("reply is required: the chat's whole answer, as a string")
+    if not isinstance(reply, str):
+        raise UsageError(f"reply must be a string, not {bodies.json_type(reply)}")
+    try:
+        reply.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UsageError(
+            f"reply holds {reply[exc.start]!r} at character {exc.start}, which is not text (a "
+            "lone surrogate); paste the answer again"
+        ) from exc
+    try:
+        return paste_state.submit(task, reply)
+    except UsageError as exc:
+        session = paste_state.current(task)
+        if session is not None and session.is_complete:  # nothing more is read: 409
+            raise AlreadyCompletedError(str(exc)) from exc
+        raise

@@ -24,13 +24,11 @@ from starlette.routing import Route
 
 from runagent import __version__
 from runagent.errors import RunAgentError, UsageError
-from runagent.issues import worktree
 from runagent.loop.context import is_run_id, validate_id
 from runagent.paste import state as paste_state
-from runagent.paste.session import Folders as PasteFolders
-from runagent.store import cleanup, runfolder, taskfolder, tasks
+from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths, within
-from server import streams
+from server import detail, streams
 from server.actions import Actions
 from server.assets import STATIC, asset, page_file
 from server.hub import Hub
@@ -213,24 +211,7 @@ class Api:
 
     async def task(self, request: Request) -> Response:
         task = self.task_paths(request)
-
-        def detail() -> dict[str, Any]:
-            places = tasks.queue_places(self.root)  # read once for its place and its waiters
-            view = tasks.view(task, places)
-            row = view.to_dict()
-            row["prompt"] = taskfolder.read_task_prompt(task)
-            row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
-            # An issue run's (or a ready-marker loop's) git work, as `status --json` shows it.
-            row["git"] = worktree.progress(task, view.latest, os.environ)
-            total = tasks.usage(task)
-            row["usage"] = total.to_dict() if total is not None else None
-            row["loop_message"] = None if row["status"] == "running" else loop_message(task)
-            row["disk_bytes"] = cleanup.folder_size(task.folder)
-            row["paste"] = PasteFolders.of(task).root.is_dir()  # GET .../paste tells more
-            row["waited_on_by"] = tasks.waited_on_by(task, places)
-            return row
-
-        return JSONResponse(await run_in_threadpool(detail))
+        return JSONResponse(await run_in_threadpool(detail.of, task))
 
     async def paste(self, request: Request) -> Response:
         """The task's paste session as a person needs it: the current outbox (name, sequence,
@@ -359,23 +340,3 @@ def newlines_before(path: Path, offset: int) -> int:
         counted += data.count(b"\n")
         at += len(data)
     return counted
-
-
-LOOP_TAIL = 4096  # bytes of supervisor.log read for the loop's last word
-
-
-def loop_message(task: TaskPaths) -> str | None:
-    """How the task's last detached loop ended, in the words it printed last in supervisor.log
-    (None when no detached supervisor ran it)."""
-    path = task.folder / runfolder.SUPERVISOR_LOG
-    if not path.is_file() or path.is_symlink():
-        return None
-    latest = task.run_ids()[-1:]
-    info = task.run_folder(latest[0]) / runfolder.RUN_INFO if latest else None
-    with contextlib.suppress(OSError):
-        if info is not None and info.stat().st_mtime > path.stat().st_mtime + 1:
-            return None  # the log is older than the last run: a later loop ran in a terminal
-    size = streams.file_size(path)
-    tail = streams.read_at(path, max(0, size - LOOP_TAIL), LOOP_TAIL).decode("utf-8", "replace")
-    said = [line for line in tail.splitlines() if line.startswith("run-agent: ")]
-    return said[-1].removeprefix("run-agent: ") if said else None

@@ -23,7 +23,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runagent.errors import AlreadyRunningError, NotFoundError, RunAgentError, UsageError
+from runagent.errors import (
+    AlreadyRunningError,
+    ConflictError,
+    NotFoundError,
+    RunAgentError,
+    UsageError,
+)
 from runagent.loop.context import new_run_id, validate_id
 from runagent.ops.event import EventsMessage
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
@@ -112,19 +118,7 @@ class OpsApi:
 
     async def approvals(self, request: Request) -> Response:
         reaches = grant_of(request).reaches
-
-        def pending() -> list[dict[str, Any]]:
-            rows = []
-            for folder in all_runs(self.root, reaches):
-                try:
-                    waiting = Runtime.open(folder).pending
-                except RunAgentError:  # a run whose files cannot be read has nothing to answer
-                    continue
-                if waiting is not None:
-                    rows.append({**ids(folder), **approval_row(waiting)})
-            return rows
-
-        return JSONResponse(await run_in_threadpool(pending))
+        return JSONResponse(await run_in_threadpool(pending_approvals, self.root, reaches))
 
     async def events(self, request: Request) -> Response:
         """Every events message the run sent, in order, and the byte size they came from (the
@@ -187,31 +181,7 @@ class OpsApi:
         body = json_object(await self.body(request))
         folder = self.folder(request)
         operation = request.path_params["operation"]
-        decision = body.get("decision")
-        if decision not in DECISIONS:
-            raise HTTPException(400, 'decision must be "approved" or "denied"')
-        extra = {k: body[k] for k in ("reason", "operationHash") if body.get(k) is not None}
-        if not all(isinstance(v, str) for v in extra.values()):
-            raise HTTPException(400, "reason and operationHash must be strings")
-
-        def respond(runtime: Runtime) -> EventsMessage:
-            waiting = runtime.pending
-            if waiting is None:
-                raise HTTPException(409, f"run {runtime.run_id} awaits no approval")
-            if waiting.operation_id != operation:
-                raise HTTPException(
-                    409,
-                    f"run {runtime.run_id} awaits approval of {waiting.operation_id!r}, "
-                    f"not {operation[:80]!r}",
-                )
-            if extra.get("operationHash", waiting.digest) != waiting.digest:
-                raise HTTPException(
-                    409, f"operation {operation!r} is no longer the one shown; look again"
-                )
-            answer = {"operationId": operation, "decision": decision, **extra}
-            return runtime.receive({"approval": answer})
-
-        reply = await self.exclusive(folder, respond)
+        reply = await run_in_threadpool(answer_approval, folder, operation, body)
         return JSONResponse(reply.to_dict())
 
     async def body(self, request: Request) -> bytes:
@@ -224,18 +194,60 @@ class OpsApi:
     async def exclusive(
         self, folder: Path, act: Callable[[Runtime], EventsMessage]
     ) -> EventsMessage:
-        """`act` on the run's runtime in a worker thread, holding the run's turn, unless a
-        message is already being answered in that run, by this server or any process (409)."""
+        """`act` on the run's runtime in a worker thread, holding the run's turn (in_turn)."""
+        return await run_in_threadpool(in_turn, folder, act)
 
-        def work() -> EventsMessage:
-            runtime = Runtime.open(folder, on_busy=None)
-            try:
-                with runtime.turn():
-                    return act(runtime)
-            except AlreadyRunningError as exc:
-                raise HTTPException(409, f"{exc}; retry") from None
 
-        return await run_in_threadpool(work)
+def in_turn(folder: Path, act: Callable[[Runtime], EventsMessage]) -> EventsMessage:
+    """`act` on the run's runtime, holding the run's turn, unless a message is already being
+    answered in that run, by this server or any process (AlreadyRunningError: a 409)."""
+    runtime = Runtime.open(folder, on_busy=None)
+    try:
+        with runtime.turn():
+            return act(runtime)
+    except AlreadyRunningError as exc:
+        raise AlreadyRunningError(f"{exc}; retry") from None
+
+
+def pending_approvals(root: Path, reaches: Callable[[str], bool]) -> list[dict[str, Any]]:
+    """Each operations run (in the projects `reaches` lets through) paused on an approval."""
+    rows = []
+    for folder in all_runs(root, reaches):
+        try:
+            waiting = Runtime.open(folder).pending
+        except RunAgentError:  # a run whose files cannot be read has nothing to answer
+            continue
+        if waiting is not None:
+            rows.append({**ids(folder), **approval_row(waiting)})
+    return rows
+
+
+def answer_approval(folder: Path, operation: str, body: dict[str, Any]) -> EventsMessage:
+    """`{"decision": "approved" | "denied", "reason"?, "operationHash"?}` for the operation the
+    run at `folder` is paused on (the API and the MCP tool alike); a ConflictError (409) when it
+    awaits no approval, another operation, or the operation changed since it was shown."""
+    decision = body.get("decision")
+    if decision not in DECISIONS:
+        raise UsageError('decision must be "approved" or "denied"')
+    extra = {k: body[k] for k in ("reason", "operationHash") if body.get(k) is not None}
+    if not all(isinstance(v, str) for v in extra.values()):
+        raise UsageError("reason and operationHash must be strings")
+
+    def respond(runtime: Runtime) -> EventsMessage:
+        waiting = runtime.pending
+        if waiting is None:
+            raise ConflictError(f"run {runtime.run_id} awaits no approval")
+        if waiting.operation_id != operation:
+            raise ConflictError(
+                f"run {runtime.run_id} awaits approval of {waiting.operation_id!r}, "
+                f"not {operation[:80]!r}"
+            )
+        if extra.get("operationHash", waiting.digest) != waiting.digest:
+            raise ConflictError(f"operation {operation!r} is no longer the one shown; look again")
+        answer = {"operationId": operation, "decision": decision, **extra}
+        return runtime.receive({"approval": answer})
+
+    return in_turn(folder, respond)
 
 
 def json_object(data: bytes) -> dict[str, Any]:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 
-from runagent.errors import OutsideRootError, UsageError
+from runagent.errors import NotFoundError, OutsideRootError, UsageError
 from runagent.loop.context import validate_id
 from runagent.paste.session import Folders as PasteFolders
 from runagent.store import runfolder
@@ -27,26 +26,36 @@ class Paths:
     ) -> TaskPaths:
         """The task a request names (in its path, else `task_id`); 404 for a bad id, a missing
         task, or a path out of the root."""
+        return self.named(
+            request.path_params["project"], task_id or request.path_params["task"], must_exist
+        )
+
+    def named(self, project: str, task_id: str, must_exist: bool = True) -> TaskPaths:
+        """The task `project`/`task_id` (as a request or a tool call names it); NotFoundError
+        (404) for a bad id, a missing task, or a path out of the root."""
         try:
-            project = validate_id("project", request.path_params["project"])
-            task_id = validate_id("task", task_id or request.path_params["task"])
+            project = validate_id("project", project)
+            task_id = validate_id("task", task_id)
         except UsageError as exc:
-            raise HTTPException(404, str(exc)) from exc
+            raise NotFoundError(str(exc)) from exc
         task = TaskPaths(self.root, project, task_id)
         try:
             runfolder.confine(task)
         except OutsideRootError as exc:
-            raise HTTPException(404, f"task {project}/{task_id} not found") from exc
+            raise NotFoundError(f"task {project}/{task_id} not found") from exc
         if must_exist and not task.folder.is_dir():
-            raise HTTPException(404, f"task {project}/{task_id} not found")
+            raise NotFoundError(f"task {project}/{task_id} not found")
         return task
 
     def paste_task(self, request: Request) -> TaskPaths:
-        """The task a request names, if its paste folders (those that exist) stay inside the
-        runs root; a link out is a task without a paste session (404)."""
-        task = self.task(request)
+        return self.paste_named(request.path_params["project"], request.path_params["task"])
+
+    def paste_named(self, project: str, task_id: str) -> TaskPaths:
+        """The task named, if its paste folders (those that exist) stay inside the runs root; a
+        link out is a task without a paste session (404)."""
+        task = self.named(project, task_id)
         folders = PasteFolders.of(task)
         for path in (folders.root, folders.outbox, folders.inbox, folders.sessions):
             if os.path.lexists(path) and not within(self.root, path):
-                raise HTTPException(404, f"task {task.label} has no paste session")
+                raise NotFoundError(f"task {task.label} has no paste session")
         return task

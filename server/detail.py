@@ -1,0 +1,52 @@
+"""A task as a person (or a program) asks about it: its row, prompt, runs, git work, usage, how
+its last loop ended, its size and who waits on it; `GET .../tasks/T` and the MCP `task_status`
+tool answer with it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from runagent.issues import worktree
+from runagent.paste.session import Folders as PasteFolders
+from runagent.store import cleanup, runfolder, taskfolder, tasks
+from runagent.store.runfolder import TaskPaths
+from server.tail import file_size, read_at
+
+
+def of(task: TaskPaths) -> dict[str, Any]:
+    places = tasks.queue_places(task.root)  # read once for its place and its waiters
+    view = tasks.view(task, places)
+    row = view.to_dict()
+    row["prompt"] = taskfolder.read_task_prompt(task)
+    row["runs_list"] = [r.to_dict() for r in tasks.runs(task)]
+    # An issue run's (or a ready-marker loop's) git work, as `status --json` shows it.
+    row["git"] = worktree.progress(task, view.latest, os.environ)
+    total = tasks.usage(task)
+    row["usage"] = total.to_dict() if total is not None else None
+    row["loop_message"] = None if row["status"] == "running" else loop_message(task)
+    row["disk_bytes"] = cleanup.folder_size(task.folder)
+    row["paste"] = PasteFolders.of(task).root.is_dir()  # GET .../paste tells more
+    row["waited_on_by"] = tasks.waited_on_by(task, places)
+    return row
+
+
+LOOP_TAIL = 4096  # bytes of supervisor.log read for the loop's last word
+
+
+def loop_message(task: TaskPaths) -> str | None:
+    """How the task's last detached loop ended, in the words it printed last in supervisor.log
+    (None when no detached supervisor ran it)."""
+    path = task.folder / runfolder.SUPERVISOR_LOG
+    if not path.is_file() or path.is_symlink():
+        return None
+    latest = task.run_ids()[-1:]
+    info = task.run_folder(latest[0]) / runfolder.RUN_INFO if latest else None
+    with contextlib.suppress(OSError):
+        if info is not None and info.stat().st_mtime > path.stat().st_mtime + 1:
+            return None  # the log is older than the last run: a later loop ran in a terminal
+    size = file_size(path)
+    tail = read_at(path, max(0, size - LOOP_TAIL), LOOP_TAIL).decode("utf-8", "replace")
+    said = [line for line in tail.splitlines() if line.startswith("run-agent: ")]
+    return said[-1].removeprefix("run-agent: ") if said else None
