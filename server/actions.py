@@ -88,15 +88,7 @@ class Actions:
             started = await run_in_threadpool(self.service.start, request)
         except AlreadyCompletedError as exc:
             raise AlreadyCompletedError(f'{exc} (send "again": true)') from exc
-        queued = started.queued
-        body = {
-            "project_id": request.task.project_id,
-            "task_id": request.task.task_id,
-            "supervisor_pid": started.pid or None,
-            "host": started.holder.host if started.holder is not None else None,
-            "queued": {"ahead": queued.ahead, "waits_for": queued.waits_for,
-                       "blocked": queued.blocked} if queued is not None else None,
-        }  # fmt: skip
+        body = bodies.started(request, started)
         return JSONResponse(body, status_code=202)
 
     async def start(self, request: Request) -> Response:

@@ -35,7 +35,7 @@ from server.hub import Hub
 from server.ops import OpsApi
 from server.paths import Paths
 from server.schedules import ScheduleRunner
-from server.security import HostMiddleware, KeyMiddleware, grant_of
+from server.security import MCP_PATH, HostMiddleware, KeyMiddleware, SameOrigin, grant_of
 from server.settings import Settings as Settings  # where the callers have found it
 
 T = TypeVar("T")
@@ -66,12 +66,17 @@ def create_app(settings: Settings) -> Starlette:
         leader=service.hold_scheduler,
     )
 
+    from server import mcptools  # the official SDK: its import is paid by the server alone
+
+    mcp = mcptools.Http(mcptools.Tools(service, settings.root, settings.workdir))
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await hub.start()
         runner.start()
         try:
-            yield
+            async with mcp.run():
+                yield
         finally:
             await run_in_threadpool(runner.stop)
             await hub.stop()
@@ -100,6 +105,7 @@ def create_app(settings: Settings) -> Starlette:
             settings.root, settings.ops_workspaces or (settings.workdir,), hub, api._sse
         ).routes(),
         Route("/static/{name}", asset),
+        Route(MCP_PATH, SameOrigin(mcp)),
     ]
     app = Starlette(
         routes=routes,

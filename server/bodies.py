@@ -9,6 +9,7 @@ from typing import Any
 
 from runagent.config.overrides import OPTIONS, LoopOverrides, body_schema
 from runagent.errors import UsageError
+from runagent.executors.local import Started
 from runagent.loop.context import validate_prompt
 from runagent.service import Command, IssueStart, StartRequest
 from runagent.store.runfolder import TaskPaths
@@ -74,11 +75,11 @@ def resume_request(
     )  # fmt: skip
 
 
-def refuse_unknown(body: dict[str, Any], known: dict[str, Any]) -> None:
+def refuse_unknown(body: dict[str, Any], known: dict[str, Any], what: str = "a start") -> None:
     for name in body:
         if name not in known:
             raise UsageError(
-                f"{name!r} is not something a start takes; one of: {', '.join(sorted(known))}"
+                f"{name[:80]!r} is not something {what} takes; one of: {', '.join(sorted(known))}"
             )
 
 
@@ -143,3 +144,16 @@ def json_type(value: object) -> str:
     if isinstance(value, str):
         return "a string"
     return "an array" if isinstance(value, list) else "an object"
+
+
+def started(request: StartRequest, started: Started) -> dict[str, Any]:
+    """What a start answers: the task's ids, its supervisor and host, or where it waits."""
+    queued = started.queued
+    return {
+        "project_id": request.task.project_id,
+        "task_id": request.task.task_id,
+        "supervisor_pid": started.pid or None,
+        "host": started.holder.host if started.holder is not None else None,
+        "queued": {"ahead": queued.ahead, "waits_for": queued.waits_for,
+                   "blocked": queued.blocked} if queued is not None else None,
+    }  # fmt: skip

@@ -252,15 +252,37 @@ def _query_without_key(url: URL) -> str:
     return f"?{urlencode(pairs)}" if pairs else ""
 
 
-def cross_site_write(request: Request) -> str | None:
-    """Why a write request must be refused as cross-site, or None if it may proceed."""
+def cross_site(request: Request) -> str | None:
+    """Why a request must be refused as coming from another site's page, or None."""
     if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
         return "cross-site request refused"
     origin = request.headers.get("origin")
     if origin is not None:
         host = request.headers.get("host", "")
         if urlsplit(origin).netloc != host:
-            return f"request from origin {origin!r} refused"
+            return f"request from origin {origin[:100]!r} refused"
+    return None
+
+
+class SameOrigin:
+    """An ASGI app (`/mcp`) that another site's page may not reach, whatever the method."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        refusal = cross_site(Request(scope)) if scope["type"] == "http" else None
+        if refusal is not None:
+            await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
+            return
+        await self.app(scope, receive, send)
+
+
+def cross_site_write(request: Request) -> str | None:
+    """Why a write request must be refused as cross-site, or None if it may proceed."""
+    refusal = cross_site(request)
+    if refusal is not None:
+        return refusal
     content_type = request.headers.get("content-type", "").split(";")[0].strip()
     if content_type != "application/json":
         return "send the request body as application/json"

@@ -11,7 +11,10 @@ OpenAI chat completions (perplexity, xai). `scenario` picks the behaviour for ev
 - "rate_limit_once": HTTP 429 on the first model request, then "text";
 - "hang": send the response headers, then nothing until the server stops;
 - "script" (chat completions only): the n-th request is answered with `replies[n]` (the last
-  one again past the end), e.g. operations messages for an agent-mode conversation.
+  one again past the end), e.g. operations messages for an agent-mode conversation;
+- "calls" (Anthropic Messages only): a request carrying n tool results is answered with the
+  tool call `calls[n]` (a tool's name and input, e.g. an MCP server's tool), and once every
+  call has its result, with the text answer.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ class FakeModelServer:
     citations: list[str] = field(default_factory=list)
     tool_command: str = TOOL_COMMAND  # what the "tool" scenario asks the CLI's shell to run
     replies: list[str] = field(default_factory=list)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -144,6 +148,15 @@ class _Handler(BaseHTTPRequestHandler):
                 self.wfile.flush()
             self.close_connection = True
             return
+        if behaviour == "calls" and fmt == "anthropic":
+            done = json.dumps(body).count('"tool_result"')
+            call = self.fake.calls[done] if done < len(self.fake.calls) else None
+            self._start_stream()
+            for chunk in anthropic_stream(body, "", self.fake.citations, call):
+                self.wfile.write(chunk.encode())
+                self.wfile.flush()
+            self.close_connection = True
+            return
         # The shell command the model calls for, or "" for a plain answer.
         wants = behaviour == "tool_forever" or (
             behaviour == "tool" and not has_tool_result(fmt, body)
@@ -214,7 +227,9 @@ def sse(data: Any, event: str | None = None) -> str:
     return f"{head}data: {json.dumps(data)}\n\n"
 
 
-def anthropic_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str]:
+def anthropic_stream(
+    body: Any, tool: str, citations: list[str], call: tuple[str, dict[str, Any]] | None = None
+) -> Iterator[str]:
     model = (body or {}).get("model", "fake")
     usage = {"input_tokens": 10, "output_tokens": 1}
     unique = uuid.uuid4().hex[:12]  # each message and tool call its own id, as the API gives
@@ -222,7 +237,10 @@ def anthropic_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str
                "content": [], "stop_reason": None, "stop_sequence": None,
                "usage": usage}  # fmt: skip
     yield sse({"type": "message_start", "message": message}, "message_start")
-    if tool:
+    if call is not None:  # a named tool (an MCP server's), with its input
+        block = {"type": "tool_use", "id": f"toolu_fake_{unique}", "name": call[0], "input": {}}
+        delta = {"type": "input_json_delta", "partial_json": json.dumps(call[1])}
+    elif tool:
         block = {"type": "tool_use", "id": f"toolu_fake_{unique}", "name": "Bash", "input": {}}
         arguments = json.dumps({"command": tool, "description": "write"})
         delta = {"type": "input_json_delta", "partial_json": arguments}
@@ -233,7 +251,7 @@ def anthropic_stream(body: Any, tool: str, citations: list[str]) -> Iterator[str
               "content_block_start")  # fmt: skip
     yield sse({"type": "content_block_delta", "index": 0, "delta": delta}, "content_block_delta")
     yield sse({"type": "content_block_stop", "index": 0}, "content_block_stop")
-    stop = "tool_use" if tool else "end_turn"
+    stop = "tool_use" if tool or call is not None else "end_turn"
     yield sse({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
                "usage": {"output_tokens": 5}}, "message_delta")  # fmt: skip
     yield sse({"type": "message_stop"}, "message_stop")

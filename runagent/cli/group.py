@@ -61,6 +61,8 @@ LAZY: dict[str, Lazy] = {
                "Remove old runs of tasks that are not running (never a running task's)."),
     "job": Lazy("runagent.cli.run", "Run the agent once: one run, no restarts."),
     "list": Lazy("runagent.cli.show", "List tasks (all, or one project's), or one task's runs."),
+    "mcp": Lazy("runagent.cli.mcpserve", "Serve the MCP tools (start, list, status, output, stop, "
+                "resume, approve, paste reply) and the run files over stdio."),
     "merge": Lazy("runagent.cli.issues", "Bring a task's worktree branch back: merge it into the "
                   "branch it started from, or push it."),
     "ops": Lazy("runagent.cli.ops", "Run JSON operations from a model in a workspace (files, "

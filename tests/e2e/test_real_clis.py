@@ -8,8 +8,10 @@ to the test, so no request leaves the machine and no user's login is touched.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -255,3 +257,55 @@ def test_a_sandboxed_cli_completes_its_turn_and_its_commands_stay_inside(
     assert not (outside / "written.txt").exists()
     assert (work / "write.txt").read_text().strip(), "the write outside was refused, loudly"
     wait_for(lambda: not _processes_in(work), timeout=10, what="the CLI's tree to be gone")
+
+
+def test_claude_starts_a_task_and_reads_its_status_through_run_agent_mcp(
+    ws: Workspace, private_cache: Path
+) -> None:
+    """The real claude CLI, configured with `--mcp-config` to use `run-agent mcp`: the model's
+    tool calls (from the fake provider) start a task and read its status, through MCP."""
+    calls = [
+        ("mcp__run-agent__start_task",
+         {"project": "inner", "task": "child", "prompt": "go", "agent": "fake"}),
+        ("mcp__run-agent__task_status", {"project": "inner", "task": "child"}),
+    ]  # fmt: skip
+    with FakeModelServer(scenario="calls", calls=calls) as provider:
+        work = configure(ws, "claude", provider)
+        mcp = ws.path / "mcp.json"
+        command = [sys.executable, "-m", "runagent", "mcp", "--config", str(ws.config)]
+        mcp.write_text(
+            json.dumps({"mcpServers": {"run-agent": {"command": command[0], "args": command[1:]}}})
+        )
+        config = yaml.safe_load(ws.config.read_text())
+        config["agents"]["agent"]["args"] = [
+            "--mcp-config",
+            str(mcp),
+            "--allowedTools",
+            "mcp__run-agent",
+        ]
+        config["agents"]["fake"] = {"type": "command", "command": ws.agent_argv(["--lines", "1"])}
+        ws.config.write_text(yaml.safe_dump(config))
+        proc = run(ws, work, private_cache)
+        assert proc.returncode == 0, proc.stderr
+        results = [
+            block for request in provider.requests if isinstance(request.body, dict)
+            for message in request.body.get("messages", []) if isinstance(message, dict)
+            for block in message.get("content", []) if isinstance(block, dict)
+            and block.get("type") == "tool_result"
+        ]  # fmt: skip
+    assert output(ws) == "hello from fake model\n"
+    said = [json.loads(_text_of(r["content"])) for r in results]
+    started = next(s for s in said if "supervisor_pid" in s)
+    assert (started["project_id"], started["task_id"]) == ("inner", "child")
+    status = next(s for s in said if "runs_list" in s)
+    assert status["task_id"] == "child" and status["status"] in ("running", "completed")
+    child = ws.task("inner", "child")
+    wait_for(lambda: child.run_ids() and ws.runs("inner", "child")[0].status.value == "completed",
+             60, "the task the model started")  # fmt: skip
+
+
+def _text_of(content: Any) -> str:
+    """A tool result's text: a string, or the text of its first block."""
+    if isinstance(content, str):
+        return content
+    return str(content[0]["text"])
