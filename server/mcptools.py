@@ -36,7 +36,7 @@ from runagent.errors import AlreadyCompletedError, NotFoundError, RunAgentError,
 from runagent.fleet.queue import Waiting
 from runagent.loop.context import is_run_id, new_task_id, validate_id
 from runagent.ops.runtime import find_run
-from runagent.service import Service
+from runagent.service import Service, StartRequest
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths, within
 from runagent.store.tokens import ADMIN, Grant, Scope
@@ -157,17 +157,14 @@ class Tools:
         body = {k: v for k, v in args.items() if k not in _TOOL_KEYS}
         task_id = str(args.get("task") or "") or new_task_id()
         task = self.task(grant, {"project": args.get("project"), "task": task_id}, False)
-        start = bodies.start_request(body, task, self.workdir, grant)
-        try:
-            started = self.service.start(start)
-        except AlreadyCompletedError as exc:
-            raise AlreadyCompletedError(f"{exc} (give again: true)") from exc
-        return bodies.started(start, started)
+        return self._through_the_door(bodies.start_request(body, task, self.workdir, grant))
 
     def resume(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
         task = self.task(grant, args)
         body = {k: v for k, v in args.items() if k not in _TOOL_KEYS}
-        start = bodies.resume_request(body, task, self.workdir, grant)
+        return self._through_the_door(bodies.resume_request(body, task, self.workdir, grant))
+
+    def _through_the_door(self, start: StartRequest) -> dict[str, Any]:
         try:
             started = self.service.start(start)
         except AlreadyCompletedError as exc:

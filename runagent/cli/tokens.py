@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -30,10 +31,11 @@ def token() -> None:
     help="Only this project (repeatable; default: every project).",
 )  # fmt: skip
 @click.option("--expires", help="How long it is good for, e.g. 30d (default: until revoked).")
+@click.option("--note", default="", help="What it is for, shown by `token list` (e.g. CI of app).")
 @common
 def create(
-    scope: str, projects: tuple[str, ...], expires: str | None, config_path: Path | None,
-    root: Path | None,
+    scope: str, projects: tuple[str, ...], expires: str | None, note: str,
+    config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Make a token; it is printed once, and only its hash is kept."""
     s = setup(config_path, root)
@@ -44,7 +46,9 @@ def create(
         seconds = parse_duration(expires, "--expires")
         if seconds is None:
             raise UsageError(f"--expires {expires!r} is no time; give e.g. 30d, or leave it out")
-    secret, made = tokens.create(s.root, tokens.Scope.named(scope), projects, seconds)
+    if "\n" in note or len(note) > 200:
+        raise UsageError("--note is one line of at most 200 characters")
+    secret, made = tokens.create(s.root, tokens.Scope.named(scope), projects, seconds, note=note)
     click.echo(secret)
     limited = f" for {', '.join(made.projects)}" if made.projects else ""
     ends = f", until {made.expires}" if made.expires else ""
@@ -53,19 +57,26 @@ def create(
 
 
 @token.command(name="list")
+@click.option("--json", "as_json", is_flag=True, help="As JSON (never the hashes).")
 @common
-def list_(config_path: Path | None, root: Path | None) -> None:
+def list_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
     """The tokens: id, scope, projects, when made and until when, and whether still good."""
     s = setup(config_path, root)
     now = datetime.now(UTC)
     rows = tokens.read(s.root)
+    if as_json:
+        shown = [{**{k: v for k, v in r.to_dict().items() if k != "sha256"},
+                  "state": r.state(now)} for r in rows]  # fmt: skip
+        click.echo(json.dumps(shown, indent=1))
+        return
     if not rows:
         click.echo("no tokens; make one with `run-agent token create --scope read`")
         return
     for r in rows:
         projects = ",".join(r.projects) or "*"
+        note = f"  {r.note}" if r.note else ""
         click.echo(f"{r.id}  {r.scope.word:8} {projects:20} {r.created}  "
-                   f"{r.expires or 'no expiry':25} {r.state(now)}")  # fmt: skip
+                   f"{r.expires or 'no expiry':25} {r.state(now):8}{note}")  # fmt: skip
 
 
 @token.command()

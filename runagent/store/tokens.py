@@ -13,6 +13,7 @@ else; a view of the whole root that cannot be cut to them (the fleet, the metric
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import hashlib
 import hmac
@@ -88,6 +89,7 @@ class TokenRecord:
     created: str
     expires: str | None = None
     revoked: str | None = None
+    note: str = ""  # what it is for ("CI of app"), as its maker said
 
     def state(self, now: datetime) -> str:
         if self.revoked:
@@ -99,14 +101,14 @@ class TokenRecord:
     def to_dict(self) -> dict[str, Any]:
         return {"id": self.id, "sha256": self.sha256, "scope": self.scope.word,
                 "projects": list(self.projects), "created": self.created,
-                "expires": self.expires, "revoked": self.revoked}  # fmt: skip
+                "expires": self.expires, "revoked": self.revoked, "note": self.note}  # fmt: skip
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TokenRecord:
         return cls(
             str(data["id"]), str(data["sha256"]), Scope.named(str(data["scope"])),
             tuple(str(p) for p in data.get("projects") or ()), str(data["created"]),
-            data.get("expires"), data.get("revoked"),
+            data.get("expires"), data.get("revoked"), str(data.get("note") or ""),
         )  # fmt: skip
 
 
@@ -140,7 +142,7 @@ def digest(token: str) -> str:
 
 def create(
     root: Path, scope: Scope, projects: Iterable[str] = (), expires: float | None = None,
-    now: datetime | None = None,
+    now: datetime | None = None, note: str = "",
 ) -> tuple[str, TokenRecord]:  # fmt: skip
     """A new token (shown once) and its record, stored by its hash."""
     now = now or datetime.now(UTC)
@@ -148,7 +150,7 @@ def create(
     token = f"{PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
     ends = (now + timedelta(seconds=expires)).isoformat(timespec="seconds") if expires else None
     made = TokenRecord(token_id, digest(token), scope, tuple(sorted(set(projects))),
-                       now.isoformat(timespec="seconds"), ends)  # fmt: skip
+                       now.isoformat(timespec="seconds"), ends, note=note)  # fmt: skip
     _write(root, [*read(root), made])
     return token, made
 
@@ -159,8 +161,7 @@ def revoke(root: Path, token_id: str, now: datetime | None = None) -> TokenRecor
     if found is None:
         raise NotFoundError(f"no token {token_id!r}; see `run-agent token list`")
     when = (now or datetime.now(UTC)).isoformat(timespec="seconds")
-    done = TokenRecord(found.id, found.sha256, found.scope, found.projects, found.created,
-                       found.expires, found.revoked or when)  # fmt: skip
+    done = dataclasses.replace(found, revoked=found.revoked or when)
     _write(root, [done if r.id == token_id else r for r in records])
     return done
 

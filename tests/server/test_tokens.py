@@ -297,7 +297,8 @@ def test_an_unreadable_token_file_lets_only_the_key_in(tmp_path: Path) -> None:
 
 
 def test_token_commands(ws: Workspace) -> None:
-    made = ws.invoke("token", "create", "--scope", "operate", "-p", "app", "--expires", "30d")
+    made = ws.invoke("token", "create", "--scope", "operate", "-p", "app", "--expires", "30d",
+                     "--note", "CI of app")  # fmt: skip
     assert made.returncode == 0, made.stderr
     secret = made.stdout.strip()
     assert tokens.TOKEN.fullmatch(secret)
@@ -310,6 +311,10 @@ def test_token_commands(ws: Workspace) -> None:
     assert record.scope is tokens.Scope.OPERATE and record.projects == ("app",)
     listed = ws.invoke("token", "list")
     assert record.id in listed.stdout and "active" in listed.stdout and secret not in listed.stdout
+    assert "CI of app" in listed.stdout
+    (shown,) = json.loads(ws.invoke("token", "list", "--json").stdout)
+    assert shown["id"] == record.id and shown["state"] == "active" and "sha256" not in shown
+    assert shown["scope"] == "operate" and shown["projects"] == ["app"] and shown["expires"]
     assert ws.invoke("token", "revoke", record.id).returncode == 0
     assert "revoked" in ws.invoke("token", "list").stdout
     verdict = tokens.verify(tokens.read(ws.root), secret, datetime.now(UTC))
