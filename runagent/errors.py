@@ -140,3 +140,10 @@ def error_for_exit(code: int, message: str) -> RunAgentError:
         return RunAgentError(message, exit_code=ExitCode(code))
     except ValueError:  # not one of ours (a signal, a crash): a plain failure
         return RunAgentError(message)
+
+
+def shown(value: object, limit: int = 80) -> str:
+    """`value` as an error names it: its repr, cut short (an error stays one readable line,
+    whatever was sent)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"

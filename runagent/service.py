@@ -27,12 +27,13 @@ from runagent.config.settings import (
     LimitsSettings,
     LoopSettings,
     MergeMode,
+    ServerSettings,
     Until,
 )
 from runagent.errors import BudgetError, NotFoundError, RunAgentError, UsageError
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
-from runagent.store import runfolder, taskfolder, tasks
+from runagent.store import runfolder, taskfolder, tasks, tokens
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
@@ -259,11 +260,12 @@ class Service:
             overrides = replace(
                 overrides, working_dir=(self.workdir / overrides.working_dir).resolve()
             )
-        env = self.env if self.env is not None else dict(os.environ)
         gated = False
         try:
             on_ray = self.executor is not None and self.executor.type is ExecutorType.RAY
             config = self.current_config()
+            key_variable = (config.server if config is not None else ServerSettings()).api_key_env
+            env = tokens.scrub(self.env if self.env is not None else os.environ, key_variable)
             limits = config.limits if config is not None else LimitsSettings()
             after = self._after(request)
             # On a cluster the cap is the hosts' agent_slot and the queue is Ray's: the gate
@@ -291,7 +293,7 @@ class Service:
                 config_path=self.config_path, cwd=self.workdir.resolve(), env=env,
                 schedule=request.schedule, again=request.again, executor=self.executor,
             )  # fmt: skip
-        except RunAgentError:
+        except BaseException:  # refused, or failed in a way of its own: nothing half-made
             if gated:  # the slot taken for it
                 self.release(task)
             if created:  # a refused start leaves no task behind

@@ -29,6 +29,7 @@ from server.security import bounded_body, check_reach, cross_site_write, grant_o
 from server.settings import Settings
 
 STOP_WAIT = 30.0
+MAX_BODY = 4 * 1024 * 1024  # bytes of a write's body (a start's prompt and options)
 # Bytes of a paste reply's request body: the reply's own limit, with room for JSON's escapes.
 MAX_PASTE_BODY = 2 * paste_state.MAX_REPLY + 64 * 1024
 
@@ -44,6 +45,8 @@ class Actions:
         self.service = service
         self.runner = runner
         self.paths = paths
+        # Where a token below admin may start tasks: where operations may act.
+        self.workspaces = settings.ops_workspaces or (settings.workdir,)
 
     def routes(self) -> list[Route]:
         task = "/api/projects/{project}/tasks/{task}"
@@ -67,16 +70,13 @@ class Actions:
         found = await run_in_threadpool(self.service.fleet, grant_of(request).projects)
         return JSONResponse(found.to_dict())
 
-    async def _body(self, request: Request, limit: int | None = None) -> dict[str, Any]:
+    async def _body(self, request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
         """The JSON object a same-origin write sends; a body over `limit` bytes is a 413."""
         refusal = cross_site_write(request)
         if refusal is not None:
             raise HTTPException(403, refusal)
         try:
-            if limit is None:
-                body = await request.json()
-            else:
-                body = json.loads(await bounded_body(request, limit))
+            body = json.loads(await bounded_body(request, limit))
         except (ValueError, RecursionError) as exc:  # RecursionError: nesting thousands deep
             raise HTTPException(400, "the body is not valid JSON (or nests too deeply)") from exc
         if not isinstance(body, dict):
@@ -96,13 +96,17 @@ class Actions:
         task = self.paths.task(
             request, must_exist=False, task_id=str(body.get("task_id") or "") or new_task_id()
         )
-        start = bodies.start_request(body, task, self.settings.workdir, grant_of(request))
+        start = bodies.start_request(
+            body, task, self.settings.workdir, grant_of(request), self.workspaces
+        )
         return await self._start(start)
 
     async def resume(self, request: Request) -> Response:
         body = await self._body(request)
         task = self.paths.task(request)
-        start = bodies.resume_request(body, task, self.settings.workdir, grant_of(request))
+        start = bodies.resume_request(
+            body, task, self.settings.workdir, grant_of(request), self.workspaces
+        )
         return await self._start(start)
 
     async def agents(self, request: Request) -> Response:

@@ -6,9 +6,10 @@ the server. It imports no backend.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -68,7 +69,9 @@ def create_app(settings: Settings) -> Starlette:
 
     from server import mcptools  # the official SDK: its import is paid by the server alone
 
-    mcp = mcptools.Http(mcptools.Tools(service, settings.root, settings.workdir))
+    mcp = mcptools.Http(
+        mcptools.Tools(service, settings.root, settings.workdir, settings.ops_workspaces)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -217,7 +220,7 @@ class Api:
 
     async def task(self, request: Request) -> Response:
         task = self.task_paths(request)
-        return JSONResponse(await run_in_threadpool(detail.of, task))
+        return JSONResponse(await run_in_threadpool(detail.of, task, grant_of(request).reaches))
 
     async def paste(self, request: Request) -> Response:
         """The task's paste session as a person needs it: the current outbox (name, sequence,
@@ -287,10 +290,14 @@ class Api:
         body = await run_in_threadpool(metrics.render, self.root, self.sse_clients)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
-    def _sse(self, events: AsyncIterator[streams.Event]) -> Response:
+    def _sse(self, request: Request, events: AsyncIterator[streams.Event]) -> Response:
         """An SSE response of `events` that ends cleanly when the server shuts down (a client
-        still connected on Ctrl-C gets the end of its response, and nothing is logged)."""
+        still connected on Ctrl-C gets the end of its response, and nothing is logged), or when
+        the token it was opened with is revoked or expires."""
         stop = anyio.Event()
+        valid = request.scope.get("state", {}).get("still_valid")
+        if valid is not None:
+            events = _while(valid, stop, events)
         return EventSourceResponse(
             self._counted(streams.until(stop, events)),
             ping=self.settings.heartbeat,
@@ -311,7 +318,7 @@ class Api:
     async def run_stream(self, request: Request) -> Response:
         folder, path = self.run_file(request, STREAM_FILES)
         offset = self._offset(request)
-        return self._sse(streams.run_file_events(self.hub, folder, path.name, offset))
+        return self._sse(request, streams.run_file_events(self.hub, folder, path.name, offset))
 
     async def task_stream(self, request: Request) -> Response:
         task = self.task_paths(request)
@@ -328,11 +335,36 @@ class Api:
         elif cursor:
             raise HTTPException(400, f"cursor {cursor[:80]!r} is not RUN_ID:OFFSET")
         return self._sse(
-            streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
+            request, streams.task_events(self.hub, task, runfolder.RUN_FILES[name], run_id, offset)
         )
 
     async def events(self, request: Request) -> Response:
-        return self._sse(streams.root_events(self.hub, self.root, grant_of(request).reaches))
+        reaches = grant_of(request).reaches
+        return self._sse(request, streams.root_events(self.hub, self.root, reaches))
+
+
+REVALIDATE = 1.0  # seconds between looks at whether a stream's token is still good
+
+
+async def _while(
+    valid: Callable[[], bool], stop: anyio.Event, events: AsyncIterator[T]
+) -> AsyncIterator[T]:
+    """`events`, with `stop` set once `valid()` says the stream's token is no longer good (the
+    stream then ends as at shutdown: a revoked token reads nothing more)."""
+
+    async def watch() -> None:
+        while not stop.is_set():
+            with anyio.move_on_after(REVALIDATE):
+                await stop.wait()
+            if not stop.is_set() and not await run_in_threadpool(valid):
+                stop.set()
+
+    watcher = asyncio.ensure_future(watch())
+    try:
+        async for event in events:
+            yield event
+    finally:
+        watcher.cancel()
 
 
 def newlines_before(path: Path, offset: int) -> int:

@@ -8,12 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from runagent.config.overrides import OPTIONS, LoopOverrides, body_schema
-from runagent.errors import UsageError
+from runagent.errors import ForbiddenError, UsageError, shown
 from runagent.executors.local import Started
 from runagent.loop.context import validate_prompt
 from runagent.service import Command, IssueStart, StartRequest
-from runagent.store.runfolder import TaskPaths
-from runagent.store.tokens import Grant
+from runagent.store.runfolder import TaskPaths, within
+from runagent.store.tokens import Grant, Scope
 
 PLACE: dict[str, dict[str, Any]] = {
     "after": {
@@ -50,27 +50,35 @@ def resume_schema() -> dict[str, dict[str, Any]]:
 
 
 def start_request(
-    body: dict[str, Any], task: TaskPaths, workdir: Path, grant: Grant
-) -> StartRequest:
+    body: dict[str, Any], task: TaskPaths, workdir: Path, grant: Grant,
+    workspaces: tuple[Path, ...] = (),
+) -> StartRequest:  # fmt: skip
     """A start from `body` (its keys: `start_schema()`'s); unknown keys are refused, so a typo
-    never starts a run without what it meant to say."""
+    never starts a run without what it meant to say. A grant below admin (an operate token)
+    starts tasks only in `workspaces`: its `cwd` and an issue's repository lie in one."""
     refuse_unknown(body, start_schema())
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
         raise UsageError("prompt is required: say what the agent should do")
     validate_prompt(prompt, "the prompt")
+    confined = workspaces if grant.scope < Scope.ADMIN else None
+    found = issue(body.get("issue"))
+    if found is not None and confined is not None:
+        inside(folder_of(workdir, found.repo, "issue.repo"), confined, "issue.repo")
     return StartRequest(
-        task, prompt, overrides=overrides(body, workdir), again=body.get("again") is True,
-        issue=issue(body.get("issue")), **place(body, grant),
+        task, prompt, overrides=overrides(body, workdir, confined),
+        again=body.get("again") is True, issue=found, **place(body, grant),
     )  # fmt: skip
 
 
 def resume_request(
-    body: dict[str, Any], task: TaskPaths, workdir: Path, grant: Grant
-) -> StartRequest:
+    body: dict[str, Any], task: TaskPaths, workdir: Path, grant: Grant,
+    workspaces: tuple[Path, ...] = (),
+) -> StartRequest:  # fmt: skip
     refuse_unknown(body, resume_schema())
+    confined = workspaces if grant.scope < Scope.ADMIN else None
     return StartRequest(
-        task, command=Command.RESUME, overrides=overrides(body, workdir),
+        task, command=Command.RESUME, overrides=overrides(body, workdir, confined),
         again=body.get("again") is True, **place(body, grant),
     )  # fmt: skip
 
@@ -83,7 +91,9 @@ def refuse_unknown(body: dict[str, Any], known: dict[str, Any], what: str = "a s
             )
 
 
-def overrides(body: dict[str, Any], workdir: Path) -> LoopOverrides:
+def overrides(
+    body: dict[str, Any], workdir: Path, workspaces: tuple[Path, ...] | None = None
+) -> LoopOverrides:
     """The loop settings the body changes (the form's empty fields change nothing); a working
     folder that is not one is refused here, before any task is created."""
     keys = {option.body_key: name for name, option in OPTIONS.items() if option.body_key}
@@ -93,10 +103,31 @@ def overrides(body: dict[str, Any], workdir: Path) -> LoopOverrides:
         values, where=lambda name: named.get(name, name), blank_is_unset=True
     )
     if given.working_dir is not None:
-        folder = workdir / given.working_dir.expanduser()
-        if not folder.is_dir():
-            raise UsageError(f"cwd {str(given.working_dir)!r} is not a folder on this machine")
+        folder = folder_of(workdir, given.working_dir, "cwd")
+        if workspaces is not None:
+            inside(folder, workspaces, "cwd")
     return given
+
+
+def folder_of(workdir: Path, given: Path, name: str) -> Path:
+    """The folder `given` names (relative to `workdir`, `~` expanded), if it is one here."""
+    try:
+        folder = (workdir / given.expanduser()).resolve()
+        if folder.is_dir():
+            return folder
+    except (OSError, RuntimeError, ValueError):  # no such user, a name too long, a loop
+        pass
+    raise UsageError(f"{name} {shown(str(given))} is not a folder on this machine")
+
+
+def inside(folder: Path, workspaces: tuple[Path, ...], name: str) -> None:
+    """A ForbiddenError unless `folder` lies in one of `workspaces` (a token's starts)."""
+    if not any(within(w, folder) for w in workspaces):
+        shown_ = ", ".join(str(w) for w in workspaces)
+        raise ForbiddenError(
+            f"{name} {shown(str(folder))} is outside the folders a token's tasks may work in "
+            f"({shown_}); add it to server.ops_workspaces, or start it with the api_key"
+        )
 
 
 def place(body: dict[str, Any], grant: Grant) -> dict[str, Any]:
@@ -105,13 +136,14 @@ def place(body: dict[str, Any], grant: Grant) -> dict[str, Any]:
     if isinstance(after, str):
         after = [a for a in after.replace(",", " ").split() if a]
     if not isinstance(after, list) or not all(isinstance(a, str) for a in after):
-        raise UsageError(f"after {after!r} is not a list of PROJECT/TASK names")
+        raise UsageError(f"after {shown(after)} is not a list of PROJECT/TASK names")
     grant.reach(*(a.partition("/")[0] for a in after if "/" in a))
     priority = body.get("priority") or 0
-    if isinstance(priority, str) and priority.strip().lstrip("-").isdigit():
+    digits = priority.strip().removeprefix("-") if isinstance(priority, str) else ""
+    if digits.isascii() and digits.isdigit() and len(digits) <= 9:
         priority = int(priority)
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise UsageError(f"priority {priority!r} is not a whole number")
+    if isinstance(priority, bool) or not isinstance(priority, int) or abs(priority) >= 10**9:
+        raise UsageError(f"priority {shown(priority)} is not a whole number")
     return {"after": tuple(after), "priority": priority}
 
 
@@ -121,16 +153,20 @@ def issue(given: object) -> IssueStart | None:
     if given is None or given == {}:
         return None
     if not isinstance(given, dict):
-        raise UsageError(f"issue {given!r} is not an object: give number and repo")
+        raise UsageError(f"issue {shown(given)} is not an object: give number and repo")
     from runagent.issues.issue import issue_number
 
     number = issue_number(given.get("number"), "issue.number")
     repo, url, text = given.get("repo"), given.get("url") or "", given.get("body") or ""
     if not isinstance(repo, str) or not repo.strip():
-        raise UsageError(f"issue.repo {repo!r} is not a folder: name the issue's repository")
+        raise UsageError(f"issue.repo {shown(repo)} is not a folder: name the issue's repository")
     if not isinstance(url, str) or not isinstance(text, str):
         raise UsageError("issue.url and issue.body are strings")
-    return IssueStart(number, Path(repo).expanduser(), text, url)
+    try:
+        folder = Path(repo).expanduser()
+    except RuntimeError:  # ~user of no user
+        raise UsageError(f"issue.repo {shown(repo)} is not a folder on this machine") from None
+    return IssueStart(number, folder, text, url)
 
 
 def json_type(value: object) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 from runagent.issues import worktree
@@ -15,7 +16,9 @@ from runagent.store.runfolder import TaskPaths
 from server.tail import file_size, read_at
 
 
-def of(task: TaskPaths) -> dict[str, Any]:
+def of(task: TaskPaths, reaches: Callable[[str], bool] = lambda project: True) -> dict[str, Any]:
+    """The task's detail; of the tasks waiting on it, those of projects `reaches` lets
+    through (a token's)."""
     places = tasks.queue_places(task.root)  # read once for its place and its waiters
     view = tasks.view(task, places)
     row = view.to_dict()
@@ -28,7 +31,8 @@ def of(task: TaskPaths) -> dict[str, Any]:
     row["loop_message"] = None if row["status"] == "running" else loop_message(task)
     row["disk_bytes"] = cleanup.folder_size(task.folder)
     row["paste"] = PasteFolders.of(task).root.is_dir()  # GET .../paste tells more
-    row["waited_on_by"] = tasks.waited_on_by(task, places)
+    waiting = tasks.waited_on_by(task, places)
+    row["waited_on_by"] = [label for label in waiting if reaches(label.partition("/")[0])]
     return row
 
 

@@ -85,10 +85,13 @@ class Tool:
 class Tools:
     """The tools and resources over one runs root, through one door (`service`)."""
 
-    def __init__(self, service: Service, root: Path, workdir: Path) -> None:
+    def __init__(
+        self, service: Service, root: Path, workdir: Path, workspaces: tuple[Path, ...] = ()
+    ) -> None:
         self.service = service
         self.root = root
         self.workdir = workdir
+        self.workspaces = workspaces or (workdir,)  # where a token below admin starts tasks
         self.paths = Paths(root)
         self.tools = {tool.name: tool for tool in self._tools()}
 
@@ -157,12 +160,16 @@ class Tools:
         body = {k: v for k, v in args.items() if k not in _TOOL_KEYS}
         task_id = str(args.get("task") or "") or new_task_id()
         task = self.task(grant, {"project": args.get("project"), "task": task_id}, False)
-        return self._through_the_door(bodies.start_request(body, task, self.workdir, grant))
+        return self._through_the_door(
+            bodies.start_request(body, task, self.workdir, grant, self.workspaces)
+        )
 
     def resume(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
         task = self.task(grant, args)
         body = {k: v for k, v in args.items() if k not in _TOOL_KEYS}
-        return self._through_the_door(bodies.resume_request(body, task, self.workdir, grant))
+        return self._through_the_door(
+            bodies.resume_request(body, task, self.workdir, grant, self.workspaces)
+        )
 
     def _through_the_door(self, start: StartRequest) -> dict[str, Any]:
         try:
@@ -179,7 +186,7 @@ class Tools:
         return [row for row in rows.values() if only is None or row["project_id"] == only]
 
     def status(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
-        return detail.of(self.task(grant, args))
+        return detail.of(self.task(grant, args), grant.reaches)
 
     def output(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
         name = args.get("file", "stdout")

@@ -54,7 +54,7 @@ class OpsApi:
     root: Path
     workspaces: tuple[Path, ...]
     hub: Hub
-    sse: Callable[[AsyncIterator[streams.Event]], Response]
+    sse: Callable[[Request, AsyncIterator[streams.Event]], Response]
 
     def routes(self) -> list[Route]:
         return [
@@ -139,7 +139,7 @@ class OpsApi:
         offset = int(raw)
         if offset and streams.read_at(path, offset - 1, 1) != b"\n":
             raise HTTPException(400, f"offset {offset} is not the end of an events message")
-        return self.sse(message_events(self.hub, path, offset))
+        return self.sse(request, message_events(self.hub, path, offset))
 
     # Writing ---------------------------------------------------------------------------------
 

@@ -185,13 +185,23 @@ class KeyMiddleware:
         if refusal is not None:
             await JSONResponse({"error": refusal}, status_code=403)(scope, receive, send)
             return
-        scope.setdefault("state", {})["grant"] = grant
+        state = scope.setdefault("state", {})
+        state["grant"] = grant
+        if grant.token_id:  # a stream it opens ends when the token is revoked or expires
+            state["still_valid"] = lambda: self._still(given)
         if given is not None and "key" in request.query_params and opens_the_page(request):
             response = redirect_without_key(request.url)
             response.set_cookie(COOKIE, given, httponly=True, samesite="strict")
             await response(scope, receive, send)
             return
         await self.app(scope, receive, send)
+
+    def _still(self, given: str | None) -> bool:
+        """Whether the token `given` is still good (a stream opened with it goes on)."""
+        try:
+            return self._grant(given) is not None
+        except UsageError:
+            return False
 
     def _grant(self, given: str | None) -> tokens.Grant | None:
         """What the credential `given` may do: everything for the api_key (or on a server

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import re
 
-from runagent.errors import ConfigError
+from runagent.errors import ConfigError, shown
 
 _DURATION = re.compile(r"(?:(\d+(?:\.\d+)?)(ms|s|m|h|d))")
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -21,21 +21,29 @@ def parse_duration(value: object, where: str) -> float | None:
     seconds = _seconds(value)
     if seconds is None or not math.isfinite(seconds) or seconds < 0:
         raise ConfigError(
-            f"{where}: {value!r} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
+            f"{where}: {shown(value)} is not a duration; use seconds or a form like 30s, 5m, 1h30m"
         )
     if seconds > MAX_DURATION:
         raise ConfigError(
-            f"{where}: {value!r} is longer than 365 days; give a shorter duration (0: none)"
+            f"{where}: {shown(value)} is longer than 365 days; give a shorter duration (0: none)"
         )
     return seconds or None
+
+
+MAX_TEXT = 64  # characters of the longest duration read
 
 
 def _seconds(value: object) -> float | None:
     """The number of seconds `value` spells, or None if it spells none."""
     if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # a whole number too large for a float: no duration
+            return None
     if isinstance(value, str):
         text = value.strip().replace(" ", "")
+        if len(text) > MAX_TEXT:  # no duration is spelled that long (and a regex stays fast)
+            return None
         parts = _DURATION.findall(text)
         if parts and "".join(n + u for n, u in parts) == text:
             return sum(float(n) * _UNITS[u] for n, u in parts)

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from runagent.config.duration import parse_duration
 from runagent.config.settings import AgentSandbox, Budget, LoopSettings, Until, parse_budget
-from runagent.errors import RunAgentError, UsageError
+from runagent.errors import RunAgentError, UsageError, shown
 from runagent.record import record
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
@@ -129,20 +129,26 @@ class LoopOverrides:
                 else:
                     parts = value.split(",") if isinstance(value, str) else value
                     if not isinstance(parts, list | tuple):
-                        raise UsageError(f"{where(name)} {value!r} is not a budget")
+                        raise UsageError(f"{where(name)} {shown(value)} is not a budget")
                     changes[name] = parse_budget(parts, where(name))
             elif name == "until":
                 changes[name] = _choice(value, where(name), Until)
             elif name == "working_dir":
-                changes[name] = Path(str(value))
+                if not isinstance(value, str | Path) or "\0" in str(value):
+                    raise UsageError(f"{where(name)} {shown(value)} is not a folder's path")
+                changes[name] = Path(value)
             elif name == "worktree":
                 changes[name] = _yes_no(value, where(name))
             elif name == "sandbox":
                 changes[name] = _choice(value, where(name), AgentSandbox)
-            elif isinstance(value, str) and value.strip():
+            elif isinstance(value, str) and value.strip() and value.isprintable():
                 changes[name] = value
+            elif isinstance(value, str) and value.strip():
+                raise UsageError(f"{where(name)} {shown(value)} holds a control character")
             else:
-                raise UsageError(f"{where(name)} {value!r} is empty; name one, or leave it out")
+                raise UsageError(
+                    f"{where(name)} {shown(value)} is empty; name one, or leave it out"
+                )
         return cls(**changes)
 
     def apply(self, settings: LoopSettings) -> LoopSettings:
@@ -215,11 +221,11 @@ class LoopOverrides:
 
 def _count(value: object, where: str, what: str = "restarts") -> int:
     if isinstance(value, bool) or not isinstance(value, int | str):
-        raise UsageError(f"{where}: {value!r} is not a whole number of {what}")
+        raise UsageError(f"{where}: {shown(value)} is not a whole number of {what}")
     try:
         count = int(value)
     except ValueError:
-        raise UsageError(f"{where}: {value!r} is not a whole number of {what}") from None
+        raise UsageError(f"{where}: {shown(value)} is not a whole number of {what}") from None
     if count < 0:
         raise UsageError(f"{where}: {count} is negative; give 0 or more {what}")
     return count
@@ -233,7 +239,7 @@ def _yes_no(value: object, where: str) -> bool:
              "false": False, "no": False, "off": False, "0": False}  # fmt: skip
     if isinstance(value, str) and value.strip().lower() in words:
         return words[value.strip().lower()]
-    raise UsageError(f"{where}: {value!r} is not true or false")
+    raise UsageError(f"{where}: {shown(value)} is not true or false")
 
 
 def _choice(value: object, where: str, kind: type[C]) -> C:
@@ -242,4 +248,4 @@ def _choice(value: object, where: str, kind: type[C]) -> C:
         return kind(str(value))
     except ValueError:
         choices = ", ".join(str(c.value) for c in kind)
-        raise UsageError(f"{where}: {value!r} is not one of {choices}") from None
+        raise UsageError(f"{where}: {shown(value)} is not one of {choices}") from None

@@ -203,14 +203,24 @@ def within(root: Path, path: Path) -> bool:
 
 
 def confine(task: TaskPaths) -> TaskPaths:
-    """`task`, if its project folder, task folder, TASK.md and runs folder (those that exist)
-    stay inside the runs root; else OutsideRootError naming the link."""
-    for path in (task.root / task.project_id, task.folder, task.task_md, task.runs):
-        if os.path.lexists(path) and not within(task.root, path):
-            raise OutsideRootError(
-                f"{path} leads out of the runs root {task.root} (a symbolic link); run-agent "
-                "never reads or writes through it: remove the link or use another id"
-            )
+    """`task`, if its project folder (those that exist) stays inside the runs root, and its task
+    folder, TASK.md and runs folder inside that project's folder (a link from one project into
+    another would let what may reach one project reach the other); else OutsideRootError naming
+    the link."""
+    project = task.root / task.project_id
+    for path in (project, task.folder, task.task_md, task.runs):
+        if not os.path.lexists(path):
+            continue
+        if not within(task.root, path):
+            out = f"out of the runs root {task.root}"
+        elif path != project and not within(project, path):
+            out = f"out of its project's folder {project}"
+        else:
+            continue
+        raise OutsideRootError(
+            f"{path} leads {out} (a symbolic link); run-agent never reads or writes through "
+            "it: remove the link or use another id"
+        )
     return task
 
 
@@ -490,7 +500,7 @@ def project_ids(root: Path) -> list[str]:
 def task_ids(root: Path, project_id: str) -> list[str]:
     if not within(root, root / project_id):
         return []
-    return _subfolders(root, root / project_id)
+    return _subfolders(root / project_id, root / project_id)  # a link to another project: none
 
 
 def _subfolders(root: Path, folder: Path, hidden: bool = False) -> list[str]:

@@ -13,15 +13,17 @@ else; a view of the whole root that cannot be cut to them (the fleet, the metric
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
+import fcntl
 import hashlib
 import hmac
 import json
 import os
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -125,15 +127,38 @@ def read(root: Path) -> list[TokenRecord]:
         raise UsageError(
             f"the token file {path(root)} cannot be read ({exc}); fix or remove it"
         ) from None
-    return [TokenRecord.from_dict(d) for d in data.get("tokens", []) if isinstance(d, dict)]
+    try:
+        return [TokenRecord.from_dict(d) for d in data.get("tokens", []) if isinstance(d, dict)]
+    except (AttributeError, KeyError, TypeError, ValueError) as exc:
+        raise UsageError(
+            f"the token file {path(root)} holds a record that is not one ({exc!r}); fix or "
+            "remove it"
+        ) from None
 
 
-def _write(root: Path, records: Iterable[TokenRecord]) -> None:
+@contextlib.contextmanager
+def _changing(root: Path) -> Iterator[list[TokenRecord]]:
+    """The records, to change in place and write back, with the token file's lock held: a
+    revocation and a creation at the same moment both land."""
     folder = root / FOLDER
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(folder, 0o700)
-    atomic_write(path(root), json.dumps({"tokens": [r.to_dict() for r in records]}, indent=1))
-    os.chmod(path(root), 0o600)
+    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        records = read(root)
+        yield records
+        atomic_write(path(root), json.dumps({"tokens": [r.to_dict() for r in records]}, indent=1))
+        os.chmod(path(root), 0o600)
+    finally:
+        os.close(fd)
+
+
+def scrub(env: Mapping[str, str], key_variable: str) -> dict[str, str]:
+    """`env` without the server's API key (`key_variable`) and any token: an agent, a queued
+    start's record and a detached supervisor never hold a credential of run-agent itself (an
+    agent told to could hand it on)."""
+    return {k: v for k, v in env.items() if k != key_variable and not TOKEN.search(v)}
 
 
 def digest(token: str) -> str:
@@ -151,19 +176,19 @@ def create(
     ends = (now + timedelta(seconds=expires)).isoformat(timespec="seconds") if expires else None
     made = TokenRecord(token_id, digest(token), scope, tuple(sorted(set(projects))),
                        now.isoformat(timespec="seconds"), ends, note=note)  # fmt: skip
-    _write(root, [*read(root), made])
+    with _changing(root) as records:
+        records.append(made)
     return token, made
 
 
 def revoke(root: Path, token_id: str, now: datetime | None = None) -> TokenRecord:
-    records = read(root)
-    found = next((r for r in records if r.id == token_id), None)
-    if found is None:
-        raise NotFoundError(f"no token {token_id!r}; see `run-agent token list`")
-    when = (now or datetime.now(UTC)).isoformat(timespec="seconds")
-    done = dataclasses.replace(found, revoked=found.revoked or when)
-    _write(root, [done if r.id == token_id else r for r in records])
-    return done
+    with _changing(root) as records:
+        at = next((i for i, r in enumerate(records) if r.id == token_id), None)
+        if at is None:
+            raise NotFoundError(f"no token {token_id[:40]!r}; see `run-agent token list`")
+        when = (now or datetime.now(UTC)).isoformat(timespec="seconds")
+        records[at] = dataclasses.replace(records[at], revoked=records[at].revoked or when)
+        return records[at]
 
 
 def verify(records: Iterable[TokenRecord], presented: str, now: datetime) -> Grant | None:

@@ -182,6 +182,14 @@ def test_bad_input_gets_the_apis_one_line_errors(ws: Workspace) -> None:
         {"prompt": "go", "after": ["p/missing"]},
         {"prompt": "go", "cwd": "no-such-folder"},
         {"prompt": "go\0"},
+        {"prompt": "go", "priority": "\u00b2"},  # a digit, but not one a number is written in
+        {"prompt": "go", "priority": "9" * 5000},
+        {"prompt": "go", "cwd": "~no-such-user-here/x"},
+        {"prompt": "go", "cwd": "d" * 300},
+        {"prompt": "go", "timeout": 10**400},
+        {"prompt": "go", "timeout": "1" * 30000},
+        {"prompt": "go", "agent": "\u0000"},
+        {"prompt": "go", "issue": {"number": 1, "repo": "~no-such-user-here"}},
     ]
 
     async def main() -> None:
@@ -194,7 +202,8 @@ def test_bad_input_gets_the_apis_one_line_errors(ws: Workspace) -> None:
                     assert expected.startswith("'timout' is not something a start takes")
                 else:
                     assert said == expected, body
-                assert "\n" not in said and "Traceback" not in said
+                assert "\n" not in said and "Traceback" not in said and len(said) < 400, said
+                assert "failed:" not in said  # a refusal, never the tool's own fault
             missing = await refusal(client, "task_status", project="p", task="nope")
             assert missing == "task p/nope not found"
             unknown = await refusal(client, "delete_everything")

@@ -346,3 +346,122 @@ def test_revoking_an_unknown_token_says_so(ws: Workspace) -> None:
 def test_serve_beyond_loopback_takes_a_token_instead_of_a_key(ws: Workspace) -> None:
     refused = ws.invoke("serve", "--host", "0.0.0.0", "--port", "1")
     assert refused.returncode == 2 and "needs an API key or a token" in refused.stderr
+
+
+def test_a_revoked_token_ends_the_streams_it_opened(ws: Workspace) -> None:
+    ws.write_config(["--lines", "1"])
+    secret, record = tokens.create(ws.root, tokens.Scope.READ)
+    with (
+        serving(ws) as url,
+        httpx.stream(
+            "GET", f"{url}/api/events", headers={"Authorization": f"Bearer {secret}"}, timeout=30
+        ) as events,
+    ):
+        lines = events.iter_lines()
+        assert next(lines) == "event: snapshot"
+        tokens.revoke(ws.root, record.id)
+        rest = list(lines)  # the stream ends by itself: this returns
+        assert not any(line.startswith("event: task") for line in rest)
+        again = httpx.get(f"{url}/api/tasks", headers={"Authorization": f"Bearer {secret}"})
+        assert again.status_code == 401
+
+
+def test_no_credential_of_run_agent_reaches_an_agent_or_a_record(ws: Workspace) -> None:
+    ws.write_config(["--echo-env", "RUN_AGENT_API_KEY", "CI_TOKEN", "--sleep", "60"])
+    secret, _ = tokens.create(ws.root, tokens.Scope.OPERATE)
+    env = {"RUN_AGENT_API_KEY": KEY, "CI_TOKEN": secret}
+    auth = {"Authorization": f"Bearer {secret}"}
+    try:
+        with serving(ws, env=env) as url, httpx.Client(base_url=url, headers=auth) as client:
+            first = client.post("/api/projects/p/tasks", json={"task_id": "a", "prompt": "go"})
+            assert first.status_code == 202, first.text
+            wait_for(lambda: tasks.view(ws.task("p", "a")).status.value == "running", 60, "a")
+            body = {"task_id": "b", "prompt": "go", "after": ["p/a"]}
+            queued = client.post("/api/projects/p/tasks", json=body)
+            assert queued.json()["queued"] is not None, queued.text
+            run = ws.task("p", "a").run(ws.task("p", "a").run_ids()[0])
+            wait_for(lambda: "CI_TOKEN=" in run.stdout.read_text(), 30, "the agent's env")
+            assert "RUN_AGENT_API_KEY=\nCI_TOKEN=\n" in run.stdout.read_text()
+        # The foreground command line gives its agent neither, either.
+        done = ws.cli("job", "-p", "p", "-t", "c", "--timeout", "2s", "go", env=env)
+        assert "RUN_AGENT_API_KEY=\nCI_TOKEN=\n" in ws.task("p", "c").run(
+            ws.task("p", "c").run_ids()[0]).stdout.read_text(), done.stderr  # fmt: skip
+        for path in ws.root.rglob("*"):
+            if path.is_file():
+                data = path.read_bytes()
+                assert KEY.encode() not in data and secret.encode() not in data, path
+    finally:
+        for task in ("b", "a"):
+            ws.cli("stop", "-p", "p", "-t", task)
+
+
+def test_creating_and_revoking_at_once_loses_nothing(tmp_path: Path) -> None:
+    import threading
+
+    made = [tokens.create(tmp_path, tokens.Scope.READ)[1] for _ in range(10)]
+    threads = [threading.Thread(target=tokens.revoke, args=(tmp_path, r.id)) for r in made]
+    threads += [threading.Thread(target=tokens.create, args=(tmp_path, tokens.Scope.READ))
+                for _ in range(10)]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    records = tokens.read(tmp_path)
+    assert len(records) == 20
+    assert {r.id for r in records if r.revoked} == {r.id for r in made}
+
+
+def test_a_link_from_one_project_into_another_leads_nowhere(ws: Workspace) -> None:
+    ws.write_config(["--lines", "1", "--line-text", "their-secret"])
+    assert ws.cli("run", "-p", THEIRS, "-t", "t", "go").returncode == 0
+    (ws.root / MINE).mkdir()
+    (ws.root / MINE / "alias").symlink_to(ws.root / THEIRS / "t")
+    run_id = ws.task(THEIRS, "t").run_ids()[0]
+    secret, _ = tokens.create(ws.root, tokens.Scope.READ, [MINE])
+    app = create_app(Settings(root=ws.root, run_schedules=False))
+    from starlette.testclient import TestClient
+
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        auth = {"Authorization": f"Bearer {secret}"}
+        read = client.get(f"/api/projects/{MINE}/tasks/alias/runs/{run_id}/files/stdout",
+                          headers=auth)  # fmt: skip
+        assert read.status_code == 404 and "their-secret" not in read.text
+        assert client.get(f"/api/projects/{MINE}/tasks", headers=auth).json() == []
+    status = ws.cli("status", "-p", MINE, "-t", "alias")
+    assert status.returncode == 2 and "out of its project's folder" in status.stderr
+
+
+def test_a_token_below_admin_starts_tasks_only_in_the_workspaces(ws: Workspace) -> None:
+    ws.write_config(["--lines", "1", "--sleep", "60"])
+    (ws.path / "inside").mkdir()
+    operate, _ = tokens.create(ws.root, tokens.Scope.OPERATE, [MINE])
+    admin, _ = tokens.create(ws.root, tokens.Scope.ADMIN)
+    try:
+        with serving(ws) as url, httpx.Client(base_url=url, timeout=30) as client:
+
+            def start(secret: str, **body: object) -> httpx.Response:
+                return client.post(f"/api/projects/{MINE}/tasks", json={"prompt": "go", **body},
+                                   headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+
+            outside = start(operate, task_id="a", cwd="/")
+            assert outside.status_code == 403 and "outside the folders" in outside.json()["error"]
+            repo = start(operate, task_id="b", issue={"number": 1, "repo": "/"})
+            assert repo.status_code == 403 and "issue.repo" in repo.json()["error"]
+            assert not ws.task(MINE, "a").folder.exists() and not ws.task(MINE, "b").folder.exists()
+            assert start(operate, task_id="c", cwd="inside").status_code == 202
+            # What waits on a task, from a project the token does not reach, is not named.
+            waiter = client.post(f"/api/projects/{THEIRS}/tasks", headers={
+                "Authorization": f"Bearer {admin}"},
+                json={"task_id": "w", "prompt": "go", "after": [f"{MINE}/c"]})  # fmt: skip
+            assert waiter.json()["queued"]["waits_for"], waiter.text
+
+            def waiters(secret: str) -> list[str]:
+                detail = client.get(f"/api/projects/{MINE}/tasks/c",
+                                    headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+                found: list[str] = detail.json()["waited_on_by"]
+                return found
+
+            assert waiters(admin) == [f"{THEIRS}/w"] and waiters(operate) == []
+    finally:
+        ws.cli("stop", "-p", THEIRS, "-t", "w")
+        ws.cli("stop", "-p", MINE, "-t", "c")
