@@ -38,7 +38,7 @@ PAGES = [README, *sorted(p for p in (REPO / "docs").rglob("*.md") if "spec" not 
 # Commands the docs show that can run here, offline, without starting anything long-lived.
 # (A `job` of the demo agent fails on purpose: it fails its first attempt, and a job has one.)
 OFFLINE = ("list", "status -p", "output -p", "backends", "doctor", "schedule list", "fleet",
-           "schedule crontab", "--project demo")  # fmt: skip
+           "schedule crontab", "--project demo", "token")  # fmt: skip
 
 
 def yaml_blocks() -> list[tuple[str, str]]:
