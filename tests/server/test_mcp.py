@@ -323,3 +323,56 @@ def test_mcp_over_http_checks_the_key_and_the_tokens(ws: Workspace) -> None:
 
 async def client_resources(client: Client) -> list[str]:
     return [str(r.uri) for r in (await client.list_resources()).resources]
+
+
+def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
+    from tests.server.test_tokens import MINE, THEIRS, setup_root
+
+    _, ops = setup_root(ws)
+    needs = {"start_task": tokens.Scope.OPERATE, "stop_task": tokens.Scope.OPERATE,
+             "resume_task": tokens.Scope.OPERATE, "answer_approval": tokens.Scope.OPERATE,
+             "paste_reply": tokens.Scope.OPERATE}  # fmt: skip
+    credentials = [("api_key", KEY, tokens.Scope.ADMIN, False)]
+    for scope in tokens.Scope:
+        credentials.append((scope.word, tokens.create(ws.root, scope)[0], scope, False))
+        mine = tokens.create(ws.root, scope, [MINE])[0]
+        credentials.append((f"{scope.word}@{MINE}", mine, scope, True))
+
+    def arguments(tool: str, project: str) -> dict[str, Any]:
+        """Arguments that pass every check but the grant's and then change nothing."""
+        return {
+            "start_task": {"project": project, "task": "absent", "prompt": " "},
+            "list_tasks": {"project": project},
+            "task_status": {"project": project, "task": "t1"},
+            "run_output": {"project": project, "task": "t1"},
+            "stop_task": {"project": project, "task": "absent"},
+            "resume_task": {"project": project, "task": "absent"},
+            "list_approvals": {},
+            "answer_approval": {"run": ops[project], "operation": "other", "decision": "denied"},
+            "paste_reply": {"project": project, "task": "absent", "reply": "x"},
+        }[tool]
+
+    tried = 0
+
+    async def main(url: str) -> None:
+        nonlocal tried
+        for name, secret, scope, limited in credentials:
+            async with over_http(url, secret) as client:
+                for tool in sorted(TOOLS):
+                    for project in (MINE, THEIRS):
+                        result = await client.call_tool(tool, arguments(tool, project))
+                        said = result.content[0].text  # type: ignore[union-attr]
+                        where = f"{name}: {tool} on {project}: {said[:120]}"
+                        if scope < needs.get(tool, tokens.Scope.READ):
+                            assert result.is_error and "this token's scope is" in said, where
+                        elif limited and project == THEIRS and tool != "list_approvals":
+                            assert result.is_error and "does not reach project" in said, where
+                        else:
+                            assert "this token" not in said, where
+                        tried += 1
+
+    with serving(ws, env={"RUN_AGENT_API_KEY": KEY}) as url:
+        anyio.run(main, url)
+    assert tried == len(credentials) * len(TOOLS) * 2
+    assert not ws.task(MINE, "absent").folder.exists()
+    assert not ws.task(THEIRS, "absent").folder.exists()
