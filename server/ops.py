@@ -31,6 +31,7 @@ from runagent.errors import (
     UsageError,
 )
 from runagent.loop.context import new_run_id, validate_id
+from runagent.ops.approval import awaited
 from runagent.ops.event import EventsMessage
 from runagent.ops.protocol import MAX_MESSAGE_BYTES
 from runagent.ops.runs import all_runs, approval_row, describe, ids
@@ -234,14 +235,7 @@ def answer_approval(folder: Path, operation: str, body: dict[str, Any]) -> Event
         raise UsageError("reason and operationHash must be strings")
 
     def respond(runtime: Runtime) -> EventsMessage:
-        waiting = runtime.pending
-        if waiting is None:
-            raise ConflictError(f"run {runtime.run_id} awaits no approval")
-        if waiting.operation_id != operation:
-            raise ConflictError(
-                f"run {runtime.run_id} awaits approval of {waiting.operation_id!r}, "
-                f"not {operation[:80]!r}"
-            )
+        waiting = awaited(runtime.pending, runtime.run_id, operation)
         if extra.get("operationHash", waiting.digest) != waiting.digest:
             raise ConflictError(f"operation {operation!r} is no longer the one shown; look again")
         answer = {"operationId": operation, "decision": decision, **extra}

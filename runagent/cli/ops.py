@@ -179,18 +179,13 @@ def _answer(
     run_id: str, operation_id: str, decision: str, reason: str | None,
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
+    from runagent.ops.approval import awaited
     from runagent.ops.runtime import Runtime, find_run
 
     s = setup(config_path, root)
     runtime = Runtime.open(find_run(s.root, validate_id("run", run_id)))
     with _turn(runtime):
-        waiting = runtime.pending
-        if waiting is None:
-            raise UsageError(f"run {run_id} awaits no approval")
-        if waiting.operation_id != operation_id:
-            raise UsageError(
-                f"run {run_id} awaits approval of {waiting.operation_id!r}, not {operation_id!r}"
-            )
+        awaited(runtime.pending, run_id, operation_id)
         answer = {"operationId": operation_id, "decision": decision, "reason": reason}
         reply = runtime.receive({"approval": {k: v for k, v in answer.items() if v is not None}})
     _print(reply)

@@ -59,6 +59,23 @@ class Pending:
         )
 
 
+class NotAwaitedError(UsageError):
+    """An answer to an operation the run does not await (now): exit 2, a 409 over HTTP."""
+
+    http_status = 409
+
+
+def awaited(pending: Pending | None, run_id: str, operation: str) -> Pending:
+    """`pending`, if it is the operation `operation` a person answers; else NotAwaitedError."""
+    if pending is None:
+        raise NotAwaitedError(f"run {run_id} awaits no approval")
+    if pending.operation_id != operation:
+        raise NotAwaitedError(
+            f"run {run_id} awaits approval of {pending.operation_id!r}, not {operation[:80]!r}"
+        )
+    return pending
+
+
 def save(path: Path, pending: Pending) -> None:
     runfolder.atomic_write(path, json.dumps(pending.to_dict()))
 
