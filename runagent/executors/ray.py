@@ -525,7 +525,10 @@ class Mirror:
         try:
             for path in sorted(self.task.folder.rglob("*")):
                 if path.is_file():  # the lock's note too: the server's view says who runs it
-                    self._send(home, path)
+                    try:
+                        self._send(home, path)
+                    except FileNotFoundError:  # a temporary file renamed meanwhile: the
+                        continue  # rest of the folder is still sent, and it next time
         except RayError:  # the server went away: look for one again later
             self.home = None
 

@@ -598,7 +598,9 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
                 break
         assert (str(first.json()) + rest).encode() == whole
         wait_for(lambda: name_free(settings, task.label), 30, "the loop to end")
-        assert task.done.exists() and latest(task).status is RunStatus.COMPLETED
+        # The host sends the ended folder here as it finishes: its files arrive one by one.
+        wait_for(lambda: task.done.exists() and latest(task).status is RunStatus.COMPLETED, 30,
+                 "the ended run's folder sent back")  # fmt: skip
         assert (task.run_folder(run_id) / "agent-stdout.txt").read_bytes() == whole
 
 
