@@ -507,6 +507,7 @@ class Mirror:
         self.sent: dict[str, tuple[int, int]] = {}  # file -> (size, mtime) last sent
         self.home: Any = None
         self.looked = -HOME_RECHECK
+        self.lock = threading.Lock()
 
     def _find_home(self, final: bool) -> Any:
         due = final or time.monotonic() - self.looked > HOME_RECHECK
@@ -519,11 +520,21 @@ class Mirror:
         return self.home
 
     def sync(self, final: bool = False) -> None:
+        """Send what changed; one pass at a time (a stop's final pass waits for the watch's
+        pass in flight, so an older run-info.yaml never lands after the last one), and DONE
+        last, as the supervisor writes it: a reader of the server's root never sees DONE
+        beside a run-info.yaml that still says running."""
+        with self.lock:
+            self._sync(final)
+
+    def _sync(self, final: bool) -> None:
         home = self._find_home(final)
         if home is None:
             return
         try:
-            for path in sorted(self.task.folder.rglob("*")):
+            for path in sorted(
+                self.task.folder.rglob("*"), key=lambda p: (p.name == runfolder.DONE, p)
+            ):
                 if path.is_file():  # the lock's note too: the server's view says who runs it
                     try:
                         self._send(home, path)
