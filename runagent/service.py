@@ -33,7 +33,7 @@ from runagent.config.settings import (
 from runagent.errors import BudgetError, NotFoundError, RunAgentError, UsageError
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
-from runagent.store import runfolder, taskfolder, tasks, tokens
+from runagent.store import credentials, runfolder, taskfolder, tasks
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
@@ -265,7 +265,7 @@ class Service:
             on_ray = self.executor is not None and self.executor.type is ExecutorType.RAY
             config = self.current_config()
             key_variable = (config.server if config is not None else ServerSettings()).api_key_env
-            env = tokens.scrub(self.env if self.env is not None else os.environ, key_variable)
+            env = credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
             limits = config.limits if config is not None else LimitsSettings()
             after = self._after(request)
             # On a cluster the cap is the hosts' agent_slot and the queue is Ray's: the gate

@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from runagent.errors import AlreadyCompletedError, UsageError
+from runagent.errors import AlreadyCompletedError, UsageError, shown
 from runagent.fleet.queue import Waiting
 from runagent.loop.context import new_task_id, validate_id
 from runagent.paste import state as paste_state
@@ -25,7 +25,7 @@ from runagent.store.runfolder import TaskPaths
 from server import bodies
 from server.paths import Paths
 from server.schedules import ScheduleRunner
-from server.security import bounded_body, check_reach, cross_site_write, grant_of
+from server.security import bounded_body, cross_site_write, grant_of
 from server.settings import Settings
 
 STOP_WAIT = 30.0
@@ -45,8 +45,6 @@ class Actions:
         self.service = service
         self.runner = runner
         self.paths = paths
-        # Where a token below admin may start tasks: where operations may act.
-        self.workspaces = settings.ops_workspaces or (settings.workdir,)
 
     def routes(self) -> list[Route]:
         task = "/api/projects/{project}/tasks/{task}"
@@ -97,7 +95,7 @@ class Actions:
             request, must_exist=False, task_id=str(body.get("task_id") or "") or new_task_id()
         )
         start = bodies.start_request(
-            body, task, self.settings.workdir, grant_of(request), self.workspaces
+            body, task, self.settings.workdir, grant_of(request), self.settings.workspaces
         )
         return await self._start(start)
 
@@ -105,7 +103,7 @@ class Actions:
         body = await self._body(request)
         task = self.paths.task(request)
         start = bodies.resume_request(
-            body, task, self.settings.workdir, grant_of(request), self.workspaces
+            body, task, self.settings.workdir, grant_of(request), self.settings.workspaces
         )
         return await self._start(start)
 
@@ -129,7 +127,7 @@ class Actions:
         name = request.path_params["name"]
         if name not in self.settings.schedules:
             raise HTTPException(404, f"no schedule {name!r}")
-        check_reach(request, self.settings.schedules[name].project)
+        grant_of(request).reach(self.settings.schedules[name].project)
         firing = await run_in_threadpool(self.runner.fire_now, name)
         body = {"schedule": name, "project_id": firing.schedule.project, "task_id": firing.task_id}
         return JSONResponse(body, status_code=202)
@@ -139,29 +137,30 @@ class Actions:
         "dry_run": bool?}`: remove old runs of tasks that are not running, as `run-agent gc`
         does (admin scope; a token limited to projects names one of them)."""
         body = await self._body(request)
-        project = body.get("project")
+        grant, project = grant_of(request), body.get("project")
         if project is not None:
             project = validate_id("project", str(project))
-        if grant_of(request).projects is not None and project is None:
+            grant.reach(project)
+        elif grant.projects is not None:
             raise HTTPException(403, "this token reaches only some projects; name one: project")
-        check_reach(request, *([project] if project else []))
         older_than, keep_last = body.get("older_than"), body.get("keep_last")
         if older_than is not None and not isinstance(older_than, str):
-            raise UsageError(f"older_than {older_than!r} is not a duration such as 30d")
+            raise UsageError(f"older_than {shown(older_than)} is not a duration such as 30d")
         if keep_last is not None and (
             isinstance(keep_last, bool) or not isinstance(keep_last, int) or keep_last < 0
         ):
-            raise UsageError(f"keep_last {keep_last!r} is not a whole number of runs (0 or more)")
+            raise UsageError(
+                f"keep_last {shown(keep_last)} is not a whole number of runs (0 or more)"
+            )
         keep = cleanup.Retention.asked(older_than, keep_last, body.get("keep_failed") is True)
 
         def collect() -> dict[str, Any]:
             plan = cleanup.gc_plan(self.settings.root, keep, datetime.now(UTC), project)
             doomed = [{"run": d.label, "bytes": d.size} for d in plan.doomed]
             kept = [{"run": k.label, "why": k.why} for k in plan.kept]
-            if body.get("dry_run") is True:
-                return {"dry_run": True, "removed": doomed, "kept": kept, "freed_bytes": 0}
-            freed = cleanup.carry_out(plan.doomed, self.settings.root)
-            return {"dry_run": False, "removed": doomed, "kept": kept, "freed_bytes": freed}
+            dry = body.get("dry_run") is True
+            freed = 0 if dry else cleanup.carry_out(plan.doomed, self.settings.root)
+            return {"dry_run": dry, "removed": doomed, "kept": kept, "freed_bytes": freed}
 
         return JSONResponse(await run_in_threadpool(collect))
 

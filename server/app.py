@@ -70,7 +70,7 @@ def create_app(settings: Settings) -> Starlette:
     from server import mcptools  # the official SDK: its import is paid by the server alone
 
     mcp = mcptools.Http(
-        mcptools.Tools(service, settings.root, settings.workdir, settings.ops_workspaces)
+        mcptools.Tools(service, settings.root, settings.workdir, settings.workspaces)
     )
 
     @contextlib.asynccontextmanager
@@ -104,9 +104,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/files/{name}/lines", api.lines),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/stream/{name}", api.run_stream),
         *Actions(settings, service, runner, paths).routes(),
-        *OpsApi(
-            settings.root, settings.ops_workspaces or (settings.workdir,), hub, api._sse
-        ).routes(),
+        *OpsApi(settings.root, settings.workspaces, hub, api._sse).routes(),
         Route("/static/{name}", asset),
         Route(MCP_PATH, SameOrigin(mcp)),
     ]
@@ -150,6 +148,7 @@ class Api:
         self.settings = settings
         self.root = settings.root
         self.hub = hub
+        self.paths = paths
         self.task_paths = paths.task
         self.paste_task = paths.paste_task
         self.sse_clients = 0  # SSE responses being sent now (the metrics' gauge)
@@ -158,21 +157,11 @@ class Api:
 
     def run_folder(self, request: Request) -> tuple[TaskPaths, Path]:
         task = self.task_paths(request)
-        run_id = request.path_params["run"]
-        folder = task.run_folder(run_id)
-        if not is_run_id(run_id) or not folder.is_dir() or not within(self.root, folder):
-            raise HTTPException(404, f"run {run_id!r} not found")
-        return task, folder
+        return task, self.paths.run_folder(task, request.path_params["run"])
 
     def run_file(self, request: Request, names: Sequence[str]) -> tuple[Path, Path]:
         _, folder = self.run_folder(request)
-        name = request.path_params["name"]
-        if name not in names:
-            raise HTTPException(404, f"no file {name!r}; one of: {', '.join(names)}")
-        path = folder / runfolder.RUN_FILES[name]
-        if path.exists() and not within(self.root, path):
-            raise HTTPException(404, f"no file {name!r}")
-        return folder, path
+        return folder, self.paths.run_file(folder, request.path_params["name"], names)
 
     # Reading -------------------------------------------------------------------------------------
 

@@ -34,11 +34,12 @@ from starlette.types import Scope as Asgi
 from runagent import __version__
 from runagent.errors import AlreadyCompletedError, NotFoundError, RunAgentError, UsageError
 from runagent.fleet.queue import Waiting
-from runagent.loop.context import is_run_id, new_task_id, validate_id
+from runagent.loop.context import new_task_id, validate_id
+from runagent.ops.runs import ids
 from runagent.ops.runtime import find_run
 from runagent.service import Service, StartRequest
 from runagent.store import runfolder, tasks
-from runagent.store.runfolder import TaskPaths, within
+from runagent.store.runfolder import TaskPaths
 from runagent.store.tokens import ADMIN, Grant, Scope
 from server import bodies, detail, streams
 from server.actions import STOP_WAIT, submit_reply
@@ -91,7 +92,7 @@ class Tools:
         self.service = service
         self.root = root
         self.workdir = workdir
-        self.workspaces = workspaces or (workdir,)  # where a token below admin starts tasks
+        self.workspaces = workspaces  # where a token below admin starts tasks (stdio: none)
         self.paths = Paths(root)
         self.tools = {tool.name: tool for tool in self._tools()}
 
@@ -198,7 +199,7 @@ class Tools:
         run_id = args.get("run") or next(reversed(task.run_ids()), None)
         if run_id is None:
             raise NotFoundError(f"task {task.label} has no run yet")
-        path = self.run_file(task, str(run_id), name)
+        path = self.paths.run_file(self.paths.run_folder(task, str(run_id)), name, FILES)
         size = streams.file_size(path)
         tail = offset < 0
         start = max(0, size - limit) if tail else min(offset, size)
@@ -206,25 +207,16 @@ class Tools:
         if tail and start > 0:  # begin on a character, not inside one
             cut = next((i for i, b in enumerate(data[:4]) if b & 0xC0 != 0x80), 0)
             data, start = data[cut:], start + cut
-        status = tasks.view(task).status
+        status = tasks.view(task).status.value
         return {"run": run_id, "file": name, "size": size, "offset": start,
                 "next_offset": start + len(data), "more": start + len(data) < size,
                 "task_status": status, "text": data.decode("utf-8", "replace")}  # fmt: skip
-
-    def run_file(self, task: TaskPaths, run_id: str, name: str) -> Path:
-        folder = task.run_folder(run_id)
-        if not is_run_id(run_id) or not folder.is_dir() or not within(self.root, folder):
-            raise NotFoundError(f"run {run_id[:80]!r} of task {task.label} not found")
-        path = folder / runfolder.RUN_FILES[name]
-        if path.exists() and not within(self.root, path):
-            raise NotFoundError(f"no file {name!r} in run {run_id}")
-        return path
 
     def stop(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
         task = self.task(grant, args)
         holder = self.service.stop(task, STOP_WAIT)
         return {"stopped": holder is not None, "left_queue": isinstance(holder, Waiting),
-                "status": tasks.view(task).status}  # fmt: skip
+                "status": tasks.view(task).status.value}  # fmt: skip
 
     def approvals(self, grant: Grant, args: dict[str, Any]) -> list[dict[str, Any]]:
         return pending_approvals(self.root, grant.reaches)
@@ -235,7 +227,7 @@ class Tools:
             folder = find_run(self.root, validate_id("run", run_id))
         except (UsageError, NotFoundError):
             raise NotFoundError(f"no operations run {run_id[:80]!r}") from None
-        grant.reach(folder.parent.parent.parent.name)
+        grant.reach(ids(folder)["project_id"])
         answer = {k: v for k, v in args.items() if k not in ("run", "operation")}
         return answer_approval(folder, _text(args, "operation"), answer).to_dict()
 
@@ -243,7 +235,7 @@ class Tools:
         project, task_id = _text(args, "project"), _text(args, "task")
         grant.reach(validate_id("project", project))
         task = self.paths.paste_named(project, task_id)
-        path = submit_reply(task, {"reply": args.get("reply")} if "reply" in args else {})
+        path = submit_reply(task, args)  # it reads `reply` alone
         return {"project_id": task.project_id, "task_id": task.task_id, "file": path.name}
 
     # Resources -----------------------------------------------------------------------------
@@ -281,7 +273,7 @@ class Tools:
         if name not in FILES:
             raise NotFoundError(f"no file {name!r}; one of: {', '.join(FILES)}")
         task = self.task(grant, {"project": project, "task": task_id})
-        path = self.run_file(task, run_id, name)
+        path = self.paths.run_file(self.paths.run_folder(task, run_id), name, FILES)
         size = streams.file_size(path)
         start = max(0, size - MAX_RESOURCE)
         data = streams.read_at(path, start, size - start) if size else b""

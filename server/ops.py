@@ -41,7 +41,7 @@ from runagent.store import runfolder
 from runagent.store.runfolder import RunPaths, TaskPaths, within
 from server import streams
 from server.hub import Hub
-from server.security import bounded_body, check_reach, cross_site_write, grant_of
+from server.security import bounded_body, cross_site_write, grant_of
 
 POLICIES = ("restrictive", "standard", "permissive")
 DECISIONS = ("approved", "denied")
@@ -102,7 +102,7 @@ class OpsApi:
             found = find_run(self.root, validate_id("run", run_id))
         except (UsageError, NotFoundError):
             raise HTTPException(404, f"no operations run {run_id[:80]!r}") from None
-        check_reach(request, ids(found)["project_id"])
+        grant_of(request).reach(ids(found)["project_id"])
         return found
 
     # Reading ---------------------------------------------------------------------------------
@@ -158,7 +158,7 @@ class OpsApi:
             task_id = validate_id("task", str(body.get("task_id") or "ops"))
         except UsageError as exc:
             raise HTTPException(400, str(exc)) from exc
-        check_reach(request, project)
+        grant_of(request).reach(project)
         task = runfolder.confine(TaskPaths(self.root, project, task_id))
 
         def create() -> Path:

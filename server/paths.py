@@ -4,12 +4,13 @@ leads out of the root is a 404, for the read API and the actions alike."""
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from starlette.requests import Request
 
 from runagent.errors import NotFoundError, OutsideRootError, UsageError
-from runagent.loop.context import validate_id
+from runagent.loop.context import is_run_id, validate_id
 from runagent.paste.session import Folders as PasteFolders
 from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths, within
@@ -59,3 +60,21 @@ class Paths:
             if os.path.lexists(path) and not within(self.root, path):
                 raise NotFoundError(f"task {task.label} has no paste session")
         return task
+
+    def run_folder(self, task: TaskPaths, run_id: str) -> Path:
+        """The folder of the task's run `run_id`, if it is one inside the root; else
+        NotFoundError (404)."""
+        folder = task.run_folder(run_id)
+        if not is_run_id(run_id) or not folder.is_dir() or not within(self.root, folder):
+            raise NotFoundError(f"run {run_id[:80]!r} of task {task.label} not found")
+        return folder
+
+    def run_file(self, folder: Path, name: str, names: Sequence[str]) -> Path:
+        """The run file `name` (one of `names`) of a run's folder, if it does not lead out of
+        the root; else NotFoundError (404)."""
+        if name not in names:
+            raise NotFoundError(f"no file {str(name)[:80]!r}; one of: {', '.join(names)}")
+        path = folder / runfolder.RUN_FILES[name]
+        if path.exists() and not within(self.root, path):
+            raise NotFoundError(f"no file {name!r} in run {folder.name}")
+        return path

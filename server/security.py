@@ -143,15 +143,15 @@ class KeyMiddleware:
         self._tokens: list[tokens.TokenRecord] = []
         self._stamp: tuple[int, int, int] | None = None
 
-    def _records(self) -> list[tokens.TokenRecord]:
-        """The token file's records, read again only when it changed (a UsageError if it
-        cannot be read: then only the api_key gets in, never everyone)."""
+    def _records(self) -> list[tokens.TokenRecord] | None:
+        """The token file's records, read again only when it changed; None without one (a
+        UsageError if it cannot be read: then only the api_key gets in, never everyone)."""
         if self.root is None:
-            return []
+            return None
         try:
             stat = tokens.path(self.root).stat()
         except FileNotFoundError:
-            return []
+            return None
         except OSError as exc:
             raise UsageError(f"the token file cannot be read ({exc.strerror}); fix it") from None
         stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
@@ -208,9 +208,10 @@ class KeyMiddleware:
         with neither a key nor a token), a token's grant, or None (a 401)."""
         if given is not None and self.key and keys_equal(given, self.key):
             return tokens.ADMIN
-        if not self.key and (self.root is None or not tokens.path(self.root).exists()):
-            return tokens.ADMIN  # a server that asks for nothing: open, as before
-        return tokens.verify(self._records(), given or "", datetime.now(UTC))
+        records = self._records()
+        if records is None:  # no token was ever made: the key, or open as before without one
+            return None if self.key else tokens.ADMIN
+        return tokens.verify(records, given or "", datetime.now(UTC))
 
 
 PROJECT_PATH = re.compile(r"^/api/projects/([^/]+)")
@@ -239,12 +240,6 @@ def refused(grant: tokens.Grant, method: str, path: str) -> str | None:
     if grant.projects is not None and path.startswith(WHOLE_ROOT):
         return f"{path} shows every project; this token reaches only some"
     return None
-
-
-def check_reach(request: Request, *projects: str) -> None:
-    """A 403 unless the request's grant reaches every one of `projects` (a start's `after`, an
-    operations run's, a schedule's)."""
-    grant_of(request).reach(*projects)
 
 
 def grant_of(request: Request) -> tokens.Grant:

@@ -38,6 +38,11 @@ class Settings:
     backend_names: Collection[str] = ()
     metrics_public: bool = False  # `metrics.public`: /metrics answers without a key
 
+    @property
+    def workspaces(self) -> tuple[Path, ...]:
+        """Where operations act, and where a token below admin starts tasks."""
+        return self.ops_workspaces or (self.workdir,)
+
     def service(self) -> Service:
         """The one door, as this server opens it."""
         return Service(

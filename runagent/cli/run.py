@@ -40,7 +40,7 @@ from runagent.loop.context import (
 from runagent.loop.events import Event, Outcome
 from runagent.loop.supervisor import Supervisor
 from runagent.service import ISSUE_ON_CLUSTER, Command, Service, StartRequest
-from runagent.store import taskfolder, tokens
+from runagent.store import credentials, taskfolder
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # an issue run imports what it needs when one starts
@@ -323,7 +323,7 @@ def foreground_loop(
         agent_name=agent.name,
         working_dir=working_dir,
         settings=settings,
-        base_env=tokens.scrub(os.environ, s.config.server.api_key_env),
+        base_env=credentials.scrub(os.environ, s.config.server.api_key_env),
         parent_run_id=parent_run_id(os.environ),
         executable_dir=executable_dir(),
         started_with=started_with.to_record(),

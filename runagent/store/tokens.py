@@ -5,10 +5,10 @@ of randomness, so a fast hash is enough: nothing about it can be guessed from th
 
     read     sees: every GET, the streams, /metrics
     operate  also starts, stops, resumes, merges, answers approvals and paste replies
-    admin    also deletes (and so everything the single api_key may do)
+    admin    also deletes and runs gc (and so everything the single api_key may do)
 
-A token limited to projects reaches only those: their routes, and listings that show nothing
-else; a view of the whole root that cannot be cut to them (the fleet, the metrics) is refused.
+A token limited to projects reaches only those: their routes, and listings (the fleet too) that
+show nothing else; a view of the whole root that cannot be cut to them (the metrics) is refused.
 """
 
 from __future__ import annotations
@@ -17,25 +17,21 @@ import contextlib
 import dataclasses
 import enum
 import fcntl
-import hashlib
-import hmac
 import json
 import os
-import re
-import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from runagent.errors import ForbiddenError, NotFoundError, UsageError
 from runagent.record import record
+from runagent.store.credentials import TOKEN
 from runagent.store.runfolder import atomic_write
 
 FOLDER = ".tokens"
 FILE = "tokens.json"
 PREFIX = "rat"  # run-agent token: rat_<id>_<secret>
-TOKEN = re.compile(r"rat_([0-9a-f]{12})_([A-Za-z0-9_-]{43})")
 
 
 class Scope(enum.IntEnum):
@@ -154,14 +150,9 @@ def _changing(root: Path) -> Iterator[list[TokenRecord]]:
         os.close(fd)
 
 
-def scrub(env: Mapping[str, str], key_variable: str) -> dict[str, str]:
-    """`env` without the server's API key (`key_variable`) and any token: an agent, a queued
-    start's record and a detached supervisor never hold a credential of run-agent itself (an
-    agent told to could hand it on)."""
-    return {k: v for k, v in env.items() if k != key_variable and not TOKEN.search(v)}
-
-
 def digest(token: str) -> str:
+    import hashlib
+
     return hashlib.sha256(token.encode()).hexdigest()
 
 
@@ -170,6 +161,8 @@ def create(
     now: datetime | None = None, note: str = "",
 ) -> tuple[str, TokenRecord]:  # fmt: skip
     """A new token (shown once) and its record, stored by its hash."""
+    import secrets
+
     now = now or datetime.now(UTC)
     token_id = secrets.token_hex(6)
     token = f"{PREFIX}_{token_id}_{secrets.token_urlsafe(32)}"
@@ -194,6 +187,8 @@ def revoke(root: Path, token_id: str, now: datetime | None = None) -> TokenRecor
 def verify(records: Iterable[TokenRecord], presented: str, now: datetime) -> Grant | None:
     """The grant of a presented token, or None if it is none of the active ones (compared in
     constant time, by hash)."""
+    import hmac
+
     match = TOKEN.fullmatch(presented)
     if match is None:
         return None

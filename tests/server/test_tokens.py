@@ -18,6 +18,7 @@ import yaml
 from starlette.routing import Route
 
 from runagent.store import tasks, tokens
+from runagent.store.credentials import TOKEN
 from server.app import Settings, create_app
 from tests.conftest import Workspace, serving, wait_for
 
@@ -301,7 +302,7 @@ def test_token_commands(ws: Workspace) -> None:
                      "--note", "CI of app")  # fmt: skip
     assert made.returncode == 0, made.stderr
     secret = made.stdout.strip()
-    assert tokens.TOKEN.fullmatch(secret)
+    assert TOKEN.fullmatch(secret)
     assert "shown only this once" in made.stderr and secret not in made.stderr
     stored = tokens.path(ws.root)
     assert stat.S_IMODE(stored.stat().st_mode) == 0o600
