@@ -1,7 +1,9 @@
 """Listing a root of 10,000 runs over 100 tasks: `run-agent list` and the server's API.
 
 Builds the root (100 tasks of 100 finished runs, each with run-info.yaml), then times
-`run-agent list --json` (a whole process, start-up included) and GET /api/tasks on a warm server.
+`run-agent list --json` (a whole process, start-up included), GET /api/tasks on a warm server, and
+a scrape of GET /metrics: the server's first, its later ones (which parse only what changed), and
+beside them a scrape that parses every run, as each one did before the server kept its tally.
 
     python bench/listing.py [--tasks 100] [--runs 100] [--repeat 7]
 """
@@ -81,12 +83,27 @@ def main() -> None:
             url = f"{base}/api/tasks"
             with httpx.Client() as http:
                 api_ms = timed(lambda: http.get(url, timeout=30).raise_for_status(), args.repeat)
+
+                def scrape() -> None:
+                    http.get(f"{base}/metrics", timeout=60).raise_for_status()
+
+                first_ms = timed(scrape, 1)
+                again_ms = timed(scrape, args.repeat)
+        from server import metrics
+
+        whole_ms = timed(lambda: metrics.render(root, 0), 3)  # a tally of its own each time
         print(f"{'':<34} {'median':>8} {'max':>8}")
         print(f"{'run-agent list --json (process)':<34} {statistics.median(cli_ms):>6.0f}ms "
               f"{max(cli_ms):>6.0f}ms")  # fmt: skip
         print(f"{'  of which run-agent --version':<34} {statistics.median(start_ms):>6.0f}ms")
         print(f"{'GET /api/tasks (warm server)':<34} {statistics.median(api_ms):>6.0f}ms "
               f"{max(api_ms):>6.0f}ms")  # fmt: skip
+        print(f"{'GET /metrics, the first scrape':<34} {first_ms[0]:>6.0f}ms")
+        print(f"{'GET /metrics, later scrapes':<34} {statistics.median(again_ms):>6.0f}ms "
+              f"{max(again_ms):>6.0f}ms")  # fmt: skip
+        print(f"{'a scrape parsing every run':<34} {statistics.median(whole_ms):>6.0f}ms "
+              f"(x{statistics.median(whole_ms) / statistics.median(again_ms):.1f} a later scrape, "
+              "in-process)")  # fmt: skip
         print(f"goal: under 300 ms once warm, for {total} runs over {args.tasks} tasks")
 
 

@@ -11,7 +11,7 @@ import contextlib
 import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
 from sse_starlette import EventSourceResponse
@@ -38,6 +38,9 @@ from server.paths import Paths
 from server.schedules import ScheduleRunner
 from server.security import MCP_PATH, HostMiddleware, KeyMiddleware, SameOrigin, grant_of
 from server.settings import Settings as Settings  # where the callers have found it
+
+if TYPE_CHECKING:  # prometheus_client is loaded with the first scrape
+    from server import metrics
 
 T = TypeVar("T")
 STREAM_FILES = ("stdout", "stderr", "output")
@@ -152,6 +155,7 @@ class Api:
         self.task_paths = paths.task
         self.paste_task = paths.paste_task
         self.sse_clients = 0  # SSE responses being sent now (the metrics' gauge)
+        self.tally: metrics.Tally | None = None  # kept from one scrape of /metrics to the next
 
     # Paths from requests ---------------------------------------------------------------------
 
@@ -276,7 +280,9 @@ class Api:
         """The root's figures in Prometheus' text format (server/metrics.py)."""
         from server import metrics
 
-        body = await run_in_threadpool(metrics.render, self.root, self.sse_clients)
+        if self.tally is None:
+            self.tally = metrics.Tally()
+        body = await run_in_threadpool(metrics.render, self.root, self.sse_clients, self.tally)
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
     def _sse(self, request: Request, events: AsyncIterator[streams.Event]) -> Response:

@@ -5,6 +5,7 @@ run rows show them."""
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from runagent.ops.approval import Pending
 from runagent.ops.runtime import Runtime
 from runagent.store import runfolder, tasks
 from runagent.store.lock import live_holder
-from runagent.store.runfolder import RunPaths, TaskPaths, within
+from runagent.store.runfolder import TaskPaths, within
 from runagent.store.runinfo import RunStatus
 
 
@@ -29,10 +30,12 @@ def all_runs(root: Path, reaches: Callable[[str], bool] = lambda project: True) 
     for project in filter(reaches, runfolder.project_ids(root)):
         for task_id in runfolder.task_ids(root, project):
             task = TaskPaths(root, project, task_id)
+            runs = os.fspath(task.runs)  # joined as text: most run folders are not operations'
             for run_id in task.run_ids():
-                folder = task.run_folder(run_id)
-                if RunPaths(folder).ops_settings.is_file() and within(root, folder):
-                    yield folder
+                if os.path.isfile(f"{runs}/{run_id}/{runfolder.OPS_SETTINGS}"):
+                    folder = task.run_folder(run_id)
+                    if within(root, folder):
+                        yield folder
 
 
 def ids(folder: Path) -> dict[str, str]:

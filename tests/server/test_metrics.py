@@ -4,6 +4,8 @@ parser; its figures are checked against what the test ran (and the run folders r
 from __future__ import annotations
 
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +14,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
+from server import metrics
 from server.app import Settings, create_app
 from tests.conftest import Workspace, serving, wait_for
 
@@ -87,6 +90,70 @@ def test_metrics_count_what_ran(ws: Workspace) -> None:
                  verdict="approval_required") == 1  # fmt: skip
 
 
+def test_a_server_scraped_again_counts_what_changed_since_as_a_fresh_one_would(
+    ws: Workspace,
+) -> None:
+    """The server keeps what ended runs add between scrapes; a run that ends, one that starts,
+    a task deleted and an operation approved since the last scrape all show in the next."""
+    configure(ws)
+    assert ws.cli("run", "-p", "p", "-t", "flaky", "go").returncode == 0  # fails once, then not
+    ws.write_config(["--lines", "1", "--sleep", "60"])
+    assert ws.cli("run", "-p", "p", "-t", "live", "--detach", "go").returncode == 0
+    wait_for(lambda: ws.task("p", "live").run_ids(), 30, "the live run")
+    gone = ws.start_cli("--project", "p", "--task", "gone", "go")  # its supervisor dies below
+    wait_for(lambda: ws.task("p", "gone").run_ids(), 30, "the run to lose")
+    (ws.path / "project" / "victim").mkdir(parents=True)
+    message = {"protocolVersion": "1.0", "operations": [
+        {"type": "shell", "id": "rm-1", "command": "rm -r victim"}]}  # fmt: skip
+    ops = ws.cli("ops", "apply", "-", "-w", "project", "--policy", "standard",
+                 input=json.dumps(message))  # fmt: skip
+    ops_run = json.loads(ops.stdout)["runId"]
+
+    with serving(ws) as url:
+        before = scrape(httpx.get(f"{url}/metrics", timeout=30).text)
+        assert value(before, "run_agent_runs_started_total", agent="fake") == 4
+        assert value(before, "run_agent_tasks", status="running") == 2
+        assert value(before, "run_agent_runs_ended_total", agent="fake", reason="stopped") == 0
+        assert value(before, "run_agent_operations_total", type="shell",
+                     verdict="approval_required") == 1  # fmt: skip
+        assert value(before, "run_agent_operations_total", type="shell", verdict="done") == 0
+
+        assert ws.cli("stop", "-p", "p", "-t", "live").returncode == 0  # its run-info rewritten
+        os.kill(gone.pid, signal.SIGKILL)  # its run-info still says running: read as lost
+        gone.communicate(timeout=30)
+        wait_for(lambda: status(ws, "gone") == "lost", 30, "the run to read as lost")
+        assert ws.cli("delete", "-p", "p", "-t", "flaky", "--yes").returncode == 0
+        ws.write_config(["--lines", "1"])
+        assert ws.cli("run", "-p", "p", "-t", "more", "go").returncode == 0
+        approved = ws.cli("ops", "approve", ops_run, "rm-1")  # appends to its events
+        assert approved.returncode == 0, approved.stderr
+
+        after = httpx.get(f"{url}/metrics", timeout=30).text
+    cold = metrics.render(ws.root, 0)  # what a server that never scraped before says
+    assert scrape(after) == scrape(cold.decode())
+    got = scrape(after)
+    assert value(got, "run_agent_runs_started_total", agent="fake") == 3  # live, gone, more
+    assert value(got, "run_agent_runs_ended_total", agent="fake", reason="stopped") == 1
+    assert value(got, "run_agent_runs_ended_total", agent="fake", reason="lost") == 1
+    assert value(got, "run_agent_runs_ended_total", agent="fake", reason="exit_code") == 0
+    assert value(got, "run_agent_restarts_total", agent="fake") == 0
+    assert value(got, "run_agent_tasks", status="running") == 0
+    assert value(got, "run_agent_operations_total", type="shell", verdict="done") == 1
+
+
+def test_what_a_server_keeps_between_scrapes_is_what_the_root_holds_now(ws: Workspace) -> None:
+    configure(ws)
+    for task in ("one", "two"):
+        assert ws.cli("run", "-p", "p", "-t", task, "go").returncode == 0  # two runs each
+    tally = metrics.Tally()
+    first = metrics.render(ws.root, 0, tally)
+    assert len(tally) == 4
+    assert metrics.render(ws.root, 0, tally) == first
+    assert ws.cli("delete", "-p", "p", "-t", "one", "--yes").returncode == 0
+    metrics.render(ws.root, 0, tally)
+    assert len(tally) == 2  # a deleted task's runs are forgotten, not kept for the server's life
+
+
 def test_metrics_count_the_sse_clients_being_served(ws: Workspace) -> None:
     ws.write_config(["--lines", "1", "--sleep", "60"])
     assert ws.cli("run", "-p", "p", "-t", "live", "--detach", "go").returncode == 0
@@ -103,6 +170,11 @@ def test_metrics_count_the_sse_clients_being_served(ws: Workspace) -> None:
             assert wait_for(lambda: sse_clients(url) == 0, 30, "none once it left")
     finally:
         assert ws.cli("stop", "-p", "p", "-t", "live").returncode == 0
+
+
+def status(ws: Workspace, task: str) -> str:
+    shown = ws.cli("status", "-p", "p", "-t", task, "--json")
+    return str(json.loads(shown.stdout)["status"])
 
 
 def sse_clients(url: str) -> float:
