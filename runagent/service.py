@@ -317,17 +317,20 @@ class Service:
         defaults = LoopOverrides(until=Until.READY_MARKER, timeout=ISSUE_TIMEOUT)
         return replace(defaults.merged(overrides), working_dir=None)
 
-    def take_turn(self, request: StartRequest, agent: str, tell: Callable[[Turn], None]) -> None:
+    def take_turn(
+        self, request: StartRequest, agent: str, tell: Callable[[Turn], None]
+    ) -> str | None:
         """Before a loop runs in this process: wait here, if it must, for a slot under
-        `limits:` or for the tasks it runs after (gate.take_turn); `tell` says so once."""
+        `limits:` or for the tasks it runs after (gate.take_turn); `tell` says so once. When
+        it waited, since when."""
         config = self.current_config()
         limits = config.limits if config is not None else LimitsSettings()
         after = self._after(request)
         if not self._gated(request.task, limits, after):
-            return
+            return None
         from runagent.fleet import gate
 
-        gate.take_turn(
+        return gate.take_turn(
             request.task, limits, agent, priority=request.priority, after=after, tell=tell,
         )  # fmt: skip
 

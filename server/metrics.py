@@ -39,6 +39,8 @@ from runagent.store.runinfo import Reason, RunInfo, RunStatus
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Attempt durations, in seconds: from a quick job to a long night's attempt.
 BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
+# Queue waits, in seconds: from a slot freed at once to a night's wait for a budget or a host.
+WAIT_BUCKETS = (0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 43200.0)
 # A task's status, as the metrics name it: a stopped loop says why when its last run does.
 STOPPED_BY = {Reason.STUCK: "stuck", Reason.BUDGET: "over_budget"}
 OPERATION_EVENTS = {"createFile", "readFile", "editFile", "deleteFile", "shell"}
@@ -67,6 +69,7 @@ class Figures(NamedTuple):
     tokens_in: int
     tokens_out: int
     cost_usd: float
+    queued: float | None  # seconds its loop's start waited in a queue, on its first run
 
     @classmethod
     def of(cls, info: RunInfo) -> Figures:
@@ -76,7 +79,8 @@ class Figures(NamedTuple):
             ended = info.reason.value if info.reason else info.status.value
             took = _seconds(info.start_time, info.end_time)
         return cls(info.agent or "unknown", info.project_id, info.attempt > 1, ended, took,
-                   info.tokens_in or 0, info.tokens_out or 0, info.cost_usd or 0.0)  # fmt: skip
+                   info.tokens_in or 0, info.tokens_out or 0, info.cost_usd or 0.0,
+                   info.queued_seconds)  # fmt: skip
 
 
 class Tally:
@@ -175,6 +179,7 @@ class RootCollector(Collector):
         ended: Counter[tuple[str, ...]] = Counter()
         restarts: Counter[str] = Counter()
         durations: dict[str, list[float]] = {}
+        waits: dict[str, list[float]] = {}
         tokens: Counter[tuple[str, ...]] = Counter()
         cost: dict[tuple[str, ...], float] = {}
         for view in views:
@@ -189,6 +194,8 @@ class RootCollector(Collector):
                     ended[(run.agent, run.ended)] += 1
                 if run.took is not None:
                     durations.setdefault(run.agent, []).append(run.took)
+                if run.queued is not None:
+                    waits.setdefault(run.agent, []).append(run.queued)
                 if run.tokens_in:
                     tokens[(run.agent, run.project, "in")] += run.tokens_in
                 if run.tokens_out:
@@ -206,13 +213,18 @@ class RootCollector(Collector):
         again: dict[tuple[str, ...], float] = {(a,): n for a, n in restarts.items() if n}
         yield _counter("run_agent_restarts", "Runs that were a restart of their loop (attempt "
                        "2 or later), by agent.", ["agent"], again)  # fmt: skip
-        yield _histogram(durations)
+        yield _histogram("run_agent_attempt_duration_seconds", "How long ended runs "
+                         "(attempts) took, by agent.", BUCKETS, durations)  # fmt: skip
         yield _counter("run_agent_tokens", "Tokens the runs used, by agent, project and "
                        "direction (in, out).", ["agent", "project", "direction"],
                        tokens)  # fmt: skip
         yield _counter("run_agent_cost_usd", "What the runs cost, in US dollars, by agent and "
                        "project.", ["agent", "project"], cost)  # fmt: skip
         yield from self._queue()
+        yield _histogram("run_agent_queue_wait_seconds", "How long the starts that waited in a "
+                         "queue (for a slot, for the tasks they run after, or for a host of a "
+                         "Ray cluster) waited before their loop began, by agent.", WAIT_BUCKETS,
+                         waits)  # fmt: skip
         sse = GaugeMetricFamily("run_agent_sse_clients", "SSE streams being sent by this server.")
         sse.add_metric([], self.sse_clients)
         yield sse
@@ -288,16 +300,13 @@ def _filled(family: F, values: Mapping[tuple[str, ...], float]) -> F:
     return family
 
 
-def _histogram(durations: dict[str, list[float]]) -> HistogramMetricFamily:
-    family = HistogramMetricFamily(
-        "run_agent_attempt_duration_seconds",
-        "How long ended runs (attempts) took, by agent.",
-        labels=["agent"],
-    )
-    for agent, values in sorted(durations.items()):
-        buckets = [(_le(bound), float(sum(v <= bound for v in values))) for bound in BUCKETS]
-        buckets.append(("+Inf", float(len(values))))
-        family.add_metric([agent], buckets, sum(values))
+def _histogram(name: str, doc: str, bounds: tuple[float, ...],
+               values: dict[str, list[float]]) -> HistogramMetricFamily:  # fmt: skip
+    family = HistogramMetricFamily(name, doc, labels=["agent"])
+    for agent, seen in sorted(values.items()):
+        buckets = [(_le(bound), float(sum(v <= bound for v in seen))) for bound in bounds]
+        buckets.append(("+Inf", float(len(seen))))
+        family.add_metric([agent], buckets, sum(seen))
     return family
 
 

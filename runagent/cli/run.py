@@ -31,6 +31,7 @@ from runagent.errors import BlockedError, ExitCode, RunAgentError, UsageError
 from runagent.loop import notify
 from runagent.loop.backend import Backend
 from runagent.loop.context import (
+    QUEUED_SINCE,
     LoopRequest,
     new_task_id,
     parent_run_id,
@@ -317,6 +318,9 @@ def foreground_loop(
         started_with = replace(started_with, max_restarts=remembered.max_restarts)
     if loop.no_stuck:  # for this loop only
         started_with = replace(started_with, stuck_after=remembered.stuck_after)
+    # Started by the queue's keeper or a cluster's host agent after it waited: since when. For
+    # its first run's record, not for anything this process starts.
+    queued_since = os.environ.pop(QUEUED_SINCE, None)
     request = LoopRequest(
         task=task,
         prompt=prompt,
@@ -330,6 +334,7 @@ def foreground_loop(
         worktree=tree,
         issue=issue,
         budgets=s.config.budgets,
+        queued_since=queued_since,
     )
     if request.settings.budget is not None and not reports_usage(backend):
         raise UsageError(
@@ -354,7 +359,7 @@ def foreground_loop(
         created = not task.folder.exists()
         taskfolder.claim_task_prompt(task, prompt, start.conflict_hint)
         try:  # one line, even with --quiet: the run is not lost, it waits
-            service.take_turn(
+            waited = service.take_turn(
                 start, agent.name, lambda turn: click.echo(f"run-agent: {turn.words(task.label)}",
                                                            err=True),
             )  # fmt: skip
@@ -364,6 +369,8 @@ def foreground_loop(
             if created:  # left the queue before it ever ran: no task is left behind
                 taskfolder.discard_new_task(task)
             raise
+        if waited is not None:
+            supervisor.waited(waited)
     previous = {
         sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
     }

@@ -60,6 +60,7 @@ from runagent.errors import (
 )
 from runagent.executors import local as localexecutor
 from runagent.fleet.queue import Fleet, Turn, Waiting, needs_words, now
+from runagent.loop.context import QUEUED_SINCE
 from runagent.record import record
 from runagent.store import host, runfolder, taskfolder
 from runagent.store.lock import Holder, already_running, live_holder
@@ -133,6 +134,8 @@ class LoopSpec:
     node: str = ""  # the host whose agent started it last ("": not started yet)
     moves: int = 0  # times it was started again after its host (or host agent) died
     group: str = ""  # its placement group's id, once the group is made
+    # When its start was queued before it came to the cluster (the keeper's queue), if it was.
+    queued_since: str = ""
 
     @property
     def label(self) -> str:
@@ -295,7 +298,12 @@ class HostAgent:
             self._finish(loop, loop.where.exit_code or 1)
 
     def _start(self, loop: _Loop, again: bool) -> Where:
+        """Start the loop's supervisor here (`again`: after its host died). Every start on a
+        cluster waits in Ray's queue for its placement, so its first run records since when,
+        as a local loop that waited records it (a fraction of a second where a host was free)."""
         spec, task = loop.spec, loop.task
+        since = spec.queued_since or runfolder.timestamp(spec.submitted)
+        env = None if again else {**os.environ, QUEUED_SINCE: since}
         if spec.prompt is not None and taskfolder.read_task_prompt(task) is None:
             task.folder.mkdir(parents=True, exist_ok=True)
             taskfolder.write_task_prompt(task, spec.prompt)
@@ -309,7 +317,7 @@ class HostAgent:
         while True:
             try:
                 spawned = self.spawner.submit(
-                    localexecutor.spawn_local, task, argv, spec.cwd, None, True
+                    localexecutor.spawn_local, task, argv, spec.cwd, env, True
                 )
                 started = localexecutor.await_lock(task, spawned.result(), spec.wait)
                 break
@@ -639,6 +647,7 @@ class RayExecutor:
             task.project_id, task.task_id, task.root.resolve(), s.shared_root, command, overrides,
             config_path.resolve() if config_path else None, cwd.resolve(), schedule, again,
             taskfolder.read_task_prompt(task), wait, time.time(), s.max_restarts,
+            queued_since=os.environ.get(QUEUED_SINCE, ""),
         )  # fmt: skip
         self._refuse_unmeetable(task.label)
         queued_at = now()  # before the group: any run of it starts later

@@ -82,29 +82,32 @@ def submit(
 def take_turn(
     task: TaskPaths, limits: LimitsSettings, agent: str, *, priority: int = 0,
     after: Sequence[str] = (), tell: Callable[[Turn], None] = lambda turn: None,
-) -> None:  # fmt: skip
+) -> str | None:  # fmt: skip
     """A loop about to run in this process: take the slot a detached start took for it, or
-    pass the gate, waiting here (`tell` says so, once) until its turn comes. Ctrl-C or a
-    `stop` leaves the queue (StoppedError); a task it waits for that fails ends the wait
-    (BlockedError), leaving the task blocked with that reason."""
+    pass the gate, waiting here (`tell` says so, once) until its turn comes; when it waited,
+    since when (what its first run records). Ctrl-C or a `stop` leaves the queue
+    (StoppedError); a task it waits for that fails ends the wait (BlockedError), leaving the
+    task blocked with that reason."""
     fleet = Fleet(task.root)
     if fleet.exists():
         with fleet.locked():
             if fleet.slot_of(task) is not None:  # taken for this start by whoever started it
                 fleet.hold(task, agent)
                 fleet.drop(task)
-                return
+                return None
     if not needed(task, limits, after):
-        return
+        return None
     changes = None
     try:
+        since = now()
         turn = submit(task, limits, agent, priority=priority, after=after, waiter=True)
         if turn.go:
-            return
+            return None
         tell(turn)
         changes = _changes(fleet)
         while not _my_turn(fleet, task, limits, agent):
             next(changes)
+        return since
     except KeyboardInterrupt:
         with fleet.locked():
             mine = fleet.record_of(task)

@@ -23,6 +23,7 @@ from pathlib import Path
 from runagent.errors import RunAgentError
 from runagent.fleet import depends, gate
 from runagent.fleet.queue import Fleet, Waiting, decide
+from runagent.loop.context import QUEUED_SINCE
 from runagent.store.runfolder import TaskPaths
 
 
@@ -118,6 +119,7 @@ def _start(fleet: Fleet, waiting: Waiting) -> None:
     try:
         argv = [str(a) for a in start["argv"]]
         cwd, env = Path(str(start["cwd"])), {str(k): str(v) for k, v in dict(start["env"]).items()}
+        env[QUEUED_SINCE] = waiting.submitted  # what its first run records (or its cluster's)
         if _executor_of(argv) == "ray":
             _hand_to_cluster(task, argv, cwd, env)
         else:

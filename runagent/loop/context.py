@@ -38,6 +38,11 @@ CONTRACT_VARIABLES = (
 )
 
 
+# Set by whoever starts a loop whose start waited in a queue (the keeper, a cluster's host
+# agent): when it was queued. The loop takes it out of what its agents get.
+QUEUED_SINCE = "RUN_AGENT_QUEUED_SINCE"
+
+
 @record
 class LoopRequest:
     """Everything one loop needs besides its backend; each run's RunContext is made from it."""
@@ -65,6 +70,8 @@ class LoopRequest:
     issue: Issue | None = None
     # What may be spent in a day by the task's project and by the whole root (config `budgets:`).
     budgets: BudgetSettings | None = None
+    # When its start was put in a queue it then waited in (UTC, ISO 8601); None: it did not wait.
+    queued_since: str | None = None
 
 
 @record

@@ -111,6 +111,9 @@ class RunInfo:
     branch: str | None = None
     base_commit: str | None = None
     head_commit: str | None = None
+    # Of the first run of a loop whose start waited in a queue (for a slot under `limits:`, for
+    # the tasks it runs after, or in a Ray cluster's queue): seconds from its queueing to this.
+    queued_seconds: float | None = None
     version: int = RUN_INFO_VERSION
 
     def replace(self, **changes: Any) -> RunInfo:
@@ -133,7 +136,7 @@ class RunInfo:
         data["reason"] = self.reason.value if self.reason else None
         order = ["version", "run_id", "project_id", "task_id", "attempt", "status"]
         data = {k: data[k] for k in order} | {k: v for k, v in data.items() if k not in order}
-        return {k: v for k, v in data.items() if v is not None or k not in _GIT_FIELDS}
+        return {k: v for k, v in data.items() if v is not None or k not in _WHEN_KNOWN}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunInfo:
@@ -151,7 +154,8 @@ class RunInfo:
         return cls(**values)
 
 
-_GIT_FIELDS = ("repo", "branch", "base_commit", "head_commit")  # written only when known
+# Written only when known: a run's git checkout, and how long its loop's start waited.
+_WHEN_KNOWN = ("repo", "branch", "base_commit", "head_commit", "queued_seconds")
 
 
 # conductor-loop writes Go's zero time as the end of a running run, and 0 for a pid it lacks.

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -482,6 +483,7 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
             follower.kill()
         assert follower.returncode == ExitCode.STOPPED, err
         assert "task p/q4 queued: 1 ahead" in err and "left the queue" in err, err
+        freed = time.time()
         go(holders[0])  # its agent completes, its loop ends, its slot frees
         view = wait_for(
             lambda: (v := tasks.view(queued[0])).status is tasks.TaskStatus.RUNNING and v, 60,
@@ -489,6 +491,13 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
         )  # fmt: skip
         assert view.supervisor is not None and view.supervisor.host in HOSTS
         assert listed(ws)[queued[0].label]["queue"] is None
+        # Its first run records its wait in Ray's queue, which began before a slot was freed
+        # for it (every start on a cluster is placed through Ray's queue: one placed at once
+        # records its moment there too).
+        assert view.latest is not None and view.latest.queued_seconds is not None, view.latest
+        began = datetime.fromisoformat(view.latest.start_time).timestamp()
+        assert began - view.latest.queued_seconds < freed
+        assert ws.runs("p", "hold1")[0].queued_seconds is not None
         assert queued[1].run_ids() == []  # taken out: never started
     finally:
         for task in [*holders, *queued]:
@@ -513,11 +522,15 @@ def test_a_task_after_another_waits_here_then_runs_on_the_cluster(
     assert "task p/then is blocked: it waits for p/first" in after.stderr
     assert listed(ws)["p/then"]["status"] == "blocked" and then.run_ids() == []
     go(then)  # its agent, once it runs, goes through at once
+    released = time.time()
     go(first)
     wait_for(lambda: listed(ws)["p/first"]["status"] == "completed", 60, "the first task")
     row = wait_for(lambda: (r := listed(ws)["p/then"])["status"] == "completed" and r, 90,
                    "the task after it to run on the cluster and complete")  # fmt: skip
     assert row["latest_run"]["host"] in HOSTS
+    # Its wait began in this root's queue, before the keeper handed it to the cluster.
+    began = datetime.fromisoformat(row["latest_run"]["start_time"]).timestamp()
+    assert began - row["latest_run"]["queued_seconds"] < released, row["latest_run"]
     wait_for(lambda: name_free(settings, then.label), 30, "its loop to end")
 
 

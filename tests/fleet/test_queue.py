@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 from dataclasses import replace
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -139,6 +140,29 @@ def test_a_run_over_the_cap_waits_its_turn_says_so_once_and_runs_after(ws: Works
     a, b = only_run(ws, "a"), only_run(ws, "b")
     assert b.start_time >= (a.end_time or "")  # never both at once
     assert not list(Fleet(ws.root).slots.iterdir())  # every slot given back
+    assert a.queued_seconds is None  # it went at once
+    queued_while(b, a)  # its wait, from queueing while a ran to its own start
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from server import metrics
+
+    scraped = metrics.render(ws.root, 0).decode()
+    samples = {s.name: s.value for f in text_string_to_metric_families(scraped)
+               for s in f.samples if f.name == "run_agent_queue_wait_seconds"}  # fmt: skip
+    assert samples["run_agent_queue_wait_seconds_count"] == 1  # b's wait alone
+    assert samples["run_agent_queue_wait_seconds_sum"] == b.queued_seconds
+
+
+def instant(stamp: str | None) -> float:
+    return datetime.fromisoformat(stamp or "").timestamp()
+
+
+def queued_while(run: RunInfo, other: RunInfo) -> None:
+    """`run` records a wait in the queue that began while `other` ran (to the millisecond the
+    records are written in)."""
+    assert run.queued_seconds is not None, run
+    queued = instant(run.start_time) - run.queued_seconds
+    assert instant(other.start_time) - 0.002 <= queued <= instant(other.end_time) + 0.002
 
 
 def test_ctrl_c_leaves_the_queue_with_130_and_no_task_behind(ws: Workspace) -> None:
@@ -177,7 +201,8 @@ def test_a_holder_killed_by_sigkill_frees_its_slot(ws: Workspace) -> None:
 def test_detached_starts_queue_as_records_and_one_keeper_starts_them_in_order(
     ws: Workspace,
 ) -> None:
-    configure(ws, {"max_running": 2, "projects": {"web": 1}})
+    configure(ws, {"max_running": 2, "projects": {"web": 1}},
+              [*HOLD, "--echo-env", "RUN_AGENT_QUEUED_SINCE"])  # fmt: skip
     door = service(ws)
     started = {}
     for project, task, priority in (("p", "t1", 0), ("p", "t2", 0), ("p", "t3", 0),
@@ -202,6 +227,12 @@ def test_detached_starts_queue_as_records_and_one_keeper_starts_them_in_order(
         key=lambda r: r.start_time,
     )
     assert [r.task_id for r in runs][2:] == ["t4", "t3", "w1"]  # the queue's order
+    for run in runs[:2]:
+        assert run.queued_seconds is None  # they went at once
+    for run in runs[2:]:  # the keeper started them: their waits began while t1 ran
+        queued_while(run, runs[0])
+    said = (ws.task("p", "t3").run(runs[3].run_id).stdout).read_text()
+    assert "RUN_AGENT_QUEUED_SINCE=\n" in said  # the keeper's word is for the loop alone
     for run in runs:  # never more than two at once
         overlapping = [o for o in runs if o.start_time < (run.end_time or "") and
                        (o.end_time or "") > run.start_time]  # fmt: skip
@@ -239,6 +270,7 @@ def test_a_run_after_another_is_blocked_until_it_completes(ws: Workspace) -> Non
     go(ws, "a")
     assert first.wait(60) == 0 and second.wait(60) == 0
     assert only_run(ws, "b").start_time >= (only_run(ws, "a").end_time or "")
+    queued_while(only_run(ws, "b"), only_run(ws, "a"))  # blocked is a wait in the queue too
 
 
 def test_a_failed_dependency_blocks_and_resume_starts_the_task_once_it_completed(
