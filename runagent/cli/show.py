@@ -141,6 +141,12 @@ def status(
             ),
             ("agent", r.agent or None),
             ("started", r.start_time),
+            (
+                "queued",
+                None
+                if r.queued_seconds is None
+                else f"{r.queued_seconds:g}s in the queue before its loop began",
+            ),
             ("ended", r.end_time),
             ("exit code", r.exit_code),
             ("reason", r.message or r.reason),

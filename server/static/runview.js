@@ -63,6 +63,9 @@ function renderRunHeader(run) {
     ["folder", run.cwd],
     ["host", run.host || "—"],
   ];
+  if (run.queued_seconds != null) {
+    rows.push(["queued", `${durationText(run.queued_seconds)} in the queue before its loop began`]);
+  }
   if (run.parent_run_id) rows.push(["parent run", run.parent_run_id]);
   if (run.previous_run_id) rows.push(["restart of", run.previous_run_id]);
   if (run.tokens_in != null || run.tokens_out != null || run.cost_usd != null) {

@@ -308,6 +308,14 @@ def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
     expect(d).to_have_text("completed", timeout=60000)
     remembered = yaml.safe_load((ws.task("p", "d").folder / "task.yaml").read_text())
     assert remembered["budget"] == ["2usd", "300000tokens"]
+    # A run whose start waited says for how long; one that went at once says nothing of it.
+    page.locator("nav a[data-task='p/b']").click()
+    expect(page.locator("#run-header dd[data-field=queued]")).to_contain_text(
+        "in the queue before its loop began"
+    )
+    page.locator("nav a[data-task='p/a']").click()
+    expect(page.locator("#run-header dd[data-field=agent]")).to_contain_text("fake")
+    expect(page.locator("#run-header dd[data-field=queued]")).to_have_count(0)
 
 
 def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(

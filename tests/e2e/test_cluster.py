@@ -494,10 +494,12 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
         # Its first run records its wait in Ray's queue, which began before a slot was freed
         # for it (every start on a cluster is placed through Ray's queue: one placed at once
         # records its moment there too).
-        assert view.latest is not None and view.latest.queued_seconds is not None, view.latest
-        began = datetime.fromisoformat(view.latest.start_time).timestamp()
-        assert began - view.latest.queued_seconds < freed
-        assert ws.runs("p", "hold1")[0].queued_seconds is not None
+        first = wait_for(lambda: tasks.latest_run(queued[0]), 60, "its first run's record")
+        assert first.queued_seconds is not None, first
+        began = datetime.fromisoformat(first.start_time).timestamp()
+        assert began - first.queued_seconds < freed
+        held = wait_for(lambda: ws.runs("p", "hold1"), 60, "hold1's run record")
+        assert held[0].queued_seconds is not None
         assert queued[1].run_ids() == []  # taken out: never started
     finally:
         for task in [*holders, *queued]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 from dataclasses import replace
@@ -142,6 +143,10 @@ def test_a_run_over_the_cap_waits_its_turn_says_so_once_and_runs_after(ws: Works
     assert not list(Fleet(ws.root).slots.iterdir())  # every slot given back
     assert a.queued_seconds is None  # it went at once
     queued_while(b, a)  # its wait, from queueing while a ran to its own start
+    shown = ws.cli("status", "-p", "p", "-t", "b").stdout
+    said = f"{b.queued_seconds:g}s in the queue before its loop began"
+    assert re.search(rf"^queued +{re.escape(said)}$", shown, re.M), shown
+    assert not re.search(r"^queued ", ws.cli("status", "-p", "p", "-t", "a").stdout, re.M)
     from prometheus_client.parser import text_string_to_metric_families
 
     from server import metrics
