@@ -91,6 +91,7 @@ GROWING = {runfolder.STDOUT, runfolder.STDERR, runfolder.SUPERVISOR_LOG}
 # Not taken by a restarted loop: what only grows (sent by offset, which a copy would break) and
 # the lock, which is the dead host's.
 SEEDED_NOT = {*GROWING, runfolder.LOCK}
+ENDED_KEPT = 256  # loops ended on a host that its agent remembers (HostAgent.ended)
 WAITING_STATES = ("PENDING", "PREPARED", "RESCHEDULING")  # a group not (or no longer) placed
 # Where the head keeps its state, as it records it on starting (Ray's usage tags, kept whether
 # or not usage stats are reported).
@@ -183,6 +184,11 @@ class HostAgent:
         self.namespace = context.namespace
         self.host = host.this_host()
         self.loops: dict[str, _Loop] = {}
+        # The loops that ended here lately, by task: the start they came from (its `submitted`)
+        # and where they ran. A group placed at once may be taken up from the queue (`_adopt`)
+        # and a quick loop end before its starter's own call arrives, which must not start it
+        # again but learn where it ran.
+        self.ended: dict[str, tuple[float, Where | None]] = {}
         self.lock = threading.Lock()
         self.freed = 0.0  # when a loop here last ended: a waiting group is placed here soon
         # Supervisors die with the thread that forked them (PR_SET_PDEATHSIG): all are forked
@@ -198,6 +204,10 @@ class HostAgent:
     def start(self, spec: LoopSpec) -> Where:
         """Start the loop of a group placed here (or, found here already, wait for it)."""
         loop, new = self._take(spec)
+        if loop is None:  # taken up here from the queue, and ended, before this call came
+            ended = self.ended.get(spec.label)
+            where = ended[1] if ended is not None else None
+            return where or Where(self.host, 0, None, "", "its loop ended before it was asked", 1)
         if new:
             self._launch(loop, attended=True)
         else:
@@ -252,13 +262,17 @@ class HostAgent:
 
     # Starting ---------------------------------------------------------------------------------
 
-    def _take(self, spec: LoopSpec) -> tuple[_Loop, bool]:
-        """The task's loop here: the one found (running or starting), or a new one to start. A
-        loop whose end is being recorded is waited out: this is a new start of the task."""
+    def _take(self, spec: LoopSpec) -> tuple[_Loop | None, bool]:
+        """The task's loop here: the one found (running or starting), or a new one to start;
+        None if the loop of this very start has run here and ended. A loop whose end is being
+        recorded is waited out: this is a new start of the task."""
         deadline = time.monotonic() + CALL_WAIT
         while True:
             with self.lock:
                 found = self.loops.get(spec.label)
+                ended = self.ended.get(spec.label)
+                if found is None and ended is not None and ended[0] == spec.submitted:
+                    return None, False
                 if found is None:
                     root = spec.root if spec.shared_root else worker_root()
                     task = runfolder.confine(TaskPaths(root, spec.project_id, spec.task_id))
@@ -406,7 +420,7 @@ class HostAgent:
             if spec is None:
                 continue
             loop, new = self._take(replace(spec, group=str(group["placement_group_id"])))
-            if new:
+            if loop is not None and new:
                 threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
 
     def _finish(self, loop: _Loop, code: int) -> None:
@@ -434,6 +448,10 @@ class HostAgent:
             with self.lock:
                 if self.loops.get(spec.label) is loop:
                     del self.loops[spec.label]
+                self.ended.pop(spec.label, None)  # the newest last, the oldest let go of
+                self.ended[spec.label] = (spec.submitted, loop.where)
+                if len(self.ended) > ENDED_KEPT:
+                    del self.ended[next(iter(self.ended))]
             self.freed = time.monotonic()
 
     def _log(self, task: TaskPaths, line: str) -> None:

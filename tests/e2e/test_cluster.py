@@ -508,6 +508,32 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
             wait_for(lambda t=task: name_free(settings, t.label), 60, f"{task.label} to end")
 
 
+def test_a_starters_call_that_comes_after_its_loop_ran_and_ended_starts_nothing_again(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A group placed at once may be taken up by its host's agent as from the queue, and a
+    quick loop end, before the starter's own call to start it arrives: that late call learns
+    where the loop ran and starts nothing (it once started it again, and the task, completed,
+    refused: the starter said a task that had run fine could not start)."""
+    from runagent.executors import ray as rayexecutor
+
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    task = ws.task("p", "late")
+    started = start(ws, settings, task)
+    spec = rayexecutor._spec(settings.namespace, task.label)  # what its host agent was given
+    assert spec is not None
+    group = ray.util.placement_group_table(ray.util.get_placement_group(task.label))
+    agent = ray.get_actor(f"host:{group['bundles_to_node_id'][0]}", namespace=settings.namespace)
+    go(task)
+    wait_for(lambda: task.done.exists() and name_free(settings, task.label), 60, "its end")
+    runs = task.run_ids()
+    where = ray.get(agent.start.remote(spec), timeout=60)
+    assert where.error is None and where.pid == started.pid, where
+    assert task.run_ids() == runs  # nothing ran again
+    assert tasks.view(task).status is tasks.TaskStatus.COMPLETED
+
+
 def test_a_task_after_another_waits_here_then_runs_on_the_cluster(
     ws: Workspace, on_cluster: RayCluster
 ) -> None:
