@@ -43,7 +43,7 @@ def create(
         validate_id("project", project)
     seconds = None
     if expires is not None:
-        seconds = parse_duration(expires, "--expires")
+        seconds = parse_duration(expires, "--expires", none="or leave it out: until revoked")
         if seconds is None:
             raise UsageError(f"--expires {expires!r} is no time; give e.g. 30d, or leave it out")
     if "\n" in note or len(note) > 200:

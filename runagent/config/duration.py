@@ -14,8 +14,9 @@ _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_DURATION = 365 * 86400.0
 
 
-def parse_duration(value: object, where: str) -> float | None:
-    """Seconds from `90`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`; 0, null or "off": None."""
+def parse_duration(value: object, where: str, none: str = "0: none") -> float | None:
+    """Seconds from `90`, `2.5`, `"500ms"`, `"30s"`, `"5m"`, `"1h30m"`; 0, null or "off": None.
+    `none` says, in a refusal of a duration too long, how to ask for none."""
     if value is None or value == 0 or value in ("off", "none", "0"):
         return None
     seconds = _seconds(value)
@@ -25,7 +26,7 @@ def parse_duration(value: object, where: str) -> float | None:
         )
     if seconds > MAX_DURATION:
         raise ConfigError(
-            f"{where}: {shown(value)} is longer than 365 days; give a shorter duration (0: none)"
+            f"{where}: {shown(value)} is longer than 365 days; give a shorter duration ({none})"
         )
     return seconds or None
 

@@ -328,6 +328,11 @@ def test_token_commands(ws: Workspace) -> None:
         (["--scope", "root"], 2, "'root' is not one of"),
         (["--scope", "read", "--expires", "soon"], 2, "'soon' is not a duration"),
         (["--scope", "read", "--expires", "0"], 2, "--expires '0' is no time"),
+        (
+            ["--scope", "read", "--expires", "400d"],
+            2,
+            "longer than 365 days; give a shorter duration (or leave it out: until revoked)",
+        ),
         (["--scope", "read", "-p", "../x"], 2, "project"),
     ],
 )
