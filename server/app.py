@@ -282,7 +282,11 @@ class Api:
 
         if self.tally is None:
             self.tally = metrics.Tally()
-        body = await run_in_threadpool(metrics.render, self.root, self.sse_clients, self.tally)
+        grant = grant_of(request)  # a token limited to projects sees theirs alone
+        reaches = None if grant.projects is None else grant.reaches
+        body = await run_in_threadpool(
+            metrics.render, self.root, self.sse_clients, self.tally, reaches
+        )
         return Response(body, media_type=metrics.CONTENT_TYPE)
 
     def _sse(self, request: Request, events: AsyncIterator[streams.Event]) -> Response:

@@ -13,12 +13,13 @@ that are new, still running or rewritten since; an operations run's events likew
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -47,15 +48,20 @@ OPERATION_EVENTS = {"createFile", "readFile", "editFile", "deleteFile", "shell"}
 VERDICTS = {"policyDenied": "denied", "approvalRequired": "approval_required", "error": "error"}
 
 
-def render(root: Path, sse_clients: int, tally: Tally | None = None) -> bytes:
-    """The scrape's body; `tally` is what the server kept from its earlier scrapes."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(RootCollector(root, sse_clients, Tally() if tally is None else tally))
-    return generate_latest(registry)
-
-
 # A file as it is now: its inode, size and mtime (a rewrite replaces the file, a new inode).
 Stamp = tuple[int, int, int]
+Reaches = Callable[[str], bool]  # whether a scrape shows a project
+
+
+def render(
+    root: Path, sse_clients: int, tally: Tally | None = None, reaches: Reaches | None = None
+) -> bytes:
+    """The scrape's body; `tally` is what the server kept from its earlier scrapes; `reaches`
+    the projects it shows (a token limited to some: its own; None: all)."""
+    registry = CollectorRegistry(auto_describe=False)
+    tally = Tally() if tally is None else tally
+    registry.register(RootCollector(root, sse_clients, tally, reaches))
+    return generate_latest(registry)
 
 
 class Figures(NamedTuple):
@@ -99,17 +105,24 @@ class Tally:
         """How many files' figures are kept."""
         return len(self._runs) + len(self._events)
 
-    def __enter__(self) -> Tally:
-        self._lock.acquire()
-        self._kept_runs, self._kept_events = {}, {}
-        return self
+    @contextlib.contextmanager
+    def scrape(self, root: Path, reaches: Reaches | None) -> Iterator[Tally]:
+        """One scrape's turn: what it does not see of what it looked at (the projects it
+        `reaches`; None: all) is gone (gc, delete) and forgotten, so the tally stays the size of
+        the root."""
+        with self._lock:
+            self._kept_runs, self._kept_events = {}, {}
+            yield self
+            if reaches is None:
+                self._runs, self._events = self._kept_runs, self._kept_events
+                return
+            under = len(os.fspath(root)) + 1  # a key is ROOT/PROJECT/...
 
-    def __exit__(self, *exc: object) -> None:
-        # What this scrape did not see is gone (gc, delete): forgotten, so the tally stays the
-        # size of the root.
-        if exc[0] is None:
-            self._runs, self._events = self._kept_runs, self._kept_events
-        self._lock.release()
+            def unseen(path: str) -> bool:
+                return not reaches(path[under:].split("/", 1)[0])
+
+            self._runs = {k: v for k, v in self._runs.items() if unseen(k)} | self._kept_runs
+            self._events = {k: v for k, v in self._events.items() if unseen(k)} | self._kept_events
 
     def runs(self, task: TaskPaths) -> Iterator[Figures]:
         """What each run of `task` adds, as `tasks.runs` reads them (liveness-checked)."""
@@ -133,14 +146,15 @@ class Tally:
                 self._kept_runs[path] = (stamp, figures)
             yield figures
 
-    def operations(self, root: Path) -> Counter[tuple[str, ...]]:
-        """Every operation an operations run answered, by its type and what became of it."""
+    def operations(self, root: Path, reaches: Reaches | None) -> Counter[tuple[str, ...]]:
+        """Every operation an operations run (of the projects it `reaches`) answered, by its
+        type and what became of it."""
         from runagent.ops import runs as opsruns
 
         found: Counter[tuple[str, ...]] = Counter()
         if not root.is_dir():
             return found
-        for folder in opsruns.all_runs(root):
+        for folder in opsruns.all_runs(root, reaches or (lambda project: True)):
             path = os.fspath(RunPaths(folder).events)
             stamp = _stamp(path)
             known = self._events.get(path)
@@ -163,17 +177,26 @@ def _stamp(path: str) -> Stamp | None:
 
 
 class RootCollector(Collector):
-    def __init__(self, root: Path, sse_clients: int, tally: Tally) -> None:
+    def __init__(self, root: Path, sse_clients: int, tally: Tally, reaches: Reaches | None) -> None:
         self.root = root
         self.sse_clients = sse_clients
         self.tally = tally
+        self.reaches = reaches
 
     def collect(self) -> Iterator[Metric]:
-        with self.tally:
+        with self.tally.scrape(self.root, self.reaches):
             yield from self._collect()
 
+    def _views(self) -> list[tasks.TaskView]:
+        if not self.root.is_dir():
+            return []
+        if self.reaches is None:
+            return tasks.all_tasks(self.root)
+        reached = filter(self.reaches, runfolder.project_ids(self.root))
+        return [view for project in reached for view in tasks.all_tasks(self.root, project)]
+
     def _collect(self) -> Iterator[Metric]:
-        views = tasks.all_tasks(self.root) if self.root.is_dir() else []
+        views = self._views()
         by_status: Counter[str] = Counter()
         started: Counter[str] = Counter()
         ended: Counter[tuple[str, ...]] = Counter()
@@ -230,7 +253,8 @@ class RootCollector(Collector):
         yield sse
         yield _counter("run_agent_operations", "Operations of operations runs, by type and "
                        "verdict (done, denied, approval_required, error).",
-                       ["type", "verdict"], self.tally.operations(self.root))  # fmt: skip
+                       ["type", "verdict"],
+                       self.tally.operations(self.root, self.reaches))  # fmt: skip
 
     def _queue(self) -> Iterator[Metric]:
         """How many tasks wait (queued for a slot, or blocked on others), and the longest wait."""
@@ -240,7 +264,8 @@ class RootCollector(Collector):
             from runagent.fleet.queue import Fleet
 
             fleet = Fleet(self.root)
-            for record in [*fleet.waiting(clean=False), *fleet.on_cluster()]:
+            records = [*fleet.waiting(clean=False), *fleet.on_cluster()]
+            for record in [r for r in records if self.reaches is None or self.reaches(r.project)]:
                 waiting["blocked" if record.blocked or not record.joined else "queued"] += 1
                 oldest = max(oldest, _age(record.submitted))
         length = GaugeMetricFamily("run_agent_queue_length", "Tasks waiting to start, queued "

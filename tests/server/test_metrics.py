@@ -145,13 +145,20 @@ def test_what_a_server_keeps_between_scrapes_is_what_the_root_holds_now(ws: Work
     configure(ws)
     for task in ("one", "two"):
         assert ws.cli("run", "-p", "p", "-t", task, "go").returncode == 0  # two runs each
+    assert ws.cli("run", "-p", "other", "-t", "three", "go").returncode == 0
     tally = metrics.Tally()
     first = metrics.render(ws.root, 0, tally)
-    assert len(tally) == 4
+    assert len(tally) == 6
     assert metrics.render(ws.root, 0, tally) == first
     assert ws.cli("delete", "-p", "p", "-t", "one", "--yes").returncode == 0
     metrics.render(ws.root, 0, tally)
-    assert len(tally) == 2  # a deleted task's runs are forgotten, not kept for the server's life
+    assert len(tally) == 4  # a deleted task's runs are forgotten, not kept for the server's life
+    # A scrape of one project (a token limited to it) forgets only what it looked at.
+    assert ws.cli("delete", "-p", "other", "-t", "three", "--yes").returncode == 0
+    metrics.render(ws.root, 0, tally, lambda project: project == "p")
+    assert len(tally) == 4  # other's runs: not looked at, so not known to be gone
+    metrics.render(ws.root, 0, tally, lambda project: project == "other")
+    assert len(tally) == 2
 
 
 def test_metrics_count_the_sse_clients_being_served(ws: Workspace) -> None:

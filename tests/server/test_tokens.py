@@ -72,8 +72,8 @@ def needs(method: str, path: str) -> tokens.Scope:
 
 
 # The routes with no project in their path that show or change the whole root: a token limited
-# to projects gets them cut to its projects, except these (403).
-WHOLE_ROOT = {"/metrics", "/api/gc"}
+# to projects gets them cut to its projects (listings, events, /metrics), except these (403).
+WHOLE_ROOT = {"/api/gc"}
 SSE = ("/stream", "/api/events")
 
 
@@ -228,10 +228,31 @@ def test_a_token_limited_to_projects_sees_only_them(ws: Workspace) -> None:
         made = client.post("/api/ops/runs", json={"workspace": "project", "project_id": THEIRS})
         assert made.status_code == 403
         assert not ws.task(MINE, "later").folder.exists()
+        # /metrics holds its projects' figures alone, with no label naming another.
+        mine = scraped(client.get("/metrics").text)
+        assert mine["run_agent_tasks"] == 2 and mine["run_agent_runs_started_total"] == 1
+        assert mine["run_agent_operations_total"] == 1  # its operation awaiting approval
+        assert THEIRS not in client.get("/metrics").text
         # The api_key still sees everything.
-        everything = client.get("/api/projects", headers={"Authorization": f"Bearer {KEY}"})
+        key = {"Authorization": f"Bearer {KEY}"}
+        everything = client.get("/api/projects", headers=key)
         assert [p["project_id"] for p in everything.json()] == [MINE, THEIRS]
+        whole = scraped(client.get("/metrics", headers=key).text)
+        assert whole["run_agent_tasks"] == 4 and whole["run_agent_runs_started_total"] == 2
+        assert whole["run_agent_operations_total"] == 2
+        assert scraped(client.get("/metrics").text) == mine  # the same again, after a whole one
     assert runs
+
+
+def scraped(text: str) -> dict[str, float]:
+    """Each family's samples summed over their labels (Prometheus' own parser)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    return sums
 
 
 def test_gc_is_for_admin_tokens(ws: Workspace) -> None:
