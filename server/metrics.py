@@ -140,9 +140,7 @@ class Tally:
             if info is None:
                 continue
             figures = Figures.of(tasks.effective(info, folder))
-            # Only a record that will not change again is kept: a running one turns lost
-            # without its file changing, an unreadable one may become readable by a chmod.
-            if stamp is not None and info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE):
+            if stamp is not None and _final(info):
                 self._kept_runs[path] = (stamp, figures)
             yield figures
 
@@ -168,6 +166,14 @@ class Tally:
         return found
 
 
+def _final(info: RunInfo) -> bool:
+    """Whether what a record adds stays as long as its file does: not while it runs (it turns
+    lost without its file changing), nor while it cannot be read (a chmod makes it readable),
+    nor where it has no attempt of its own (conductor-loop's: numbered by its place among its
+    task's runs, which gc changes). run-agent's supervisor always names its host."""
+    return info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE) and info.host is not None
+
+
 def _stamp(path: str) -> Stamp | None:
     try:
         st = os.stat(path)
@@ -184,8 +190,10 @@ class RootCollector(Collector):
         self.reaches = reaches
 
     def collect(self) -> Iterator[Metric]:
+        # Gathered whole under the tally's lock, never held across a yield to the exposition.
         with self.tally.scrape(self.root, self.reaches):
-            yield from self._collect()
+            gathered = list(self._collect())
+        yield from gathered
 
     def _views(self) -> list[tasks.TaskView]:
         if not self.root.is_dir():
@@ -248,9 +256,11 @@ class RootCollector(Collector):
                          "queue (for a slot, for the tasks they run after, or for a host of a "
                          "Ray cluster) waited before their loop began, by agent.", WAIT_BUCKETS,
                          waits)  # fmt: skip
-        sse = GaugeMetricFamily("run_agent_sse_clients", "SSE streams being sent by this server.")
-        sse.add_metric([], self.sse_clients)
-        yield sse
+        if self.reaches is None:  # the server's, not a project's: for whole-root readers
+            sse = GaugeMetricFamily("run_agent_sse_clients", "SSE streams being sent by this "
+                                    "server.")  # fmt: skip
+            sse.add_metric([], self.sse_clients)
+            yield sse
         yield _counter("run_agent_operations", "Operations of operations runs, by type and "
                        "verdict (done, denied, approval_required, error).",
                        ["type", "verdict"],

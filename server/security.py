@@ -215,7 +215,6 @@ class KeyMiddleware:
 
 
 PROJECT_PATH = re.compile(r"^/api/projects/([^/]+)")
-# Views of the whole root that cannot be cut to a token's projects: refused to such a token.
 NEEDS = {"GET": tokens.Scope.READ, "HEAD": tokens.Scope.READ, "DELETE": tokens.Scope.ADMIN}
 ADMIN_PATHS = frozenset({"/api/gc"})  # writes that remove, as a DELETE does
 MCP_PATH = "/mcp"

@@ -204,10 +204,8 @@ class HostAgent:
     def start(self, spec: LoopSpec) -> Where:
         """Start the loop of a group placed here (or, found here already, wait for it)."""
         loop, new = self._take(spec)
-        if loop is None:  # taken up here from the queue, and ended, before this call came
-            ended = self.ended.get(spec.label)
-            where = ended[1] if ended is not None else None
-            return where or Where(self.host, 0, None, "", "its loop ended before it was asked", 1)
+        if isinstance(loop, Where):  # taken up here from the queue, and ended, before this call
+            return loop
         if new:
             self._launch(loop, attended=True)
         else:
@@ -262,17 +260,18 @@ class HostAgent:
 
     # Starting ---------------------------------------------------------------------------------
 
-    def _take(self, spec: LoopSpec) -> tuple[_Loop | None, bool]:
+    def _take(self, spec: LoopSpec) -> tuple[_Loop | Where, bool]:
         """The task's loop here: the one found (running or starting), or a new one to start;
-        None if the loop of this very start has run here and ended. A loop whose end is being
-        recorded is waited out: this is a new start of the task."""
+        where it ran if the loop of this very start has run here and ended. A loop whose end is
+        being recorded is waited out: this is a new start of the task."""
         deadline = time.monotonic() + CALL_WAIT
         while True:
             with self.lock:
                 found = self.loops.get(spec.label)
                 ended = self.ended.get(spec.label)
                 if found is None and ended is not None and ended[0] == spec.submitted:
-                    return None, False
+                    gone = Where(self.host, 0, None, "", "its loop ended before it was asked", 1)
+                    return ended[1] or gone, False
                 if found is None:
                     root = spec.root if spec.shared_root else worker_root()
                     task = runfolder.confine(TaskPaths(root, spec.project_id, spec.task_id))
@@ -420,7 +419,7 @@ class HostAgent:
             if spec is None:
                 continue
             loop, new = self._take(replace(spec, group=str(group["placement_group_id"])))
-            if loop is not None and new:
+            if isinstance(loop, _Loop) and new:
                 threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
 
     def _finish(self, loop: _Loop, code: int) -> None:

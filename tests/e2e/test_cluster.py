@@ -521,10 +521,10 @@ def test_a_starters_call_that_comes_after_its_loop_ran_and_ended_starts_nothing_
     cluster_config(ws, settings, HOLD, max_restarts=0)
     task = ws.task("p", "late")
     started = start(ws, settings, task)
-    spec = rayexecutor._spec(settings.namespace, task.label)  # what its host agent was given
-    assert spec is not None
-    group = ray.util.placement_group_table(ray.util.get_placement_group(task.label))
-    agent = ray.get_actor(f"host:{group['bundles_to_node_id'][0]}", namespace=settings.namespace)
+    # What its host agent was given, and which agent it is (the one that started it says so).
+    spec = wait_for(lambda: (s := rayexecutor._spec(settings.namespace, task.label)) and s.node
+                    and s, 30, "the spec its host agent started")  # fmt: skip
+    agent = ray.get_actor(f"host:{spec.node}", namespace=settings.namespace)
     go(task)
     wait_for(lambda: task.done.exists() and name_free(settings, task.label), 60, "its end")
     runs = task.run_ids()

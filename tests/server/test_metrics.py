@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,25 @@ def test_what_a_server_keeps_between_scrapes_is_what_the_root_holds_now(ws: Work
     assert len(tally) == 4  # other's runs: not looked at, so not known to be gone
     metrics.render(ws.root, 0, tally, lambda project: project == "other")
     assert len(tally) == 2
+
+
+def test_conductor_loops_runs_are_counted_afresh_when_gc_renumbers_them(ws: Workspace) -> None:
+    """conductor-loop's records have no attempt: each is numbered by its place among its task's
+    runs, so a run that gc leaves first is no restart any more though its file is unchanged."""
+    from tests.store.test_conductor_loop import COMPLETED, FAILED, TASK
+
+    task = ws.task("conductor", TASK)
+    for n, text in enumerate((FAILED, FAILED, COMPLETED)):
+        folder = task.run_folder(f"20260205-12{n}0000000-8700{n}")
+        folder.mkdir(parents=True)
+        (folder / "run-info.yaml").write_text(text)
+    tally = metrics.Tally()
+    before = scrape(metrics.render(ws.root, 0, tally).decode())
+    assert value(before, "run_agent_restarts_total", agent="codex") == 2
+    shutil.rmtree(task.run_folder(task.run_ids()[0]))  # what `gc --keep-last 2` does
+    again = scrape(metrics.render(ws.root, 0, tally).decode())
+    assert value(again, "run_agent_restarts_total", agent="codex") == 1
+    assert again == scrape(metrics.render(ws.root, 0).decode())
 
 
 def test_metrics_count_the_sse_clients_being_served(ws: Workspace) -> None:

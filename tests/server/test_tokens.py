@@ -233,13 +233,14 @@ def test_a_token_limited_to_projects_sees_only_them(ws: Workspace) -> None:
         assert mine["run_agent_tasks"] == 2 and mine["run_agent_runs_started_total"] == 1
         assert mine["run_agent_operations_total"] == 1  # its operation awaiting approval
         assert THEIRS not in client.get("/metrics").text
+        assert "run_agent_sse_clients" not in mine  # the server's, not a project's
         # The api_key still sees everything.
         key = {"Authorization": f"Bearer {KEY}"}
         everything = client.get("/api/projects", headers=key)
         assert [p["project_id"] for p in everything.json()] == [MINE, THEIRS]
         whole = scraped(client.get("/metrics", headers=key).text)
         assert whole["run_agent_tasks"] == 4 and whole["run_agent_runs_started_total"] == 2
-        assert whole["run_agent_operations_total"] == 2
+        assert whole["run_agent_operations_total"] == 2 and "run_agent_sse_clients" in whole
         assert scraped(client.get("/metrics").text) == mine  # the same again, after a whole one
     assert runs
 
