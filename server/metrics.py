@@ -83,7 +83,7 @@ class Figures(NamedTuple):
         took = None
         if info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE):
             ended = info.reason.value if info.reason else info.status.value
-            took = _seconds(info.start_time, info.end_time)
+            took = runfolder.seconds_between(info.start_time, info.end_time)
         return cls(info.agent or "unknown", info.project_id, info.attempt > 1, ended, took,
                    info.tokens_in or 0, info.tokens_out or 0, info.cost_usd or 0.0,
                    info.queued_seconds)  # fmt: skip
@@ -347,15 +347,6 @@ def _histogram(name: str, doc: str, bounds: tuple[float, ...],
 
 def _le(bound: float) -> str:
     return f"{bound:g}" if bound != int(bound) else f"{bound:.1f}"
-
-
-def _seconds(start: str | None, end: str | None) -> float | None:
-    try:
-        began = datetime.fromisoformat(str(start))
-        done = datetime.fromisoformat(str(end))
-    except ValueError:
-        return None
-    return max(0.0, (done - began).total_seconds())
 
 
 def _age(stamp: str) -> float:

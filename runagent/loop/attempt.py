@@ -14,7 +14,6 @@ import os
 import select
 import time
 from collections.abc import Callable
-from datetime import datetime
 from pathlib import Path
 from typing import Protocol
 
@@ -220,7 +219,8 @@ class Attempt:
             host=this_host(),
         )
         if number == first and req.queued_since is not None:
-            info = info.replace(queued_seconds=_waited(req.queued_since, info.start_time))
+            waited = runfolder.seconds_between(req.queued_since, info.start_time)
+            info = info.replace(queued_seconds=None if waited is None else round(waited, 3))
         checkout = lent.rule.checkout or req.checkout
         if checkout is not None:
             info = info.replace(
@@ -473,13 +473,3 @@ def _note(paths: RunPaths, text: str) -> None:
             f.write(f"run-agent: {text}\n")
     except OSError:
         pass
-
-
-def _waited(since: str, until: str) -> float | None:
-    """Seconds from one ISO 8601 time to another (None if either cannot be read; never below 0,
-    whatever the clocks of two hosts say)."""
-    try:
-        began, ended = datetime.fromisoformat(since), datetime.fromisoformat(until)
-        return round(max(0.0, (ended - began).total_seconds()), 3)
-    except (ValueError, TypeError):  # TypeError: one of them has no time zone
-        return None

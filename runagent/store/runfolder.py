@@ -345,6 +345,17 @@ def timestamp(seconds: float | None = None) -> str:
     return moment.isoformat(timespec="milliseconds")
 
 
+def seconds_between(start: object, end: object) -> float | None:
+    """Seconds from one time of a record (ISO 8601) to another, never below 0 (the clocks of two
+    hosts may disagree); None where either cannot be read, or one has a time zone and the other
+    none (records on disk are anyone's to write)."""
+    try:
+        return max(0.0, (datetime.fromisoformat(str(end)) - datetime.fromisoformat(str(start)))
+                   .total_seconds())  # fmt: skip
+    except (ValueError, TypeError):
+        return None
+
+
 def mark_lost(run_folder: Path, info: RunInfo) -> RunInfo:
     """Record that a run's supervisor is gone: lost (it died while the run ran), or failed if it
     left word that it could not write the run's end. The last output time becomes the end."""

@@ -181,6 +181,22 @@ def test_conductor_loops_runs_are_counted_afresh_when_gc_renumbers_them(ws: Work
     assert again == scrape(metrics.render(ws.root, 0).decode())
 
 
+def test_a_record_whose_times_cannot_be_compared_is_counted_without_a_duration(
+    ws: Workspace,
+) -> None:
+    """A start with no time zone beside an end with one (any hand may write a record): the run
+    is counted, its duration left out, the scrape answered."""
+    from tests.store.test_conductor_loop import COMPLETED, TASK
+
+    folder = ws.task("conductor", TASK).run_folder("20260205-1245000000-87500")
+    folder.mkdir(parents=True)
+    text = COMPLETED.replace("start_time: 2026-02-05T12:45:00Z", "start_time: 2026-02-05T12:45:00")
+    (folder / "run-info.yaml").write_text(text)
+    got = scrape(metrics.render(ws.root, 0).decode())
+    assert value(got, "run_agent_runs_ended_total", agent="codex", reason="completed") == 1
+    assert value(got, "run_agent_attempt_duration_seconds_count", agent="codex") == 0
+
+
 def test_metrics_count_the_sse_clients_being_served(ws: Workspace) -> None:
     ws.write_config(["--lines", "1", "--sleep", "60"])
     assert ws.cli("run", "-p", "p", "-t", "live", "--detach", "go").returncode == 0
