@@ -270,17 +270,41 @@ def ws(tmp_path: Path) -> Iterator[Workspace]:
     workspace = Workspace(tmp_path, marker=str(tmp_path), pid_file=tmp_path / "agent-pids")
     workspace.write_config()
     yield workspace
-    # Give trees being torn down by the test's last step a moment, then insist.
+    _insist_none_left(workspace.marker)
+
+
+def _insist_none_left(marker: str) -> None:
+    """Give trees being torn down by the test's last step a moment, then insist."""
     deadline = time.monotonic() + 10
-    while _leftovers(workspace.marker) and time.monotonic() < deadline:
+    while _leftovers(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = _leftovers(workspace.marker)
+    left = _leftovers(marker)
     for proc in left:
         try:
             os.kill(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
     assert not left, f"processes outlived the test: {[p.info['cmdline'] for p in left]}"
+
+
+@pytest.fixture
+def ws_outside() -> Iterator[Workspace]:
+    """A workspace whose folder (and so its runs root) is outside /tmp and the home, as a
+    person's is: the sandbox hides both, which would hide what a test of containment looks at."""
+    import shutil
+    import tempfile
+
+    base = Path("/var/tmp")
+    folder = Path(tempfile.mkdtemp(prefix="run-agent-test-", dir=base))
+    home = Path.home().resolve()
+    assert not folder.resolve().is_relative_to(home), f"{folder} is under the home {home}"
+    workspace = Workspace(folder, marker=str(folder), pid_file=folder / "agent-pids")
+    workspace.write_config()
+    try:
+        yield workspace
+        _insist_none_left(workspace.marker)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 # The address TestClient requests name: the server answers only hosts it is meant to be reached by.
