@@ -2,10 +2,11 @@
 (`sandbox: bwrap`) and the task in a worktree of its own (`--worktree`), against neither.
 
 For each of plain, sandbox, worktree and both, --repeat (default 20) tasks of an agent that
-stamps $EPOCHREALTIME in its task folder as its first act and exits, each a `run-agent job` in a
+stamps $EPOCHREALTIME in its run folder as its first act and exits, each a `run-agent job` in a
 git repository: the attempt's start-up (run-info's start_time to the agent's stamp: the reaper,
 bwrap when on, the agent's shell) and the whole command (its start to its exit: the worktree's
-making when on), median and max. Nothing asserts on speed; its temp folder goes at the end.
+making when on), median and max. Nothing asserts on speed; its folder (under /var/tmp, as a
+person's runs root is outside /tmp and the home, which the sandbox hides) goes at the end.
 
     python bench/sandbox.py [--repeat 20]
 """
@@ -27,7 +28,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.fleet import make_repository
 
-AGENT = 'printf "%s" "$EPOCHREALTIME" > "$TASK_FOLDER/stamp"'
+AGENT = 'printf "%s" "$EPOCHREALTIME" > "$RUN_FOLDER/stamp"'
 KINDS = {"plain": [], "sandbox": ["--sandbox", "bwrap"], "worktree": ["--worktree"],
          "both": ["--sandbox", "bwrap", "--worktree"]}  # fmt: skip
 
@@ -36,7 +37,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="run-agent-bench-sandbox-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="run-agent-bench-sandbox-", dir="/var/tmp") as tmp:
         repo, root, config = Path(tmp, "repo"), Path(tmp, "runs"), Path(tmp, "config.yaml")
         make_repository(repo)
         env = dict(os.environ)
@@ -59,7 +60,7 @@ def main() -> None:
                 (run,) = (folder / "runs").iterdir()
                 info = yaml.safe_load((run / "run-info.yaml").read_text())
                 start = datetime.fromisoformat(info["start_time"].replace("Z", "+00:00"))
-                stamp = float((folder / "stamp").read_text())
+                stamp = float((run / "stamp").read_text())
                 figures[kind][0].append((stamp - start.timestamp()) * 1000)
                 figures[kind][1].append(whole * 1000)
     report(figures, args.repeat)

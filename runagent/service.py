@@ -108,6 +108,7 @@ class Service:
     executor: ExecutorSettings | None = None  # None: this machine
     workdir: Path = field(default_factory=Path.cwd)  # where a loop works unless told otherwise
     env: Mapping[str, str] | None = None  # the started loop's environment (None: this one's)
+    config_found: bool = False  # its config file was found in the current folder, not named
 
     def current_config(self) -> Config | None:
         """The config a loop started now runs with; None when this service cannot read one."""
@@ -151,7 +152,29 @@ class Service:
         self.check(request, merged.agent)
         issue = request.issue_run or request.issue is not None
         self._check_isolation(merged, request.overrides.base, issue)
+        self._check_config_origin(task, merged)
         return prompt
+
+    def _check_config_origin(self, task: TaskPaths, overrides: LoopOverrides) -> None:
+        """A task is not started again with a config file found in the current folder (not
+        named with --config or RUN_AGENT_CONFIG) other than the one it last started with, when
+        that file lies in the folder its agent writes: the agent could have put it there
+        (ConfigError naming both, and what to do)."""
+        recorded = taskfolder.recorded_config(task)
+        if recorded is None or self.config_path is None or not self.config_found:
+            return
+        found = self.config_path.resolve()
+        if found == recorded:  # (whatever the found config says of the sandbox: it may lie)
+            return
+        writable = (self.workdir / (overrides.working_dir or ".")).resolve()
+        if found.is_relative_to(writable):
+            from runagent.errors import ConfigError
+
+            raise ConfigError(
+                f"config file {str(found)!r} is not the one task {task.label} started with "
+                f"({str(recorded)!r}), and lies in the folder its sandboxed agent writes, which "
+                "may have put it there; read it, then name the one to use with --config"
+            )
 
     def _admit_issue(self, issue: IssueStart, prompt: str | None) -> str:
         """An issue run from the page, the API or a schedule: its repository is one, holds
@@ -194,6 +217,10 @@ class Service:
             from runagent.loop import sandbox
 
             sandbox.check(self.workdir)
+            home = (self.env if self.env is not None else os.environ).get("HOME")
+            if home and os.path.isdir(home):
+                where = self.workdir / (overrides.working_dir or ".")
+                sandbox.refuse_working_folder(where, Path(home).resolve())
         if not issue:
             self._check_worktree(overrides, base, settings.worktree)
 

@@ -166,9 +166,10 @@ def cocode(
         task=task, prompt=request.prompt(), agent_name=agent_config.name,
         working_dir=request.repo.resolve(), settings=overrides.apply(s.config.defaults),
         base_env=agent_env, parent_run_id=parent_run_id(env), executable_dir=executable_dir(),
-        started_with=replace(overrides, agent=agent_config.name,
-                             working_dir=request.repo.resolve()).to_record(),
-        checkout=checkout,
+        started_with={**replace(overrides, agent=agent_config.name,
+                                working_dir=request.repo.resolve()).to_record(),
+                      **s.config_record()},
+        checkout=checkout, control=s.control,
     )  # fmt: skip
     _log(
         "info",

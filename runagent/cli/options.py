@@ -46,6 +46,20 @@ class Setup:
     config: Config
     root: Path
     root_from: str = "--root"  # where the runs root came from, in words
+    config_found: bool = False  # the config file was found in the current folder, not named
+
+    @property
+    def control(self) -> tuple[Path, ...]:
+        """Files that decide what runs on the host: the config file, read-only to a sandboxed
+        agent wherever it lies (runagent/loop/sandbox.py)."""
+        return (self.config.source.resolve(),) if self.config.source is not None else ()
+
+    def config_record(self) -> dict[str, object]:
+        """The config file a loop starts with, for its task's record: a later start through
+        the door finds it there (`Service._check_config_origin`)."""
+        from runagent.store.taskfolder import CONFIG_KEY
+
+        return {CONFIG_KEY: str(self.control[0])} if self.control else {}
 
     def where(self) -> str:
         """`under ROOT (SOURCE)`, for messages that find nothing there."""
@@ -107,7 +121,8 @@ def setup(config_path: Path | None, root: Path | None, works_on: Path | None = N
         from runagent.executors import control  # the command line's start-up does not pay for it
 
         control.judge_foreign_hosts(config.executor)
-    s = Setup(config, *runs_root(root, os.environ, config))
+    found = path is not None and config_path is None and not os.environ.get("RUN_AGENT_CONFIG")
+    s = Setup(config, *runs_root(root, os.environ, config), config_found=found)
     if works_on is not None:
         s.refuse_inside(works_on)
     return s
@@ -134,7 +149,7 @@ def service_for(s: Setup) -> Service:
 
     return Service(
         s.root, usable_backend, config=s.config, config_path=s.config.source,
-        executor=s.config.executor, workdir=Path.cwd(),
+        executor=s.config.executor, workdir=Path.cwd(), config_found=s.config_found,
     )  # fmt: skip
 
 

@@ -330,11 +330,12 @@ def foreground_loop(
         base_env=credentials.scrub(os.environ, s.config.server.api_key_env),
         parent_run_id=parent_run_id(os.environ),
         executable_dir=executable_dir(),
-        started_with=started_with.to_record(),
+        started_with={**started_with.to_record(), **s.config_record()},
         worktree=tree,
         issue=issue,
         budgets=s.config.budgets,
         queued_since=queued_since,
+        control=s.control,
     )
     if request.settings.budget is not None and not reports_usage(backend):
         raise UsageError(

@@ -245,6 +245,10 @@ class Attempt:
             code, stopped_by = self._watch(process, started)
         finally:
             process.close()
+            if self.lent.request.settings.sandbox is AgentSandbox.BWRAP:
+                from runagent.loop import sandbox
+
+                sandbox.collect_done(self.ctx.task)
         verdict, diagnosis = self._judge(code, stopped_by)
         self._finish(code, verdict)
         return Ended(self.info, clock() - started, diagnosis)
@@ -259,8 +263,11 @@ class Attempt:
         if settings.sandbox is AgentSandbox.BWRAP:  # the agent's process under bubblewrap
             from runagent.loop import sandbox
 
-            own = backend.own_files(spec.env)
-            spec = sandbox.wrap(spec, self.ctx.task.folder, own, network=settings.network)
+            reach = sandbox.Reach(
+                self.ctx.task, self.folder, tuple(backend.own_files(spec.env)),
+                self.lent.request.control, settings.network,
+            )  # fmt: skip
+            spec = sandbox.wrap(spec, reach)
         self._record()
         self.lent.on_event(Event(EventKind.RUN_STARTED, run=self.info, run_folder=self.folder))
         grace = self.lent.request.settings.kill_grace

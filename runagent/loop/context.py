@@ -72,6 +72,9 @@ class LoopRequest:
     budgets: BudgetSettings | None = None
     # When its start was put in a queue it then waited in (UTC, ISO 8601); None: it did not wait.
     queued_since: str | None = None
+    # Files that decide what runs on the host (the config file the loop was started with): a
+    # sandboxed agent sees them read-only wherever they lie (loop/sandbox.py).
+    control: tuple[Path, ...] = ()
 
 
 @record

@@ -1,55 +1,109 @@
 """The agent's own process under bubblewrap (`sandbox: bwrap`, `--sandbox bwrap`).
 
 What the agent sees: the whole file system read-only, with a private /tmp, its own /proc and
-/dev, and the home folder hidden (an empty one in its place). Writable, at their own paths: its
-working folder (a worktree's git folders with it, so that it commits), its task folder (the run
-folder, DONE), and the folders its CLI keeps its login and session state in (the backend's
-`own_files`: claude's ~/.claude and ~/.claude.json, codex's $CODEX_HOME, gemini's ~/.gemini).
-Read-only besides: the prefixes of the PATH folders under the home (where agent CLIs and their
-runtimes are installed), and the agent's own program where the sandbox would hide it (its
-install prefix, the script its command names). The rest of the home (~/.ssh, other
-credentials, other projects) is not there. Its network is the host's unless `network: false`,
-which gives it its own empty one.
+/dev, and the home folder and the runs root hidden (an empty folder in place of each). Writable,
+at their own paths, and nothing else: its working folder (a worktree with it, and what git needs
+to commit there: `git_arguments`), its current run's folder, and the folders its CLI keeps its
+login and session state in (the backend's `own_files`: claude's ~/.claude and ~/.claude.json,
+codex's $CODEX_HOME, gemini's ~/.gemini). Read-only besides: the prefixes of the PATH folders
+under the home (where agent CLIs and their runtimes are installed), the agent's own program
+where the sandbox would hide it (its install prefix, the folder of the script its command
+names; never the home or a folder that holds it), and the config file the loop was started with
+wherever it lies (config.yaml in the folder the agent works in stays as it was).
+
+Its task folder is a view: its own files (TASK.md, ISSUE.md, the task's record) and its earlier
+runs read-only, its current run read-write, and anything else it writes there lands in a folder
+of its own (`.sandbox` in the task folder) that run-agent never reads, but for the `DONE` it
+writes, which `collect_done` takes into the task folder once the run has ended, as a file of at
+most DONE_LIMIT bytes. So nothing the agent can write decides how the task is run next: not
+task.yaml, not the config, not the queue or the tokens under the runs root, not another task.
+
+Mounts are made shallowest first, so a folder hidden is never brought back by one that holds it;
+at one path, a hidden folder is made last.
 
 It runs in its own PID namespace: when its first process ends, or the reaper kills the tree,
-the kernel ends every process left in it, setsid and double-forked ones included.
+the kernel ends every process left in it, setsid and double-forked ones included. Its network
+is the host's unless `network: false`, which gives it its own empty one.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
-from dataclasses import replace
+import stat
+from collections.abc import Iterable, Mapping
+from dataclasses import field, replace
 from pathlib import Path
 
+from runagent.errors import UsageError
 from runagent.loop.process import LaunchSpec, resolve_executable
 from runagent.ops.sandbox import PROGRAM, Bwrap, git_arguments
+from runagent.record import record
+from runagent.store import runfolder
+from runagent.store.runfolder import TaskPaths
+
+DONE_LIMIT = 64 * 1024  # bytes of a DONE a sandboxed agent wrote that are kept
+# Files of the task folder the agent never sees in its view (the lock is the supervisor's).
+_UNSHOWN = frozenset({runfolder.LOCK, runfolder.SANDBOX_VIEW, runfolder.DONE})
 
 
-def wrap(
-    spec: LaunchSpec, task_folder: Path, own: Iterable[Path], *, network: bool = True,
-) -> LaunchSpec:  # fmt: skip
+@record
+class Reach:
+    """What one sandboxed run may touch besides the system: its task (whose folder it sees as a
+    view, `task.sandbox_view`), its run folder, its CLI's own files, and files that decide what
+    runs on the host (`control`: the config file), read-only wherever they lie."""
+
+    task: TaskPaths
+    run_folder: Path
+    own: tuple[Path, ...] = ()
+    control: tuple[Path, ...] = ()
+    network: bool = True
+
+
+@record
+class _Mount:
+    kind: str  # "--bind", "--ro-bind" or "--tmpfs"
+    target: Path
+    source: Path | None = None
+    hides: bool = field(default=False)  # made last of the mounts at its path
+
+    def args(self) -> list[str]:
+        if self.source is None:
+            return [self.kind, str(self.target)]
+        return [self.kind, str(self.source), str(self.target)]
+
+
+def wrap(spec: LaunchSpec, reach: Reach) -> LaunchSpec:
     """`spec` as it runs under bubblewrap (see the module); the argv names bwrap, and then the
-    agent's executable by its full path."""
+    agent's executable by its full path. Makes the task's view folder."""
     exe = resolve_executable(spec.argv[0], spec.env, spec.cwd) or spec.argv[0]
-    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-            "--die-with-parent"]  # fmt: skip
-    if not network:
+    home = _home(spec.env)
+    refuse_working_folder(spec.cwd, home)
+    mounts = [_Mount("--tmpfs", Path("/tmp"), hides=True)]
+    if home is not None:
+        mounts.append(_Mount("--tmpfs", home, hides=True))
+        mounts += [_ro(prefix) for prefix in _installed_under(home, spec.env.get("PATH", ""))]
+    for folder in _program_folders(exe, spec.argv[1:], home):  # where they are hidden
+        mounts.append(_ro(folder))
+    root = reach.task.root.resolve()
+    if root != Path("/"):
+        mounts.append(_Mount("--tmpfs", root, hides=True))
+    mounts += _task_view(reach)
+    cwd = spec.cwd.resolve()
+    writable = [_worktree_of(cwd, reach.task) or cwd, *reach.own]
+    mounts += [_rw(Path(path)) for path in writable if os.path.exists(path)]
+    mounts += _parsed(git_arguments(spec.cwd))
+    visible = [m.target for m in mounts if m.kind == "--bind"]
+    for path in reach.control:  # read-only wherever the agent could otherwise write it
+        if path.is_file() and any(path.resolve().is_relative_to(w) for w in visible):
+            mounts.append(_ro(path.resolve()))
+    args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    for mount in sorted(mounts, key=lambda m: (len(m.target.parts), m.hides)):
+        args += mount.args()
+    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+             "--die-with-parent"]  # fmt: skip
+    if not reach.network:
         args.append("--unshare-net")
-    home = spec.env.get("HOME") or os.environ.get("HOME")
-    if home and os.path.isdir(home) and Path(home).resolve() != Path("/"):
-        args += ["--tmpfs", home]
-        for prefix in _installed_under(Path(home), spec.env.get("PATH", "")):
-            args += ["--ro-bind", str(prefix), str(prefix)]
-    for folder in _program_folders(exe, spec.argv[1:]):  # where they are hidden (/tmp, home)
-        args += ["--ro-bind", str(folder), str(folder)]
-    writable = [spec.cwd, task_folder, *own]
-    for path in writable:
-        if os.path.exists(path):
-            args += ["--bind", str(path), str(path)]
-    args += git_arguments(spec.cwd)
     args += ["--chdir", str(spec.cwd), "--setenv", "TMPDIR", "/tmp"]
     bwrap = shutil.which(PROGRAM) or PROGRAM
     return replace(spec, argv=(bwrap, *args, "--", exe, *spec.argv[1:]))
@@ -60,12 +114,104 @@ def check(folder: Path) -> None:
     Bwrap(folder).check()
 
 
-def _program_folders(exe: str, args: Iterable[str]) -> list[Path]:
+def refuse_working_folder(folder: Path, home: Path | None) -> None:
+    """A sandboxed agent does not work in the home folder itself: the sandbox hides the home,
+    and making it writable would bring back all it hides (UsageError saying what to do)."""
+    if home is not None and folder.resolve() == home:
+        raise UsageError(
+            f"a sandboxed agent cannot work in the home folder {str(home)!r} itself (it would "
+            "see ~/.ssh and every credential there); give --cwd a folder under it"
+        )
+
+
+def collect_done(task: TaskPaths) -> bool:
+    """Take the DONE a sandboxed agent wrote in its view of the task folder into the task
+    folder, as a file of at most DONE_LIMIT bytes; a DONE that is not a regular file (a link,
+    a folder) is not taken. Whether one was taken."""
+    seen = task.sandbox_view / runfolder.DONE
+    try:
+        fd = os.open(seen, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        with os.fdopen(os.dup(fd), "rb") as f:
+            text = f.read(DONE_LIMIT)
+    finally:
+        os.close(fd)
+    runfolder.atomic_write(task.done, text.decode("utf-8", errors="replace"))
+    seen.unlink(missing_ok=True)
+    return True
+
+
+def _task_view(reach: Reach) -> list[_Mount]:
+    """The task folder as the agent sees it: its own folder (`.sandbox`) with the task's files
+    and earlier runs read-only, and the current run read-write (see the module)."""
+    folder = reach.task.folder.resolve()
+    view = folder / runfolder.SANDBOX_VIEW
+    view.mkdir(mode=0o700, exist_ok=True)
+    mounts = [_Mount("--bind", folder, view)]
+    shown = [runfolder.RUNS, runfolder.WORKTREE]
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if entry.name not in _UNSHOWN and entry.is_file(follow_symlinks=False):
+            mounts.append(_ro(folder / entry.name))
+            shown.append(entry.name)
+    runs = folder / runfolder.RUNS
+    if runs.is_dir() and not runs.is_symlink():
+        mounts.append(_ro(runs))
+    mounts.append(_rw(reach.run_folder.resolve()))
+    for name in shown:  # what the agent left at a mount point's place: mounts land on no link
+        _remove(view / name)
+    return mounts
+
+
+def _worktree_of(cwd: Path, task: TaskPaths) -> Path | None:
+    """The task's worktree, when the agent works in it (its whole checkout is writable)."""
+    tree = task.worktree.resolve()
+    return tree if cwd.is_relative_to(tree) else None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def _parsed(args: list[str]) -> list[_Mount]:
+    """git_arguments' `--bind SRC DST` and `--ro-bind SRC DST` as mounts."""
+    mounts = []
+    for i in range(0, len(args) - 2, 3):
+        kind, source, target = args[i : i + 3]
+        mounts.append(_Mount(kind, Path(target), Path(source)))
+    return mounts
+
+
+def _ro(path: Path) -> _Mount:
+    return _Mount("--ro-bind", path, path)
+
+
+def _rw(path: Path) -> _Mount:
+    return _Mount("--bind", path, path)
+
+
+def _home(env: Mapping[str, str]) -> Path | None:
+    home = env.get("HOME") or os.environ.get("HOME")
+    if not home or not os.path.isdir(home):
+        return None
+    resolved = Path(home).resolve()
+    return None if resolved == Path("/") else resolved
+
+
+def _program_folders(exe: str, args: Iterable[str], home: Path | None) -> list[Path]:
     """What the agent's program needs to start, read-only, should it live where the sandbox
     hides (under /tmp or the home): its executable's install prefix, by the path it is called
     by and by its real path (a venv and the interpreter it links to; a node package's whole
     node_modules), and the folder of the first file its command line names by full path (the
-    script an interpreter runs; files named after it are the agent's business, not shared)."""
+    script an interpreter runs; files named after it are the agent's business, not shared).
+    Never the home or a folder that holds it: then the narrowest folder that is not, or the
+    file alone (~/bin for ~/bin/agent, ~/agent.py itself)."""
     paths = [Path(exe), Path(os.path.realpath(exe))]
     script = next((a for a in args if a.startswith("/") and os.path.isfile(a)), None)
     if script is not None:  # the first file it names: what an interpreter runs, not its data
@@ -79,7 +225,11 @@ def _program_folders(exe: str, args: Iterable[str]) -> list[Path]:
             folder = path.parent.parent
         else:
             folder = path.parent
-        if folder != Path("/") and folder not in found and folder.is_dir():
+        for narrower in (folder, path.parent, path):
+            if home is None or not home.is_relative_to(narrower.resolve()):
+                folder = narrower
+                break
+        if folder != Path("/") and folder not in found and folder.exists():
             found.append(folder)
     return found
 
@@ -91,8 +241,8 @@ def _installed_under(home: Path, path: str) -> list[Path]:
         folder = Path(entry)
         if not entry or not folder.is_absolute() or not folder.is_dir():
             continue
-        if folder.resolve().is_relative_to(home.resolve()) and folder.resolve() != home.resolve():
+        if folder.resolve().is_relative_to(home) and folder.resolve() != home:
             prefix = folder.parent if folder.name == "bin" else folder
-            if prefix.resolve() != home.resolve() and prefix not in found:
+            if prefix.resolve() != home and prefix not in found:
                 found.append(prefix)
     return found

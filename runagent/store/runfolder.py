@@ -55,6 +55,7 @@ ISSUE_BODY = "ISSUE.md"  # the issue body as the agent reads it (COCODE_ISSUE_BO
 WORKTREE = "worktree"  # an issue run's git worktree
 SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed by force
 SETUP_LOG = "setup.log"  # what an issue run's setup command printed
+SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (never read back)
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 
 # The files of a run a reader may ask for by a short name.
@@ -128,6 +129,10 @@ class TaskPaths:
     @property
     def setup_log(self) -> Path:
         return self.folder / SETUP_LOG
+
+    @property
+    def sandbox_view(self) -> Path:
+        return self.folder / SANDBOX_VIEW
 
     def saved_diff(self, stamp: str) -> Path:
         return self.folder / SAVED_DIFF.format(stamp=stamp)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 
 from runagent.errors import PromptConflictError
 from runagent.store import runfolder
@@ -53,6 +54,15 @@ def read_task_settings(task: TaskPaths) -> dict[str, object]:
     except (OSError, ValueError):  # not YAML (YAMLSyntaxError), not UTF-8
         return {}
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+CONFIG_KEY = "config"  # in task.yaml: the config file the task's loop last started with
+
+
+def recorded_config(task: TaskPaths) -> Path | None:
+    """The config file the task's loop last started with, as its record says (None: unsaid)."""
+    value = read_task_settings(task).get(CONFIG_KEY)
+    return Path(value) if isinstance(value, str) and value.startswith("/") else None
 
 
 def write_worktree_record(task: TaskPaths, record: Mapping[str, object]) -> None:

@@ -226,34 +226,46 @@ def test_an_issue_run_with_claude_completes_on_its_marker_commit(
 
 @pytest.mark.parametrize("cli", CLIS)
 def test_a_sandboxed_cli_completes_its_turn_and_its_commands_stay_inside(
-    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+    ws_outside: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
 ) -> None:
     """`sandbox: bwrap`: the real CLI logs in (its own folders are there), completes its turn,
-    and the shell command the model asks it to run can neither read a file outside what is
-    shared (another folder, the home) nor write outside the working folder."""
+    and the shell command the model asks it to run can neither read the home nor write outside
+    the working folder (another project's folder, read-only): not its task's
+    record, not the config, not the runs root (all outside /tmp and the home, as a person's)."""
     from runagent.ops.sandbox import Bwrap
 
     if Bwrap(Path("/")).problem() is not None:
         pytest.skip("bubblewrap cannot run here")
+    ws = ws_outside
     outside = ws.path / "elsewhere"
     outside.mkdir()
     (outside / "secret.txt").write_text("a secret of another project\n")
     (ws.path / "home" / ".ssh").mkdir(parents=True)
     (ws.path / "home" / ".ssh" / "id_ed25519").write_text("a private key\n")
     provider.scenario = "tool"
+    task = ws.task("p", "t")
+    settings, tokens = task.folder / "task.yaml", ws.root / ".tokens"
+    tokens.mkdir(parents=True)
     provider.tool_command = (
         f"cat {outside / 'secret.txt'} {ws.path / 'home' / '.ssh' / 'id_ed25519'}"
         f" > read.txt 2>&1; {{ echo leaked > {outside / 'written.txt'}; }} 2> write.txt;"
+        f" {{ echo 'sandbox: none' >> {settings}; echo 'x: 1' >> {ws.config};"
+        f" echo '{{}}' > {tokens / 'tokens.json'}; }} 2> control.txt;"
         " echo 'hello from fake tool' > fake_tool_output.txt"
     )
     work = configure(ws, cli, provider, sandbox="bwrap")
+    config = ws.config.read_text()
     proc = run(ws, work, private_cache)
     assert proc.returncode == 0, proc.stderr
+    assert "sandbox: none" not in settings.read_text() and ws.config.read_text() == config
+    assert not (tokens / "tokens.json").exists()
+    assert (work / "control.txt").read_text().count("Read-only file system") >= 1
     assert output(ws) == "hello from fake model\n"
     assert (work / "fake_tool_output.txt").read_text() == "hello from fake tool\n"
     read = (work / "read.txt").read_text()
-    assert "a secret of another project" not in read and "a private key" not in read
-    assert read.count("No such file or directory") == 2, read
+    # Outside the home and /tmp, the file system is there read-only (docs/guides/containment.md).
+    assert "a secret of another project" in read and "a private key" not in read
+    assert read.count("No such file or directory") == 1, read
     assert not (outside / "written.txt").exists()
     assert (work / "write.txt").read_text().strip(), "the write outside was refused, loudly"
     wait_for(lambda: not _processes_in(work), timeout=10, what="the CLI's tree to be gone")
