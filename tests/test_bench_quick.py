@@ -1,0 +1,26 @@
+"""The benches in a quick mode, so that none rots: each runs to its table (nothing here looks at
+the figures; docs/performance.md quotes full runs)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runagent.ops.sandbox import Bwrap
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+@pytest.mark.skipif(Bwrap(Path("/")).problem() is not None, reason="bubblewrap cannot run here")
+def test_the_sandbox_bench_measures_each_kind_side_by_side() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "sandbox.py"), "--repeat", "1"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[2:]}
+    assert set(rows) == {"plain", "sandbox", "worktree", "both"}, done.stdout
+    assert rows["plain"][3] == "1.00" and all(len(row) == 7 for row in rows.values())
