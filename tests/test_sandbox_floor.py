@@ -237,3 +237,21 @@ def test_a_schedule_never_lowers_the_sandbox(floor: Floor) -> None:
     fired = ws.cli("schedule", "now", "tick", env=floor.env)
     assert fired.returncode == 0, fired.stderr
     assert floor.ended("nightly", runs=3) == "sandboxed"
+
+
+def test_a_cocode_host_runs_the_agent_as_the_config_sandboxes_it(floor: Floor) -> None:
+    from tests.gitrepo import GIT_ENV, make_repo
+    from tests.issues.test_cocode import cocode
+
+    ws = floor.ws
+    repo = make_repo(ws.path / "repo")
+    # The agent works in the repository alone: its pids go where it may write.
+    ws.config.write_text(ws.config.read_text().replace(str(ws.pid_file), str(repo / ".git/pids")))
+    issue = ws.path / "issue.txt"
+    issue.write_text("Fix the bug\n")
+    recipe = {"COCODE_REPO_PATH": str(repo), "COCODE_ISSUE_NUMBER": "1",
+              "COCODE_ISSUE_BODY_FILE": str(issue), "COCODE_READY_MARKER": "ready",
+              "HOME": str(floor.home), **GIT_ENV}  # fmt: skip
+    done = cocode(ws, recipe)
+    assert done.returncode == 0, done.stderr
+    assert floor.seen("issue-1", "cocode") == "sandboxed"
