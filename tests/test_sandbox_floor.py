@@ -1,7 +1,8 @@
 """The sandbox is a floor the config sets: an agent's `sandbox: bwrap` and `network: false` are
 lowered only by the config's owner (the config itself, the command line of the user who runs
 run-agent, the api_key or an admin token), never by a token below admin over REST or MCP, a
-schedule's firing or the task's own `task.yaml`. Real bubblewrap, a real `run-agent serve`, the
+schedule's firing or the task's own `task.yaml`; nor the config's `ops.sandbox` of an
+operations run made over the API. Real bubblewrap, a real `run-agent serve`, the
 fake agent probing whether it reaches a listener on the host and reads a key in the home; the
 runs root outside /tmp and the home (`ws_outside`), as a person's is."""
 
@@ -255,3 +256,33 @@ def test_a_cocode_host_runs_the_agent_as_the_config_sandboxes_it(floor: Floor) -
     done = cocode(ws, recipe)
     assert done.returncode == 0, done.stderr
     assert floor.seen("issue-1", "cocode") == "sandboxed"
+
+
+def test_a_token_below_admin_never_lowers_the_operations_sandbox(floor: Floor) -> None:
+    ws = floor.ws
+    operate, _ = tokens.create(ws.root, tokens.Scope.OPERATE, [MINE])
+    admin, _ = tokens.create(ws.root, tokens.Scope.ADMIN)
+    data = yaml.safe_load(ws.config.read_text())
+    data["ops"] = {"sandbox": "bwrap"}
+    ws.config.write_text(yaml.safe_dump(data))
+    (ws.path / "project").mkdir()
+    with serving(ws, env=floor.env) as url, httpx.Client(base_url=url, timeout=60) as client:
+
+        def create(secret: str, **body: object) -> httpx.Response:
+            return client.post("/api/ops/runs", json={"workspace": "project", "project_id": MINE,
+                               **body}, headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+
+        for lower in ("none", "auto"):
+            said = one_line(create(operate, sandbox=lower), 403)
+            assert f"sandbox {lower}" in said and REFUSED in said and "ops.sandbox" in said, said
+        assert not ws.task(MINE, "ops").folder.exists()
+        # Unsaid, a run is as the config says (as `run-agent ops apply` is); the owner lowers it.
+        made = create(operate)
+        assert made.status_code == 201 and made.json()["sandbox"] == "bwrap", made.text
+        lowered = create(admin, sandbox="none")
+        assert lowered.status_code == 201 and lowered.json()["sandbox"] == "none", lowered.text
+        data["ops"] = {"sandbox": "auto"}  # the default: `none` is still below it
+        ws.config.write_text(yaml.safe_dump(data))
+        said = one_line(create(operate, sandbox="none"), 403)
+        assert "sandbox none" in said and REFUSED in said, said
+        assert create(operate, sandbox="bwrap").status_code == 201
