@@ -30,7 +30,13 @@ from runagent.config.settings import (
     ServerSettings,
     Until,
 )
-from runagent.errors import BudgetError, NotFoundError, RunAgentError, UsageError
+from runagent.errors import (
+    BudgetError,
+    ForbiddenError,
+    NotFoundError,
+    RunAgentError,
+    UsageError,
+)
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
 from runagent.store import credentials, runfolder, taskfolder, tasks
@@ -66,6 +72,18 @@ ISSUE_ON_CLUSTER = (
 )
 
 
+def sandbox_lowered(floor: LoopSettings, asked: LoopSettings) -> str | None:
+    """What `asked` lowers of the sandbox `floor` sets, as a start would say it (`sandbox
+    none`, `network true`); None when it is as confined or more."""
+    if floor.sandbox is not AgentSandbox.BWRAP:
+        return None
+    if asked.sandbox is not AgentSandbox.BWRAP:
+        return f"sandbox {asked.sandbox}"
+    if not floor.network and asked.network:
+        return "network true"
+    return None
+
+
 @record
 class StartRequest:
     """One start of a task's loop, whatever face asked for it."""
@@ -81,6 +99,9 @@ class StartRequest:
     priority: int = 0  # its place in the queue among those that wait (higher first)
     issue_run: bool = False  # an issue run: its worktree comes from the issue's repository
     issue: IssueStart | None = None  # a detached issue run (the page, the API, a schedule)
+    # Asked by the config's owner (its command line, the api_key, an admin token): it alone
+    # may run an agent with less sandbox than the config sets for it (`_refuse_lowering`).
+    owner: bool = False
 
 
 @record
@@ -150,6 +171,8 @@ class Service:
         self._refuse_spent(task)
         merged = LoopOverrides.remembered(task).merged(request.overrides)
         self.check(request, merged.agent)
+        if not request.owner:
+            self._refuse_lowering(merged)
         issue = request.issue_run or request.issue is not None
         self._check_isolation(merged, request.overrides.base, issue)
         self._check_config_origin(task, merged)
@@ -198,15 +221,36 @@ class Service:
     def _settings(self, overrides: LoopOverrides) -> LoopSettings:
         """The loop settings a start will run with: its overrides over its agent's and the
         config's defaults."""
+        return overrides.apply(self._defaults(overrides.agent)[1])
+
+    def _defaults(self, agent: str | None) -> tuple[str, LoopSettings]:
+        """The agent a start runs (named as the config names it) and its loop settings as the
+        config alone sets them: the floor of its sandbox."""
         config = self.current_config()
         if config is None:
-            return overrides.apply(LoopSettings())
+            return agent or "", LoopSettings()
         try:
-            agent = config.agent(overrides.agent, self.backend_names or config.agents)
-            defaults = agent.loop_defaults(config.defaults)
+            found = config.agent(agent, self.backend_names or config.agents)
         except RunAgentError:  # no agent to ask: as the defaults say
-            defaults = config.defaults
-        return overrides.apply(defaults)
+            return agent or config.defaults.agent or "", config.defaults
+        return found.name, found.loop_defaults(config.defaults)
+
+    def _refuse_lowering(self, overrides: LoopOverrides) -> None:
+        """A start that is not the config's owner's runs its agent at least as confined as the
+        config sets: under bubblewrap where it says `sandbox: bwrap`, without the network
+        where it says `network: false` (else a ForbiddenError, before anything is made). A
+        raise is anyone's; what the task's record says was made harmless by `remembered`."""
+        name, floor = self._defaults(overrides.agent)
+        asked = overrides.apply(floor)
+        lowered = sandbox_lowered(floor, asked)
+        if lowered is None:
+            return
+        network = "" if floor.network else ", network: false"
+        raise ForbiddenError(
+            f"{lowered}: the config runs agent {name} under sandbox: bwrap{network}, and only "
+            "the config's owner lowers it (its command line, the api_key or an admin token); "
+            "leave it out"
+        )
 
     def _check_isolation(self, overrides: LoopOverrides, base: str | None, issue: bool) -> None:
         """What a loop's isolation needs is there before it starts: bubblewrap that works here

@@ -123,7 +123,13 @@ class Actions:
         return JSONResponse([row for row in rows if reaches(row["project"])])
 
     async def run_schedule(self, request: Request) -> Response:
-        await self._body(request)
+        """Fire a schedule now, as the config says: its body is `{}` (a firing takes no option
+        a token could change it with, the sandbox least of all)."""
+        for key in await self._body(request):
+            raise UsageError(
+                f"{key[:80]!r} is not something a schedule's firing takes: it runs as the config "
+                "says; send {}"
+            )
         name = request.path_params["name"]
         if name not in self.settings.schedules:
             raise HTTPException(404, f"no schedule {name!r}")

@@ -107,7 +107,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/files/{name}/lines", api.lines),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}/stream/{name}", api.run_stream),
         *Actions(settings, service, runner, paths).routes(),
-        *OpsApi(settings.root, settings.workspaces, hub, api._sse).routes(),
+        *OpsApi(settings.root, settings.workspaces, hub, api._sse, service.current_config).routes(),
         Route("/static/{name}", asset),
         Route(MCP_PATH, SameOrigin(mcp)),
     ]

@@ -55,7 +55,8 @@ def start_request(
 ) -> StartRequest:  # fmt: skip
     """A start from `body` (its keys: `start_schema()`'s); unknown keys are refused, so a typo
     never starts a run without what it meant to say. A grant below admin (an operate token)
-    starts tasks only in `workspaces`: its `cwd` and an issue's repository lie in one."""
+    starts tasks only in `workspaces`: its `cwd` and an issue's repository lie in one; and
+    never with less sandbox than the config sets (the door's `owner` is admin alone)."""
     refuse_unknown(body, start_schema())
     prompt = body.get("prompt")
     if not isinstance(prompt, str):
@@ -67,7 +68,8 @@ def start_request(
         inside(folder_of(workdir, found.repo, "issue.repo"), confined, "issue.repo")
     return StartRequest(
         task, prompt, overrides=overrides(body, workdir, confined),
-        again=body.get("again") is True, issue=found, **place(body, grant),
+        again=body.get("again") is True, issue=found, owner=grant.scope >= Scope.ADMIN,
+        **place(body, grant),
     )  # fmt: skip
 
 
@@ -79,7 +81,7 @@ def resume_request(
     confined = workspaces if grant.scope < Scope.ADMIN else None
     return StartRequest(
         task, command=Command.RESUME, overrides=overrides(body, workdir, confined),
-        again=body.get("again") is True, **place(body, grant),
+        again=body.get("again") is True, owner=grant.scope >= Scope.ADMIN, **place(body, grant),
     )  # fmt: skip
 
 

@@ -23,9 +23,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runagent.config.settings import Config
 from runagent.errors import (
     AlreadyRunningError,
     ConflictError,
+    ForbiddenError,
     NotFoundError,
     RunAgentError,
     UsageError,
@@ -39,6 +41,7 @@ from runagent.ops.runtime import Runtime, find_run
 from runagent.ops.sandbox import Sandbox
 from runagent.store import runfolder
 from runagent.store.runfolder import RunPaths, TaskPaths, within
+from runagent.store.tokens import Scope
 from server import streams
 from server.hub import Hub
 from server.security import bounded_body, cross_site_write, grant_of
@@ -46,6 +49,7 @@ from server.security import bounded_body, cross_site_write, grant_of
 POLICIES = ("restrictive", "standard", "permissive")
 DECISIONS = ("approved", "denied")
 SANDBOXES = tuple(s.value for s in Sandbox)
+CONFINES = {Sandbox.NONE: 0, Sandbox.AUTO: 1, Sandbox.BWRAP: 2}  # more confined, higher
 
 
 @dataclass
@@ -56,6 +60,9 @@ class OpsApi:
     workspaces: tuple[Path, ...]
     hub: Hub
     sse: Callable[[Request, AsyncIterator[streams.Event]], Response]
+    # The config as a start now reads it (None: none to read), whose `ops.sandbox` is what a
+    # run is made with unless asked, and the least a token below admin may ask for.
+    config: Callable[[], Config | None] = lambda: None
 
     def routes(self) -> list[Route]:
         return [
@@ -150,7 +157,9 @@ class OpsApi:
         policy = body.get("policy", "standard")
         if policy not in POLICIES:
             raise HTTPException(400, f"policy {policy!r} is not one of {', '.join(POLICIES)}")
-        sandbox = body.get("sandbox", "auto")
+        config = await run_in_threadpool(self.config)
+        floor = Sandbox(config.ops.sandbox) if config is not None else Sandbox.AUTO
+        sandbox = body.get("sandbox", floor.value)
         if sandbox not in SANDBOXES:
             raise HTTPException(400, f"sandbox {sandbox!r} is not one of {', '.join(SANDBOXES)}")
         try:
@@ -158,7 +167,14 @@ class OpsApi:
             task_id = validate_id("task", str(body.get("task_id") or "ops"))
         except UsageError as exc:
             raise HTTPException(400, str(exc)) from exc
-        grant_of(request).reach(project)
+        grant = grant_of(request)
+        grant.reach(project)
+        if grant.scope < Scope.ADMIN and CONFINES[Sandbox(sandbox)] < CONFINES[floor]:
+            raise ForbiddenError(
+                f"sandbox {sandbox}: the config's ops.sandbox is {floor.value}, and only the "
+                "config's owner lowers it (its command line, the api_key or an admin token); "
+                "leave it out"
+            )
         task = runfolder.confine(TaskPaths(self.root, project, task_id))
 
         def create() -> Path:

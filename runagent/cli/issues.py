@@ -164,7 +164,8 @@ def cocode(
     agent_env = {k: v for k, v in env.items() if k != READY_MARKER_VARIABLE}
     loop = LoopRequest(
         task=task, prompt=request.prompt(), agent_name=agent_config.name,
-        working_dir=request.repo.resolve(), settings=overrides.apply(s.config.defaults),
+        working_dir=request.repo.resolve(),
+        settings=overrides.apply(agent_config.loop_defaults(s.config.defaults)),  # its sandbox
         base_env=agent_env, parent_run_id=parent_run_id(env), executable_dir=executable_dir(),
         started_with={**replace(overrides, agent=agent_config.name,
                                 working_dir=request.repo.resolve()).to_record(),

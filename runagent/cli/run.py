@@ -147,7 +147,7 @@ def resume(
     request = StartRequest(
         task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
         schedule=loop.schedule, conflict_hint=CONFLICT_HINT, after=loop.after,
-        priority=loop.priority, issue_run=issue is not None,
+        priority=loop.priority, issue_run=issue is not None, owner=True,
     )  # fmt: skip
     enter(s, request, loop, issue)
 
@@ -169,7 +169,7 @@ def start_loop(
     request = StartRequest(
         task, text, overrides=loop.overrides, again=loop.again, schedule=loop.schedule,
         conflict_hint=CONFLICT_HINT, after=loop.after, priority=loop.priority,
-        issue_run=issue is not None,
+        issue_run=issue is not None, owner=True,  # the command line of the config's user
     )  # fmt: skip
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)

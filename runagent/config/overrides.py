@@ -194,11 +194,18 @@ class LoopOverrides:
 
     @classmethod
     def remembered(cls, task: TaskPaths) -> LoopOverrides:
-        """How the task was last started; nothing when it never was, or the record is bad."""
+        """How the task was last started; nothing when it never was, or the record is bad.
+
+        The record lies in the task's folder, which its agent writes: a sandbox it names may
+        raise the config's, never lower it. `sandbox: none` is read as unset, which is the
+        config's own (its owner lowers it again for a loop on the command line)."""
         try:
-            return cls.parse(taskfolder.read_task_settings(task))
+            found = cls.parse(taskfolder.read_task_settings(task))
         except RunAgentError:  # an edited or damaged record is not a reason to refuse a resume
             return cls()
+        if found.sandbox is AgentSandbox.NONE:
+            found = dataclasses.replace(found, sandbox=None)
+        return found
 
     def to_args(self) -> list[str]:
         """The same overrides as `run-agent run` options, for a detached supervisor."""
