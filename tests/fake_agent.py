@@ -8,6 +8,7 @@ command line, so a test can find and check every process of a run.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import signal
@@ -75,6 +76,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--ready-from", type=int, default=0, help="from this attempt on, commit last"
                    " with $COCODE_READY_MARKER in the message")  # fmt: skip
     p.add_argument("--edit", default=None, help="write this file (relative to the cwd)")
+    p.add_argument("--shell", default=None, help="last: run this with sh -c in the cwd")
     p.add_argument("--probe-read", action="append", default=[], help="say if PATH can be read")
     p.add_argument("--probe-write", action="append", default=[], help="say if PATH can be written")
     p.add_argument("--probe-connect", action="append", default=[], help="say if HOST:PORT answers")
@@ -93,8 +95,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 def record_pid(args: argparse.Namespace) -> None:
     if args.pid_file:
-        with open(args.pid_file, "a") as f:
-            f.write(f"{os.getpid()}\n")
+        try:
+            with open(args.pid_file, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        except OSError as exc:  # a sandbox that shows the test's folder read-only
+            if exc.errno != errno.EROFS:
+                raise
 
 
 def spawn_child(args: argparse.Namespace, *, setsid: bool, flags: list[str] | None = None) -> None:
@@ -224,6 +230,8 @@ def main(argv: list[str]) -> int:
         commit(message.format(marker=os.environ.get("COCODE_READY_MARKER", ""), attempt=attempt))
     if args.ready_from and attempt >= args.ready_from:
         commit(f"finish attempt {attempt}\n\n{os.environ['COCODE_READY_MARKER']}")
+    if args.shell:  # what a hostile agent does once its work is committed
+        subprocess.run(["/bin/sh", "-c", args.shell], check=False)
     if args.write_done:
         Path(os.environ["TASK_FOLDER"], "DONE").write_text(f"done by {os.environ['JRUN_ID']}\n")
     if attempt <= args.fail_first:

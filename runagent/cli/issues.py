@@ -31,7 +31,7 @@ from runagent.errors import RunAgentError, UsageError
 from runagent.issues import pruning
 from runagent.issues.cocode import OUTCOME_EXIT, CocodeRequest, commit_work, log_line, ready_commit
 from runagent.issues.issue import ISSUE_TIMEOUT
-from runagent.issues.repository import READY_MARKER_VARIABLE, Checkout
+from runagent.issues.repository import READY_MARKER_VARIABLE, Checkout, GitDirs
 from runagent.loop.context import LoopRequest, new_task_id, parent_run_id, validate_id
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.supervisor import Supervisor
@@ -178,7 +178,7 @@ def cocode(
         f"{checkout.folder} (base {checkout.base[:12]}); run folder {task.folder}",
     )
 
-    on_event = _narrator(request, env)
+    on_event = _narrator(request, env, checkout.dirs)
 
     supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env))
     previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop())
@@ -192,7 +192,9 @@ def cocode(
     sys.exit(OUTCOME_EXIT[result.outcome])
 
 
-def _narrator(request: CocodeRequest, env: dict[str, str]) -> Callable[[Event], None]:
+def _narrator(
+    request: CocodeRequest, env: dict[str, str], dirs: GitDirs | None
+) -> Callable[[Event], None]:
     """The loop's events as the protocol's JSON log lines; after each run, its work committed."""
 
     def on_event(event: Event) -> None:
@@ -203,7 +205,7 @@ def _narrator(request: CocodeRequest, env: dict[str, str]) -> Callable[[Event], 
             ok = info.status is RunStatus.COMPLETED
             _log("info" if ok else "error", f"attempt {info.attempt}: run {info.run_id} "
                  f"{info.status.value}: {info.describe()}")  # fmt: skip
-            _commit_left_work(request.repo, request, info.run_id, info.attempt, env)
+            _commit_left_work(request.repo, request, info.run_id, info.attempt, env, dirs)
         elif event.kind is EventKind.WAITING:
             _log(
                 "info",
@@ -241,12 +243,13 @@ def _cocode_task(root: Path, project_id: str, request: CocodeRequest) -> TaskPat
 
 
 def _commit_left_work(
-    folder: Path, request: CocodeRequest, run_id: str, attempt: int, env: dict[str, str]
-) -> None:
+    folder: Path, request: CocodeRequest, run_id: str, attempt: int, env: dict[str, str],
+    dirs: GitDirs | None,
+) -> None:  # fmt: skip
     """Commit what a run changed and left uncommitted, so no work is lost between attempts."""
     message = f"Work on issue #{request.number} (run-agent run {run_id}, attempt {attempt})"
     try:
-        sha = commit_work(folder, message, env)
+        sha = commit_work(folder, message, env, dirs)
     except RunAgentError as exc:
         _log("error", f"could not commit the work left by run {run_id}: {exc}")
         return

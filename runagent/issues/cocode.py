@@ -15,6 +15,7 @@ from runagent.issues.repository import (
     DEFAULT_READY_MARKER,
     READY_MARKER_VARIABLE,
     Checkout,
+    GitDirs,
     git,
     head,
 )
@@ -86,13 +87,16 @@ def _required(env: Mapping[str, str], name: str) -> str:
     return value
 
 
-def commit_work(folder: Path, message: str, env: Mapping[str, str]) -> str | None:
+def commit_work(
+    folder: Path, message: str, env: Mapping[str, str], dirs: GitDirs | None = None
+) -> str | None:
     """Commit every change under `folder` with `message` if there is any (the agent did not
-    commit it); the new commit, or None when there was nothing to commit."""
-    if not _stage_here(folder, env):
+    commit it); the new commit, or None when there was nothing to commit. `dirs`: the git
+    folders found before the agent worked there."""
+    if not _stage_here(folder, env, dirs):
         return None
-    git(folder, "commit", "--quiet", "--no-verify", "-m", message, "--", ".", env=env)
-    return git(folder, "rev-parse", "HEAD", env=env)
+    git(folder, "commit", "--quiet", "--no-verify", "-m", message, "--", ".", env=env, dirs=dirs)
+    return git(folder, "rev-parse", "HEAD", env=env, dirs=dirs)
 
 
 def ready_commit(
@@ -106,17 +110,20 @@ def ready_commit(
         f"{request.marker}"
     )
     # `--only` with no paths: an empty commit that leaves what others staged out of it.
-    paths = ["--", "."] if _stage_here(request.repo, env) else ["--allow-empty", "--only"]
-    git(request.repo, "commit", "--quiet", "--no-verify", "-m", message, *paths, env=env)
-    return git(request.repo, "rev-parse", "HEAD", env=env)
+    dirs = checkout.dirs
+    paths = ["--", "."] if _stage_here(request.repo, env, dirs) else ["--allow-empty", "--only"]
+    git(request.repo, "commit", "--quiet", "--no-verify", "-m", message, *paths, env=env,
+        dirs=dirs)  # fmt: skip
+    return git(request.repo, "rev-parse", "HEAD", env=env, dirs=dirs)
 
 
-def _stage_here(folder: Path, env: Mapping[str, str]) -> bool:
+def _stage_here(folder: Path, env: Mapping[str, str], dirs: GitDirs | None) -> bool:
     """Stage every change under `folder`, and say whether there is any. COCODE_REPO_PATH may
     be a subfolder of its repository: what lies outside it is never run-agent's to commit,
     so every commit here names `.` (and takes nothing else that was staged)."""
-    git(folder, "add", "--all", "--", ".", env=env)
-    return bool(git(folder, "diff", "--cached", "--name-only", "--", ".", env=env))
+    git(folder, "add", "--all", "--", ".", env=env, dirs=dirs)
+    return bool(git(folder, "diff", "--cached", "--name-only", "--ignore-submodules=dirty", "--",
+                    ".", env=env, dirs=dirs))  # fmt: skip
 
 
 def log_line(level: str, message: str, now: datetime | None = None) -> str:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from runagent.config.settings import MergeMode
 from runagent.errors import AlreadyRunningError, ConflictError, RunAgentError, UsageError
-from runagent.issues.repository import git, run_git
-from runagent.issues.worktree import main_repository, registrations
+from runagent.issues.repository import GitDirs, git, run_git
+from runagent.issues.worktree import main_repository, registrations, tree_dirs
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
 from runagent.store.lock import already_running, live_holder
@@ -81,7 +81,8 @@ def merge(
     if not git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{target}", env=env,
                check=False):  # fmt: skip
         raise UsageError(f"branch {target!r} does not exist in {repo}; give --into BRANCH")
-    _refuse_dirty(task.worktree, f"task {task.label}'s worktree", env, untracked=True)
+    _refuse_dirty(task.worktree, f"task {task.label}'s worktree", env, untracked=True,
+                  dirs=tree_dirs(task, env))  # fmt: skip
     old = git(repo, "rev-parse", f"refs/heads/{target}", env=env)
     tip = git(repo, "rev-parse", f"refs/heads/{work.branch}", env=env)
     if _is_ancestor(repo, tip, old, env):
@@ -149,11 +150,15 @@ def _ready(task: TaskPaths, force: bool) -> Work:
     return work
 
 
-def _refuse_dirty(folder: Path, what: str, env: Mapping[str, str], untracked: bool = False) -> None:
+def _refuse_dirty(
+    folder: Path, what: str, env: Mapping[str, str], untracked: bool = False,
+    dirs: GitDirs | None = None,
+) -> None:  # fmt: skip
     if not folder.is_dir():
         return
     shown = "all" if untracked else "no"
-    changes = git(folder, "status", "--porcelain", f"--untracked-files={shown}", env=env)
+    changes = git(folder, "status", "--porcelain", f"--untracked-files={shown}",
+                  "--ignore-submodules=dirty", env=env, dirs=dirs)  # fmt: skip
     if changes:
         first = changes.splitlines()[0].strip()
         raise ConflictError(

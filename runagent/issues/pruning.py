@@ -6,18 +6,18 @@ from __future__ import annotations
 
 import enum
 import shutil
-import subprocess
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 from runagent.errors import AlreadyRunningError, RunAgentError, UsageError
-from runagent.issues.repository import dirty, git
+from runagent.issues.repository import dirty, git, run_git
 from runagent.issues.worktree import (
     _stamp,
     default_branch,
     registration,
     repair,
+    tree_dirs,
 )
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
@@ -112,9 +112,10 @@ def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
         fork = str(record["fork"]) if record.get("fork") else None
         ahead = dirty_ = None
         if exists and entry is not None:
-            dirty_ = dirty(path)
+            dirs = tree_dirs(view.paths, env)
+            dirty_ = dirty(path, dirs)
             if fork:
-                ahead = int(git(path, "rev-list", "--count", f"{fork}..HEAD", env=env))
+                ahead = int(git(path, "rev-list", "--count", f"{fork}..HEAD", env=env, dirs=dirs))
         found.append(
             IssueWorktree(
                 task=view,
@@ -180,15 +181,18 @@ def save_diff(task: TaskPaths, env: Mapping[str, str]) -> Path:
     against its HEAD in the task folder (`git apply` takes it back); the worktree and its
     index are left as they were."""
     path = task.worktree
-    index = Path(git(path, "rev-parse", "--path-format=absolute", "--git-path", "index", env=env))
+    dirs = tree_dirs(task, env)
+    index = Path(git(path, "rev-parse", "--path-format=absolute", "--git-path", "index", env=env,
+                     dirs=dirs))  # fmt: skip
     target = task.saved_diff(_stamp())
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / "index"
         if index.exists():
             shutil.copyfile(index, copy)
         private = {**env, "GIT_INDEX_FILE": str(copy)}
-        git(path, "add", "--all", env=private)
-        diff = git(path, "diff", "--cached", "--binary", "HEAD", env=private)
+        git(path, "add", "--all", env=private, dirs=dirs)
+        diff = git(path, "diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv",
+                   "--ignore-submodules=dirty", "HEAD", env=private, dirs=dirs)  # fmt: skip
     runfolder.atomic_write(target, diff + "\n")
     return target
 
@@ -200,10 +204,8 @@ def _delete_if_merged(w: IssueWorktree, env: Mapping[str, str]) -> bool:
         target = default_branch(w.repo, env)
     except UsageError:
         return False
-    merged = subprocess.run(
-        ["git", "-C", str(w.repo), "merge-base", "--is-ancestor", w.branch, target],
-        env={**env}, capture_output=True, stdin=subprocess.DEVNULL,
-    ).returncode == 0  # fmt: skip
+    merged = run_git(w.repo, "merge-base", "--is-ancestor", w.branch, target,
+                     env=env).returncode == 0  # fmt: skip
     if merged:
         git(w.repo, "branch", "-D", w.branch, env=env)
     return merged

@@ -1,4 +1,12 @@
-"""A git repository as run-agent reads it: HEAD, branches, and the commits made since a base."""
+"""A git repository as run-agent reads it: HEAD, branches, and the commits made since a base.
+
+Every git command run-agent runs goes through `run_git`, with the settings of `HOST_CONFIG` on
+its command line (they win over every config file): hooks, a file system monitor, signature
+checks, automatic gc and submodule recursion are off, whatever a repository's config says. A
+working tree an agent wrote is never asked where its git folder is (its `.git` file or folder,
+a `commondir` in it, can point at one of the agent's making): commands there name the folders
+(`GitDirs`) read before the agent ran, or written down by the supervisor.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +24,56 @@ READY_MARKER_VARIABLE = "COCODE_READY_MARKER"
 
 class GitError(RunAgentError):
     """A git command that failed: the message carries the command and what git said."""
+
+
+# What a repository's config (or an agent that wrote one) could make git run on the host.
+HOST_CONFIG = (
+    "core.hooksPath=/dev/null",  # no hook runs: not one of the repository's, not a planted one
+    "core.fsmonitor=false",  # a program git would start to list changed files
+    "core.pager=cat",
+    "log.showSignature=false",  # gpg.program
+    "merge.verifySignatures=false",
+    "submodule.recurse=false",  # a submodule's git folder is the agent's to write
+    "status.submoduleSummary=false",
+    "diff.ignoreSubmodules=dirty",
+    "gc.auto=0",  # no `git gc --auto` left running after a command
+    "maintenance.auto=false",
+    "protocol.ext.allow=never",  # a URL of .gitmodules that runs a command
+)
+_HOST_ARGS = tuple(a for setting in HOST_CONFIG for a in ("-c", setting))
+# Variables that name a repository (set by whatever started run-agent, a hook that runs it):
+# never meant for the repositories run-agent works in. The user's GIT_CONFIG_* settings stay.
+_LOCATION = ("GIT_DIR", "GIT_COMMON_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
+             "GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_NAMESPACE",
+             "GIT_EXTERNAL_DIFF")  # fmt: skip
+
+
+@record
+class GitDirs:
+    """Where a working tree's repository is, named rather than found: its git folder, the
+    common folder (the repository's, for a linked worktree), and the working tree."""
+
+    git_dir: Path
+    common_dir: Path
+    work_tree: Path
+
+    @classmethod
+    def of(cls, folder: Path, env: Mapping[str, str] | None = None) -> GitDirs:
+        """The folders of the checkout `folder` is in, as git finds them now (call it before
+        an agent works there). A git folder that is a folder of the working tree (not a linked
+        worktree's) is its own common folder, whatever a `commondir` in it says."""
+        out = git(folder, "rev-parse", "--path-format=absolute", "--absolute-git-dir",
+                  "--git-common-dir", "--show-toplevel", env=env).splitlines()  # fmt: skip
+        if len(out) != 3:
+            raise GitError(f"`git rev-parse` in {folder} said {out!r}: not a working tree")
+        own, common, top = (Path(line) for line in out)
+        if (top / ".git").is_dir() and (top / ".git").resolve() == own.resolve():
+            common = own
+        return cls(own, common, top)
+
+    def environment(self) -> dict[str, str]:
+        return {"GIT_DIR": str(self.git_dir), "GIT_COMMON_DIR": str(self.common_dir),
+                "GIT_WORK_TREE": str(self.work_tree)}  # fmt: skip
 
 
 @record
@@ -37,39 +95,45 @@ class Checkout:
     base: str
     branch: str | None = None
     repo: Path | None = None  # the repository's main working tree, when `folder` is a worktree
+    dirs: GitDirs | None = None  # its repository's folders, named in every command (None: found)
 
     @classmethod
-    def at(cls, folder: Path, base: str | None = None) -> Checkout:
+    def at(cls, folder: Path, base: str | None = None, dirs: GitDirs | None = None) -> Checkout:
         """The checkout of `folder`, its base `base` or else its HEAD now; a folder that is not
-        in a git repository (or one without a commit) is a UsageError naming it."""
+        in a git repository (or one without a commit) is a UsageError naming it. Its folders
+        are `dirs` (a record's), or as found now, before an agent works there."""
         try:
-            top = Path(git(folder, "rev-parse", "--show-toplevel"))
+            dirs = dirs or GitDirs.of(folder)
         except GitError:
             raise UsageError(
                 f"{folder} is not in a git repository; completion by ready marker reads its "
                 "commits: run in a repository (or use --issue with --repo)"
             ) from None
-        start = base or head(top)
+        top = dirs.work_tree
+        start = base or head(top, dirs)
         if start is None:
             raise UsageError(f"the repository at {top} has no commit yet; commit something first")
-        return cls(top, start, branch(top), main_working_tree(top))
+        return cls(top, start, branch(top, dirs), main_working_tree(top, dirs=dirs), dirs)
 
     def head(self) -> str | None:
-        return head(self.folder)
+        return head(self.folder, self.dirs)
 
     def commits(self) -> list[Commit]:
         """The commits reachable from HEAD but not from the base, newest first."""
-        return commits_between(self.folder, self.base, "HEAD")
+        return commits_between(self.folder, self.base, "HEAD", self.dirs)
 
     def find(self, marker: str) -> Commit | None:
         """The newest commit since the base whose message carries `marker`, if any."""
         return next((c for c in self.commits() if marker in c.message), None)
 
 
-def git(folder: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True) -> str:
+def git(
+    folder: Path, *args: str, env: Mapping[str, str] | None = None, check: bool = True,
+    dirs: GitDirs | None = None,
+) -> str:  # fmt: skip
     """Run `git -C folder ARGS`; its stdout without the final newline. A failure is a GitError
     with git's own words (unless `check` is off: then the output, whatever the exit)."""
-    done = run_git(folder, *args, env=env)
+    done = run_git(folder, *args, env=env, dirs=dirs)
     if check and done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
         raise GitError(f"`git {' '.join(args)}` in {folder} failed: {' / '.join(said)}")
@@ -77,25 +141,53 @@ def git(folder: Path, *args: str, env: Mapping[str, str] | None = None, check: b
 
 
 def run_git(
-    folder: Path, *args: str, env: Mapping[str, str] | None = None
+    folder: Path,
+    *args: str,
+    env: Mapping[str, str] | None = None,
+    dirs: GitDirs | None = None,
+    config: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
     """`git -C folder ARGS` as it ended, for a caller that reads its exit code (a conflict, an
-    ancestry); never a prompt for credentials."""
-    try:
-        return subprocess.run(
-            ["git", "-C", str(folder), *args],
-            capture_output=True,
-            text=True,
-            env={**os.environ, **(env or {}), "GIT_TERMINAL_PROMPT": "0"},
-            stdin=subprocess.DEVNULL,
-        )
-    except FileNotFoundError:
-        raise MissingDependencyError("git not found on PATH; install git") from None
+    ancestry); never a prompt for credentials, never a program of the repository's (see the
+    module), and in the repository `dirs` names when given. `config`: more settings (`k=v`)."""
+    return subprocess.run(
+        host_argv(folder, *args, config=config), capture_output=True, text=True,
+        env=host_env(env, dirs), stdin=subprocess.DEVNULL,
+    )  # fmt: skip
 
 
-def main_working_tree(folder: Path, env: Mapping[str, str] | None = None) -> Path:
+def host_argv(folder: Path, *args: str, config: Sequence[str] = ()) -> list[str]:
+    """The argv of `git ARGS` in `folder` as run-agent runs it on the host."""
+    extra = [a for setting in config for a in ("-c", setting)]
+    return [_git_program(), "-C", str(folder), *_HOST_ARGS, *extra, *args]
+
+
+def host_env(env: Mapping[str, str] | None, dirs: GitDirs | None) -> dict[str, str]:
+    """The environment of a git run-agent runs: `env` over its own, without a repository of
+    anyone else's naming, with `dirs`' when given."""
+    merged = {**os.environ, **(env or {})}
+    for name in _LOCATION:
+        if name != "GIT_INDEX_FILE" or name not in (env or {}):  # save_diff's own index stays
+            merged.pop(name, None)
+    return {**merged, **(dirs.environment() if dirs else {}), "GIT_TERMINAL_PROMPT": "0"}
+
+
+def _git_program() -> str:
+    import shutil
+
+    found = shutil.which("git")
+    if found is None:
+        raise MissingDependencyError("git not found on PATH; install git")
+    return found
+
+
+def main_working_tree(
+    folder: Path, env: Mapping[str, str] | None = None, dirs: GitDirs | None = None
+) -> Path:
     """The main working tree of the repository `folder` is in (its git folder when bare); a
     folder outside any repository is a UsageError naming it."""
+    if dirs is not None:
+        return dirs.common_dir.parent
     try:
         common = git(folder, "rev-parse", "--path-format=absolute", "--git-common-dir", env=env)
     except GitError:
@@ -105,25 +197,26 @@ def main_working_tree(folder: Path, env: Mapping[str, str] | None = None) -> Pat
     return Path(common).parent
 
 
-def head(folder: Path) -> str | None:
+def head(folder: Path, dirs: GitDirs | None = None) -> str | None:
     """The commit HEAD names, or None (no commit yet, or not a repository)."""
     try:
-        return git(folder, "rev-parse", "--verify", "--quiet", "HEAD^{commit}") or None
+        return git(folder, "rev-parse", "--verify", "--quiet", "HEAD^{commit}", dirs=dirs) or None
     except GitError:
         return None
 
 
-def branch(folder: Path) -> str | None:
+def branch(folder: Path, dirs: GitDirs | None = None) -> str | None:
     """The branch checked out in `folder`; None when HEAD is detached."""
     try:
-        return git(folder, "symbolic-ref", "--quiet", "--short", "HEAD") or None
+        return git(folder, "symbolic-ref", "--quiet", "--short", "HEAD", dirs=dirs) or None
     except GitError:
         return None
 
 
-def commits_between(folder: Path, base: str, tip: str) -> list[Commit]:
+def commits_between(folder: Path, base: str, tip: str, dirs: GitDirs | None = None) -> list[Commit]:
     """The commits of `base..tip`, newest first, with their whole messages."""
-    text = git(folder, "log", "-z", "--format=%H%n%B", f"{base}..{tip}", "--")
+    text = git(folder, "log", "-z", "--no-show-signature", "--format=%H%n%B", f"{base}..{tip}",
+               "--", dirs=dirs)  # fmt: skip
     commits = []
     for entry in text.split("\0"):
         sha, _, message = entry.strip("\n").partition("\n")
@@ -132,9 +225,11 @@ def commits_between(folder: Path, base: str, tip: str) -> list[Commit]:
     return commits
 
 
-def dirty(folder: Path) -> bool:
-    """Whether the working tree has changes (tracked or untracked, ignored files aside)."""
-    return bool(git(folder, "status", "--porcelain", "--untracked-files=normal"))
+def dirty(folder: Path, dirs: GitDirs | None = None) -> bool:
+    """Whether the working tree has changes (tracked or untracked, ignored files aside; in a
+    submodule, only a change of its commit)."""
+    return bool(git(folder, "status", "--porcelain", "--untracked-files=normal",
+                    "--ignore-submodules=dirty", dirs=dirs))  # fmt: skip
 
 
 def short(sha: str | None) -> str:

@@ -25,6 +25,7 @@ from runagent.issues.repository import (
     READY_MARKER_VARIABLE,
     Checkout,
     Commit,
+    GitDirs,
     git,
     main_working_tree,
 )
@@ -171,12 +172,36 @@ def open_worktree(
         _create(task, tree, repo, env, issue)
     elif entry.locked is not None:  # a loop that died holding it: we hold the task lock now
         git(repo, "worktree", "unlock", str(path), env=env, check=False)
+    dirs = tree_dirs(task, env)
     if (path / ".gitmodules").exists():
-        git(path, "submodule", "update", "--init", "--recursive", env=env)
+        git(path, "submodule", "update", "--init", "--recursive", env=env, dirs=dirs)
     _setup(task, tree.setup, env, setup_timeout)
     reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
     git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
-    return Checkout.at(path)
+    return Checkout.at(path, dirs=dirs)
+
+
+def tree_dirs(task: TaskPaths, env: Mapping[str, str]) -> GitDirs | None:
+    """The git folders of the task's worktree as the supervisor wrote them down when it made it
+    (never as its `.git` file says: the agent writes that); None for a task with no worktree.
+    A record older than these fields: found in the repository's list of its worktrees."""
+    record = taskfolder.read_worktree_record(task)
+    if not record.get("repo"):
+        return None
+    if record.get("git_dir") and record.get("common_dir"):
+        return GitDirs(Path(str(record["git_dir"])), Path(str(record["common_dir"])),
+                       task.worktree)  # fmt: skip
+    repo = Path(str(record["repo"]))
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir", env=env))
+    target = os.path.realpath(task.worktree / ".git")
+    for admin in sorted((common / "worktrees").glob("*")):
+        try:
+            named = (admin / "gitdir").read_text(encoding="utf-8").strip()
+        except OSError:
+            continue
+        if os.path.realpath(named) == target:
+            return GitDirs(admin, common, task.worktree)
+    raise RunAgentError(f"{task.worktree} is not a worktree of {repo} (git does not list it)")
 
 
 def close_worktree(task: TaskPaths, tree: Tree, env: Mapping[str, str]) -> None:
@@ -241,6 +266,7 @@ def _create(
     branch = fresh_branch(repo, name, env)
     into = _branch_of(tree.repo if tree.base else repo, start, env)
     git(repo, "worktree", "add", "--quiet", "-b", branch, str(task.worktree), fork, env=env)
+    dirs = GitDirs.of(task.worktree, env)  # before any agent: what every later command names
     taskfolder.write_worktree_record(
         task,
         {
@@ -255,6 +281,8 @@ def _create(
             "fork": fork,
             "created": runfolder.timestamp(),
             "setup_done": not tree.setup,
+            "git_dir": str(dirs.git_dir),
+            "common_dir": str(dirs.common_dir),
         },
     )
 
@@ -331,9 +359,11 @@ def progress(
         return None
     marker = env.get(READY_MARKER_VARIABLE) or DEFAULT_READY_MARKER
     commits: list[Commit] = []
+    dirs: GitDirs | None = None
     if base and folder.is_dir():
         try:
-            commits = Checkout(folder, base).commits()
+            dirs = tree_dirs(task, env) if record else _recorded_dirs(latest)
+            commits = Checkout(folder, base, dirs=dirs).commits()
         except RunAgentError:  # the folder or the base is gone: nothing to show
             commits = []
     seen = next((c for c in commits if marker in c.message), None)
@@ -349,21 +379,31 @@ def progress(
         "ready_marker": marker,
         "marker_seen": seen is not None,
         "marker_commit": seen.sha if seen else None,
-        **(_branch_work(record, folder, env) if record else {}),
+        **(_branch_work(record, folder, env, dirs) if record else {}),
     }
 
 
+def _recorded_dirs(latest: RunInfo | None) -> GitDirs:
+    """The git folders of a plain run's checkout, found in its working folder (the sandbox
+    keeps its agent from replacing its `.git`; a `commondir` in a `.git` folder is not followed)."""
+    if latest is None:
+        raise RunAgentError("no run to read a checkout from")
+    return GitDirs.of(Path(latest.cwd))
+
+
 def _branch_work(
-    record: Mapping[str, object], folder: Path, env: Mapping[str, str]
+    record: Mapping[str, object], folder: Path, env: Mapping[str, str], dirs: GitDirs | None
 ) -> dict[str, object]:
     """A worktree's branch against where it forked, for the page's merge: the branch it goes
     back into, its commits since the fork, the diff stat, and whether it was merged or pushed."""
     fork = str(record.get("fork") or "")
     ahead, stat = 0, ""
-    if fork and folder.is_dir():
-        count = git(folder, "rev-list", "--count", f"{fork}..HEAD", env=env, check=False)
+    if fork and folder.is_dir() and dirs is not None:
+        count = git(folder, "rev-list", "--count", f"{fork}..HEAD", env=env, check=False,
+                    dirs=dirs)  # fmt: skip
         ahead = int(count) if count.isdigit() else 0
-        stat = git(folder, "diff", "--shortstat", fork, "HEAD", env=env, check=False).strip()
+        stat = git(folder, "diff", "--no-ext-diff", "--no-textconv", "--shortstat", fork, "HEAD",
+                   env=env, check=False, dirs=dirs).strip()  # fmt: skip
     return {
         "fork_commit": fork or None, "into": record.get("into"), "ahead": ahead,
         "diffstat": stat, "merged": record.get("merged"), "pushed": record.get("pushed"),

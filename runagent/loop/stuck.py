@@ -21,10 +21,15 @@ import subprocess
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from runagent.errors import RunAgentError
 from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.runinfo import RunInfo, RunStatus
+
+if TYPE_CHECKING:
+    from runagent.issues.repository import GitDirs
 
 TAIL_BYTES = 8192  # of stdout and of stderr, read for a failure's signature
 TAIL_LINES = 20  # non-empty lines compared
@@ -68,18 +73,22 @@ class Progress:
     began_ns: int  # the attempt's start, as file times count
     git: str | None  # HEAD and the uncommitted changes, digested; None: not a git working tree
     skip: tuple[Path, ...] = ()  # not looked at (the runs root, when it lies inside)
+    dirs: GitDirs | None = None  # the checkout's git folders, named (None: found in `folder`)
 
     @classmethod
-    def before(cls, folder: Path, env: Mapping[str, str], skip: tuple[Path, ...] = ()) -> Progress:
+    def before(
+        cls, folder: Path, env: Mapping[str, str], skip: tuple[Path, ...] = (),
+        dirs: GitDirs | None = None,
+    ) -> Progress:  # fmt: skip
         # File times come from a coarser clock than time_ns(): a write just after this
         # instant may be stamped a few milliseconds before it.
         began = time.time_ns() - CLOCK_SLACK_NS
-        return cls(folder, began, _git_state(folder, env, skip), skip)
+        return cls(folder, began, _git_state(folder, env, skip, dirs), skip, dirs)
 
     def changed(self, env: Mapping[str, str]) -> bool:
         """Whether the attempt changed the folder (committed, edited, or wrote any file)."""
         if self.git is not None:
-            return _git_state(self.folder, env, self.skip) != self.git
+            return _git_state(self.folder, env, self.skip, self.dirs) != self.git
         return _written_since(self.folder, self.began_ns, self.skip)
 
     def how(self) -> str:
@@ -87,21 +96,27 @@ class Progress:
         return "same commit and diff" if self.git is not None else "no file written"
 
 
-def _git_state(folder: Path, env: Mapping[str, str], skip: tuple[Path, ...]) -> str | None:
+def _git_state(
+    folder: Path, env: Mapping[str, str], skip: tuple[Path, ...], dirs: GitDirs | None
+) -> str | None:
     """A digest of HEAD, the status and the diff of the working tree at `folder`, but for the
     folders in `skip` that lie inside it; None when it is not one (or git cannot tell)."""
     inside = [os.path.relpath(p, folder) for p in skip if _within(p, folder)]
     paths = ["--", ".", *(f":(exclude){p}" for p in inside)]
     digest = hashlib.sha256()
+    from runagent.issues.repository import host_argv, host_env
+
     for args in (["rev-parse", "--is-inside-work-tree", "HEAD"],
-                 ["status", "--porcelain=v1", "--untracked-files=all", *paths],
-                 ["diff", "HEAD", "--no-ext-diff", "--binary", *paths]):  # fmt: skip
+                 ["status", "--porcelain=v1", "--untracked-files=all",
+                  "--ignore-submodules=dirty", *paths],
+                 ["diff", "HEAD", "--no-ext-diff", "--no-textconv", "--ignore-submodules=dirty",
+                  "--binary", *paths]):  # fmt: skip
         try:
             done = subprocess.run(
-                ["git", "-C", str(folder), *args], env=dict(env), stdin=subprocess.DEVNULL,
+                host_argv(folder, *args), env=host_env(env, dirs), stdin=subprocess.DEVNULL,
                 capture_output=True, timeout=GIT_TIMEOUT, check=False,
             )  # fmt: skip
-        except (OSError, subprocess.TimeoutExpired):
+        except (OSError, subprocess.TimeoutExpired, RunAgentError):
             return None
         if done.returncode != 0:
             return None

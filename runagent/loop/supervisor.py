@@ -32,7 +32,7 @@ from runagent.store.pids import process_start_time
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
 
 if TYPE_CHECKING:  # loops in a worktree import its handling when one starts
-    from runagent.issues.repository import Checkout
+    from runagent.issues.repository import Checkout, GitDirs
 
 _DOCTOR = "`run-agent doctor` checks what is missing"
 _Ending = tuple[Outcome, str]  # how the loop ends, and the message that says why
@@ -75,6 +75,8 @@ class Supervisor:
         self.task = request.task
         self.on_event = on_event or (lambda event: None)
         self.stop_signal = StopSignal()
+        self._plain_dirs: GitDirs | None = None  # a plain checkout's (for stuck detection)
+        self._plain_looked = False
         pid = os.getpid()
         self._lent = Supervision(
             request=request,
@@ -278,8 +280,19 @@ class Supervisor:
         if not self.settings.stuck_after:
             return None
         r = self._lent.request
-        folder = r.checkout.folder if r.checkout is not None else r.working_dir
-        return stuck.Progress.before(folder, r.base_env, skip=(self.task.root,))
+        checkout = r.checkout or getattr(self._lent.rule, "checkout", None)
+        if checkout is not None:  # its git folders were named before any agent worked there
+            return stuck.Progress.before(checkout.folder, r.base_env, (self.task.root,),
+                                         checkout.dirs)  # fmt: skip
+        if not self._plain_looked:  # found once, before this loop's first attempt
+            from runagent import errors
+            from runagent.issues.repository import GitDirs
+
+            self._plain_looked = True
+            with contextlib.suppress(errors.RunAgentError, OSError):
+                self._plain_dirs = GitDirs.of(r.working_dir, r.base_env)
+        return stuck.Progress.before(r.working_dir, r.base_env, (self.task.root,),
+                                     self._plain_dirs)  # fmt: skip
 
     def _stuck(
         self, ended: Ended, tally: _Tally, progress: stuck.Progress | None

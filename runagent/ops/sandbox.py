@@ -116,17 +116,21 @@ def _arguments(workspace: Path, cwd: Path) -> list[str]:
 def git_arguments(workspace: Path) -> list[str]:
     """A workspace that is a git checkout keeps git working, and git's own code out of reach.
 
-    A linked worktree (an issue run's) keeps its repository in a `.git` file's `gitdir:`, outside
-    the workspace: its folder and the repository's common folder are bound read-write, so `git
-    commit` works there as in any checkout. In every checkout, `hooks/` and `config` are bound
-    read-only over themselves: they run on the host the next time anyone uses git there
-    (`core.hooksPath`, `core.fsmonitor`), so a command in the sandbox must not write them.
+    A linked worktree keeps its repository in a `.git` file's `gitdir:`, outside the workspace:
+    its folder and the repository's common folder are bound read-write, so `git commit` works
+    there as in any checkout. Bound read-only over themselves, because git on the host would
+    follow or run them the next time anyone uses it there: in every git folder `hooks/` (made,
+    empty, where there is none, so that none can be planted) and `config`; a linked worktree's
+    `.git` file and its folder's `commondir` and `gitdir` (which say where the repository is).
+    A `.git` folder is bound over itself, so that it cannot be moved aside for one of the
+    command's making.
     """
     dot_git = workspace / ".git"
+    pins: list[Path] = []
     try:
-        if dot_git.is_dir():
+        if dot_git.is_dir() and not dot_git.is_symlink():
             folders = [dot_git]
-        elif dot_git.is_file():
+        elif dot_git.is_file() and not dot_git.is_symlink():
             text = dot_git.read_text(encoding="utf-8", errors="replace")[:4096]
             line = next((s for s in text.splitlines() if s.startswith("gitdir:")), None)
             if line is None:
@@ -139,19 +143,25 @@ def git_arguments(workspace: Path) -> list[str]:
                 else own
             )
             folders = [common, own] if common != own else [own]
+            pins = [dot_git, own / "commondir", own / "gitdir"]
         else:
             return []
+        for folder in folders:
+            if folder.is_dir() and not (folder / "hooks").exists():
+                (folder / "hooks").mkdir()
     except OSError:
         return []
     args: list[str] = []
     for folder in folders:
         if folder.is_dir() and not folder.is_relative_to(workspace):
             args += ["--bind", str(folder), str(folder)]
+    if dot_git.is_dir():
+        args += ["--bind", str(dot_git), str(dot_git)]
     for folder in dict.fromkeys(folders):
-        for name in ("hooks", "config"):
-            path = folder / name
-            if path.exists() and not path.is_symlink():
-                args += ["--ro-bind", str(path), str(path)]
+        pins += [folder / "hooks", folder / "config"]
+    for path in pins:
+        if path.exists() and not path.is_symlink():
+            args += ["--ro-bind", str(path), str(path)]
     return args
 
 

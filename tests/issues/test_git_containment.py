@@ -1,0 +1,172 @@
+"""Git on the host never runs what a sandboxed agent wrote: a worktree agent under real bubblewrap
+plants hooks, a file system monitor and git folders of its own making (a `commondir`, a `.git`
+file), and every git command run-agent runs after it (the ready marker's check, stuck detection,
+`status`, `worktrees`, `merge`), and the user's own next commit, runs none of it. Each planted
+program appends to a file outside the sandbox's reach, so only a run on the host is counted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from runagent.errors import ExitCode
+from runagent.ops.sandbox import Bwrap
+from tests.conftest import Workspace
+from tests.gitrepo import GIT_ENV, commit, git, make_repo
+
+pytestmark = pytest.mark.skipif(
+    Bwrap(Path("/")).problem() is not None, reason="bubblewrap cannot run here"
+)
+
+HOOKS = (
+    "pre-commit prepare-commit-msg commit-msg post-commit pre-merge-commit post-merge "
+    "post-checkout reference-transaction pre-auto-gc post-rewrite pre-push post-index-change "
+    "fsmonitor-watchman"
+)
+
+
+def planter(runs: Path) -> str:
+    """The shell of an agent that writes `program` (which counts its runs in `runs`) into
+    every hook folder it can reach, and a function to plant config pointing at it."""
+    return f"""
+program='#!/bin/sh
+echo "$0 $*" >> {runs} 2>/dev/null
+exit 0'
+common=$(git rev-parse --path-format=absolute --git-common-dir)
+own=$(git rev-parse --absolute-git-dir)
+plant() {{
+  mkdir -p "$1" 2>/dev/null
+  for h in {HOOKS}; do
+    printf '%s\\n' "$program" > "$1/$h" 2>/dev/null && chmod +x "$1/$h" 2>/dev/null
+  done
+}}
+evil_config() {{
+  printf '[core]\\n\\tfsmonitor = %s\\n\\thooksPath = %s\\n[diff]\\n\\texternal = %s\\n' \\
+    "$1/hooks/post-commit" "$1/hooks" "$1/hooks/post-commit"
+}}
+plant "$common/hooks"
+plant "$own/hooks"
+git config core.fsmonitor "$common/hooks/post-commit" 2>/dev/null
+git config core.hooksPath "$own/hooks" 2>/dev/null
+"""
+
+
+def sandboxed_worktree(ws: Workspace, shell: str, *args: str) -> Path:
+    """A repository with no hooks folder, a sandboxed worktree agent that commits its work with
+    the ready marker and then runs `shell`; the repository once its task has completed."""
+    repo = make_repo(ws.path / "repo")
+    commit(repo, "the shared file", name="shared.txt", text="original\n")
+    common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
+    subprocess.run(["rm", "-rf", str(common / "hooks")], check=True)
+    ws.write_config(["--ready-from", "1", "--shell", shell], env=GIT_ENV, max_restarts=0,
+                    until="ready-marker")  # fmt: skip
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["fake"]["sandbox"] = "bwrap"
+    ws.config.write_text(yaml.safe_dump(data))
+    done = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "t",
+                    "--worktree", "--stuck-after", "2", *args, "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    runs = ws.task("p", "t").folder / "runs"
+    said = [(r / "agent-stderr.txt").read_text() for r in runs.iterdir()] if runs.is_dir() else []
+    assert done.returncode == ExitCode.COMPLETED, (done.stderr, said)
+    return repo
+
+
+def host_commands(ws: Workspace, repo: Path) -> subprocess.CompletedProcess[str]:
+    """What a user does next: status, worktrees, merge, and a commit of their own; the merge."""
+    env = {**os.environ, **GIT_ENV}
+    base = ws.cli_argv("--config", str(ws.config), "--root", str(ws.root))
+    for args in (["status", "-p", "p", "-t", "t", "--json"], ["worktrees"]):
+        subprocess.run([*base, *args], cwd=repo, env=env, capture_output=True, timeout=60)
+    merged = subprocess.run([*base, "merge", "-p", "p", "-t", "t"], cwd=repo, env=env,
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    commit(repo, "the user's own next commit", name="mine.txt")
+    return merged
+
+
+def test_hooks_and_config_a_worktree_agent_plants_never_run_on_the_host(
+    ws_outside: Workspace,
+) -> None:
+    ws = ws_outside
+    runs = ws.path / "host-runs"
+    shell = (
+        planter(runs)
+        + """
+evil="$own/evil-common"
+mkdir -p "$evil" && ln -s "$common/objects" "$evil/objects" && ln -s "$common/refs" "$evil/refs"
+cp "$common/HEAD" "$evil/HEAD"; cp "$common/packed-refs" "$evil/packed-refs" 2>/dev/null
+plant "$evil/hooks"
+evil_config "$evil" > "$evil/config"
+evil_config "$evil" > "$own/config.worktree"
+echo "$evil" > "$own/commondir" 2>/dev/null
+true
+"""
+    )
+    repo = sandboxed_worktree(ws, shell)
+    merged = host_commands(ws, repo)
+    assert merged.returncode == 0, merged.stderr
+    assert not runs.exists(), runs.read_text()
+    assert "fake-agent-work.txt" in git(repo, "ls-files")  # the work came back
+
+
+def test_a_git_file_pointing_at_a_git_folder_of_the_agents_making_is_never_followed(
+    ws_outside: Workspace,
+) -> None:
+    ws = ws_outside
+    runs = ws.path / "host-runs"
+    shell = (
+        planter(runs)
+        + """
+evil="$PWD/.evil"
+git clone -q --bare --shared "$common" "$evil"
+git --git-dir="$evil" symbolic-ref HEAD "$(git symbolic-ref HEAD)"
+plant "$evil/hooks"
+evil_config "$evil" >> "$evil/config"
+printf 'gitdir: %s\\n' "$evil" > .git
+true
+"""
+    )
+    repo = sandboxed_worktree(ws, shell)
+    host_commands(ws, repo)
+    assert not runs.exists(), runs.read_text()
+
+
+def test_host_commands_name_the_recorded_git_folder_whatever_the_git_file_says(
+    ws_outside: Workspace,
+) -> None:
+    """Whatever rewrites a worktree's `.git` file (here the test, as an unsandboxed agent
+    could), run-agent's own git commands there use the git folder it wrote down."""
+    ws = ws_outside
+    runs = ws.path / "host-runs"
+    repo = make_repo(ws.path / "repo")
+    ws.write_config(["--commit", "work"], env=GIT_ENV, max_restarts=0)
+    done = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "t",
+                    "--worktree", "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    tree = ws.task("p", "t").worktree
+    evil = ws.path / "evil.git"
+    git(ws.path, "clone", "-q", "--bare", "--shared", str(repo), str(evil))
+    monitor = evil / "monitor"
+    monitor.write_text(f'#!/bin/sh\necho "$0" >> {runs}\nexit 0\n')
+    monitor.chmod(0o755)
+    for hook in HOOKS.split():
+        (evil / "hooks" / hook).write_text(monitor.read_text())
+        (evil / "hooks" / hook).chmod(0o755)
+    with open(evil / "config", "a") as f:
+        f.write(
+            f"[core]\n\tfsmonitor = {monitor}\n\tbare = false\n[diff]\n\texternal = {monitor}\n"
+        )
+    (tree / ".git").write_text(f"gitdir: {evil}\n")
+    merged = host_commands(ws, repo)
+    assert merged.returncode == 0, merged.stderr
+    assert not runs.exists(), runs.read_text()
+    assert "fake-agent-work.txt" in git(repo, "ls-files")
