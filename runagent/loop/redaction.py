@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runagent.record import record
+from runagent.store.credentials import is_credential_name
 
 REDACTED = "[REDACTED]"
 # Shorter values are not redacted: blanking every "true" or "1234" would garble the text, and no
 # real key is that short.
 MIN_LENGTH = 6
-_CREDENTIAL_NAME = re.compile(
-    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.IGNORECASE
-)
-
-
-def is_credential_name(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential (…_API_KEY, …_TOKEN)."""
-    return bool(_CREDENTIAL_NAME.search(name))
+__all__ = ["REDACTED", "Redactor", "is_credential_name"]
 
 
 @record
