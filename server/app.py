@@ -28,6 +28,7 @@ from runagent.errors import RunAgentError, UsageError
 from runagent.loop.context import is_run_id, validate_id
 from runagent.paste import state as paste_state
 from runagent.store import runfolder, tasks
+from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import TaskPaths, within
 from server import detail, streams
 from server.actions import Actions
@@ -136,12 +137,13 @@ def _open_paths(settings: Settings) -> frozenset[str]:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    detail = scrub_urls(exc.detail) if isinstance(exc.detail, str) else exc.detail
+    return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _run_agent_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RunAgentError)
-    return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
+    return JSONResponse({"error": scrub_urls(str(exc))}, status_code=exc.http_status)
 
 
 class Api:

@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runagent.record import record
-from runagent.store.credentials import is_credential_name
+from runagent.store.credentials import is_credential_name, scrub_urls
 
 REDACTED = "[REDACTED]"
 # Shorter values are not redacted: blanking every "true" or "1234" would garble the text, and no
@@ -17,7 +17,8 @@ __all__ = ["REDACTED", "Redactor", "is_credential_name"]
 
 @record
 class Redactor:
-    """Replaces every occurrence of each secret by REDACTED; build it with `of`."""
+    """Replaces every occurrence of each secret by REDACTED, and every URL's password by `***`
+    (credentials.scrub_urls); build it with `of`."""
 
     secrets: tuple[str, ...] = ()
 
@@ -35,7 +36,7 @@ class Redactor:
     def __call__(self, text: str) -> str:
         for secret in self.secrets:
             text = text.replace(secret, REDACTED)
-        return text
+        return scrub_urls(text)
 
     def data(self, value: Any) -> Any:
         """`value` (JSON-like: dicts, lists, strings) with every string redacted."""

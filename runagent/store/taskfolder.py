@@ -7,7 +7,7 @@ import json
 from collections.abc import Mapping
 
 from runagent.errors import PromptConflictError
-from runagent.store import runfolder
+from runagent.store import credentials, runfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Usage
 
@@ -57,10 +57,12 @@ def read_task_settings(task: TaskPaths) -> dict[str, object]:
 
 def write_worktree_record(task: TaskPaths, record: Mapping[str, object]) -> None:
     """Write down a task's worktree: its repository, branch and base, and for an issue run the
-    issue (issue.yaml; a worktree run's is worktree.yaml)."""
+    issue (issue.yaml; a worktree run's is worktree.yaml). A URL in it (the issue's, a remote
+    pushed to) is written without its credentials."""
     task = runfolder.confine(task)
     path = task.issue_record if record.get("issue") else task.worktree_record
     text = runfolder.dump_yaml(dict(record), sort_keys=False, allow_unicode=True)
+    text = credentials.scrub_urls(text)
     runfolder.atomic_write(path, text)
 
 
