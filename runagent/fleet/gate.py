@@ -23,7 +23,7 @@ from runagent.config.settings import LimitsSettings
 from runagent.errors import AlreadyRunningError, BlockedError, StoppedError
 from runagent.fleet import depends
 from runagent.fleet.queue import Fleet, Turn, Waiting, decide, now
-from runagent.store.runfolder import TaskPaths
+from runagent.store.runfolder import TaskPaths, private
 
 POLL = 1.0  # seconds between looks when nothing under .fleet/ changed (a SIGKILLed holder)
 
@@ -183,7 +183,7 @@ def ensure_keeper(root: Path, env: Mapping[str, str] | None = None) -> None:
             return  # one runs
     finally:
         os.close(fd)
-    with open(fleet.folder / "keeper.log", "ab") as log:
+    with open(fleet.folder / "keeper.log", "ab", opener=private) as log:
         subprocess.run(
             [sys.executable, "-m", "runagent.fleet.keeper", "--detach", str(root.resolve())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", check=False,

@@ -198,9 +198,9 @@ def _hand_to_cluster(task: TaskPaths, argv: list[str], cwd: Path, env: dict[str,
     from runagent.executors.local import START_WAIT
     from runagent.store import runfolder
 
-    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
+    runfolder.make_task_folder(task)
     log = runfolder.supervisor_log_path(task)
-    with open(log, "ab") as out:
+    with open(log, "ab", opener=runfolder.private) as out:
         done = subprocess.run(
             [sys.executable, "-m", "runagent", *argv], cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,

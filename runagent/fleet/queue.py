@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from runagent.config.settings import LimitsSettings
 from runagent.record import record
 from runagent.store.pids import is_alive, process_start_time
-from runagent.store.runfolder import FLEET, TaskPaths
+from runagent.store.runfolder import FLEET, TaskPaths, make_folder
 
 T = TypeVar("T")
 FOLDER = FLEET  # in the runs root: an id may not start with '.', so no project is named so
@@ -289,7 +289,7 @@ class Fleet:
     @contextmanager
     def locked(self) -> Iterator[Fleet]:
         """Hold the fleet's lock (blocking) while reading, deciding and writing."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folder(self.root)
         self.folder.mkdir(exist_ok=True, mode=0o700)  # records may hold an environment
         self.slots.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.queue.mkdir(parents=True, exist_ok=True, mode=0o700)

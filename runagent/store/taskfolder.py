@@ -14,9 +14,9 @@ from runagent.store.runinfo import Usage
 
 def write_task_prompt(task: TaskPaths, prompt: str) -> None:
     """Write TASK.md once; an existing one is never overwritten."""
-    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
+    runfolder.make_task_folder(task)
     try:
-        with open(task.task_md, "x", encoding="utf-8") as f:
+        with open(task.task_md, "x", encoding="utf-8", opener=runfolder.private) as f:
             f.write(prompt)
     except FileExistsError:
         pass

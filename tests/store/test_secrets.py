@@ -3,10 +3,14 @@ keeps a secret variable's name, and a run's files are its owner's alone."""
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from runagent.store import credentials
-from tests.conftest import Workspace
+from runagent.store.lock import live_holder
+from tests.conftest import Workspace, wait_for
 
 SECRET = "hunter2-never-shown"
 
@@ -56,3 +60,42 @@ def test_a_worktree_record_keeps_a_url_without_its_password(ws: Workspace) -> No
     taskfolder.write_worktree_record(task, {"issue": 7, "url": f"https://u:{SECRET}@h/i/7"})
     assert SECRET not in task.issue_record.read_text()
     assert taskfolder.read_worktree_record(task)["url"] == "https://u:***@h/i/7"
+
+
+def modes(folder: Path) -> dict[str, str]:
+    """Each path under `folder` (itself included), relative, with its mode in octal."""
+    found = {".": oct(folder.stat().st_mode & 0o777)}
+    for path in folder.rglob("*"):
+        found[str(path.relative_to(folder))] = oct(path.lstat().st_mode & 0o777)
+    return found
+
+
+def test_a_run_s_files_are_its_owner_s_alone_whatever_the_umask(ws_outside: Workspace) -> None:
+    """The prompt, TASK.md, stdout and stderr (the same prompt, the agent's output), run-info,
+    output.md, the supervisor's log and every folder run-agent makes under the root, for a
+    loop in the foreground and one detached: files 0600, folders 0700, under a umask of 022."""
+    from runagent.service import Service, StartRequest
+
+    ws = ws_outside
+    ws.write_config(["--lines", "2"], max_restarts=0)
+    old = os.umask(0o022)
+    try:
+        done = ws.cli("job", "-p", "p", "-t", "fg", "the prompt")
+        assert done.returncode == 0, done.stderr
+        door = Service(ws.root, config_path=ws.config, workdir=ws.path)
+        door.start(StartRequest(ws.task("p", "bg"), "the prompt"))
+        wait_for(lambda: [r.status.value for r in ws.runs("p", "bg")] == ["completed"],
+                 what="the detached loop to end")  # fmt: skip
+        wait_for(lambda: live_holder(ws.task("p", "bg").lock) is None, what="its supervisor")
+    finally:
+        os.umask(old)
+    found = modes(ws.root)
+    for name in ("p/fg/TASK.md", "p/bg/supervisor.log"):
+        assert name in found, sorted(found)
+    run = next(n for n in found if n.startswith("p/fg/runs/") and n.count("/") == 3)
+    for name in ("prompt.md", "agent-stdout.txt", "agent-stderr.txt", "run-info.yaml",
+                 "output.md"):  # fmt: skip
+        assert f"{run}/{name}" in found, sorted(found)
+    folders = {n for n in found if (ws.root / n).is_dir()}
+    wrong = {n: m for n, m in found.items() if m != ("0o700" if n in folders else "0o600")}
+    assert not wrong, sorted(wrong.items())
