@@ -30,6 +30,7 @@ from runagent.paste import state as paste_state
 from runagent.store import runfolder, tasks
 from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import TaskPaths, within
+from runagent.store.tokens import Scope
 from server import detail, streams
 from server.actions import Actions
 from server.assets import STATIC, asset, page_file
@@ -179,7 +180,13 @@ class Api:
         return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__, "root": str(self.root)})
+        """Up, and its version; the runs root's path (a host path) only to a grant of the whole
+        root at admin scope (the api_key, an admin token of every project)."""
+        found: dict[str, Any] = {"status": "ok", "version": __version__}
+        grant = grant_of(request)
+        if grant.scope >= Scope.ADMIN and grant.projects is None:
+            found["root"] = str(self.root)
+        return JSONResponse(found)
 
     async def projects(self, request: Request) -> Response:
         reaches = grant_of(request).reaches
