@@ -40,6 +40,7 @@ from runagent.backend import (
     report_failure,
 )
 from runagent.record import record
+from runagent.store.credentials import scrub_urls
 
 RETRIES = 5
 BACKOFF_START = 1.0
@@ -286,9 +287,8 @@ class ChatCompletionsBackend(ChatBackend):
     def check(self) -> list[Finding]:
         finding = self.check_credentials()
         if finding.ok and "own login" in finding.what:  # an endpoint may need no key at all
-            finding = Finding(
-                True, f"no key configured: requests to {self.config.base_url} carry none"
-            )
+            where = scrub_urls(self.config.base_url or "")  # its password is never shown
+            finding = Finding(True, f"no key configured: requests to {where} carry none")
         return [finding]
 
 

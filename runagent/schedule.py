@@ -147,8 +147,8 @@ def locked_state(root: Path) -> Iterator[dict[str, ScheduleState]]:
     """The schedules' state, read afresh under an exclusive lock and written back when the block
     ends: every writer (the server's scheduler, `schedule run`, cron's `schedule now`) changes
     what is on disk now, never an older copy of it, so no one erases another's firing."""
-    root.mkdir(parents=True, exist_ok=True)
-    with open(runfolder.schedule_lock_path(root), "a+b") as lock:
+    runfolder.make_folder(root)
+    with open(runfolder.schedule_lock_path(root), "a+b", opener=runfolder.private) as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         state = load_state(root)
         yield state
@@ -156,7 +156,7 @@ def locked_state(root: Path) -> Iterator[dict[str, ScheduleState]]:
 
 
 def save_state(root: Path, state: Mapping[str, ScheduleState]) -> None:
-    root.mkdir(parents=True, exist_ok=True)
+    runfolder.make_folder(root)
     text = runfolder.dump_yaml({k: v.to_dict() for k, v in state.items()}, sort_keys=True)
     runfolder.atomic_write(runfolder.schedule_state_path(root), text)
 

@@ -350,13 +350,17 @@ class Service:
                     request.command.value, task, overrides, self.config_path, request.schedule,
                     request.again, on="ray" if on_ray else "local",
                 )  # fmt: skip
-                start = {"argv": argv, "cwd": str(self.workdir.resolve()), "env": dict(env)}
+                # On disk: the names of its secret variables, never their values (whoever
+                # starts it takes them from its own environment: keeper.py).
+                values, withheld = credentials.withhold(env, _secret_variables(config))
+                start = {"argv": argv, "cwd": str(self.workdir.resolve()), "env": values,
+                         "withheld": list(withheld)}  # fmt: skip
                 turn = gate.submit(
                     task, limits, self._agent_name(request, config), priority=request.priority,
                     after=after, start=start,
                 )  # fmt: skip
                 if not turn.go:
-                    gate.ensure_keeper(self.root)
+                    gate.ensure_keeper(self.root, env)
                     return control.Started(0, None, turn)
                 gated = True
             return control.start_detached(
@@ -551,3 +555,13 @@ class Service:
         if "paste" not in config.agents:
             agents.append({"name": "paste", "type": "paste", "model": None})
         return {"default": config.defaults.agent, "agents": agents}
+
+
+def _secret_variables(config: Config | None) -> tuple[str, ...]:
+    """The variables a config names as holding a secret, whatever their names look like: its
+    agents' `token_env`, the webhook's `secret_env`."""
+    if config is None:
+        return ()
+    named = [agent.token_env for agent in config.agents.values()]
+    named.append(config.notify.secret_env if config.notify is not None else None)
+    return tuple(name for name in named if name)

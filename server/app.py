@@ -28,7 +28,9 @@ from runagent.errors import RunAgentError, UsageError
 from runagent.loop.context import is_run_id, validate_id
 from runagent.paste import state as paste_state
 from runagent.store import runfolder, tasks
+from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import TaskPaths, within
+from runagent.store.tokens import Scope
 from server import detail, streams
 from server.actions import Actions
 from server.assets import STATIC, asset, page_file
@@ -136,12 +138,13 @@ def _open_paths(settings: Settings) -> frozenset[str]:
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse({"error": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    detail = scrub_urls(exc.detail) if isinstance(exc.detail, str) else exc.detail
+    return JSONResponse({"error": detail}, status_code=exc.status_code, headers=exc.headers)
 
 
 async def _run_agent_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RunAgentError)
-    return JSONResponse({"error": str(exc)}, status_code=exc.http_status)
+    return JSONResponse({"error": scrub_urls(str(exc))}, status_code=exc.http_status)
 
 
 class Api:
@@ -177,7 +180,13 @@ class Api:
         return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
     async def health(self, request: Request) -> Response:
-        return JSONResponse({"status": "ok", "version": __version__, "root": str(self.root)})
+        """Up, and its version; the runs root's path (a host path) only to a grant of the whole
+        root at admin scope (the api_key, an admin token of every project)."""
+        found: dict[str, Any] = {"status": "ok", "version": __version__}
+        grant = grant_of(request)
+        if grant.scope >= Scope.ADMIN and grant.projects is None:
+            found["root"] = str(self.root)
+        return JSONResponse(found)
 
     async def projects(self, request: Request) -> Response:
         reaches = grant_of(request).reaches

@@ -63,7 +63,7 @@ class Hub:
         return tail
 
     async def start(self) -> None:
-        self.root.mkdir(parents=True, exist_ok=True)
+        runfolder.make_folder(self.root)
         self._changed = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         ready = asyncio.Event()

@@ -39,6 +39,7 @@ from runagent.ops.runs import ids
 from runagent.ops.runtime import find_run
 from runagent.service import Service, StartRequest
 from runagent.store import runfolder, tasks
+from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import TaskPaths
 from runagent.store.tokens import ADMIN, Grant, Scope
 from server import bodies, detail, streams
@@ -359,7 +360,7 @@ def server(tools: Tools, grant: Callable[[ServerRequestContext[Any]], Grant]) ->
         try:
             text = await _in_thread(tools.read, grant(ctx), uri)
         except RunAgentError as exc:  # the client gets the one line, as a resource not found
-            raise MCPError(RESOURCE_NOT_FOUND, str(exc)) from None
+            raise MCPError(RESOURCE_NOT_FOUND, scrub_urls(str(exc))) from None
         return types.ReadResourceResult(
             contents=[types.TextResourceContents(uri=uri, mime_type="text/plain", text=text)]
         )
@@ -378,7 +379,8 @@ async def _in_thread(call: Callable[..., Any], *args: Any) -> Any:
 
 
 def _error(message: str) -> types.CallToolResult:
-    return types.CallToolResult(content=[types.TextContent(type="text", text=message)],
+    text = scrub_urls(message)  # a URL's password is never answered
+    return types.CallToolResult(content=[types.TextContent(type="text", text=text)],
                                 is_error=True)  # fmt: skip
 
 

@@ -267,7 +267,9 @@ def _quiet_stdout() -> None:
 
 
 def fail(message: str, code: ExitCode) -> NoReturn:
-    click.echo(f"run-agent: {message}", err=True)
+    from runagent.store.credentials import scrub_urls  # a URL's password is never printed
+
+    click.echo(f"run-agent: {scrub_urls(message)}", err=True)
     sys.exit(int(code))
 
 

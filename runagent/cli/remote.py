@@ -187,8 +187,9 @@ class Follower:
         mine = next((w for w in records if w.label == self.task.label), None)
         if mine is None or mine.blocked is None:
             return False
-        self.console.say(f"task {self.task.label} is blocked: it {mine.blocked}; "
-                         "`run-agent resume` starts it once that task has completed")  # fmt: skip
+        then = "; `run-agent resume` starts it once that task has completed"
+        self.console.say(f"task {self.task.label} is blocked: it {mine.blocked}"
+                         f"{then if mine.blocked.startswith('waits for') else ''}")  # fmt: skip
         return True
 
     def _by_latest_run(self) -> int:

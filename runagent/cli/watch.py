@@ -15,7 +15,7 @@ from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, setup
 from runagent.errors import ExitCode
 from runagent.loop.context import validate_id
-from runagent.store import follow, tasks
+from runagent.store import follow, runfolder, tasks
 
 HOME_AND_CLEAR = "\x1b[H\x1b[2J"
 
@@ -44,7 +44,7 @@ def watch(project_id: str | None, config_path: Path | None, root: Path | None) -
     """Show the tasks and their latest runs, updating in place until Ctrl-C."""
     s = setup(config_path, root)
     project = validate_id("project", project_id) if project_id else None
-    s.root.mkdir(parents=True, exist_ok=True)
+    runfolder.make_folder(s.root)
     live = sys.stdout.isatty()
     previous: list[str] = []
     # Ctrl-C is the way to leave: it sets `stop`, which the watcher checks at every step, so

@@ -46,6 +46,7 @@ from runagent.config.settings import (
     Until,
 )
 from runagent.errors import ConfigError
+from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import within
 
 CONFIG_NAME = "config.yaml"
@@ -438,7 +439,7 @@ def _notify(s: Section) -> NotifyConfig:
     s.only("command", "webhook", "secret_env", "on")
     webhook = s.string("webhook")
     if webhook is not None and not re.match(r"https?://", webhook):
-        raise ConfigError(f"{s.key('webhook')}: {webhook!r} is not an http(s) URL")
+        raise ConfigError(f"{s.key('webhook')}: {scrub_urls(webhook)!r} is not an http(s) URL")
     return NotifyConfig(
         command=s.argv("command"),
         webhook=webhook,

@@ -94,8 +94,8 @@ def spawn_local(
     holder = live_holder(task.lock)
     if holder is not None:
         raise AlreadyRunningError(already_running(task.label, holder))
-    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
-    with open(runfolder.supervisor_log_path(task), "ab") as out:
+    runfolder.make_task_folder(task)
+    with open(runfolder.supervisor_log_path(task), "ab", opener=runfolder.private) as out:
         return subprocess.Popen(
             [sys.executable, "-m", "runagent", *argv],
             cwd=cwd,

@@ -318,8 +318,7 @@ class HostAgent:
         since = spec.queued_since or runfolder.timestamp(spec.submitted)
         env = None if again else {**os.environ, QUEUED_SINCE: since}
         if spec.prompt is not None and taskfolder.read_task_prompt(task) is None:
-            task.folder.mkdir(parents=True, exist_ok=True)
-            taskfolder.write_task_prompt(task, spec.prompt)
+            taskfolder.write_task_prompt(task, spec.prompt)  # its folder made with it
         argv = localexecutor.loop_argv(
             spec.command, task, spec.overrides, spec.config_path, spec.schedule, spec.again
         )
@@ -360,9 +359,10 @@ class HostAgent:
             path = task.folder / relative
             if not runfolder.within(task.root, path) or path.exists():
                 continue
-            path.parent.mkdir(parents=True, exist_ok=True)
+            runfolder.make_folder(path.parent)
             tmp = path.with_name(f".{path.name}.seed")
-            tmp.write_bytes(data)
+            with open(tmp, "wb", opener=runfolder.private) as out:
+                out.write(data)
             os.replace(tmp, path)
 
     # Watching ---------------------------------------------------------------------------------
@@ -610,8 +610,8 @@ class _Home:
         path = (self.root / relative).resolve()
         if not path.is_relative_to(self.root):
             raise ValueError(f"{relative!r} is outside the runs root")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "r+b" if offset else "wb") as f:
+        runfolder.make_folder(path.parent)
+        with open(path, "r+b" if offset else "wb", opener=runfolder.private) as f:
             f.seek(offset)
             f.write(data)
 
@@ -635,9 +635,10 @@ class _Home:
         path = (self.root / relative).resolve()
         if not path.is_relative_to(self.root):
             raise ValueError(f"{relative!r} is outside the runs root")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        runfolder.make_folder(path.parent)
         fresh = path.with_name(f".{path.name}.mirror")
-        fresh.write_bytes(data)
+        with open(fresh, "wb", opener=runfolder.private) as out:
+            out.write(data)
         os.replace(fresh, path)
 
 

@@ -23,7 +23,7 @@ from runagent.config.settings import LimitsSettings
 from runagent.errors import AlreadyRunningError, BlockedError, StoppedError
 from runagent.fleet import depends
 from runagent.fleet.queue import Fleet, Turn, Waiting, decide, now
-from runagent.store.runfolder import TaskPaths
+from runagent.store.runfolder import TaskPaths, private
 
 POLL = 1.0  # seconds between looks when nothing under .fleet/ changed (a SIGKILLed holder)
 
@@ -152,7 +152,7 @@ def release(task: TaskPaths) -> None:
         return
     with fleet.locked():
         fleet.release(task)
-        detached = any(w.start is not None for w in fleet.waiting())
+        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
     if detached:
         ensure_keeper(task.root)
 
@@ -169,9 +169,10 @@ def dequeue(task: TaskPaths) -> Waiting | None:
     return record
 
 
-def ensure_keeper(root: Path) -> None:
-    """Start the keeper of `root`'s queue unless one runs. It detaches from this process (so
-    none is left for this one to reap) and exits once no detached task is queued."""
+def ensure_keeper(root: Path, env: Mapping[str, str] | None = None) -> None:
+    """Start the keeper of `root`'s queue unless one runs, with `env` (None: this process's),
+    whose secrets it gives the starts it makes. It detaches from this process (so none is left
+    for this one to reap) and exits once no detached task is queued that it could start."""
     fleet = Fleet(root)
     fleet.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(fleet.folder / "keeper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -182,11 +183,11 @@ def ensure_keeper(root: Path) -> None:
             return  # one runs
     finally:
         os.close(fd)
-    with open(fleet.folder / "keeper.log", "ab") as log:
+    with open(fleet.folder / "keeper.log", "ab", opener=private) as log:
         subprocess.run(
             [sys.executable, "-m", "runagent.fleet.keeper", "--detach", str(root.resolve())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", check=False,
-            start_new_session=True, timeout=60,
+            start_new_session=True, timeout=60, env=dict(env) if env is not None else None,
         )  # fmt: skip
 
 

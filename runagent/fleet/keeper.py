@@ -5,9 +5,12 @@ for all of them. It wakes when anything under `.fleet/` changes (a loop that end
 slot by removing a file) and at least once a second (a holder killed by SIGKILL removes
 nothing; its slot counts for nothing once its pid is gone, and a task waited for may have
 completed). Each record carries what its start needs (argv, folder, environment, the limits in
-force when it was queued), so the keeper needs no config of its own. It exits once no detached
-task is queued; whoever queues the next one, or ends a loop while one waits, starts it again
-(gate.ensure_keeper).
+force when it was queued), so the keeper needs no config of its own. A record keeps the names of
+its secret variables, never their values: the keeper gives the start its own values of them (it
+was started by whoever queued the first record, with that environment), and a start that needs
+one the keeper's environment does not set is blocked, saying which, never started without it. It
+exits once no detached task is queued that it could start; whoever queues the next one, or ends
+a loop while one waits, starts it again (gate.ensure_keeper).
 
     python -m runagent.fleet.keeper [--detach] ROOT
 """
@@ -18,12 +21,14 @@ import fcntl
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from runagent.errors import RunAgentError
 from runagent.fleet import depends, gate
 from runagent.fleet.queue import Fleet, Waiting, decide
 from runagent.loop.context import QUEUED_SINCE
+from runagent.store import credentials
 from runagent.store.runfolder import TaskPaths
 
 
@@ -62,16 +67,22 @@ def _due(fleet: Fleet) -> list[Waiting] | None:
     """The detached tasks whose turn has come, their slots taken for them (under the lock);
     None when no detached task is queued at all."""
     records = depends.refresh(fleet, fleet.waiting())
-    if not any(w.start is not None for w in records):
-        return None
+    if not any(w.start is not None and w.blocked is None for w in records):
+        return None  # a blocked one starts only when resumed, which starts a keeper again
     holders = fleet.holders()
-    due = []
+    due: list[Waiting] = []
     for waiting in [w for w in records if w.start is not None and w.eligible]:
         refused = _untrusted(fleet, waiting)
         if refused:  # never started: a record is what this process runs, and is checked so
             fleet.drop(TaskPaths(fleet.root, waiting.project, waiting.task))
             print(f"run-agent: dropped the queue record of {waiting.label}: {refused}",
                   file=sys.stderr, flush=True)  # fmt: skip
+            records.remove(waiting)
+            continue
+        missing = _environment(waiting)[1]
+        if missing:
+            _block(fleet, waiting, _lacks(missing))
+            records.remove(waiting)
             continue
         ahead = fleet.ahead_of(waiting, [w for w in records if w not in due])
         limits = waiting.limit_settings()
@@ -102,10 +113,48 @@ def _untrusted(fleet: Fleet, waiting: Waiting) -> str:
             return f"{what}: {exc.strerror}"
         if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             return f"{what} is not this user's alone (owner {st.st_uid}, mode {st.st_mode:o})"
-    argv = (waiting.start or {}).get("argv")
+    start = waiting.start or {}
+    argv = start.get("argv")
     if not isinstance(argv, list) or not argv or argv[0] not in STARTS:
         return f"its start {argv!r} is not a run-agent {' or '.join(STARTS)} command line"
+    if not isinstance(start.get("env"), dict) or not isinstance(start.get("withheld", []), list):
+        return "its environment is not a mapping of names to values with a list of names"
     return ""
+
+
+def _environment(waiting: Waiting) -> tuple[dict[str, str], tuple[str, ...]]:
+    """The environment a record's start runs with: the values it keeps, and those of its
+    secret variables (the names it keeps) from the keeper's own; and the names of those the
+    keeper's environment does not set."""
+    start = waiting.start or {}
+    values = {str(k): str(v) for k, v in dict(start.get("env") or {}).items()}
+    withheld = [str(name) for name in start.get("withheld") or ()]
+    return credentials.restore(values, withheld, os.environ)
+
+
+def _lacks(missing: tuple[str, ...]) -> str:
+    """Why a start that needs `missing` is blocked, as `blocked: ...` and `it ...` read it."""
+    names, them = ", ".join(missing), "it is" if len(missing) == 1 else "they are"
+    return (
+        f"needs {names}, which the environment of the queue's keeper does not set (a queued "
+        f"start keeps the names of its secret variables, not their values); resume it where "
+        f"{them} set"
+    )
+
+
+def _block(fleet: Fleet, waiting: Waiting, why: str) -> None:
+    """Leave a record in the queue, blocked for `why` (under the lock): listings show it, a
+    resume starts it again; said in keeper.log and the task's supervisor.log."""
+    from runagent.store import runfolder
+
+    fleet.put(replace(waiting, blocked=why))
+    line = f"run-agent: task {waiting.label} is blocked: it {why}"
+    print(line, file=sys.stderr, flush=True)
+    task = TaskPaths(fleet.root, waiting.project, waiting.task)
+    try:
+        runfolder.append_line(runfolder.supervisor_log_path(task), line)
+    except OSError:
+        pass
 
 
 def _start(fleet: Fleet, waiting: Waiting) -> None:
@@ -118,7 +167,7 @@ def _start(fleet: Fleet, waiting: Waiting) -> None:
     start = waiting.start or {}
     try:
         argv = [str(a) for a in start["argv"]]
-        cwd, env = Path(str(start["cwd"])), {str(k): str(v) for k, v in dict(start["env"]).items()}
+        cwd, env = Path(str(start["cwd"])), _environment(waiting)[0]
         env[QUEUED_SINCE] = waiting.submitted  # what its first run records (or its cluster's)
         if _executor_of(argv) == "ray":
             _hand_to_cluster(task, argv, cwd, env)
@@ -149,9 +198,9 @@ def _hand_to_cluster(task: TaskPaths, argv: list[str], cwd: Path, env: dict[str,
     from runagent.executors.local import START_WAIT
     from runagent.store import runfolder
 
-    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
+    runfolder.make_task_folder(task)
     log = runfolder.supervisor_log_path(task)
-    with open(log, "ab") as out:
+    with open(log, "ab", opener=runfolder.private) as out:
         done = subprocess.run(
             [sys.executable, "-m", "runagent", *argv], cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,

@@ -6,8 +6,9 @@ lock, so the cap holds whichever process starts a task.
   whose process is gone counts for nothing and is removed at the next look.
 - `queue/P@T.json`: a task waiting for a slot, or for the tasks it runs after: its place (seq,
   priority), and either the foreground run waiting in its own process (its pid) or, for a
-  detached start, how the keeper starts it: argv, folder and environment. Like at(1)'s jobs,
-  which keep their environment too, these files are readable by their owner only.
+  detached start, how the keeper starts it: argv, folder and environment, its secret variables
+  by name alone (credentials.withhold). Like at(1)'s jobs, these files are readable by their
+  owner only.
 - `cluster/P@T.json`: a task waiting in a Ray cluster's queue (its cap is the hosts' `agent_slot`,
   its order Ray's): no process waits for it, and this record only lets listings show it queued.
   It is judged, never trusted: it counts for nothing once the task holds its lock, a run of it
@@ -36,7 +37,7 @@ from typing import Any, TypeVar
 from runagent.config.settings import LimitsSettings
 from runagent.record import record
 from runagent.store.pids import is_alive, process_start_time
-from runagent.store.runfolder import FLEET, TaskPaths
+from runagent.store.runfolder import FLEET, TaskPaths, make_folder
 
 T = TypeVar("T")
 FOLDER = FLEET  # in the runs root: an id may not start with '.', so no project is named so
@@ -80,7 +81,7 @@ class Waiting:
     blocked: str | None = None  # why it will not start: a task it runs after did not complete
     waiter: int | None = None  # the pid of a foreground run waiting in its own process
     waiter_started: float | None = None
-    start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env}
+    start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env, withheld}
     limits: Mapping[str, Any] | None = None  # the limits in force when it was queued
     cluster: Mapping[str, Any] | None = None  # in a Ray cluster's queue: {group, needs}
 
@@ -288,7 +289,7 @@ class Fleet:
     @contextmanager
     def locked(self) -> Iterator[Fleet]:
         """Hold the fleet's lock (blocking) while reading, deciding and writing."""
-        self.root.mkdir(parents=True, exist_ok=True)
+        make_folder(self.root)
         self.folder.mkdir(exist_ok=True, mode=0o700)  # records may hold an environment
         self.slots.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.queue.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -21,6 +21,7 @@ from runagent.issues.repository import (
 )
 from runagent.loop.events import Outcome
 from runagent.record import record
+from runagent.store.credentials import scrub_urls
 
 # The protocol's exit codes, by how the loop ended (2 and 3 come from errors before it starts).
 OUTCOME_EXIT = {
@@ -69,7 +70,7 @@ class CocodeRequest:
 
     def prompt(self) -> str:
         """The agent's task: the issue, and how its work is taken."""
-        link = f" ({self.url})" if self.url else ""
+        link = f" ({scrub_urls(self.url)})" if self.url else ""
         return (
             f"Resolve issue #{self.number}{link} in the git repository you are in "
             f"({self.repo}). Commit your changes as you go. Exit 0 once the issue is resolved "

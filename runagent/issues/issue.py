@@ -9,6 +9,7 @@ from pathlib import Path
 from runagent.errors import UsageError
 from runagent.issues.repository import DEFAULT_READY_MARKER, READY_MARKER_VARIABLE
 from runagent.record import record
+from runagent.store.credentials import scrub_urls
 
 ISSUE_TIMEOUT = 1800.0  # the protocol's default per-agent timeout: 30 minutes
 VARIABLES = (
@@ -39,7 +40,7 @@ class Issue:
         return {
             "COCODE_REPO_PATH": str(worktree),
             "COCODE_ISSUE_NUMBER": str(self.number),
-            "COCODE_ISSUE_URL": self.url,
+            "COCODE_ISSUE_URL": scrub_urls(self.url),  # a link: never a credential
             "COCODE_ISSUE_BODY_FILE": str(self.body_file),
             READY_MARKER_VARIABLE: env.get(READY_MARKER_VARIABLE) or DEFAULT_READY_MARKER,
         }

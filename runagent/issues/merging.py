@@ -19,6 +19,7 @@ from runagent.issues.repository import GitDirs, git, run_git
 from runagent.issues.worktree import main_repository, registrations, tree_dirs
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
+from runagent.store.credentials import scrub_urls
 from runagent.store.lock import already_running, live_holder
 from runagent.store.runfolder import TaskPaths
 
@@ -124,11 +125,12 @@ def push(task: TaskPaths, remote: str, env: Mapping[str, str], *, force: bool = 
     work = _ready(task, force)
     repo = main_repository(work.repo, env)
     if run_git(repo, "remote", "get-url", remote, env=env).returncode != 0:
-        raise UsageError(f"{repo} has no remote {remote!r}; name one of `git remote`")
+        raise UsageError(f"{repo} has no remote {scrub_urls(remote)!r}; name one of `git remote`")
     done = run_git(repo, "push", "--quiet", remote, f"refs/heads/{work.branch}", env=env)
     if done.returncode != 0:
         raise RunAgentError(
-            f"task {task.label}: git push {remote} {work.branch} failed: {_last_line(done)}"
+            f"task {task.label}: git push {scrub_urls(remote)} {work.branch} failed: "
+            f"{_last_line(done)}"
         )
     record = taskfolder.read_worktree_record(task)
     taskfolder.write_worktree_record(task, {**record, "pushed": {
@@ -197,4 +199,4 @@ def _recorded(task: TaskPaths, merged: Merged) -> Merged:
 
 def _last_line(done: subprocess.CompletedProcess[str]) -> str:
     lines = (done.stderr.strip() or done.stdout.strip()).splitlines()
-    return lines[-1].strip() if lines else f"exit code {done.returncode}"
+    return scrub_urls(lines[-1].strip()) if lines else f"exit code {done.returncode}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from runagent.errors import MissingDependencyError, RunAgentError, UsageError
 from runagent.record import record
+from runagent.store.credentials import scrub_urls
 
 DEFAULT_READY_MARKER = "cocode ready for check"
 READY_MARKER_VARIABLE = "COCODE_READY_MARKER"
@@ -136,7 +137,8 @@ def git(
     done = run_git(folder, *args, env=env, dirs=dirs)
     if check and done.returncode != 0:
         said = (done.stderr or done.stdout).strip().splitlines()
-        raise GitError(f"`git {' '.join(args)}` in {folder} failed: {' / '.join(said)}")
+        line = f"`git {' '.join(args)}` in {folder} failed: {' / '.join(said)}"
+        raise GitError(scrub_urls(line))  # a remote's URL may hold a password
     return done.stdout.removesuffix("\n")
 
 

@@ -307,7 +307,7 @@ def _setup(
     record = taskfolder.read_worktree_record(task)
     if not setup or record.get("setup_done"):
         return
-    with open(task.setup_log, "ab") as log:
+    with open(task.setup_log, "ab", opener=runfolder.private) as log:
         try:
             process = subprocess.Popen(
                 setup, cwd=task.worktree, env=dict(env), stdin=subprocess.DEVNULL,

@@ -436,16 +436,18 @@ def write_output(ctx: RunContext, backend: Backend) -> None:
         return
     target.unlink(missing_ok=True)
     if _size(ctx.stdout_path) <= COPY_LIMIT:
-        target.write_bytes(ctx.stdout_path.read_bytes())
+        with open(target, "wb", opener=runfolder.private) as out:
+            out.write(ctx.stdout_path.read_bytes())
         return
     try:
-        os.link(ctx.stdout_path, target)
+        os.link(ctx.stdout_path, target)  # one file: stdout's mode
         return
     except OSError:
         pass
     import shutil  # a large output that cannot be linked is copied in chunks
 
-    shutil.copyfile(ctx.stdout_path, target)
+    with open(ctx.stdout_path, "rb") as given, open(target, "wb", opener=runfolder.private) as out:
+        shutil.copyfileobj(given, out)
 
 
 def _new_run_folder(task: TaskPaths) -> tuple[str, RunPaths]:

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from runagent.errors import RunAgentError
 from runagent.record import record
+from runagent.store import runfolder
 
 if TYPE_CHECKING:  # imported where a process is started: a listing only asks who is alive
     import subprocess
@@ -98,7 +99,7 @@ class AgentProcess:
         for file, flags in ((spec.stdin or os.devnull, os.O_RDONLY),
                             (stdout, os.O_WRONLY | os.O_CREAT | os.O_APPEND),
                             (stderr, os.O_WRONLY | os.O_CREAT | os.O_APPEND)):  # fmt: skip
-            os.close(os.open(file, flags, 0o644))
+            os.close(runfolder.private(file, flags))
         launch = {
             "exe": os.path.abspath(exe), "argv": list(spec.argv), "env": dict(spec.env),
             "cwd": os.path.abspath(spec.cwd), "grace": grace,

@@ -238,10 +238,11 @@ def _read_spec(lifeline: int) -> dict[str, object] | None:
 def _take_stdio(spec: dict[str, object]) -> None:
     """Make the agent's stdin, stdout and stderr this process's own, and enter its folder."""
     stdin = spec.get("stdin")
+    mode = 0o600  # runfolder.FILE_MODE (this module imports nothing of run-agent's)
     files = [
         os.open(str(stdin) if stdin else os.devnull, os.O_RDONLY),
-        os.open(str(spec["stdout"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
-        os.open(str(spec["stderr"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        os.open(str(spec["stdout"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode),
+        os.open(str(spec["stderr"]), os.O_WRONLY | os.O_CREAT | os.O_APPEND, mode),
     ]
     for target, fd in enumerate(files):
         os.dup2(fd, target)

@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from runagent.record import record
+from runagent.store.credentials import is_credential_name, scrub_urls
 
 REDACTED = "[REDACTED]"
 # Shorter values are not redacted: blanking every "true" or "1234" would garble the text, and no
 # real key is that short.
 MIN_LENGTH = 6
-_CREDENTIAL_NAME = re.compile(
-    r"(?:^|_)(?:API_?KEY|KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIALS?)$", re.IGNORECASE
-)
-
-
-def is_credential_name(name: str) -> bool:
-    """Whether an environment variable's name says it holds a credential (…_API_KEY, …_TOKEN)."""
-    return bool(_CREDENTIAL_NAME.search(name))
+__all__ = ["REDACTED", "Redactor", "is_credential_name"]
 
 
 @record
 class Redactor:
-    """Replaces every occurrence of each secret by REDACTED; build it with `of`."""
+    """Replaces every occurrence of each secret by REDACTED, and every URL's password by `***`
+    (credentials.scrub_urls); build it with `of`."""
 
     secrets: tuple[str, ...] = ()
 
@@ -42,7 +36,7 @@ class Redactor:
     def __call__(self, text: str) -> str:
         for secret in self.secrets:
             text = text.replace(secret, REDACTED)
-        return text
+        return scrub_urls(text)
 
     def data(self, value: Any) -> Any:
         """`value` (JSON-like: dicts, lists, strings) with every string redacted."""

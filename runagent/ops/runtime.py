@@ -130,7 +130,7 @@ class Runtime:
         settings = Settings(root, preset, in_force.sandbox, dict(rules or {}), shell, in_force.line)
         settings.make_policy()  # a bad name or rule is refused before anything is written
         _refuse_inside(settings.workspace, folder)
-        folder.mkdir(parents=True, exist_ok=True)
+        runfolder.make_folder(folder)
         paths = RunPaths(folder)
         runfolder.atomic_write(paths.ops_settings, json.dumps(settings.to_dict()))
         return cls(paths, settings, **kw)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from runagent.record import record
+from runagent.store import runfolder
 
 SETTLE = 1.0  # seconds a reply file must stay unchanged before it is read
 WAKE_MS = 500  # the longest the wait sleeps without looking (settling files, heartbeats)
@@ -91,7 +92,7 @@ def decode(data: bytes) -> str:
 
 def move_aside(path: Path, folder: Path, prefix: str) -> Path:
     """Move a processed reply into `folder` as `{prefix}_{name}`, never over another file."""
-    folder.mkdir(parents=True, exist_ok=True)
+    runfolder.make_folder(folder)
     target = folder / f"{prefix}_{path.name}"
     n = 1
     while target.exists():

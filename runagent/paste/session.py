@@ -55,7 +55,7 @@ class Folders:
 
     def make(self) -> None:
         for folder in (self.outbox, self.inbox, self.processed, self.sessions):
-            folder.mkdir(parents=True, exist_ok=True)
+            runfolder.make_folder(folder)
 
     def session_file(self, session_id: str) -> Path:
         return self.sessions / f"{session_id}.json"

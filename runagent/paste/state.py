@@ -77,7 +77,7 @@ def submit(task: TaskPaths, reply: str) -> Path:
             f"the reply is {len(data)} bytes, more than {MAX_REPLY}; send the chat's answer only"
         )
     folder = Folders.of(task).inbox
-    folder.mkdir(parents=True, exist_ok=True)
+    runfolder.make_folder(folder)
     if not runfolder.within(task.root, folder):
         raise UsageError(
             f"the inbox {folder} leads out of the runs root (a link); replace it with a folder"

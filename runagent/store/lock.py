@@ -17,7 +17,7 @@ from runagent.errors import AlreadyRunningError
 from runagent.record import record
 from runagent.store.host import foreign_alive, is_here, this_host
 from runagent.store.pids import is_alive, process_start_time
-from runagent.store.runfolder import dump_yaml, load_yaml
+from runagent.store.runfolder import dump_yaml, load_yaml, make_folder, private
 
 
 @record
@@ -82,8 +82,8 @@ class TaskLock:
     def acquire(self, wait: Callable[[str], None] | None = None) -> Holder:
         """Take the lock; when another holds it, refuse (AlreadyRunningError), or with `wait`,
         tell it why (the refusal's words) and wait for the lock."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        make_folder(self.path.parent)
+        fd = private(self.path, os.O_RDWR | os.O_CREAT)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -11,6 +11,12 @@
 old or the new version, never half of one; on a full disk, where the temp file gets no block, it
 is rewritten in place, in the blocks it has. When even that fails, an empty file
 `.unrecorded.ERRNO` says so, and readers take the run as failed for that reason, not as lost.
+
+What run-agent makes under a runs root is its owner's alone, whatever the umask: files
+FILE_MODE (0600), folders FOLDER_MODE (0700), as `prompt.md` always was. TASK.md and the
+agent's output hold the same prompt, and run-info its command line: none is another user's to
+read. Every file and folder of the layout is made here (`make_folder`, `private`, the writers
+below); one that exists is left with the mode it has.
 """
 
 from __future__ import annotations
@@ -57,6 +63,9 @@ SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed b
 SETUP_LOG = "setup.log"  # what an issue run's setup command printed
 SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (never read back)
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
+
+FILE_MODE = 0o600  # every file run-agent makes under a runs root
+FOLDER_MODE = 0o700  # every folder it makes there
 
 # The files of a run a reader may ask for by a short name.
 RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT}
@@ -258,6 +267,40 @@ def supervisor_log_path(task: TaskPaths) -> Path:
 _numbers = itertools.count(1)  # each temp file of this process's its own number (thread-safe)
 
 
+def make_folder(path: Path) -> Path:
+    """`path` made, with each missing folder above it, FOLDER_MODE (`mkdir -p` would give the
+    ones above the umask's mode); folders that exist are left as they are."""
+    missing = []
+    at = path
+    while not os.path.isdir(at) and at != at.parent:
+        missing.append(at)
+        at = at.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, FOLDER_MODE)
+        except FileExistsError:  # made meanwhile by another process (or a file: said below)
+            if not os.path.isdir(folder):
+                raise
+    return path
+
+
+def make_task_folder(task: TaskPaths) -> TaskPaths:
+    """The task's folder made (FOLDER_MODE, and its project's), once confined to the root."""
+    make_folder(confine(task).folder)
+    return task
+
+
+def private(path: str | os.PathLike[str], flags: int) -> int:
+    """An `opener` for `open()` that makes a new file FILE_MODE:
+    `open(path, "ab", opener=private)`."""
+    return os.open(path, flags | os.O_CLOEXEC, FILE_MODE)
+
+
+def touch(path: Path) -> None:
+    """An empty file made FILE_MODE (one that exists is left as it is)."""
+    os.close(private(path, os.O_WRONLY | os.O_CREAT))
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write `text` to `path` so that readers see the old or the new content, never a mix.
 
@@ -268,10 +311,10 @@ def atomic_write(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{next(_numbers)}.tmp")
     try:
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            fd = private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
         except FileExistsError:
             tmp.unlink()
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            fd = private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
@@ -291,7 +334,7 @@ def atomic_write(path: Path, text: str) -> None:
 def append_line(path: Path, line: str) -> None:
     """Append one line to a journal (operations.jsonl, events.jsonl) in a single write, so lines
     of two writers never interleave."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    fd = private(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
     try:
         data = memoryview((line.rstrip("\n") + "\n").encode("utf-8"))
         while data:
@@ -397,7 +440,7 @@ def mark_unrecorded(run_folder: Path, error: OSError) -> None:
     """
     name = errno.errorcode.get(error.errno or errno.EIO, "EIO")
     try:
-        (run_folder / f"{UNRECORDED}.{name}").touch()
+        touch(run_folder / f"{UNRECORDED}.{name}")
     except OSError:
         pass
 
@@ -488,9 +531,10 @@ def _position(run_folder: Path) -> int:
 def create_run_folder(task: TaskPaths, run_id: str) -> Path:
     """Create the run's folder with empty stdout and stderr files, so a tail can start at once."""
     paths = task.run(run_id)
-    paths.folder.mkdir(parents=True)
+    make_folder(paths.folder.parent)
+    os.mkdir(paths.folder, FOLDER_MODE)  # FileExistsError: the id is taken
     for path in (paths.stdout, paths.stderr):
-        path.touch()
+        touch(path)
     return paths.folder
 
 

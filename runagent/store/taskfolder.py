@@ -8,16 +8,16 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from runagent.errors import PromptConflictError
-from runagent.store import runfolder
+from runagent.store import credentials, runfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Usage
 
 
 def write_task_prompt(task: TaskPaths, prompt: str) -> None:
     """Write TASK.md once; an existing one is never overwritten."""
-    runfolder.confine(task).folder.mkdir(parents=True, exist_ok=True)
+    runfolder.make_task_folder(task)
     try:
-        with open(task.task_md, "x", encoding="utf-8") as f:
+        with open(task.task_md, "x", encoding="utf-8", opener=runfolder.private) as f:
             f.write(prompt)
     except FileExistsError:
         pass
@@ -67,10 +67,12 @@ def recorded_config(task: TaskPaths) -> Path | None:
 
 def write_worktree_record(task: TaskPaths, record: Mapping[str, object]) -> None:
     """Write down a task's worktree: its repository, branch and base, and for an issue run the
-    issue (issue.yaml; a worktree run's is worktree.yaml)."""
+    issue (issue.yaml; a worktree run's is worktree.yaml). A URL in it (the issue's, a remote
+    pushed to) is written without its credentials."""
     task = runfolder.confine(task)
     path = task.issue_record if record.get("issue") else task.worktree_record
     text = runfolder.dump_yaml(dict(record), sort_keys=False, allow_unicode=True)
+    text = credentials.scrub_urls(text)
     runfolder.atomic_write(path, text)
 
 

@@ -407,16 +407,93 @@ def test_a_loop_on_the_ray_cluster_that_runs_after_others_waits_here_blocked_for
     configure(ws, {"max_running": 1})
     door = service(ws)
     door.start(StartRequest(ws.task("p", "a"), "go"))
-    ray = replace(door, executor=ExecutorSettings(type=ExecutorType.RAY, address="127.0.0.1:1"))
+    ray = replace(door, executor=ExecutorSettings(type=ExecutorType.RAY, address="127.0.0.1:1"),
+                  env={**os.environ, "DEPLOY_TOKEN": SECRET})  # fmt: skip
     started = ray.start(StartRequest(ws.task("p", "b"), "go", after=("p/a",)))
     assert started.pid == 0 and started.queued is not None and started.queued.blocked
     record = Fleet(ws.root).record_of(ws.task("p", "b"))
     assert record is not None and record.start is not None and record.after == ("p/a",)
     assert record.start["argv"][:5] == ["run", "--project", "p", "--task", "b"]
     assert record.start["argv"][-3:] == ["--detach", "--executor", "ray"]
+    # The root is the cluster's too: its secret is kept by name (the loop on a host takes its
+    # credentials from that host's `ray start`; none travels with the start).
+    assert "DEPLOY_TOKEN" in record.start["withheld"] and SECRET not in fleet_text(ws)
     assert record.limit_settings() == LimitsSettings()  # the cluster's own cap holds it
     assert listed(ws)["p/b"]["status"] == "blocked"
     stopped = ws.cli("stop", "-p", "p", "-t", "b")
     assert stopped.returncode == 0 and "left the queue" in stopped.stdout, stopped.stderr
     go(ws, "a")
     wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", timeout=60, what="a")
+
+
+# Secrets: a queued start keeps the names of its secret variables, never their values.
+
+SECRET = "s3cret-value-never-on-disk"
+
+
+def fleet_text(ws: Workspace) -> str:
+    """Every byte under the root's .fleet/, as text."""
+    folder = Fleet(ws.root).folder
+    return "".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
+
+
+def test_a_queued_start_keeps_the_names_of_its_secrets_and_takes_their_values_when_it_starts(
+    ws_outside: Workspace, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    ws = ws_outside
+    configure(ws, {"max_running": 1},
+              [*HOLD, "--echo-env", "DEPLOY_TOKEN", "UPSTREAM", "PLAIN"])  # fmt: skip
+    upstream = f"https://deploy:{SECRET}@127.0.0.1:9/x"
+    monkeypatch.setenv("DEPLOY_TOKEN", SECRET)  # the keeper's environment: this process's
+    monkeypatch.setenv("UPSTREAM", upstream)
+    monkeypatch.setenv("PLAIN", "a plain value")
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    assert door.start(StartRequest(ws.task("p", "b"), "go")).queued is not None
+    record = json.loads(Fleet(ws.root).record_path("p", "b").read_text())
+    assert SECRET not in fleet_text(ws)
+    assert {"DEPLOY_TOKEN", "UPSTREAM"} <= set(record["start"]["withheld"])
+    assert record["start"]["env"]["PLAIN"] == "a plain value"  # what is no secret stays
+    go(ws, "a")
+    go(ws, "b")
+    wait_for(lambda: listed(ws)["p/b"]["status"] == "completed", timeout=60, what="b")
+    said = ws.task("p", "b").run(only_run(ws, "b").run_id).stdout.read_text()
+    assert f"DEPLOY_TOKEN={SECRET}\n" in said and f"UPSTREAM={upstream}\n" in said
+    assert "PLAIN=a plain value\n" in said
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_a_queued_start_whose_secret_the_keeper_lacks_is_blocked_naming_it(
+    ws_outside: Workspace, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """Two starters with different environments: the keeper, started by the first, lacks the
+    second's secret; that start is blocked, saying which, never started without it."""
+    ws = ws_outside
+    configure(ws, {"max_running": 1}, [*HOLD, "--echo-env", "DEPLOY_TOKEN"])
+    monkeypatch.delenv("DEPLOY_TOKEN", raising=False)
+    plain = replace(service(ws), env=dict(os.environ))
+    with_secret = replace(service(ws), env={**os.environ, "DEPLOY_TOKEN": SECRET})
+    plain.start(StartRequest(ws.task("p", "a"), "go"))
+    assert plain.start(StartRequest(ws.task("p", "c"), "go")).queued is not None  # the keeper
+    assert with_secret.start(StartRequest(ws.task("p", "b"), "go")).queued is not None
+    assert SECRET not in fleet_text(ws)
+    wait_for(lambda: listed(ws)["p/b"]["status"] == "blocked", what="b blocked")
+    waits = listed(ws)["p/b"]["queue"]["waits_for"]
+    assert "DEPLOY_TOKEN" in waits and "\n" not in waits, waits
+    status = ws.cli("status", "-p", "p", "-t", "b")
+    assert "blocked" in status.stdout and "DEPLOY_TOKEN" in status.stdout, status.stdout
+    fleet = ws.cli("fleet")
+    assert "1 blocked" in fleet.stdout and "DEPLOY_TOKEN" in fleet.stdout, fleet.stdout
+    assert "DEPLOY_TOKEN" in (Fleet(ws.root).folder / "keeper.log").read_text()
+    go(ws, "a")
+    go(ws, "c")
+    wait_for(lambda: listed(ws)["p/c"]["status"] == "completed", timeout=60, what="c")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit: nothing it can start is left")
+    assert not ws.runs("p", "b")  # never started without it
+    # Resumed from an environment that sets it, the task starts.
+    go(ws, "b")
+    resumed = ws.cli("resume", "-p", "p", "-t", "b", env={"DEPLOY_TOKEN": SECRET})
+    assert resumed.returncode == 0, resumed.stderr
+    said = ws.task("p", "b").run(only_run(ws, "b").run_id).stdout.read_text()
+    assert f"DEPLOY_TOKEN={SECRET}\n" in said
+    assert SECRET not in fleet_text(ws)

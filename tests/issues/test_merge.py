@@ -7,6 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import yaml
 
 from runagent.errors import ExitCode
@@ -156,3 +157,43 @@ def test_the_api_merges_and_answers_a_conflict_with_409(ws: Workspace, server: S
     assert git(repo, "rev-parse", "main") == tip != theirs
     detail = httpx.get(f"{server.url}/api/projects/p/tasks/t", timeout=30).json()
     assert detail["git"]["merged"]["into"] == "main"
+
+
+SECRET = "pa55-never-printed"
+
+
+def test_a_password_in_a_remote_url_is_never_repeated(ws_outside: Workspace) -> None:
+    """`merge --push` with a URL holding a password, as given and as a remote's URL (git fails
+    to connect to a closed port and says so), on the command line and through the API: the
+    password is in no line run-agent prints, answers or writes."""
+    from starlette.testclient import TestClient
+
+    import backends
+    from runagent.issues.repository import GitError
+    from runagent.issues.repository import git as run_agent_git
+    from server.app import create_app
+    from server.settings import Settings
+    from tests.conftest import LOCAL, free_port
+
+    ws = ws_outside
+    repo = repository(ws)
+    worked(ws, repo)
+    url = f"http://user:{SECRET}@127.0.0.1:{free_port()}/x"
+    given = cli(ws, repo, "merge", "-p", "p", "-t", "t", "--push", url)
+    assert given.returncode == ExitCode.USAGE, given.stderr
+    assert SECRET not in given.stdout + given.stderr and "user:***@127.0.0.1" in given.stderr
+    git(repo, "remote", "add", "origin", url)
+    failed = cli(ws, repo, "merge", "-p", "p", "-t", "t", "--push", "origin")
+    assert failed.returncode == ExitCode.FAILED, failed.stderr
+    assert SECRET not in failed.stdout + failed.stderr and "git push origin" in failed.stderr
+    with pytest.raises(GitError) as raised:  # git's words and the command line, in one line
+        run_agent_git(repo, "ls-remote", url)
+    assert SECRET not in str(raised.value) and "user:***@" in str(raised.value)
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path,
+                              backend_names=backends.known()))  # fmt: skip
+    with TestClient(app, base_url=LOCAL) as c:
+        for push in (url, "origin"):
+            answer = c.post("/api/projects/p/tasks/t/merge", json={"push": push})
+            assert answer.status_code in (400, 500) and SECRET not in answer.text, answer.text
+    written = [p for p in ws.root.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+    assert not written

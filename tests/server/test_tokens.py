@@ -493,3 +493,22 @@ def test_a_token_below_admin_starts_tasks_only_in_the_workspaces(ws: Workspace) 
     finally:
         ws.cli("stop", "-p", THEIRS, "-t", "w")
         ws.cli("stop", "-p", MINE, "-t", "c")
+
+
+def test_the_root_s_path_is_told_to_a_whole_root_admin_alone(tmp_path: Path) -> None:
+    """`/api/health` names the runs root (a host path) to the api_key and an admin token of the
+    whole root; every other credential gets its status and version, and no host path."""
+    from starlette.testclient import TestClient
+
+    root = tmp_path / "runs"
+    creds = [c for c in credentials(root) if c.scope is not None]
+    app = create_app(Settings(root=root, api_key=KEY, run_schedules=False))
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        for cred in creds:
+            answer = client.get("/api/health", headers={"Authorization": f"Bearer {cred.secret}"})
+            assert answer.status_code == 200 and answer.json()["status"] == "ok", cred.name
+            admin = cred.scope is tokens.Scope.ADMIN and not cred.limited
+            assert ("root" in answer.json()) is admin, (cred.name, answer.text)
+            assert (str(tmp_path) in answer.text) is admin, (cred.name, answer.text)
+            if admin:
+                assert answer.json()["root"] == str(root)
