@@ -30,9 +30,10 @@ from runagent.paste import state as paste_state
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths, within
 from server import detail, streams
-from server.actions import Actions
+from server.actions import MAX_BODY, Actions
 from server.assets import STATIC, asset, page_file
 from server.hub import Hub
+from server.intake import Bounded, Drained
 from server.ops import OpsApi
 from server.paths import Paths
 from server.schedules import ScheduleRunner
@@ -109,12 +110,13 @@ def create_app(settings: Settings) -> Starlette:
         *Actions(settings, service, runner, paths).routes(),
         *OpsApi(settings.root, settings.workspaces, hub, api._sse).routes(),
         Route("/static/{name}", asset),
-        Route(MCP_PATH, SameOrigin(mcp)),
+        Route(MCP_PATH, SameOrigin(Bounded(mcp, MAX_BODY))),
     ]
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
         middleware=[
+            Middleware(Drained),  # outermost: every refusal of a request with a body is read
             Middleware(HostMiddleware, allowed=settings.allowed_hosts),
             Middleware(
                 KeyMiddleware,

@@ -34,6 +34,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from runagent.config.userfile import describe_size
 from runagent.errors import ForbiddenError
 from runagent.store import tokens
 
@@ -356,11 +357,22 @@ def cross_site_write(request: Request) -> str | None:
 
 
 async def bounded_body(request: Request, limit: int) -> bytes:
-    """A request's body, read no further than `limit` bytes (413 past it)."""
+    """A request's body, read no further than `limit` bytes: past it (or when its length says
+    it will be) a 413; what is left of it is read and dropped before the answer goes out
+    (server/intake.py), so the client reads the answer."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large(limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise HTTPException(413, f"the body is over {limit} bytes")
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def too_large(limit: int) -> HTTPException:
+    """The 413 of a body over `limit` bytes; the connection closes after it."""
+    return HTTPException(413, f"the body is over {describe_size(limit)} ({limit} bytes); send "
+                         "less", headers={"Connection": "close"})  # fmt: skip
