@@ -123,6 +123,13 @@ class BlockedError(RunAgentError):
     http_status = 409
 
 
+class DamagedRecordError(RunAgentError):
+    """A record run-agent keeps for a task (its queue record) cannot be read: the task is shown
+    as `unreadable` and left for a person, never dropped."""
+
+    http_status = 503
+
+
 class ConflictError(RunAgentError):
     """A merge refused: the branch conflicts, or uncommitted changes are in the way."""
 

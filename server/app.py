@@ -32,9 +32,10 @@ from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import TaskPaths, within
 from runagent.store.tokens import Scope
 from server import detail, streams
-from server.actions import Actions
+from server.actions import MAX_BODY, Actions
 from server.assets import STATIC, asset, page_file
 from server.hub import Hub
+from server.intake import Bounded, Drained
 from server.ops import OpsApi
 from server.paths import Paths
 from server.schedules import ScheduleRunner
@@ -111,12 +112,13 @@ def create_app(settings: Settings) -> Starlette:
         *Actions(settings, service, runner, paths).routes(),
         *OpsApi(settings.root, settings.workspaces, hub, api._sse, service.current_config).routes(),
         Route("/static/{name}", asset),
-        Route(MCP_PATH, SameOrigin(mcp)),
+        Route(MCP_PATH, SameOrigin(Bounded(mcp, MAX_BODY))),
     ]
     app = Starlette(
         routes=routes,
         lifespan=lifespan,
         middleware=[
+            Middleware(Drained),  # outermost: every refusal of a request with a body is read
             Middleware(HostMiddleware, allowed=settings.allowed_hosts),
             Middleware(
                 KeyMiddleware,

@@ -21,18 +21,21 @@ import hmac
 import ipaddress
 import re
 import socket
+import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import URL, Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from runagent.errors import ForbiddenError, UsageError
+from runagent.config.userfile import describe_size
+from runagent.errors import ForbiddenError
 from runagent.store import tokens
 
 COOKIE = "run_agent_key"
@@ -140,24 +143,7 @@ class KeyMiddleware:
         self.key = key
         self.root = root
         self.open_paths = open_paths
-        self._tokens: list[tokens.TokenRecord] = []
-        self._stamp: tuple[int, int, int] | None = None
-
-    def _records(self) -> list[tokens.TokenRecord] | None:
-        """The token file's records, read again only when it changed; None without one (a
-        UsageError if it cannot be read: then only the api_key gets in, never everyone)."""
-        if self.root is None:
-            return None
-        try:
-            stat = tokens.path(self.root).stat()
-        except FileNotFoundError:
-            return None
-        except OSError as exc:
-            raise UsageError(f"the token file cannot be read ({exc.strerror}); fix it") from None
-        stamp = (stat.st_mtime_ns, stat.st_size, stat.st_ino)
-        if stamp != self._stamp:
-            self._tokens, self._stamp = tokens.read(self.root), stamp
-        return self._tokens
+        self.tokens = TokenFile(root) if root is not None else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
@@ -167,9 +153,11 @@ class KeyMiddleware:
         request = Request(scope)
         given = presented_key(request)
         try:
-            grant = self._grant(given)
-        except UsageError as exc:  # an unreadable token file lets in the api_key alone
-            await JSONResponse({"error": str(exc)}, status_code=503)(scope, receive, send)
+            grant = await self._grant_now(given)
+        except tokens.TokenFileError as exc:  # an unreadable token file lets in the api_key alone
+            said = (f"the server's token file cannot be read: {exc.why}; until it is fixed, "
+                    "only the api_key gets in")  # fmt: skip
+            await JSONResponse({"error": said}, status_code=503)(scope, receive, send)
             return
         if grant is None:
             response: Response = JSONResponse(
@@ -196,22 +184,100 @@ class KeyMiddleware:
             return
         await self.app(scope, receive, send)
 
+    async def _grant_now(self, given: str | None) -> tokens.Grant | None:
+        """`_grant` of `given`, the token file read (when it changed) in a worker thread: a
+        large or slow file never holds up the event loop, which serves every other client."""
+        if self._is_key(given) or self.tokens is None:
+            return self._grant(given, None)
+        records = self.tokens.cached()
+        if isinstance(records, _Stale):
+            records = await run_in_threadpool(self.tokens.read)
+        return self._grant(given, records)
+
     def _still(self, given: str | None) -> bool:
-        """Whether the token `given` is still good (a stream opened with it goes on)."""
+        """Whether the token `given` is still good (a stream opened with it goes on); called
+        in a worker thread."""
         try:
-            return self._grant(given) is not None
-        except UsageError:
+            records = self.tokens.read() if self.tokens is not None else None
+            return self._grant(given, records) is not None
+        except tokens.TokenFileError:
             return False
 
-    def _grant(self, given: str | None) -> tokens.Grant | None:
+    def _is_key(self, given: str | None) -> bool:
+        return given is not None and bool(self.key) and keys_equal(given, self.key or "")
+
+    def _grant(
+        self, given: str | None, records: list[tokens.TokenRecord] | None
+    ) -> tokens.Grant | None:
         """What the credential `given` may do: everything for the api_key (or on a server
-        with neither a key nor a token), a token's grant, or None (a 401)."""
-        if given is not None and self.key and keys_equal(given, self.key):
+        with neither a key nor a token), a token's grant among `records` (None: there is no
+        token file), or None (a 401)."""
+        if self._is_key(given):
             return tokens.ADMIN
-        records = self._records()
         if records is None:  # no token was ever made: the key, or open as before without one
             return None if self.key else tokens.ADMIN
         return tokens.verify(records, given or "", datetime.now(UTC))
+
+
+class _Stale:
+    """The token file changed since it was read: it must be read again."""
+
+
+STALE = _Stale()
+
+
+class TokenFile:
+    """The token file's records, read again only when its (inode, size, modification time)
+    changed, a file that cannot be read remembered as such until it changes too: a request
+    costs a stat, and a bad file is read (at most tokens.FILE_CAP bytes) once, not per
+    request."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = threading.Lock()  # one reader at a time; the others then find it read
+        self._stamp: tuple[int, int, int] | None = None
+        self._records: list[tokens.TokenRecord] | None = None
+        self._error: tokens.TokenFileError | None = None
+
+    def _now(self) -> tuple[int, int, int] | None:
+        """The file's stamp; None when there is none (TokenFileError if it cannot be looked
+        at)."""
+        try:
+            info = tokens.path(self.root).stat()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise tokens.TokenFileError(tokens.path(self.root), str(exc.strerror)) from None
+        return info.st_ino, info.st_size, info.st_mtime_ns
+
+    def cached(self) -> list[tokens.TokenRecord] | _Stale | None:
+        """The records as last read if the file has not changed since (None: no file),
+        else STALE; a stat, cheap enough for the event loop."""
+        stamp = self._now()
+        if stamp is None:
+            return None
+        if stamp != self._stamp:
+            return STALE
+        return self._result()
+
+    def read(self) -> list[tokens.TokenRecord] | None:
+        """The records, read again if the file changed (blocking: call it in a thread)."""
+        with self._lock:
+            stamp = self._now()
+            if stamp is None:
+                return None
+            if stamp != self._stamp:
+                try:
+                    self._records, self._error = tokens.read(self.root), None
+                except tokens.TokenFileError as exc:
+                    self._records, self._error = None, exc
+                self._stamp = stamp
+            return self._result()
+
+    def _result(self) -> list[tokens.TokenRecord] | None:
+        if self._error is not None:
+            raise tokens.TokenFileError(tokens.path(self.root), self._error.why)
+        return self._records or []
 
 
 PROJECT_PATH = re.compile(r"^/api/projects/([^/]+)")
@@ -291,11 +357,22 @@ def cross_site_write(request: Request) -> str | None:
 
 
 async def bounded_body(request: Request, limit: int) -> bytes:
-    """A request's body, read no further than `limit` bytes (413 past it)."""
+    """A request's body, read no further than `limit` bytes: past it (or when its length says
+    it will be) a 413; what is left of it is read and dropped before the answer goes out
+    (server/intake.py), so the client reads the answer."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large(limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise HTTPException(413, f"the body is over {limit} bytes")
+            raise too_large(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def too_large(limit: int) -> HTTPException:
+    """The 413 of a body over `limit` bytes; the connection closes after it."""
+    return HTTPException(413, f"the body is over {describe_size(limit)} ({limit} bytes); send "
+                         "less", headers={"Connection": "close"})  # fmt: skip

@@ -34,7 +34,9 @@ def describe(found: Overview) -> list[str]:
     lines = [
         f"{c['running']} running · {c['queued']} queued"
         + (f" (max_running {cap})" if cap is not None else "")
-        + f" · {c['blocked']} blocked · {c['needs_person']} need a person · {c['tasks']} tasks"
+        + f" · {c['blocked']} blocked"
+        + (f" · {c['unreadable']} unreadable" if c["unreadable"] else "")
+        + f" · {c['needs_person']} need a person · {c['tasks']} tasks"
     ]
     if found.queued:
         lines.append("queue, in the order it starts:")
@@ -42,6 +44,9 @@ def describe(found: Overview) -> list[str]:
     if found.blocked:
         lines.append("blocked:")
         lines += [f"  {v.label}  {_waits(v)}" for v in found.blocked]
+    if found.unreadable:
+        lines.append("unreadable, never started until a person acts:")
+        lines += [f"  {v.label}  {_waits(v)}" for v in found.unreadable]
     lines.append(f"spent today ({found.day}, UTC):")
     lines += [f"  {s.what}: {spent_words(s)}" for s in found.spent]
     if found.needs:

@@ -27,7 +27,7 @@ from runagent.cli.options import (
 from runagent.config import userfile
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorType, Until
-from runagent.errors import BlockedError, ExitCode, RunAgentError, UsageError
+from runagent.errors import BlockedError, DamagedRecordError, ExitCode, RunAgentError, UsageError
 from runagent.loop import notify
 from runagent.loop.backend import Backend
 from runagent.loop.context import (
@@ -364,8 +364,8 @@ def foreground_loop(
                 start, agent.name, lambda turn: click.echo(f"run-agent: {turn.words(task.label)}",
                                                            err=True),
             )  # fmt: skip
-        except BlockedError:
-            raise  # the task stays, blocked, for `resume`
+        except (BlockedError, DamagedRecordError):
+            raise  # the task stays, blocked or unreadable, for `resume`
         except RunAgentError:
             if created:  # left the queue before it ever ran: no task is left behind
                 taskfolder.discard_new_task(task)
@@ -404,7 +404,9 @@ def stop(
     if stopped is None:
         click.echo(f"run-agent: task {task.label} is not running")
     elif isinstance(stopped, Waiting):
-        click.echo(f"run-agent: task {task.label} left the queue; it was never started")
+        why = stopped.unreadable
+        damaged = f" (its record could not be read: {why})" if why else ""
+        click.echo(f"run-agent: task {task.label} left the queue{damaged}; it was never started")
     elif wait:
         click.echo(f"run-agent: task {task.label} stopped")
     else:

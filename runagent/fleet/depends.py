@@ -78,7 +78,10 @@ def state(root: Path, label: str) -> tuple[str, str]:
     task = TaskPaths(root, project, name)
     if not task.folder.is_dir():
         return "fail", f"{label}, which was deleted"
-    status = tasks.view(task).status
+    view = tasks.view(task)
+    status = view.status
+    if view.queue is not None and view.queue.unreadable is not None:
+        return "wait", label  # it waits for a person, who may yet start it (resume)
     if status is TaskStatus.COMPLETED:
         return "done", ""
     if status in ENDED:
@@ -103,7 +106,7 @@ def refresh(fleet: Fleet, records: Sequence[Waiting]) -> list[Waiting]:
     all completed joins the queue (at its end), one whose task failed is blocked."""
     out = []
     for waiting in records:
-        if not waiting.joined and waiting.blocked is None:
+        if not waiting.joined and waiting.blocked is None and waiting.unreadable is None:
             kind, words = judge(fleet.root, waiting.after)
             if kind == "fail":
                 waiting = replace(waiting, blocked=f"waits for {words}")

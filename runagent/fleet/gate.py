@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent.config.settings import LimitsSettings
-from runagent.errors import AlreadyRunningError, BlockedError, StoppedError
+from runagent.errors import AlreadyRunningError, BlockedError, DamagedRecordError, StoppedError
 from runagent.fleet import depends
 from runagent.fleet.queue import Fleet, Turn, Waiting, decide, now
 from runagent.store.runfolder import TaskPaths, private
@@ -45,8 +45,8 @@ def submit(
     in the queue, detached (`start`: what the keeper runs) or waited for by this process."""
     fleet = Fleet(task.root)
     with fleet.locked():
-        old = fleet.record_of(task)
-        if old is not None and not old.abandoned() and old.blocked is None:
+        old = fleet.record_of(task)  # one that cannot be read is replaced by this start
+        if old is not None and not old.abandoned() and old.blocked is None and not old.unreadable:
             raise AlreadyRunningError(
                 f"task {task.label} is already in the queue; `run-agent stop` takes it out"
             )
@@ -87,7 +87,8 @@ def take_turn(
     pass the gate, waiting here (`tell` says so, once) until its turn comes; when it waited,
     since when (what its first run records). Ctrl-C or a `stop` leaves the queue
     (StoppedError); a task it waits for that fails ends the wait (BlockedError), leaving the
-    task blocked with that reason."""
+    task blocked with that reason; a record of it that cannot be read ends it too
+    (DamagedRecordError), leaving the task `unreadable` for a person."""
     fleet = Fleet(task.root)
     if fleet.exists():
         with fleet.locked():
@@ -123,6 +124,9 @@ def _my_turn(fleet: Fleet, task: TaskPaths, limits: LimitsSettings, agent: str) 
     """Whether the waiting task's turn has come (its slot then taken, its record gone)."""
     with fleet.locked():
         mine = fleet.record_of(task)
+        if mine is not None and mine.unreadable is not None:  # kept, for a person to see
+            fleet.report(mine)
+            raise DamagedRecordError(f"task {task.label}: {mine.unreadable_words()}")
         if mine is None or mine.waiter != os.getpid():
             raise StoppedError(f"task {task.label} was taken out of the queue")
         records = depends.refresh(fleet, fleet.waiting())

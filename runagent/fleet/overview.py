@@ -1,7 +1,8 @@
 """The fleet at a glance: how many tasks run, wait for a slot, wait for other tasks or wait for a
-person; the queue in the order it will start; what was spent today against each daily budget;
-and what each task that needs a person waits for, with the command that answers it. The page's
-first view and `run-agent fleet` show it; it only reads.
+person; the queue in the order it will start; the tasks whose queue record cannot be read; what
+was spent today against each daily budget; and what each task that needs a person waits for,
+with the command that answers it. The page's first view and `run-agent fleet` show it; it only
+reads.
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ class Overview:
     needs: tuple[Need, ...]
     limits: LimitsSettings
     day: str
+    unreadable: tuple[TaskView, ...] = ()  # in the queue, its record unreadable: never started
 
     def to_dict(self) -> dict[str, Any]:
         limits = self.limits
         return {
             "day": self.day,
             "counts": self.counts,
-            "queue": [view.to_dict() for view in (*self.queued, *self.blocked)],
+            "queue": [v.to_dict() for v in (*self.queued, *self.blocked, *self.unreadable)],
             "spent": [s.to_dict() for s in self.spent],
             "needs": [n.to_dict() for n in self.needs],
             "limits": {
@@ -80,13 +82,15 @@ def overview(
     project's tasks or spend, and not the whole root's)."""
     views = [v for v in tasks.all_tasks(root) if projects is None or v.paths.project_id in projects]
     needs = [need for view in views for need in needs_of(view)]
-    waiting = [v for v in views if v.queue is not None]
+    waiting = [v for v in views if v.queue is not None and v.queue.unreadable is None]
     queued = sorted((v for v in waiting if not _blocked(v)), key=_place)
     blocked = sorted((v for v in waiting if _blocked(v)), key=lambda v: v.label)
+    unreadable = [v for v in views if v.queue is not None and v.queue.unreadable is not None]
     counts = {
         "running": sum(v.status is TaskStatus.RUNNING for v in views),
         "queued": len(queued),
         "blocked": len(blocked),
+        "unreadable": len(unreadable),
         "needs_person": len({n.label for n in needs}),
         "tasks": len(views),
     }
@@ -95,7 +99,7 @@ def overview(
     if projects is not None:
         spent = tuple(s for s in spent if s.project in projects)
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
-                    limits or LimitsSettings(), today.isoformat())  # fmt: skip
+                    limits or LimitsSettings(), today.isoformat(), tuple(unreadable))  # fmt: skip
 
 
 def _blocked(view: TaskView) -> bool:

@@ -17,6 +17,11 @@ lock, so the cap holds whichever process starts a task.
 - `seq`: the counter that numbers places in the queue.
 - `lock`: held while any of these is read, decided on and written (a few milliseconds).
 
+A queue record that cannot be read (half written, not a record, wrong types, over RECORD_CAP) is
+never dropped and never run: it stands in the queue as `unreadable`, saying why, in every
+listing, and the first writer to see it says so once in `keeper.log`. A start of the task
+(`resume`) replaces it, `stop` and `delete` remove it.
+
 The order is first come, first served within a priority (higher first). A task may start when
 it fits every cap it counts against (all tasks, its project, its agent) once every task ahead
 of it that fits has started: one waiting on a full project does not hold back one of another.
@@ -35,13 +40,19 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from runagent.config.settings import LimitsSettings
+from runagent.errors import shown
 from runagent.record import record
+from runagent.store import jsonfile
 from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import FLEET, TaskPaths, make_folder
 
 T = TypeVar("T")
 FOLDER = FLEET  # in the runs root: an id may not start with '.', so no project is named so
 SEP = "@"  # between project and task in a file name: a character no id holds
+# Bytes a record may hold: twice what Linux lets a command line and its environment be.
+RECORD_CAP = 4 * 1024 * 1024
+LOG = "keeper.log"
+LOG_LOOKBACK = 64 * 1024  # bytes at the end of keeper.log looked through for a line said already
 
 
 def _file_name(project: str, task: str) -> str:
@@ -84,10 +95,18 @@ class Waiting:
     start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env, withheld}
     limits: Mapping[str, Any] | None = None  # the limits in force when it was queued
     cluster: Mapping[str, Any] | None = None  # in a Ray cluster's queue: {group, needs}
+    # A stand-in for a record that cannot be read, saying why (never written, never started).
+    unreadable: str | None = None
 
     @property
     def label(self) -> str:
         return f"{self.project}/{self.task}"
+
+    def unreadable_words(self) -> str:
+        """What a task whose record cannot be read waits for: a person, and which commands."""
+        task = f"-p {self.project} -t {self.task}"
+        return (f"its queue record cannot be read: {self.unreadable}; `run-agent resume {task}` "
+                f"queues it afresh, `run-agent stop {task}` takes it out")  # fmt: skip
 
     def still_on_cluster(self, root: Path) -> bool:
         """Whether a task recorded as waiting in the cluster's queue still waits there: it
@@ -114,8 +133,8 @@ class Waiting:
 
     @property
     def eligible(self) -> bool:
-        """In the queue proper: its dependencies done, nothing blocking it."""
-        return self.joined and self.blocked is None
+        """In the queue proper: its dependencies done, nothing blocking it, readable."""
+        return self.joined and self.blocked is None and self.unreadable is None
 
     def limit_settings(self) -> LimitsSettings:
         """The limits in force when it was queued (the record carries them to the keeper)."""
@@ -142,17 +161,22 @@ class Waiting:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Waiting:
-        start = data.get("start")
+        """The record `data` holds; ValueError naming the first field that is not what it
+        should be (the keeper runs what a record says, so every field is checked)."""
+        get = data.get
         return cls(
-            project=str(data["project"]), task=str(data["task"]), agent=str(data["agent"]),
-            seq=int(data["seq"]), priority=int(data.get("priority") or 0),
-            submitted=str(data.get("submitted") or ""),
-            after=tuple(str(a) for a in data.get("after") or ()),
-            joined=bool(data.get("joined", True)), blocked=data.get("blocked"),
-            waiter=data.get("waiter"), waiter_started=data.get("waiter_started"),
-            start=dict(start) if isinstance(start, dict) else None,
-            limits=data.get("limits") if isinstance(data.get("limits"), dict) else None,
-            cluster=data.get("cluster") if isinstance(data.get("cluster"), dict) else None,
+            project=_text(get("project"), "project"), task=_text(get("task"), "task"),
+            agent=_text(get("agent"), "agent"), seq=_whole(get("seq"), "seq"),
+            priority=_whole(get("priority", 0), "priority"),
+            submitted=_text(get("submitted", ""), "submitted"),
+            after=tuple(_texts(get("after", []), "after")),
+            joined=_flag(get("joined", True), "joined"),
+            blocked=_maybe(_text, get("blocked"), "blocked"),
+            waiter=_maybe(_whole, get("waiter"), "waiter"),
+            waiter_started=_maybe(_number, get("waiter_started"), "waiter_started"),
+            start=_maybe(_start, get("start"), "start"),
+            limits=_maybe(_limits, get("limits"), "limits"),
+            cluster=_maybe(_cluster, get("cluster"), "cluster"),
         )  # fmt: skip
 
 
@@ -180,10 +204,12 @@ class QueuePlace:
     after: tuple[str, ...] = ()
     detached: bool = True  # started by the keeper when its turn comes (else a foreground run)
     blocked: bool = False  # waits for other tasks (not for a slot)
+    unreadable: str | None = None  # its record cannot be read: why (it waits for a person)
 
     def to_dict(self) -> dict[str, Any]:
         return {"ahead": self.ahead, "waits_for": self.waits_for, "priority": self.priority,
-                "after": list(self.after), "detached": self.detached}  # fmt: skip
+                "after": list(self.after), "detached": self.detached,
+                "unreadable": self.unreadable}  # fmt: skip
 
 
 def places(root: Path) -> dict[str, QueuePlace]:
@@ -193,6 +219,10 @@ def places(root: Path) -> dict[str, QueuePlace]:
     holders = fleet.holders(clean=False)
     found = {}
     for waiting in records:
+        if waiting.unreadable is not None:
+            found[waiting.label] = QueuePlace(0, waiting.unreadable_words(), detached=False,
+                                              unreadable=waiting.unreadable)  # fmt: skip
+            continue
         ahead = fleet.ahead_of(waiting, records) if waiting.eligible else []
         if waiting.blocked is not None:
             waits = f"blocked: {waiting.blocked}"
@@ -340,14 +370,19 @@ class Fleet:
     # The queue.
 
     def waiting(self, clean: bool = True) -> list[Waiting]:
-        """Every task in the queue, in order, but those of foreground runs that are gone (a
-        waiter that died never holds up the queue); with `clean` (under the lock), their
-        records are removed."""
+        """Every task in the queue, in order (those whose record cannot be read as stand-ins
+        saying why), but those of foreground runs that are gone (a waiter that died never
+        holds up the queue); with `clean` (under the lock), their records are removed, and a
+        record that cannot be read is said in keeper.log (once), never removed."""
         found = []
         for path in _files(self.queue):
-            waiting = _read(path, Waiting.from_json)
-            if waiting is not None and not waiting.abandoned():
+            waiting = _record(path)
+            if waiting is None:
+                continue  # gone since it was listed
+            if not waiting.abandoned():
                 found.append(waiting)
+                if clean and waiting.unreadable is not None:
+                    self.report(waiting, path)
             elif clean:
                 path.unlink(missing_ok=True)
         return order(found)
@@ -356,10 +391,31 @@ class Fleet:
         return self.queue / _file_name(project, task)
 
     def record_of(self, task: TaskPaths) -> Waiting | None:
-        return _read(self.record_path(task.project_id, task.task_id), Waiting.from_json)
+        """The task's queue record (a stand-in saying why if it cannot be read); None if the
+        task is not in the queue."""
+        return _record(self.record_path(task.project_id, task.task_id))
 
     def put(self, waiting: Waiting) -> None:
+        assert waiting.unreadable is None, "a stand-in for a damaged record is never written"
         _write(self.record_path(waiting.project, waiting.task), waiting.to_json())
+
+    def report(self, waiting: Waiting, path: Path | None = None) -> None:
+        """Say in keeper.log that a queue record (at `path`, by default the task's) cannot be
+        read, unless it says so already (every writer of the queue looks at it, the keeper
+        once a second)."""
+        name = (path or self.record_path(waiting.project, waiting.task)).name
+        line = (f"run-agent: task {waiting.label}: its queue record {FOLDER}/queue/{name} is "
+                f"unreadable: {waiting.unreadable}; it stays in the queue, never started, "
+                f"until `run-agent resume -p {waiting.project} -t {waiting.task}` queues it "
+                f"afresh or `run-agent stop` or `delete` takes it out\n").encode()  # fmt: skip
+        try:
+            with open(self.folder / LOG, "a+b") as log:
+                size = log.seek(0, os.SEEK_END)
+                log.seek(max(0, size - LOG_LOOKBACK))
+                if line not in log.read():
+                    log.write(line)
+        except OSError:
+            pass  # the listings show it all the same
 
     def drop(self, task: TaskPaths) -> bool:
         """Take the task out of the queue; whether it was in it."""
@@ -423,6 +479,96 @@ def _holder(data: Mapping[str, Any]) -> Holder:
     )  # fmt: skip
 
 
+def _record(path: Path) -> Waiting | None:
+    """The queue record at `path`: None if there is none, a stand-in saying why (`unreadable`)
+    if it cannot be read or is not a record of the task its name says."""
+    stem = path.name.removesuffix(".json")
+    project, _, task = stem.partition(SEP)
+    try:
+        waiting = Waiting.from_json(jsonfile.read_object(path, RECORD_CAP))
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:  # jsonfile.Unreadable too
+        return Waiting(project, task, "", 0, unreadable=str(exc))
+    if waiting.label != f"{project}/{task}":
+        return Waiting(project, task, "", 0, unreadable=f"it names task {shown(waiting.label)}")
+    return waiting
+
+
+# Each field of a record checked for its type: a ValueError names the field and its value.
+
+
+def _text(value: object, name: str) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"{name} {shown(value)} is not a string")
+    return value
+
+
+def _whole(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} {shown(value)} is not a whole number")
+    return value
+
+
+def _number(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} {shown(value)} is not a number")
+    return float(value)
+
+
+def _flag(value: object, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{name} {shown(value)} is not true or false")
+    return value
+
+
+def _texts(value: object, name: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name} {shown(value)} is not a list of strings")
+    return value
+
+
+def _object(value: object, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} {shown(value)} is not an object")
+    return value
+
+
+def _maybe(check: Callable[[object, str], T], value: object, name: str) -> T | None:
+    """`check(value)`, or None for a null (or missing) field."""
+    return None if value is None else check(value, name)
+
+
+def _start(value: object, name: str) -> dict[str, Any]:
+    """A detached start: `{argv: [str], cwd: str, env: {str: str}}`."""
+    start = _object(value, name)
+    _texts(start.get("argv"), f"{name}.argv")
+    _text(start.get("cwd"), f"{name}.cwd")
+    for key, variable in _object(start.get("env") or {}, f"{name}.env").items():
+        _text(variable, f"{name}.env.{key}")
+    return start
+
+
+def _limits(value: object, name: str) -> dict[str, Any]:
+    """The limits in force when it was queued: whole numbers (or null) and maps of them."""
+    limits = _object(value, name)
+    for cap in ("max_running", "per_project"):
+        _maybe(_whole, limits.get(cap), f"{name}.{cap}")
+    for group in ("projects", "agents"):
+        for key, cap in _object(limits.get(group) or {}, f"{name}.{group}").items():
+            _whole(cap, f"{name}.{group}.{key}")
+    return limits
+
+
+def _cluster(value: object, name: str) -> dict[str, Any]:
+    """Where it waits on a Ray cluster: `{group: str, needs: {str: number}}`."""
+    cluster = _object(value, name)
+    _maybe(_text, cluster.get("group"), f"{name}.group")
+    for key, amount in _object(cluster.get("needs") or {}, f"{name}.needs").items():
+        _number(amount, f"{name}.needs.{key}")
+    return cluster
+
+
 def _files(folder: Path) -> list[Path]:
     try:
         return [folder / name for name in os.listdir(folder) if name.endswith(".json")]
@@ -432,10 +578,10 @@ def _files(folder: Path) -> list[Path]:
 
 def _read(path: Path, make: Callable[[Mapping[str, Any]], T]) -> T | None:
     """`make(data)` of the JSON file at `path`; None if it is not there or not what it should
-    be (a damaged record counts for nothing, and is written afresh by the next holder)."""
+    be (a damaged slot counts for nothing, and is written afresh by the next holder; a damaged
+    record of the cluster's queue is only a listing's hint)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        return make(data) if isinstance(data, dict) else None
+        return make(jsonfile.read_object(path, RECORD_CAP))
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

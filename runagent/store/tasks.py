@@ -3,8 +3,8 @@
 Nothing here writes. A run recorded as `running` whose supervisor is gone (dead, or its pid reused
 by another process) is shown as `lost`, or as `failed` when its supervisor left word that it could
 not write the run's end (a full disk); one whose run-info.yaml cannot be read as `unreadable`,
-with the reason; the task's status is derived from its lock holder, its DONE
-marker and its latest run, never stored twice.
+with the reason (and a task whose queue record cannot be read, likewise); the task's status is
+derived from its lock holder, its DONE marker and its latest run, never stored twice.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class TaskStatus(enum.StrEnum):
     TIMED_OUT = "timed_out"
     STOPPED = "stopped"
     LOST = "lost"
-    UNREADABLE = "unreadable"  # its latest run's run-info.yaml cannot be read
+    UNREADABLE = "unreadable"  # its latest run's run-info.yaml, or its queue record, cannot be read
     # A task of operations runs (`run-agent ops`, which write no run-info):
     AWAITING_APPROVAL = "awaiting_approval"  # one of its runs is paused on an operation
     IDLE = "idle"  # every batch answered; its runs take the next message
@@ -135,7 +135,9 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> Tas
     place = None
     if holder is None:
         place = (places if places is not None else queue_places(task.root)).get(task.label)
-    if place is not None:
+    if place is not None and place.unreadable is not None:
+        status = TaskStatus.UNREADABLE  # its queue record: it waits for a person
+    elif place is not None:
         status = TaskStatus.BLOCKED if place.blocked else TaskStatus.QUEUED
     elif holder is not None:
         status = TaskStatus.RUNNING

@@ -9,6 +9,10 @@ of randomness, so a fast hash is enough: nothing about it can be guessed from th
 
 A token limited to projects reaches only those: their routes, and listings (the fleet too) that
 show nothing else; a view of the whole root that cannot be cut to them (the metrics) is refused.
+
+The file is read within FILE_CAP and every field of every record checked as it is read, so a
+file that cannot be read is one error saying why (TokenFileError), never a token that breaks a
+request later; a file that cannot be read is never written over (its tokens would be lost).
 """
 
 from __future__ import annotations
@@ -19,19 +23,32 @@ import enum
 import fcntl
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from runagent.errors import ForbiddenError, NotFoundError, UsageError
+from runagent.errors import ForbiddenError, NotFoundError, UsageError, shown
 from runagent.record import record
+from runagent.store import jsonfile
 from runagent.store.credentials import TOKEN
 from runagent.store.runfolder import atomic_write
 
 FOLDER = ".tokens"
 FILE = "tokens.json"
 PREFIX = "rat"  # run-agent token: rat_<id>_<secret>
+FILE_CAP = 4 * 1024 * 1024  # bytes of the token file: some fourteen thousand tokens
+SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+class TokenFileError(UsageError):
+    """The token file is there but cannot be read; `why` says why, without its path."""
+
+    def __init__(self, file: Path, why: str) -> None:
+        super().__init__(f"the token file {file} cannot be read: {why}; fix it, or move it "
+                         "aside and make the tokens again")  # fmt: skip
+        self.why = why
 
 
 class Scope(enum.IntEnum):
@@ -92,7 +109,7 @@ class TokenRecord:
     def state(self, now: datetime) -> str:
         if self.revoked:
             return "revoked"
-        if self.expires and datetime.fromisoformat(self.expires) <= now:
+        if self.expires and _instant(self.expires, "expires") <= now:
             return "expired"
         return "active"
 
@@ -102,12 +119,49 @@ class TokenRecord:
                 "expires": self.expires, "revoked": self.revoked, "note": self.note}  # fmt: skip
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> TokenRecord:
+    def from_dict(cls, data: object) -> TokenRecord:
+        """The record `data` holds; ValueError naming the first field that is not one."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{shown(data)} is not an object")
+        scope = data.get("scope")
+        if not isinstance(scope, str) or scope.upper() not in Scope.__members__:
+            raise ValueError(f"scope {shown(scope)} is not read, operate or admin")
+        projects = data.get("projects") or []
+        if not isinstance(projects, list) or not all(isinstance(p, str) for p in projects):
+            raise ValueError(f"projects {shown(projects)} is not a list of project ids")
+        expires, revoked = data.get("expires"), data.get("revoked")
+        if expires is not None:
+            _instant(expires, "expires")
+        if revoked is not None and not isinstance(revoked, str):
+            raise ValueError(f"revoked {shown(revoked)} is not a time")
+        sha256 = _string(data, "sha256")
+        if not SHA256.fullmatch(sha256):
+            raise ValueError(f"sha256 {shown(sha256)} is not a SHA-256 in hex")
         return cls(
-            str(data["id"]), str(data["sha256"]), Scope.named(str(data["scope"])),
-            tuple(str(p) for p in data.get("projects") or ()), str(data["created"]),
-            data.get("expires"), data.get("revoked"), str(data.get("note") or ""),
+            _string(data, "id"), sha256, Scope[scope.upper()], tuple(projects),
+            _string(data, "created"), expires, revoked, _string(data, "note", ""),
         )  # fmt: skip
+
+
+def _string(data: dict[str, Any], name: str, default: str | None = None) -> str:
+    value = data.get(name) if data.get(name) is not None else default
+    if not isinstance(value, str):
+        raise ValueError(f"{name} {shown(value)} is not a string")
+    return value
+
+
+def _instant(value: object, name: str) -> datetime:
+    """A time as the file keeps it: ISO 8601 with its zone (one without would be compared with
+    the server's clock in no zone at all)."""
+    try:
+        when = datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        when = None
+    if when is None:
+        raise ValueError(f"{name} {shown(value)} is not a time (ISO 8601, with its zone)")
+    if when.tzinfo is None:
+        raise ValueError(f"{name} {shown(value)} has no time zone (write it as {value}+00:00)")
+    return when
 
 
 def path(root: Path) -> Path:
@@ -115,21 +169,25 @@ def path(root: Path) -> Path:
 
 
 def read(root: Path) -> list[TokenRecord]:
+    """The token records ([] without a token file); TokenFileError saying why if the file
+    cannot be read whole, or any record in it is not one."""
+    file = path(root)
     try:
-        data = json.loads(path(root).read_text(encoding="utf-8"))
+        data = jsonfile.read_object(file, FILE_CAP)
     except FileNotFoundError:
         return []
-    except (OSError, ValueError) as exc:
-        raise UsageError(
-            f"the token file {path(root)} cannot be read ({exc}); fix or remove it"
-        ) from None
-    try:
-        return [TokenRecord.from_dict(d) for d in data.get("tokens", []) if isinstance(d, dict)]
-    except (AttributeError, KeyError, TypeError, ValueError) as exc:
-        raise UsageError(
-            f"the token file {path(root)} holds a record that is not one ({exc!r}); fix or "
-            "remove it"
-        ) from None
+    except jsonfile.Unreadable as exc:
+        raise TokenFileError(file, str(exc)) from None
+    listed = data.get("tokens", [])
+    if not isinstance(listed, list):
+        raise TokenFileError(file, f"tokens {shown(listed)} is not a list")
+    records = []
+    for n, item in enumerate(listed, 1):
+        try:
+            records.append(TokenRecord.from_dict(item))
+        except ValueError as exc:
+            raise TokenFileError(file, f"its token {n}: {exc}") from None
+    return records
 
 
 @contextlib.contextmanager
@@ -142,9 +200,15 @@ def _changing(root: Path) -> Iterator[list[TokenRecord]]:
     fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        records = read(root)
+        records = read(root)  # one that cannot be read is never written over
         yield records
-        atomic_write(path(root), json.dumps({"tokens": [r.to_dict() for r in records]}, indent=1))
+        text = json.dumps({"tokens": [r.to_dict() for r in records]}, indent=1)
+        if len(text.encode()) > FILE_CAP:
+            raise UsageError(
+                f"the token file {path(root)} would be {jsonfile.over(FILE_CAP, len(text))} "
+                f"with {len(records)} tokens, revoked ones too; take old ones out of it by hand"
+            )
+        atomic_write(path(root), text)
         os.chmod(path(root), 0o600)
     finally:
         os.close(fd)
@@ -193,8 +257,8 @@ def verify(records: Iterable[TokenRecord], presented: str, now: datetime) -> Gra
     if match is None:
         return None
     wanted = digest(presented)
-    for found in records:
-        if hmac.compare_digest(found.sha256, wanted) and found.id == match[1]:
+    for found in records:  # the id is no secret: only the hash is compared in constant time
+        if found.id == match[1] and hmac.compare_digest(found.sha256, wanted):
             if found.state(now) != "active":
                 return None
             projects = frozenset(found.projects) if found.projects else None

@@ -1,13 +1,14 @@
 // The page's first view: the fleet at a glance (GET /api/fleet). How many tasks run, wait for a
 // slot, wait for other tasks or wait for a person; the tasks that need a person, each with its
-// action; the queue in the order it starts; today's spend against each daily budget. It is read
+// action; the queue in the order it starts (and, after it, any task whose queue record cannot be
+// read, saying why); today's spend against each daily budget. It is read
 // again whenever a task's row changes (the root event stream), so it stays live.
 
 import { hashFor, navigate, taskUrl } from "./address.js";
 import { $, badge } from "./dom.js";
 
 const COUNTS = [["running", "running"], ["queued", "queued"], ["blocked", "blocked"],
-  ["needs_person", "need a person"]];
+  ["unreadable", "unreadable"], ["needs_person", "need a person"]];
 const ACTIONS = { approval: "approve or deny", reply: "paste the reply", budget: "resume with", stuck: "resume" };
 
 let shown = false;
@@ -49,6 +50,7 @@ function renderCounts(found) {
   const list = $("#fleet-counts");
   list.replaceChildren();
   for (const [name, words] of COUNTS) {
+    if (name === "unreadable" && !found.counts[name]) continue; // shown only when there is one
     const li = document.createElement("li");
     li.dataset.count = name;
     const n = document.createElement("strong");

@@ -90,7 +90,8 @@ function renderSummary(detail) {
   $("#task-summary").textContent = parts.join(" · ");
 }
 
-// What the task waits for (a slot, other tasks) and the tasks that wait for it, each a link.
+// What the task waits for (a slot, other tasks, a person when its queue record cannot be read)
+// and the tasks that wait for it, each a link.
 function renderWaits(detail) {
   const box = $("#task-waits");
   box.replaceChildren();
@@ -98,7 +99,8 @@ function renderWaits(detail) {
   if (detail.queue) {
     const p = document.createElement("p");
     p.className = "waits-for";
-    p.append(`${detail.status === "blocked" ? "blocked" : "queued"}: ${detail.queue.waits_for}`);
+    const state = detail.queue.unreadable ? "unreadable" : detail.status === "blocked" ? "blocked" : "queued";
+    p.append(`${state}: ${detail.queue.waits_for}`);
     if (detail.queue.after.length) p.append(" · after ", ...links(detail.queue.after));
     lines.push(p);
   }

@@ -394,6 +394,29 @@ def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
     expect(page.locator("#fleet-queue-empty")).to_be_visible()
 
 
+def test_the_fleet_and_the_task_show_a_queue_record_that_cannot_be_read(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.fleet.test_queue import damage, go, keepers, listed, one_detached_waits
+
+    one_detached_waits(ws)  # p/a runs, p/b waits for its slot
+    damage(ws, "b", "truncated JSON")
+    page.goto(server.url)
+    expect(page.locator("#fleet-counts li[data-count=unreadable] strong")).to_have_text("1")
+    row = page.locator("#fleet-queue li[data-task='p/b']")
+    expect(row.locator(".badge")).to_have_text("unreadable")
+    expect(row).to_contain_text("its queue record cannot be read: not JSON")
+    row.locator("a[data-task='p/b']").click()
+    expect(page.locator("#task-status")).to_have_text("unreadable")
+    expect(page.locator("#task-waits .waits-for")).to_contain_text(
+        "unreadable: its queue record cannot be read: not JSON"
+    )
+    expect(page.locator("#task-waits .waits-for")).to_contain_text("run-agent resume -p p -t b")
+    go(ws, "a")
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", timeout=60, what="a")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
 def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
     ws: Workspace, server: Server, page: Page
 ) -> None:

@@ -46,8 +46,8 @@ def settle(ws: Workspace) -> None:
 
 
 def check(found: dict[str, Any]) -> None:
-    assert found["counts"] == {"running": 1, "queued": 2, "blocked": 1, "needs_person": 1,
-                               "tasks": 5}  # fmt: skip
+    assert found["counts"] == {"running": 1, "queued": 2, "blocked": 1, "unreadable": 0,
+                               "needs_person": 1, "tasks": 5}  # fmt: skip
     queue = [(row["task_id"], row["status"]) for row in found["queue"]]
     assert queue == [("c", "queued"), ("b", "queued"), ("d", "blocked")]
     assert found["queue"][0]["queue"]["ahead"] == 0 and found["queue"][1]["queue"]["ahead"] == 1

@@ -497,3 +497,130 @@ def test_a_queued_start_whose_secret_the_keeper_lacks_is_blocked_naming_it(
     said = ws.task("p", "b").run(only_run(ws, "b").run_id).stdout.read_text()
     assert f"DEPLOY_TOKEN={SECRET}\n" in said
     assert SECRET not in fleet_text(ws)
+
+
+# A damaged queue record: shown as `unreadable` with its reason, said once in keeper.log, never
+# dropped, until a person resumes, stops or deletes the task.
+
+RECORD_CAP = 4 * 1024 * 1024
+
+
+def _retyped(text: str) -> str:
+    record = json.loads(text)
+    record["seq"] = "first"
+    return json.dumps(record)
+
+
+def _huge(text: str) -> str:
+    record = json.loads(text)
+    record["pad"] = "x" * (RECORD_CAP + 1)  # still a record in every other way
+    return json.dumps(record)
+
+
+DAMAGES = {
+    "truncated JSON": (lambda text: text[: len(text) // 2], "not JSON"),
+    "not an object": (lambda text: "[1, 2, 3]", "not a JSON object"),
+    "wrong types": (_retyped, "seq 'first' is not a whole number"),
+    "deep nesting": (lambda text: "[" * 200_000 + "]" * 200_000, "nests too deeply"),
+    "huge": (_huge, "over 4 MiB"),
+    "not UTF-8": (lambda text: "\udcff" + text, "not UTF-8"),
+}
+
+
+def damage(ws: Workspace, task: str, kind: str) -> bytes:
+    """Damage p/TASK's queue record as `kind` says; the bytes it holds now."""
+    path = Fleet(ws.root).record_path("p", task)
+    spoil, _ = DAMAGES[kind]
+    data = spoil(path.read_text(encoding="utf-8")).encode("utf-8", "surrogateescape")
+    spoilt = path.with_name(".spoilt")  # whole at once: the keeper reads it as it is left
+    spoilt.write_bytes(data)
+    spoilt.replace(path)
+    return data
+
+
+def keeper_log(ws: Workspace) -> str:
+    log = Fleet(ws.root).folder / "keeper.log"
+    return log.read_text(encoding="utf-8", errors="replace") if log.exists() else ""
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_a_damaged_queue_record_shows_as_unreadable_and_is_never_dropped(
+    ws: Workspace, kind: str
+) -> None:
+    one_detached_waits(ws)
+    data = damage(ws, "b", kind)
+    _, why = DAMAGES[kind]
+    path = Fleet(ws.root).record_path("p", "b")
+    said = wait_for(lambda: [line for line in keeper_log(ws).splitlines() if "p/b" in line],
+                    what="the keeper to say so")  # fmt: skip
+    assert why in said[0] and "unreadable" in said[0] and "resume" in said[0], said
+    row = listed(ws)["p/b"]
+    assert row["status"] == "unreadable" and why in row["queue"]["unreadable"], row
+    status = ws.cli("status", "-p", "p", "-t", "b")
+    assert status.returncode == 0 and "p/b: unreadable (0 runs)" in status.stdout, status
+    assert why in status.stdout and "Traceback" not in status.stderr
+    fleet = ws.cli("fleet")
+    assert fleet.returncode == 0 and "1 unreadable" in fleet.stdout, fleet
+    assert f"p/b  its queue record cannot be read: {why}" in fleet.stdout
+    assert json.loads(ws.cli("fleet", "--json").stdout)["counts"]["unreadable"] == 1
+    go(ws, "a")
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", timeout=60, what="a")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+    assert path.read_bytes() == data and not ws.runs("p", "b")  # kept as it was, never run
+    assert listed(ws)["p/b"]["status"] == "unreadable"
+    assert len([line for line in keeper_log(ws).splitlines() if "p/b" in line]) == 1
+
+
+def test_a_person_resumes_stops_or_deletes_a_task_whose_queue_record_is_unreadable(
+    ws: Workspace,
+) -> None:
+    from starlette.testclient import TestClient
+
+    from server.app import create_app
+    from server.settings import Settings
+    from tests.conftest import LOCAL
+
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    for task in "abcd":
+        door.start(StartRequest(ws.task("p", task), "go"))
+    for task in "bcd":
+        damage(ws, task, "truncated JSON")
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path,
+                              backend_names=backends.known()))  # fmt: skip
+    with TestClient(app, base_url=LOCAL) as c:  # the page reads these fields
+        fleet = c.get("/api/fleet").json()
+        assert fleet["counts"]["unreadable"] == 3 and fleet["counts"]["queued"] == 0
+        row = next(row for row in fleet["queue"] if row["task_id"] == "b")
+        assert row["status"] == "unreadable" and "not JSON" in row["queue"]["unreadable"]
+        task = c.get("/api/projects/p/tasks/b").json()
+        assert task["status"] == "unreadable" and "not JSON" in task["queue"]["waits_for"]
+    stopped = ws.cli("stop", "-p", "p", "-t", "c")
+    assert stopped.returncode == 0 and "left the queue" in stopped.stdout, stopped
+    assert "could not be read" in stopped.stdout
+    assert not Fleet(ws.root).record_path("p", "c").exists()
+    assert listed(ws)["p/c"]["status"] == "pending"
+    assert ws.cli("delete", "-p", "p", "-t", "d", "--yes").returncode == 0
+    assert not Fleet(ws.root).record_path("p", "d").exists() and "p/d" not in listed(ws)
+    go(ws, "a")
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", timeout=60, what="a")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+    assert listed(ws)["p/b"]["status"] == "unreadable" and not ws.runs("p", "b")
+    go(ws, "b")
+    resumed = ws.cli("resume", "-p", "p", "-t", "b")
+    assert resumed.returncode == 0, resumed.stderr
+    assert listed(ws)["p/b"]["status"] == "completed"
+    assert not Fleet(ws.root).record_path("p", "b").exists()
+
+
+def test_a_foreground_run_whose_queue_record_is_damaged_ends_saying_so(ws: Workspace) -> None:
+    first, second = one_runs_one_waits(ws)
+    damage(ws, "b", "not an object")
+    assert second.wait(60) == 1
+    said = second.stderr.read() if second.stderr else ""
+    assert "its queue record cannot be read: not a JSON object" in said, said
+    assert "Traceback" not in said
+    assert listed(ws)["p/b"]["status"] == "unreadable"
+    go(ws, "a")
+    assert first.wait(60) == 0
+    assert listed(ws)["p/b"]["status"] == "unreadable" and not ws.runs("p", "b")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -512,3 +512,95 @@ def test_the_root_s_path_is_told_to_a_whole_root_admin_alone(tmp_path: Path) -> 
             assert (str(tmp_path) in answer.text) is admin, (cred.name, answer.text)
             if admin:
                 assert answer.json()["root"] == str(root)
+
+
+# A token file that cannot be read: a 503 with one line for every request but the api_key's, read
+# without blocking and within a size cap; the commands say so in one line and never write over it.
+
+DEEP = 200_000  # brackets: far past what the parser recurses into
+
+
+def _with(field: str, value: object) -> Callable[[str], bytes]:
+    def spoil(text: str) -> bytes:
+        data = json.loads(text)
+        data["tokens"][0][field] = value
+        return json.dumps(data).encode()
+
+    return spoil
+
+
+def _padded(text: str) -> bytes:
+    data = json.loads(text)  # every token still good; 66 MB of padding beside them
+    data["pad"] = "x" * (66 * 1000 * 1000)
+    return json.dumps(data).encode()
+
+
+BAD_TOKEN_FILES: dict[str, tuple[Callable[[str], bytes], str]] = {
+    "expires without a zone": (_with("expires", "2099-01-01T00:00:00"), "has no time zone"),
+    "expires garbage": (_with("expires", "next tuesday"), "'next tuesday' is not a time"),
+    "scope garbage": (_with("scope", ["root"]), "scope ['root'] is not"),
+    "tokens not a list": (lambda text: b'{"tokens": "all"}', "tokens 'all' is not a list"),
+    "not JSON": (lambda text: b"\x00\x01garbage{{", "not JSON"),
+    "deep nesting": (lambda text: b'{"tokens": ' + b"[" * DEEP + b"]" * DEEP + b"}", "too deep"),
+    "66 MB": (_padded, "over 4 MiB"),
+}
+
+
+def spoil_token_file(root: Path, kind: str) -> bytes:
+    """Put a token file damaged as `kind` says in place, whole at once; its bytes."""
+    path = tokens.path(root)
+    spoil, _ = BAD_TOKEN_FILES[kind]
+    data = spoil(path.read_text())
+    spoilt = path.with_name(".spoilt")
+    spoilt.write_bytes(data)
+    spoilt.replace(path)
+    return data
+
+
+def test_a_bad_token_file_is_a_503_in_one_line_and_the_key_still_gets_in(ws: Workspace) -> None:
+    secret, _ = tokens.create(ws.root, tokens.Scope.READ)
+    good = tokens.path(ws.root).read_text()
+    log = ws.path / "serve.log"
+    with (
+        serving(ws, env={"RUN_AGENT_API_KEY": KEY}, log=log) as url,
+        httpx.Client(base_url=url, timeout=20) as client,
+    ):
+        assert client.get("/api/tasks", headers=bearer(secret)).status_code == 200
+        for kind, (_, why) in BAD_TOKEN_FILES.items():
+            spoil_token_file(ws.root, kind)
+            for _ in range(2):  # the second from what the first read left
+                got = client.get("/api/tasks", headers=bearer(secret))
+                assert got.status_code == 503, (kind, got.status_code, got.text[:300])
+                error = got.json()["error"]
+                assert why in error and "token file" in error and "\n" not in error, (kind, error)
+                assert str(ws.root) not in error  # the root's path is not every client's
+            assert client.get("/api/tasks", headers=bearer(KEY)).status_code == 200, kind
+            tokens.path(ws.root).write_text(good)
+            assert client.get("/api/tasks", headers=bearer(secret)).status_code == 200, kind
+        # A FIFO in its place would hang the read: refused without reading.
+        tokens.path(ws.root).unlink()
+        os.mkfifo(tokens.path(ws.root))
+        got = client.get("/api/tasks", headers=bearer(secret))
+        assert got.status_code == 503 and "not a regular file" in got.json()["error"]
+        assert client.get("/api/tasks", headers=bearer(KEY)).status_code == 200
+    assert "Traceback" not in log.read_text(errors="replace")
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+@pytest.mark.parametrize("kind", list(BAD_TOKEN_FILES))
+def test_the_token_commands_say_a_bad_token_file_in_one_line_and_never_write_over_it(
+    ws: Workspace, kind: str
+) -> None:
+    tokens.create(ws.root, tokens.Scope.READ)
+    data = spoil_token_file(ws.root, kind)
+    _, why = BAD_TOKEN_FILES[kind]
+    for args in (["list"], ["list", "--json"], ["create", "--scope", "read"],
+                 ["revoke", "000000000000"]):  # fmt: skip
+        done = ws.invoke("token", *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert why in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert done.stdout == "", done.stdout
+    assert tokens.path(ws.root).read_bytes() == data  # the tokens a person has are never lost
