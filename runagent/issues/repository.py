@@ -165,10 +165,11 @@ def host_argv(folder: Path, *args: str, config: Sequence[str] = ()) -> list[str]
 def host_env(env: Mapping[str, str] | None, dirs: GitDirs | None) -> dict[str, str]:
     """The environment of a git run-agent runs: `env` over its own, without a repository of
     anyone else's naming, with `dirs`' when given."""
-    merged = {**os.environ, **(env or {})}
-    for name in _LOCATION:
-        if name != "GIT_INDEX_FILE" or name not in (env or {}):  # save_diff's own index stays
-            merged.pop(name, None)
+    merged = {k: v for k, v in os.environ.items() if k not in _LOCATION}
+    merged.update({k: v for k, v in (env or {}).items() if k not in _LOCATION})
+    for name in ("GIT_INDEX_FILE", "GIT_ALTERNATE_OBJECT_DIRECTORIES"):  # run-agent's own
+        if env and name in env and env[name] != os.environ.get(name):
+            merged[name] = env[name]
     return {**merged, **(dirs.environment() if dirs else {}), "GIT_TERMINAL_PROMPT": "0"}
 
 

@@ -15,6 +15,7 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -26,7 +27,10 @@ from runagent.issues.repository import (
     Checkout,
     Commit,
     GitDirs,
+    GitError,
     git,
+    host_argv,
+    host_env,
     main_working_tree,
 )
 from runagent.record import record
@@ -165,20 +169,66 @@ def open_worktree(
     if issue is not None:
         runfolder.atomic_write(issue.body_file, issue.body)
     path = task.worktree
-    entry = registration(repo, path, env)
-    if entry is None:
-        if path.exists():  # a folder git no longer knows: kept aside, never deleted
-            path.rename(path.with_name(f"{path.name}.stale-{_stamp()}"))
+    record = taskfolder.read_worktree_record(task)
+    entry = None if record.get("clone") else registration(repo, path, env)
+    if entry is not None:  # a linked worktree made before worktrees were clones: kept as it is
+        if entry.locked is not None:  # a loop that died holding it: we hold the task lock now
+            git(repo, "worktree", "unlock", str(path), env=env, check=False)
+    elif not (record.get("clone") and path.is_dir() and task.worktree_git.is_dir()):
+        for left in (path, task.worktree_git):  # a folder nobody knows: kept aside, not deleted
+            if left.exists():
+                left.rename(left.with_name(f"{left.name}.stale-{_stamp()}"))
         _create(task, tree, repo, env, issue)
-    elif entry.locked is not None:  # a loop that died holding it: we hold the task lock now
-        git(repo, "worktree", "unlock", str(path), env=env, check=False)
     dirs = tree_dirs(task, env)
     if (path / ".gitmodules").exists():
         git(path, "submodule", "update", "--init", "--recursive", env=env, dirs=dirs)
     _setup(task, tree.setup, env, setup_timeout)
-    reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
-    git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
-    return Checkout.at(path, dirs=dirs)
+    if entry is not None:
+        reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
+        git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
+    return replace(Checkout.at(path, dirs=dirs), repo=repo)
+
+
+def sync_branch(task: TaskPaths, env: Mapping[str, str]) -> str | None:
+    """Bring the task's branch back from its clone into the repository: the objects the
+    repository lacks are packed from the clone's (read as data, no git runs in the clone as its
+    repository) and the branch of the same name moved to the clone's tip, against its old
+    value. Nothing else of the repository changes. The tip, or None when there is nothing to
+    bring (no clone, or its branch is gone)."""
+    record = taskfolder.read_worktree_record(task)
+    if not record.get("clone") or not task.worktree_git.is_dir():
+        return None
+    dirs = tree_dirs(task, env)
+    repo, branch = Path(str(record["repo"])), str(record["branch"])
+    ref = f"refs/heads/{branch}"
+    tip = git(task.folder, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", env=env,
+              check=False, dirs=dirs)  # fmt: skip
+    if not tip:
+        return None
+    old = git(repo, "rev-parse", "--verify", "--quiet", ref, env=env, check=False)
+    if tip == old:
+        return tip
+    borrowed = {**env, "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(task.worktree_git / "objects")}
+    known = [f"^{sha}" for sha in (old, str(record.get("fork") or "")) if sha]
+    wanted = "".join(f"{line}\n" for line in (tip, *known))
+    packer = subprocess.Popen(
+        host_argv(repo, "pack-objects", "--revs", "--stdout", "-q"), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=host_env(borrowed, None),
+    )  # fmt: skip
+    indexer = subprocess.Popen(
+        host_argv(repo, "index-pack", "--stdin"), stdin=packer.stdout,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=host_env(env, None),
+    )  # fmt: skip
+    assert packer.stdin is not None and packer.stdout is not None
+    packer.stdout.close()
+    packer.stdin.write(wanted.encode())
+    packer.stdin.close()
+    said = indexer.communicate()[1]
+    if packer.wait() != 0 or indexer.returncode != 0:
+        raise GitError(f"bringing {branch} back from {task.worktree_git} failed: "
+                       f"{said.decode(errors='replace').strip()[:300]}")  # fmt: skip
+    git(repo, "update-ref", "-m", f"run-agent: task {task.label}", ref, tip, old, env=env)
+    return tip
 
 
 def tree_dirs(task: TaskPaths, env: Mapping[str, str]) -> GitDirs | None:
@@ -207,8 +257,10 @@ def tree_dirs(task: TaskPaths, env: Mapping[str, str]) -> GitDirs | None:
 def close_worktree(task: TaskPaths, tree: Tree, env: Mapping[str, str]) -> None:
     """Unlock the worktree when its loop ends; best effort (a crash leaves it to `repair`)."""
     try:
-        repo = main_repository(tree.repo, env)
-        git(repo, "worktree", "unlock", str(task.worktree), env=env, check=False)
+        sync_branch(task, env)
+        if not taskfolder.read_worktree_record(task).get("clone"):
+            repo = main_repository(tree.repo, env)
+            git(repo, "worktree", "unlock", str(task.worktree), env=env, check=False)
     except RunAgentError:
         pass
 
@@ -265,8 +317,25 @@ def _create(
         )
     branch = fresh_branch(repo, name, env)
     into = _branch_of(tree.repo if tree.base else repo, start, env)
-    git(repo, "worktree", "add", "--quiet", "-b", branch, str(task.worktree), fork, env=env)
-    dirs = GitDirs.of(task.worktree, env)  # before any agent: what every later command names
+    # The branch in the repository, at the fork: its name is taken, and what reads it works.
+    git(repo, "branch", "--no-track", branch, fork, env=env)
+    # The agent's own clone, its git folder beside the worktree: it borrows the repository's
+    # objects (read-only to a sandboxed agent) and can move no ref of the repository.
+    git(
+        task.folder,
+        "clone",
+        "--quiet",
+        "--shared",
+        "--template=",
+        "--branch",
+        branch,
+        "--separate-git-dir",
+        str(task.worktree_git),
+        str(repo),
+        str(task.worktree),
+        env=env,
+    )
+    dirs = GitDirs(task.worktree_git, task.worktree_git, task.worktree)
     taskfolder.write_worktree_record(
         task,
         {
@@ -283,6 +352,7 @@ def _create(
             "setup_done": not tree.setup,
             "git_dir": str(dirs.git_dir),
             "common_dir": str(dirs.common_dir),
+            "clone": True,
         },
     )
 

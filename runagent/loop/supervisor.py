@@ -164,6 +164,7 @@ class Supervisor:
             attempt.spending = spending
             ended = attempt.run()
             runs.append(ended.info)
+            self._bring_back()
             ending = (
                 self._end(ended.info, attempt=ended.info.attempt)
                 or self._budget(ended, attempt.spending)  # as last counted while it ran
@@ -274,6 +275,18 @@ class Supervisor:
             f"task {self.label} stopped by its budget: {said}; not restarting (a larger "
             "--budget, or budgets: in config.yaml, lets it go on)"
         )
+
+    def _bring_back(self) -> None:
+        """After each run of a loop in a worktree of its own: its branch in the repository
+        moved to the clone's (the page, `merge` and anyone's git see the work as it goes)."""
+        if self.request.worktree is None:
+            return
+        from runagent import errors
+        from runagent.issues import worktree
+
+        # A failure here is not the run's: `merge` brings it back again, and says why it cannot.
+        with contextlib.suppress(errors.RunAgentError, OSError):
+            worktree.sync_branch(self.task, self.request.base_env)
 
     def _progress(self) -> stuck.Progress | None:
         """The working folder before an attempt, when stuck detection is on."""
