@@ -13,6 +13,7 @@ from pathlib import Path
 from runagent.errors import AlreadyRunningError, RunAgentError, UsageError
 from runagent.issues.repository import dirty, git, run_git
 from runagent.issues.worktree import (
+    LOCK_REASON,
     _stamp,
     default_branch,
     registration,
@@ -22,7 +23,7 @@ from runagent.issues.worktree import (
 )
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
-from runagent.store.lock import TaskLock
+from runagent.store.lock import TaskLock, live_holder
 from runagent.store.runfolder import TaskPaths
 
 
@@ -127,7 +128,7 @@ def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
                 branch=str(record.get("branch")) if record.get("branch") else None,
                 fork=fork,
                 registered=known,
-                locked=entry.locked if entry is not None else None,
+                locked=entry.locked if entry is not None else _held(view.paths) if clone else None,
                 ahead=ahead,
                 dirty=dirty_,
             )
@@ -181,6 +182,13 @@ def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool
     record = taskfolder.read_worktree_record(w.task.paths)
     taskfolder.write_worktree_record(w.task.paths, {**record, "removed": runfolder.timestamp()})
     return Pruned(w, PruneAction.REMOVED, saved, deleted)
+
+
+def _held(task: TaskPaths) -> str | None:
+    """A clone is locked by its task's lock (git knows nothing of it): while a loop of the
+    task holds it, in the words `git worktree lock` was given for a linked worktree."""
+    holder = live_holder(task.lock)
+    return LOCK_REASON.format(label=task.label, pid=holder.pid) if holder is not None else None
 
 
 def save_diff(task: TaskPaths, env: Mapping[str, str]) -> Path:

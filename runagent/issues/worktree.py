@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping
-from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +31,7 @@ from runagent.issues.repository import (
     host_argv,
     host_env,
     main_working_tree,
+    short,
 )
 from runagent.record import record
 from runagent.store import runfolder, taskfolder
@@ -186,15 +186,17 @@ def open_worktree(
     if entry is not None:
         reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
         git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
-    return replace(Checkout.at(path, dirs=dirs), repo=repo)
+    return Checkout.at(path, dirs=dirs)
 
 
 def sync_branch(task: TaskPaths, env: Mapping[str, str]) -> str | None:
     """Bring the task's branch back from its clone into the repository: the objects the
-    repository lacks are packed from the clone's (read as data, no git runs in the clone as its
-    repository) and the branch of the same name moved to the clone's tip, against its old
-    value. Nothing else of the repository changes. The tip, or None when there is nothing to
-    bring (no clone, or its branch is gone)."""
+    repository lacks are packed from the clone's (read as data: the clone's commit-graph and
+    bitmaps are not trusted) and the branch of the same name moved to the clone's tip, against
+    the value run-agent last gave it (`synced` in the task's record, at first the fork).
+    Nothing else of the repository changes, and a branch someone else moved there since is
+    never overwritten: a GitError saying so, the work left in the clone. The tip, or None when
+    there is nothing to bring (no clone, or its branch is gone from it)."""
     record = taskfolder.read_worktree_record(task)
     if not record.get("clone") or not task.worktree_git.is_dir():
         return None
@@ -205,30 +207,56 @@ def sync_branch(task: TaskPaths, env: Mapping[str, str]) -> str | None:
               check=False, dirs=dirs)  # fmt: skip
     if not tip:
         return None
-    old = git(repo, "rev-parse", "--verify", "--quiet", ref, env=env, check=False)
-    if tip == old:
+    last = str(record.get("synced") or record.get("fork") or "")
+    now = git(repo, "rev-parse", "--verify", "--quiet", ref, env=env, check=False)
+    if now != last:
+        if now == tip:  # brought back by a run-agent that did not live to write it down
+            taskfolder.write_worktree_record(task, {**record, "synced": tip})
+            return tip
+        where = f"moved to {short(now)}" if now else "deleted"
+        raise GitError(
+            f"{branch} cannot be brought back into {repo}: it was {where} there since run-agent "
+            f"last set it ({short(last)}), and that is kept; the task's work is {short(tip)} in "
+            f"{task.worktree_git} (`git fetch {task.worktree_git} {branch}` takes it; `git "
+            f"branch -f {branch} {short(last)}` in {repo} lets run-agent bring it back)"
+        )
+    if tip == now:
         return tip
+    _bring_objects(task, repo, tip, [now, str(record.get("fork") or "")], env)
+    git(repo, "update-ref", "-m", f"run-agent: task {task.label}", ref, tip, now, env=env)
+    taskfolder.write_worktree_record(task, {**record, "synced": tip})
+    return tip
+
+
+def _bring_objects(
+    task: TaskPaths, repo: Path, tip: str, known: list[str], env: Mapping[str, str]
+) -> None:
+    """Copy into the repository the objects of `tip` it lacks, from the task's clone: packed
+    by the repository's git reading the clone's objects as an alternate, indexed (each object
+    hashed again) into the repository's own."""
     borrowed = {**env, "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(task.worktree_git / "objects")}
-    known = [f"^{sha}" for sha in (old, str(record.get("fork") or "")) if sha]
-    wanted = "".join(f"{line}\n" for line in (tip, *known))
+    wanted = "".join(f"{line}\n" for line in (tip, *(f"^{sha}" for sha in known if sha)))
+    untrusted = ("core.commitGraph=false", "pack.useBitmaps=false")
     packer = subprocess.Popen(
-        host_argv(repo, "pack-objects", "--revs", "--stdout", "-q"), stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=host_env(borrowed, None),
+        host_argv(repo, "pack-objects", "--revs", "--stdout", "-q", config=untrusted),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=host_env(borrowed, None),
     )  # fmt: skip
     indexer = subprocess.Popen(
         host_argv(repo, "index-pack", "--stdin"), stdin=packer.stdout,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=host_env(env, None),
     )  # fmt: skip
-    assert packer.stdin is not None and packer.stdout is not None
+    assert packer.stdin is not None and packer.stdout is not None and packer.stderr is not None
     packer.stdout.close()
-    packer.stdin.write(wanted.encode())
-    packer.stdin.close()
-    said = indexer.communicate()[1]
+    with contextlib.suppress(BrokenPipeError):
+        packer.stdin.write(wanted.encode())
+    with contextlib.suppress(BrokenPipeError):
+        packer.stdin.close()
+    said = indexer.communicate()[1] + packer.stderr.read()
+    packer.stderr.close()
     if packer.wait() != 0 or indexer.returncode != 0:
-        raise GitError(f"bringing {branch} back from {task.worktree_git} failed: "
-                       f"{said.decode(errors='replace').strip()[:300]}")  # fmt: skip
-    git(repo, "update-ref", "-m", f"run-agent: task {task.label}", ref, tip, old, env=env)
-    return tip
+        words = " / ".join(said.decode(errors="replace").split("\n")).strip(" /")[:300]
+        raise GitError(f"bringing {tip[:12]} back from {task.worktree_git} failed: {words}")
 
 
 def tree_dirs(task: TaskPaths, env: Mapping[str, str]) -> GitDirs | None:
@@ -336,6 +364,7 @@ def _create(
         env=env,
     )
     dirs = GitDirs(task.worktree_git, task.worktree_git, task.worktree)
+    _local_branches(task.folder, branch, env, dirs)
     taskfolder.write_worktree_record(
         task,
         {
@@ -355,6 +384,24 @@ def _create(
             "clone": True,
         },
     )
+
+
+def _local_branches(folder: Path, own: str, env: Mapping[str, str], dirs: GitDirs) -> None:
+    """The repository's branches as local branches of the new clone too, as a linked worktree
+    sees them (`git log main..HEAD` works there); only its own is ever brought back."""
+    found = git(folder, "for-each-ref", "--format=%(objectname) %(refname)", "refs/remotes/origin/",
+                env=env, dirs=dirs)  # fmt: skip
+    lines = []
+    for line in found.splitlines():
+        sha, _, ref = line.partition(" ")
+        name = ref.removeprefix("refs/remotes/origin/")
+        if name not in ("HEAD", own):
+            lines.append(f"create refs/heads/{name} {sha}\n")
+    if lines:
+        done = subprocess.run(host_argv(folder, "update-ref", "--stdin"), input="".join(lines),
+                              capture_output=True, text=True, env=host_env(env, dirs))  # fmt: skip
+        if done.returncode != 0:
+            raise GitError(f"`git update-ref` in {dirs.git_dir} failed: {done.stderr.strip()}")
 
 
 def _branch_of(folder: Path, ref: str, env: Mapping[str, str]) -> str | None:

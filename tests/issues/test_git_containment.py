@@ -201,3 +201,39 @@ true
     git(repo, "fsck", "--no-dangling")  # no object of its history was rewritten
     tip = git(repo, "rev-parse", "run-agent/p/t")
     assert "finish attempt 1" in git(repo, "log", "-1", "--format=%s", tip)
+
+
+def test_merge_push_takes_no_setting_a_sandboxed_agent_wrote(ws_outside: Workspace) -> None:
+    """`merge --push` runs git in the user's repository, whose config the agent cannot write
+    (its own clone's neither): an ssh command, a credential helper and a push URL it plants
+    there do not run or redirect the push, which lands in the remote the user named."""
+    ws = ws_outside
+    repo = make_repo(ws.path / "repo")
+    remote = ws.path / "remote.git"
+    git(ws.path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    ran, elsewhere = ws.path / "planted-ran", ws.path / "elsewhere.git"
+    git(ws.path, "init", "-q", "--bare", str(elsewhere))
+    user = repo / ".git"
+    before = (user / "config").read_text()
+    plant = f"""
+for where in "" "--git-dir={user}"; do
+  git $where config core.sshCommand "touch {ran}" 2>/dev/null
+  git $where config credential.helper "!touch {ran}" 2>/dev/null
+  git $where config remote.origin.pushurl "{elsewhere}" 2>/dev/null
+  git $where config remote.origin.receivepack "touch {ran}; git-receive-pack" 2>/dev/null
+done
+printf '[remote "origin"]\\n\\tpushurl = {elsewhere}\\n' >> {user}/config 2>/dev/null
+true
+"""
+    sandboxed_worktree_in(ws, repo, plant)
+    assert (user / "config").read_text() == before
+    pushed = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "merge", "-p", "p",
+                    "-t", "t", "--push", "origin"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr
+    assert not ran.exists()
+    assert git(remote, "rev-parse", "run-agent/p/t") == git(repo, "rev-parse", "run-agent/p/t")
+    assert git(elsewhere, "for-each-ref") == ""
