@@ -55,13 +55,17 @@ def linked(repo: Path, task: Path, n: int) -> float:
 
 
 def cloned(repo: Path, task: Path, n: int) -> float:
+    from runagent.issues.repository import GitDirs
     from runagent.issues.repository import git as host_git
+    from runagent.issues.worktree import _local_branches
 
     began = time.perf_counter()
     host_git(repo, "branch", "--no-track", f"c/{n}", "main")
     host_git(task, "clone", "--quiet", "--shared", "--template=", "--branch", f"c/{n}",
              "--separate-git-dir", str(task / "worktree.git"), str(repo),
              str(task / "worktree"))  # fmt: skip
+    dirs = GitDirs(task / "worktree.git", task / "worktree.git", task / "worktree")
+    _local_branches(task, f"c/{n}", ENV, dirs)  # the repository's branches, local in the clone
     return time.perf_counter() - began
 
 
