@@ -24,3 +24,12 @@ def test_the_sandbox_bench_measures_each_kind_side_by_side() -> None:
     rows = {line.split()[0]: line.split() for line in done.stdout.splitlines()[2:]}
     assert set(rows) == {"plain", "sandbox", "worktree", "both"}, done.stdout
     assert rows["plain"][3] == "1.00" and all(len(row) == 7 for row in rows.values())
+
+
+def test_the_clone_bench_measures_a_clone_beside_a_linked_worktree() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "git_clone.py"), "--quick"],
+        capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "clone / worktree add" in done.stdout and "bring a commit back" in done.stdout

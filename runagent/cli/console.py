@@ -94,7 +94,7 @@ class Console:
         elif event.kind is EventKind.WAITING:
             note = f"{event.message}; " if event.message else ""
             self.say(f"{note}restarting in {event.delay:g}s")
-        elif event.kind in (EventKind.MARKED_LOST, EventKind.DONE_ARCHIVED):
+        elif event.kind in (EventKind.MARKED_LOST, EventKind.DONE_ARCHIVED, EventKind.BRANCH_KEPT):
             self.say(event.message or f"run {info.run_id if info else '?'} marked lost")
         elif event.kind is EventKind.TICK and self.live and info is not None:
             self._status(info, event)

@@ -16,7 +16,7 @@ from pathlib import Path
 from runagent.config.settings import MergeMode
 from runagent.errors import AlreadyRunningError, ConflictError, RunAgentError, UsageError
 from runagent.issues.repository import GitDirs, git, run_git
-from runagent.issues.worktree import main_repository, registrations, tree_dirs
+from runagent.issues.worktree import main_repository, registrations, sync_branch, tree_dirs
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
 from runagent.store.credentials import scrub_urls
@@ -72,6 +72,7 @@ def merge(
     uncommitted changes in its worktree or in a checkout of the target, on a conflict, and
     under `ff-only` when it cannot be a fast-forward."""
     work = _ready(task, force)
+    sync_branch(task, env)
     target = into or work.into
     if not target:
         raise UsageError(
@@ -123,6 +124,7 @@ def merge(
 def push(task: TaskPaths, remote: str, env: Mapping[str, str], *, force: bool = False) -> str:
     """Push the task's branch to `remote` (instead of merging it); what was pushed, in words."""
     work = _ready(task, force)
+    sync_branch(task, env)
     repo = main_repository(work.repo, env)
     if run_git(repo, "remote", "get-url", remote, env=env).returncode != 0:
         raise UsageError(f"{repo} has no remote {scrub_urls(remote)!r}; name one of `git remote`")

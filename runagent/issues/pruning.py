@@ -13,15 +13,17 @@ from pathlib import Path
 from runagent.errors import AlreadyRunningError, RunAgentError, UsageError
 from runagent.issues.repository import dirty, git, run_git
 from runagent.issues.worktree import (
+    LOCK_REASON,
     _stamp,
     default_branch,
     registration,
     repair,
+    sync_branch,
     tree_dirs,
 )
 from runagent.record import record
 from runagent.store import runfolder, taskfolder, tasks
-from runagent.store.lock import TaskLock
+from runagent.store.lock import TaskLock, live_holder
 from runagent.store.runfolder import TaskPaths
 
 
@@ -104,14 +106,16 @@ def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
         if not record.get("branch") or record.get("removed"):  # none made yet, or gone
             continue
         path, repo = view.paths.worktree, Path(str(record.get("repo")))
+        clone = bool(record.get("clone"))
         try:
-            entry = registration(repo, path, env)
+            entry = None if clone else registration(repo, path, env)
         except RunAgentError:  # the repository is gone
             entry = None
+        known = view.paths.worktree_git.is_dir() if clone else entry is not None
         exists = path.is_dir()
         fork = str(record["fork"]) if record.get("fork") else None
         ahead = dirty_ = None
-        if exists and entry is not None:
+        if exists and known:
             dirs = tree_dirs(view.paths, env)
             dirty_ = dirty(path, dirs)
             if fork:
@@ -123,8 +127,8 @@ def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
                 repo=repo,
                 branch=str(record.get("branch")) if record.get("branch") else None,
                 fork=fork,
-                registered=entry is not None,
-                locked=entry.locked if entry is not None else None,
+                registered=known,
+                locked=entry.locked if entry is not None else _held(view.paths) if clone else None,
                 ahead=ahead,
                 dirty=dirty_,
             )
@@ -163,7 +167,11 @@ def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool
             return Pruned(w, PruneAction.KEPT_DIRTY)
         saved = save_diff(w.task.paths, env)
     repair(w.repo, env)
-    if registration(w.repo, w.path, env) is not None:  # repair may have pruned a stale one
+    if taskfolder.read_worktree_record(w.task.paths).get("clone"):  # its own clone: no git's
+        sync_branch(w.task.paths, env)
+        for folder in (w.path, w.task.paths.worktree_git):
+            shutil.rmtree(folder, ignore_errors=True)
+    elif registration(w.repo, w.path, env) is not None:  # repair may have pruned a stale one
         git(w.repo, "worktree", "unlock", str(w.path), env=env, check=False)
         forced = saved is not None or (w.path / ".gitmodules").exists()  # clean, but git asks
         git(w.repo, "worktree", "remove", *(["--force"] if forced else []), str(w.path), env=env)
@@ -174,6 +182,13 @@ def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool
     record = taskfolder.read_worktree_record(w.task.paths)
     taskfolder.write_worktree_record(w.task.paths, {**record, "removed": runfolder.timestamp()})
     return Pruned(w, PruneAction.REMOVED, saved, deleted)
+
+
+def _held(task: TaskPaths) -> str | None:
+    """A clone is locked by its task's lock (git knows nothing of it): while a loop of the
+    task holds it, in the words `git worktree lock` was given for a linked worktree."""
+    holder = live_holder(task.lock)
+    return LOCK_REASON.format(label=task.label, pid=holder.pid) if holder is not None else None
 
 
 def save_diff(task: TaskPaths, env: Mapping[str, str]) -> Path:

@@ -167,10 +167,11 @@ def host_argv(folder: Path, *args: str, config: Sequence[str] = ()) -> list[str]
 def host_env(env: Mapping[str, str] | None, dirs: GitDirs | None) -> dict[str, str]:
     """The environment of a git run-agent runs: `env` over its own, without a repository of
     anyone else's naming, with `dirs`' when given."""
-    merged = {**os.environ, **(env or {})}
-    for name in _LOCATION:
-        if name != "GIT_INDEX_FILE" or name not in (env or {}):  # save_diff's own index stays
-            merged.pop(name, None)
+    merged = {k: v for k, v in os.environ.items() if k not in _LOCATION}
+    merged.update({k: v for k, v in (env or {}).items() if k not in _LOCATION})
+    for name in ("GIT_INDEX_FILE", "GIT_ALTERNATE_OBJECT_DIRECTORIES"):  # run-agent's own
+        if env and name in env and env[name] != os.environ.get(name):
+            merged[name] = env[name]
     return {**merged, **(dirs.environment() if dirs else {}), "GIT_TERMINAL_PROMPT": "0"}
 
 
@@ -187,16 +188,44 @@ def main_working_tree(
     folder: Path, env: Mapping[str, str] | None = None, dirs: GitDirs | None = None
 ) -> Path:
     """The main working tree of the repository `folder` is in (its git folder when bare); a
-    folder outside any repository is a UsageError naming it."""
+    folder outside any repository is a UsageError naming it. A task's own clone (its worktree)
+    stands for the repository it was cloned from, as its task's record names it."""
     if dirs is not None:
-        return dirs.common_dir.parent
+        return cloned_from(dirs.common_dir) or dirs.common_dir.parent
     try:
         common = git(folder, "rev-parse", "--path-format=absolute", "--git-common-dir", env=env)
     except GitError:
         raise UsageError(f"{str(folder)!r} is not in a git repository; name one") from None
+    origin = cloned_from(Path(common))
+    if origin is not None:
+        return origin
     if git(folder, "rev-parse", "--is-bare-repository", env=env) == "true":
         return Path(common)
     return Path(common).parent
+
+
+def cloned_from(common: Path) -> Path | None:
+    """The repository a task's clone was made from, when `common` is a task's clone's git
+    folder (`<task folder>/worktree.git`, named so in its task's record, which the supervisor
+    writes and a sandboxed agent cannot); None for any other git folder."""
+    from runagent.store import runfolder
+
+    if common.name != runfolder.WORKTREE_GIT:
+        return None
+    folder = common.parent
+    for name in (runfolder.ISSUE_RECORD, runfolder.WORKTREE_RECORD):
+        try:
+            data = runfolder.load_yaml((folder / name).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            continue
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict) or not data.get("clone") or not data.get("repo"):
+            return None
+        if os.path.realpath(str(data.get("git_dir"))) != os.path.realpath(common):
+            return None
+        return Path(str(data["repo"]))
+    return None
 
 
 def head(folder: Path, dirs: GitDirs | None = None) -> str | None:

@@ -26,8 +26,12 @@ from runagent.issues.repository import (
     Checkout,
     Commit,
     GitDirs,
+    GitError,
     git,
+    host_argv,
+    host_env,
     main_working_tree,
+    short,
 )
 from runagent.record import record
 from runagent.store import runfolder, taskfolder
@@ -165,20 +169,94 @@ def open_worktree(
     if issue is not None:
         runfolder.atomic_write(issue.body_file, issue.body)
     path = task.worktree
-    entry = registration(repo, path, env)
-    if entry is None:
-        if path.exists():  # a folder git no longer knows: kept aside, never deleted
-            path.rename(path.with_name(f"{path.name}.stale-{_stamp()}"))
+    record = taskfolder.read_worktree_record(task)
+    entry = None if record.get("clone") else registration(repo, path, env)
+    if entry is not None:  # a linked worktree made before worktrees were clones: kept as it is
+        if entry.locked is not None:  # a loop that died holding it: we hold the task lock now
+            git(repo, "worktree", "unlock", str(path), env=env, check=False)
+    elif not (record.get("clone") and path.is_dir() and task.worktree_git.is_dir()):
+        for left in (path, task.worktree_git):  # a folder nobody knows: kept aside, not deleted
+            if left.exists():
+                left.rename(left.with_name(f"{left.name}.stale-{_stamp()}"))
         _create(task, tree, repo, env, issue)
-    elif entry.locked is not None:  # a loop that died holding it: we hold the task lock now
-        git(repo, "worktree", "unlock", str(path), env=env, check=False)
     dirs = tree_dirs(task, env)
     if (path / ".gitmodules").exists():
         git(path, "submodule", "update", "--init", "--recursive", env=env, dirs=dirs)
     _setup(task, tree.setup, env, setup_timeout)
-    reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
-    git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
+    if entry is not None:
+        reason = LOCK_REASON.format(label=task.label, pid=os.getpid())
+        git(repo, "worktree", "lock", "--reason", reason, str(path), env=env)
     return Checkout.at(path, dirs=dirs)
+
+
+def sync_branch(task: TaskPaths, env: Mapping[str, str]) -> str | None:
+    """Bring the task's branch back from its clone into the repository: the objects the
+    repository lacks are packed from the clone's (read as data: the clone's commit-graph and
+    bitmaps are not trusted) and the branch of the same name moved to the clone's tip, against
+    the value run-agent last gave it (`synced` in the task's record, at first the fork).
+    Nothing else of the repository changes, and a branch someone else moved there since is
+    never overwritten: a GitError saying so, the work left in the clone. The tip, or None when
+    there is nothing to bring (no clone, or its branch is gone from it)."""
+    record = taskfolder.read_worktree_record(task)
+    if not record.get("clone") or not task.worktree_git.is_dir():
+        return None
+    dirs = tree_dirs(task, env)
+    repo, branch = Path(str(record["repo"])), str(record["branch"])
+    ref = f"refs/heads/{branch}"
+    tip = git(task.folder, "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}", env=env,
+              check=False, dirs=dirs)  # fmt: skip
+    if not tip:
+        return None
+    last = str(record.get("synced") or record.get("fork") or "")
+    now = git(repo, "rev-parse", "--verify", "--quiet", ref, env=env, check=False)
+    if now != last:
+        if now == tip:  # brought back by a run-agent that did not live to write it down
+            taskfolder.write_worktree_record(task, {**record, "synced": tip})
+            return tip
+        where = f"moved to {short(now)}" if now else "deleted"
+        raise GitError(
+            f"{branch} cannot be brought back into {repo}: it was {where} there since run-agent "
+            f"last set it ({short(last)}), and that is kept; the task's work is {short(tip)} in "
+            f"{task.worktree_git} (`git fetch {task.worktree_git} {branch}` takes it; `git "
+            f"branch -f {branch} {short(last)}` in {repo} lets run-agent bring it back)"
+        )
+    if tip == now:
+        return tip
+    _bring_objects(task, repo, tip, [now, str(record.get("fork") or "")], env)
+    git(repo, "update-ref", "-m", f"run-agent: task {task.label}", ref, tip, now, env=env)
+    taskfolder.write_worktree_record(task, {**record, "synced": tip})
+    return tip
+
+
+def _bring_objects(
+    task: TaskPaths, repo: Path, tip: str, known: list[str], env: Mapping[str, str]
+) -> None:
+    """Copy into the repository the objects of `tip` it lacks, from the task's clone: packed
+    by the repository's git reading the clone's objects as an alternate, indexed (each object
+    hashed again) into the repository's own."""
+    borrowed = {**env, "GIT_ALTERNATE_OBJECT_DIRECTORIES": str(task.worktree_git / "objects")}
+    wanted = "".join(f"{line}\n" for line in (tip, *(f"^{sha}" for sha in known if sha)))
+    untrusted = ("core.commitGraph=false", "pack.useBitmaps=false")
+    packer = subprocess.Popen(
+        host_argv(repo, "pack-objects", "--revs", "--stdout", "-q", config=untrusted),
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env=host_env(borrowed, None),
+    )  # fmt: skip
+    indexer = subprocess.Popen(
+        host_argv(repo, "index-pack", "--stdin"), stdin=packer.stdout,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=host_env(env, None),
+    )  # fmt: skip
+    assert packer.stdin is not None and packer.stdout is not None and packer.stderr is not None
+    packer.stdout.close()
+    with contextlib.suppress(BrokenPipeError):
+        packer.stdin.write(wanted.encode())
+    with contextlib.suppress(BrokenPipeError):
+        packer.stdin.close()
+    said = indexer.communicate()[1] + packer.stderr.read()
+    packer.stderr.close()
+    if packer.wait() != 0 or indexer.returncode != 0:
+        words = " / ".join(said.decode(errors="replace").split("\n")).strip(" /")[:300]
+        raise GitError(f"bringing {tip[:12]} back from {task.worktree_git} failed: {words}")
 
 
 def tree_dirs(task: TaskPaths, env: Mapping[str, str]) -> GitDirs | None:
@@ -207,8 +285,10 @@ def tree_dirs(task: TaskPaths, env: Mapping[str, str]) -> GitDirs | None:
 def close_worktree(task: TaskPaths, tree: Tree, env: Mapping[str, str]) -> None:
     """Unlock the worktree when its loop ends; best effort (a crash leaves it to `repair`)."""
     try:
-        repo = main_repository(tree.repo, env)
-        git(repo, "worktree", "unlock", str(task.worktree), env=env, check=False)
+        sync_branch(task, env)
+        if not taskfolder.read_worktree_record(task).get("clone"):
+            repo = main_repository(tree.repo, env)
+            git(repo, "worktree", "unlock", str(task.worktree), env=env, check=False)
     except RunAgentError:
         pass
 
@@ -265,8 +345,26 @@ def _create(
         )
     branch = fresh_branch(repo, name, env)
     into = _branch_of(tree.repo if tree.base else repo, start, env)
-    git(repo, "worktree", "add", "--quiet", "-b", branch, str(task.worktree), fork, env=env)
-    dirs = GitDirs.of(task.worktree, env)  # before any agent: what every later command names
+    # The branch in the repository, at the fork: its name is taken, and what reads it works.
+    git(repo, "branch", "--no-track", branch, fork, env=env)
+    # The agent's own clone, its git folder beside the worktree: it borrows the repository's
+    # objects (read-only to a sandboxed agent) and can move no ref of the repository.
+    git(
+        task.folder,
+        "clone",
+        "--quiet",
+        "--shared",
+        "--template=",
+        "--branch",
+        branch,
+        "--separate-git-dir",
+        str(task.worktree_git),
+        str(repo),
+        str(task.worktree),
+        env=env,
+    )
+    dirs = GitDirs(task.worktree_git, task.worktree_git, task.worktree)
+    _local_branches(task.folder, branch, env, dirs)
     taskfolder.write_worktree_record(
         task,
         {
@@ -283,8 +381,27 @@ def _create(
             "setup_done": not tree.setup,
             "git_dir": str(dirs.git_dir),
             "common_dir": str(dirs.common_dir),
+            "clone": True,
         },
     )
+
+
+def _local_branches(folder: Path, own: str, env: Mapping[str, str], dirs: GitDirs) -> None:
+    """The repository's branches as local branches of the new clone too, as a linked worktree
+    sees them (`git log main..HEAD` works there); only its own is ever brought back."""
+    found = git(folder, "for-each-ref", "--format=%(objectname) %(refname)", "refs/remotes/origin/",
+                env=env, dirs=dirs)  # fmt: skip
+    lines = []
+    for line in found.splitlines():
+        sha, _, ref = line.partition(" ")
+        name = ref.removeprefix("refs/remotes/origin/")
+        if name not in ("HEAD", own):
+            lines.append(f"create refs/heads/{name} {sha}\n")
+    if lines:
+        done = subprocess.run(host_argv(folder, "update-ref", "--stdin"), input="".join(lines),
+                              capture_output=True, text=True, env=host_env(env, dirs))  # fmt: skip
+        if done.returncode != 0:
+            raise GitError(f"`git update-ref` in {dirs.git_dir} failed: {done.stderr.strip()}")
 
 
 def _branch_of(folder: Path, ref: str, env: Mapping[str, str]) -> str | None:

@@ -18,6 +18,7 @@ class EventKind(enum.StrEnum):
     WAITING = "waiting"  # before the next attempt: a backoff, or a rate limit waited out
     MARKED_LOST = "marked_lost"  # a run of an earlier, dead supervisor was written down as lost
     DONE_ARCHIVED = "done_archived"  # a DONE left by an earlier loop was moved out of the way
+    BRANCH_KEPT = "branch_kept"  # a worktree's branch could not be brought back after a run
     LOOP_ENDED = "loop_ended"
 
 

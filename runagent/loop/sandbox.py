@@ -152,7 +152,7 @@ def _task_view(reach: Reach) -> list[_Mount]:
     view = folder / runfolder.SANDBOX_VIEW
     view.mkdir(mode=0o700, exist_ok=True)
     mounts = [_Mount("--bind", folder, view)]
-    shown = [runfolder.RUNS, runfolder.WORKTREE]
+    shown = [runfolder.RUNS, runfolder.WORKTREE, runfolder.WORKTREE_GIT]  # mounted by wrap()
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         if entry.name not in _UNSHOWN and entry.is_file(follow_symlinks=False):
             mounts.append(_ro(folder / entry.name))

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from runagent.errors import ExitCode
+from runagent.errors import ExitCode, RunAgentError
 from runagent.loop import completion, stuck
 from runagent.loop.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.loop.backend import Backend
@@ -164,6 +164,7 @@ class Supervisor:
             attempt.spending = spending
             ended = attempt.run()
             runs.append(ended.info)
+            self._bring_back(ended)
             ending = (
                 self._end(ended.info, attempt=ended.info.attempt)
                 or self._budget(ended, attempt.spending)  # as last counted while it ran
@@ -274,6 +275,24 @@ class Supervisor:
             f"task {self.label} stopped by its budget: {said}; not restarting (a larger "
             "--budget, or budgets: in config.yaml, lets it go on)"
         )
+
+    def _bring_back(self, ended: Ended) -> None:
+        """After each run of a loop in a worktree of its own: its branch in the repository
+        moved to the clone's (the page, `merge` and anyone's git see the work as it goes). A
+        failure is not the run's (`merge` brings it back again, and says why it cannot), but
+        it is said: a line of run-agent's in the run's stderr, and an event the console (and
+        a detached loop's supervisor.log) prints."""
+        if self.request.worktree is None:
+            return
+        from runagent.issues import worktree
+
+        try:
+            worktree.sync_branch(self.task, self.request.base_env)
+        except (RunAgentError, OSError) as exc:
+            said = " ".join(str(exc).split())
+            with contextlib.suppress(OSError):
+                runfolder.append_line(self.task.run(ended.info.run_id).stderr, f"run-agent: {said}")
+            self.on_event(Event(EventKind.BRANCH_KEPT, run=ended.info, message=said))
 
     def _progress(self) -> stuck.Progress | None:
         """The working folder before an attempt, when stuck detection is on."""

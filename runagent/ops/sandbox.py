@@ -125,8 +125,11 @@ def git_arguments(workspace: Path) -> list[str]:
     A `.git` folder is bound over itself, so that it cannot be moved aside for one of the
     command's making.
     """
-    dot_git = workspace / ".git"
+    dot_git = next((f / ".git" for f in (workspace, *workspace.parents)
+                    if os.path.lexists(f / ".git")), workspace / ".git")  # fmt: skip
+    top = dot_git.parent
     pins: list[Path] = []
+    borrowed: list[Path] = []
     try:
         if dot_git.is_dir() and not dot_git.is_symlink():
             folders = [dot_git]
@@ -135,7 +138,7 @@ def git_arguments(workspace: Path) -> list[str]:
             line = next((s for s in text.splitlines() if s.startswith("gitdir:")), None)
             if line is None:
                 return []
-            own = (workspace / line.removeprefix("gitdir:").strip()).resolve()
+            own = (top / line.removeprefix("gitdir:").strip()).resolve()
             common_file = own / "commondir"
             common = (
                 (own / common_file.read_text(encoding="utf-8").strip()).resolve()
@@ -149,12 +152,20 @@ def git_arguments(workspace: Path) -> list[str]:
         for folder in folders:
             if folder.is_dir() and not (folder / "hooks").exists():
                 (folder / "hooks").mkdir()
+            alternates = folder / "objects" / "info" / "alternates"
+            if alternates.is_file():  # a task's clone: the repository's objects, to read only
+                pins.append(alternates)
+                lines = alternates.read_text(encoding="utf-8").splitlines()[:8]
+                borrowed += [Path(x) for x in lines if x.startswith("/") and x.endswith("objects")]
     except OSError:
         return []
     args: list[str] = []
     for folder in folders:
-        if folder.is_dir() and not folder.is_relative_to(workspace):
+        if folder.is_dir() and not folder.is_relative_to(top):
             args += ["--bind", str(folder), str(folder)]
+    for objects in borrowed:
+        if objects.is_dir():
+            args += ["--ro-bind", str(objects), str(objects)]
     if dot_git.is_dir():
         args += ["--bind", str(dot_git), str(dot_git)]
     for folder in dict.fromkeys(folders):

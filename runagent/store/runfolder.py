@@ -59,6 +59,7 @@ ISSUE_RECORD = "issue.yaml"  # an issue run: the issue, repository, worktree, br
 WORKTREE_RECORD = "worktree.yaml"  # a worktree run's (not an issue run's) repository and branch
 ISSUE_BODY = "ISSUE.md"  # the issue body as the agent reads it (COCODE_ISSUE_BODY_FILE)
 WORKTREE = "worktree"  # an issue run's git worktree
+WORKTREE_GIT = "worktree.git"  # its git folder: a clone of the repository, borrowing its objects
 SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed by force
 SETUP_LOG = "setup.log"  # what an issue run's setup command printed
 SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (never read back)
@@ -122,6 +123,10 @@ class TaskPaths:
     @property
     def worktree(self) -> Path:
         return self.folder / WORKTREE
+
+    @property
+    def worktree_git(self) -> Path:
+        return self.folder / WORKTREE_GIT
 
     @property
     def issue_record(self) -> Path:

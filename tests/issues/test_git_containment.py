@@ -62,6 +62,10 @@ def sandboxed_worktree(ws: Workspace, shell: str, *args: str) -> Path:
     commit(repo, "the shared file", name="shared.txt", text="original\n")
     common = Path(git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir"))
     subprocess.run(["rm", "-rf", str(common / "hooks")], check=True)
+    return sandboxed_worktree_in(ws, repo, shell, *args)
+
+
+def sandboxed_worktree_in(ws: Workspace, repo: Path, shell: str, *args: str) -> Path:
     ws.write_config(["--ready-from", "1", "--shell", shell], env=GIT_ENV, max_restarts=0,
                     until="ready-marker")  # fmt: skip
     data = yaml.safe_load(ws.config.read_text())
@@ -170,3 +174,66 @@ def test_host_commands_name_the_recorded_git_folder_whatever_the_git_file_says(
     assert merged.returncode == 0, merged.stderr
     assert not runs.exists(), runs.read_text()
     assert "fake-agent-work.txt" in git(repo, "ls-files")
+
+
+def test_a_sandboxed_worktree_agent_moves_no_ref_of_the_repository_but_its_branch(
+    ws_outside: Workspace,
+) -> None:
+    """It moves `main`, makes a branch and a tag, and rewrites a loose object of the user's
+    history: none of it reaches the repository; its own branch there is its work, once run."""
+    ws = ws_outside
+    repo = make_repo(ws.path / "repo")
+    user = repo / ".git"
+    shell = f"""
+git update-ref refs/heads/main HEAD 2>/dev/null
+git --git-dir={user} update-ref refs/heads/main HEAD 2>/dev/null
+git branch planted HEAD 2>/dev/null
+git --git-dir={user} branch planted HEAD 2>/dev/null
+git --git-dir={user} tag planted-tag HEAD 2>/dev/null
+for f in {user}/objects/??/*; do chmod u+w "$f" 2>/dev/null; : > "$f" 2>/dev/null; done
+true
+"""
+    main = git(repo, "rev-parse", "main")
+    sandboxed_worktree_in(ws, repo, shell)
+    assert git(repo, "rev-parse", "main") == main
+    assert git(repo, "branch", "--list", "planted") == ""
+    assert git(repo, "tag", "--list") == ""
+    git(repo, "fsck", "--no-dangling")  # no object of its history was rewritten
+    tip = git(repo, "rev-parse", "run-agent/p/t")
+    assert "finish attempt 1" in git(repo, "log", "-1", "--format=%s", tip)
+
+
+def test_merge_push_takes_no_setting_a_sandboxed_agent_wrote(ws_outside: Workspace) -> None:
+    """`merge --push` runs git in the user's repository, whose config the agent cannot write
+    (its own clone's neither): an ssh command, a credential helper and a push URL it plants
+    there do not run or redirect the push, which lands in the remote the user named."""
+    ws = ws_outside
+    repo = make_repo(ws.path / "repo")
+    remote = ws.path / "remote.git"
+    git(ws.path, "init", "-q", "--bare", str(remote))
+    git(repo, "remote", "add", "origin", str(remote))
+    ran, elsewhere = ws.path / "planted-ran", ws.path / "elsewhere.git"
+    git(ws.path, "init", "-q", "--bare", str(elsewhere))
+    user = repo / ".git"
+    before = (user / "config").read_text()
+    plant = f"""
+for where in "" "--git-dir={user}"; do
+  git $where config core.sshCommand "touch {ran}" 2>/dev/null
+  git $where config credential.helper "!touch {ran}" 2>/dev/null
+  git $where config remote.origin.pushurl "{elsewhere}" 2>/dev/null
+  git $where config remote.origin.receivepack "touch {ran}; git-receive-pack" 2>/dev/null
+done
+printf '[remote "origin"]\\n\\tpushurl = {elsewhere}\\n' >> {user}/config 2>/dev/null
+true
+"""
+    sandboxed_worktree_in(ws, repo, plant)
+    assert (user / "config").read_text() == before
+    pushed = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "merge", "-p", "p",
+                    "-t", "t", "--push", "origin"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr
+    assert not ran.exists()
+    assert git(remote, "rev-parse", "run-agent/p/t") == git(repo, "rev-parse", "run-agent/p/t")
+    assert git(elsewhere, "for-each-ref") == ""

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 from pathlib import Path
 
 import yaml
 
 from runagent.errors import ExitCode
+from runagent.store.lock import live_holder, read_holder
+from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason, RunStatus
 from tests.conftest import Server, Workspace, alive, wait_for
 from tests.gitrepo import GIT_ENV, commit, git, make_repo
@@ -42,9 +46,38 @@ def worktrees(repo: Path) -> dict[str, dict[str, str]]:
     return found
 
 
-def locked_by_us(repo: Path, tree: str) -> str:
-    reason = worktrees(repo).get(tree, {}).get("locked", "")
+def locked_by_us(ws: Workspace, label: str) -> str:
+    """The lock `run-agent worktrees list` shows on a task's worktree, when run-agent's: a
+    task's own clone is locked by its task's lock (git knows nothing of it), held by a live
+    supervisor; a linked worktree of before, by `git worktree lock`."""
+    listed = ws.cli("worktrees", "list", "--json", "--config", str(ws.config), env=GIT_ENV)
+    assert listed.returncode == 0, listed.stderr
+    row = next((w for w in json.loads(listed.stdout)
+                if f"{w['project_id']}/{w['task_id']}" == label), {})  # fmt: skip
+    reason = str(row.get("locked") or "")
     return reason if reason.startswith("run-agent") else ""
+
+
+def own_clone(repo: Path, task: TaskPaths) -> None:
+    """The task's worktree is a clone of its own, no worktree of `repo`'s git, its branch
+    brought back into `repo` as it is in the clone."""
+    assert str(task.worktree) not in worktrees(repo)
+    assert git(task.worktree, "rev-parse", "--absolute-git-dir") == str(task.worktree_git)
+    branch = git(task.worktree, "symbolic-ref", "--short", "HEAD")
+    assert git(repo, "rev-parse", branch) == git(task.worktree, "rev-parse", "HEAD")
+
+
+def legacy_worktree(repo: Path, task: TaskPaths) -> None:
+    """Turn a task's clone into a linked worktree of `repo`, as run-agent made them before
+    worktrees were clones (its record without `clone` and the git folders): such tasks go on."""
+    record_path = task.issue_record if task.issue_record.exists() else task.worktree_record
+    record = yaml.safe_load(record_path.read_text())
+    shutil.rmtree(task.worktree)
+    shutil.rmtree(task.worktree_git)
+    git(repo, "worktree", "add", "-q", str(task.worktree), record["branch"])
+    for key in ("clone", "git_dir", "common_dir", "synced"):
+        record.pop(key, None)
+    record_path.write_text(yaml.safe_dump(record))
 
 
 def test_an_issue_run_works_in_a_fresh_worktree_of_the_default_branch(ws: Workspace) -> None:
@@ -91,25 +124,34 @@ def test_an_issue_run_works_in_a_fresh_worktree_of_the_default_branch(ws: Worksp
     assert task.task_md.read_text() == "Fix the bug in main.py\n"  # the body is the prompt
     settings = yaml.safe_load((task.folder / "task.yaml").read_text())
     assert (settings["until"], settings["timeout"]) == ("ready-marker", 1800.0)
-    entry = worktrees(clone)[str(tree)]
-    assert "locked" not in entry  # unlocked once the loop ended
+    own_clone(clone, task)  # its git folder its own, the work brought back into --repo
+    assert locked_by_us(ws, "p/issue-1") == ""  # unlocked once the loop ended
+    assert live_holder(task.lock) is None
     assert git(clone, "rev-parse", "--abbrev-ref", "HEAD") == "elsewhere"  # left as it was
 
 
 def test_the_worktree_is_locked_while_the_loop_runs(ws: Workspace) -> None:
+    """What `git worktree lock` did for a linked worktree, the task's lock does for its own
+    clone: shown as locked while the loop runs, never pruned then (`--all` neither), unlocked
+    when the loop ends."""
     repo = make_repo(ws.path / "repo")
     go = ws.path / "go"
     setup_config(ws, ["--wait-for", str(go), "--ready-from", "1"])
     proc = ws.start_cli("-p", "p", "--issue", "2", "--repo", str(repo), "x", env=GIT_ENV)
-    tree = str(ws.task("p", "issue-2").worktree)
-    try:  # `git worktree add` itself holds a lock ("initializing") for a moment
-        wait_for(lambda: locked_by_us(repo, tree), what="the worktree locked by the loop")
-        assert locked_by_us(repo, tree).startswith("run-agent: task p/issue-2 is running")
+    task = ws.task("p", "issue-2")
+    try:
+        wait_for(lambda: locked_by_us(ws, "p/issue-2"), what="the worktree locked by the loop")
+        assert locked_by_us(ws, "p/issue-2").startswith("run-agent: task p/issue-2 is running")
+        pruned = ws.cli("worktrees", "prune", "--all", "--force", "--json", env=GIT_ENV)
+        assert pruned.returncode == 0, pruned.stderr
+        assert [w["action"] for w in json.loads(pruned.stdout)] == ["kept_running"]
+        assert task.worktree.is_dir() and task.worktree_git.is_dir()
     finally:
         go.touch()
     assert proc.wait(timeout=30) == 0, proc.stderr.read() if proc.stderr else ""
     proc.communicate()
-    assert "locked" not in worktrees(repo)[tree]
+    assert locked_by_us(ws, "p/issue-2") == ""
+    own_clone(repo, task)
 
 
 def test_a_stale_branch_is_never_reused_and_its_marker_never_counts(ws: Workspace) -> None:
@@ -156,36 +198,49 @@ def test_a_crash_mid_run_leaves_nothing_that_blocks_the_next_run(ws: Workspace) 
     setup_config(ws, ["--wait-for", str(go)])
     proc = ws.start_cli("-p", "p", "--issue", "5", "--repo", str(repo), "x", env=GIT_ENV)
     task = ws.task("p", "issue-5")
-    tree = str(task.worktree)
-    wait_for(lambda: locked_by_us(repo, tree), what="the worktree locked by the loop")
+    wait_for(lambda: locked_by_us(ws, "p/issue-5"), what="the worktree locked by the loop")
     wait_for(lambda: ws.runs("p", "issue-5") and ws.runs("p", "issue-5")[0].pid, what="a pid")
     commit(task.worktree, "partial work")  # what the agent did before the crash
     os.kill(proc.pid, signal.SIGKILL)  # the supervisor dies; its reaper stops the agent
     proc.communicate()
     pids = ws.agent_pids()
     wait_for(lambda: not any(alive(p) for p in pids), what="the agent stopped")
-    assert worktrees(repo)[tree].get("locked")  # left locked by the crash
+    left = read_holder(task.lock)  # left locked by the crash, by a supervisor that is dead
+    assert left is not None and left.pid == proc.pid and not left.alive()
+    assert locked_by_us(ws, "p/issue-5") == ""  # not shown as held: nothing blocks
     # The next run of the task takes its worktree back and goes on with the work.
     setup_config(ws, ["--ready-from", "1"])
     again = issue_run(ws, repo, "x", number="5")
     assert again.returncode == ExitCode.COMPLETED, again.stderr
     assert "partial work" in git(task.worktree, "log", "--format=%s")
-    assert "locked" not in worktrees(repo)[tree]
+    assert "partial work" in git(repo, "log", "--format=%s", "run-agent/p/issue-5")
+    assert locked_by_us(ws, "p/issue-5") == "" and live_holder(task.lock) is None
+    own_clone(repo, task)
 
 
 def test_a_worktree_folder_deleted_while_locked_is_repaired(ws: Workspace) -> None:
-    import shutil
-
+    """A crash and a hasty cleanup: the worktree deleted, its clone's git folder left (set
+    aside, never deleted); a linked worktree of before, locked, its folder deleted (the lock
+    lifted, the registration pruned). Neither blocks the next run."""
     repo = make_repo(ws.path / "repo")
     setup_config(ws, ["--ready-from", "1"])
     task = ws.task("p", "issue-6")
     assert issue_run(ws, repo, "x", number="6").returncode == 0
-    git(repo, "worktree", "lock", "--reason", "run-agent: task p/issue-6", str(task.worktree))
-    shutil.rmtree(task.worktree)  # what a crash and a hasty cleanup leave
+    shutil.rmtree(task.worktree)
     proc = issue_run(ws, repo, "--again", "x", number="6")
     assert proc.returncode == ExitCode.COMPLETED, proc.stderr
     latest = ws.runs("p", "issue-6")[-1]
     assert latest.branch == "run-agent/p/issue-6-2"  # the old branch is kept, not reused
+    assert [p.name for p in task.folder.glob("worktree.git.stale-*")]
+    own_clone(repo, task)
+    legacy_worktree(repo, task)
+    git(repo, "worktree", "lock", "--reason", "run-agent: task p/issue-6", str(task.worktree))
+    shutil.rmtree(task.worktree)
+    proc = issue_run(ws, repo, "--again", "x", number="6")
+    assert proc.returncode == ExitCode.COMPLETED, proc.stderr
+    assert ws.runs("p", "issue-6")[-1].branch == "run-agent/p/issue-6-3"
+    assert list(worktrees(repo)) == [str(repo)]  # the stale registration is gone
+    own_clone(repo, task)
 
 
 def test_issue_run_refusals(ws: Workspace) -> None:

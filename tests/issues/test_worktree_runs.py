@@ -21,7 +21,7 @@ from runagent.errors import ExitCode, UsageError
 from runagent.service import Service, StartRequest
 from tests.conftest import Server, Workspace, alive, wait_for
 from tests.gitrepo import GIT_ENV, commit, git, make_repo
-from tests.issues.test_issue_runs import locked_by_us, setup_config, worktrees
+from tests.issues.test_issue_runs import locked_by_us, own_clone, setup_config
 
 WORK = ["--commit", "work of {attempt}"]
 
@@ -72,7 +72,9 @@ def test_a_worktree_run_works_on_a_branch_of_its_own_from_the_checkouts_head(
     assert git(repo, "rev-parse", "HEAD") == head
     assert (repo / "README").read_text() == "an uncommitted change\n"
     assert not (repo / "web" / "here.txt").exists()
-    assert "locked" not in worktrees(repo)[str(task.worktree)]
+    own_clone(repo, task)  # its own git folder; its branch brought back into the repository
+    assert git(repo, "log", "--format=%s", f"{head}..run-agent/p/t") == "work of 1"
+    assert locked_by_us(ws, "p/t") == ""
     record = yaml.safe_load(task.worktree_record.read_text())
     assert (record["branch"], record["fork"], record["issue"]) == ("run-agent/p/t", head, None)
     assert not task.issue_record.exists()
@@ -105,6 +107,8 @@ def test_two_tasks_on_one_repository_never_touch_each_others_files(ws: Workspace
         log = git(task.worktree, "log", "--format=%s", "main..HEAD").splitlines()
         assert log == ["work of 1"]
         assert (task.worktree / "same-name.txt").exists()
+        own_clone(repo, task)  # two clones, each with its own git folder and branch
+    assert a.worktree_git != b.worktree_git
 
 
 def test_a_branch_that_exists_is_never_reused_and_base_picks_the_start(ws: Workspace) -> None:
@@ -164,6 +168,12 @@ def test_resume_goes_on_in_the_same_worktree_and_an_agent_can_ask_for_one(
     assert first.branch == second.branch == "run-agent/p/t"
     log = git(task.worktree, "log", "--format=%s", "main..HEAD").splitlines()
     assert len(log) == 2  # the second run went on from the first's commit
+    own_clone(repo, task)
+    inside = run(ws, task.worktree, "resume", "-p", "p", "-t", "t")  # from inside the clone
+    assert inside.returncode == ExitCode.FAILED, inside.stderr
+    assert [r.cwd for r in ws.runs("p", "t")] == [str(task.worktree)] * 3
+    assert [r.repo for r in ws.runs("p", "t")] == [str(repo)] * 3  # never the clone's folder
+    assert len(git(repo, "log", "--format=%s", "main..run-agent/p/t").splitlines()) == 3
 
 
 def test_the_api_and_the_pages_form_start_a_worktree_run(ws: Workspace, server: Server) -> None:
@@ -211,8 +221,7 @@ def test_a_sigkilled_worktree_run_is_taken_up_again_by_resume(ws: Workspace) -> 
     setup_config(ws, ["--wait-for", str(go)])
     proc = start(ws, repo, "-p", "p", "-t", "t", "--worktree", "go")
     task = ws.task("p", "t")
-    tree = str(task.worktree)
-    wait_for(lambda: locked_by_us(repo, tree), 30, "the worktree locked by the loop")
+    wait_for(lambda: locked_by_us(ws, "p/t"), 30, "the worktree locked by the loop")
     wait_for(lambda: ws.runs("p", "t") and ws.runs("p", "t")[0].pid, 30, "the agent")
     commit(task.worktree, "partial work")
     os.kill(proc.pid, signal.SIGKILL)  # the supervisor dies; its reaper stops the agent
@@ -223,7 +232,9 @@ def test_a_sigkilled_worktree_run_is_taken_up_again_by_resume(ws: Workspace) -> 
     again = run(ws, repo, "resume", "-p", "p", "-t", "t")
     assert again.returncode == ExitCode.COMPLETED, again.stderr
     assert "partial work" in git(task.worktree, "log", "--format=%s")
-    assert "locked" not in worktrees(repo)[tree]
+    assert "partial work" in git(repo, "log", "--format=%s", "run-agent/p/t")
+    assert locked_by_us(ws, "p/t") == ""
+    own_clone(repo, task)
     assert [r.status.value for r in ws.runs("p", "t")] == ["lost", "completed"]
 
 
@@ -237,3 +248,44 @@ def test_a_worktree_run_on_the_ray_cluster_is_refused_in_one_line(ws: Workspace)
     with pytest.raises(UsageError, match="a worktree run needs its worktree made here"):
         ray.start(StartRequest(ws.task("p", "t"), "go", overrides=LoopOverrides(worktree=True)))
     assert not ws.task("p", "t").folder.exists()
+
+
+def test_a_branch_moved_in_the_repository_meanwhile_is_kept_and_the_failure_said(
+    ws: Workspace,
+) -> None:
+    """Someone commits on the task's branch in the repository while its agent works: bringing
+    the clone's branch back would lose that commit, so it is not done, and said where a person
+    looks (the run's stderr, the loop's own lines), not swallowed; `merge` refuses, saying it."""
+    repo = make_repo(ws.path / "repo")
+    setup_config(ws, [*WORK, "--wait-in-task", "go"])
+    proc = subprocess.Popen(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "t",
+                    "--worktree", "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    task = ws.task("p", "t")
+    try:
+        wait_for(lambda: ws.runs("p", "t"), 30, "the agent at work")
+        fork = git(repo, "rev-parse", "run-agent/p/t")
+        tree = git(repo, "rev-parse", "HEAD^{tree}")
+        theirs = git(repo, "commit-tree", tree, "-p", fork, "-m", "the user's own")
+        git(repo, "update-ref", "refs/heads/run-agent/p/t", theirs)
+        (task.folder / "go").touch()
+        _, said = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == ExitCode.COMPLETED, said  # the run's work is not the failure
+    assert git(repo, "rev-parse", "run-agent/p/t") == theirs  # kept, not overwritten
+    assert git(task.worktree, "log", "-1", "--format=%s") == "work of 1"  # kept in the clone
+    (info,) = ws.runs("p", "t")
+    noted = task.run(info.run_id).stderr.read_text()
+    line = "run-agent/p/t cannot be brought back into"
+    assert f"run-agent: {line}" in noted and "it was moved to" in noted
+    assert line in said, said
+    merged = ws.cli("merge", "-p", "p", "-t", "t", "--config", str(ws.config), env=GIT_ENV)
+    assert merged.returncode != 0 and line in merged.stderr, merged.stderr
+    assert len(merged.stderr.strip().splitlines()) == 1, merged.stderr
+    assert git(repo, "rev-parse", "run-agent/p/t") == theirs

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 from runagent.errors import ExitCode
 from tests.conftest import Workspace
 from tests.gitrepo import GIT_ENV, git, make_repo
-from tests.issues.test_issue_runs import issue_run, setup_config, worktrees
+from tests.issues.test_issue_runs import issue_run, legacy_worktree, setup_config, worktrees
 
 
 def listed(ws: Workspace) -> dict[str, dict[str, object]]:
@@ -85,25 +87,46 @@ def test_a_dirty_worktree_is_never_removed_without_force(ws: Workspace) -> None:
 
 
 def test_stale_registrations_are_repaired_not_fatal(ws: Workspace) -> None:
+    """A linked worktree of before, locked by run-agent, its folder deleted: the lock lifted
+    and the registration pruned; a clone whose worktree was deleted: its git folder removed.
+    Neither makes prune fail."""
     import shutil
 
     repo = make_repo(ws.path / "repo")
     setup_config(ws, ["--ready-from", "1"])
     assert issue_run(ws, repo, "x", number="1").returncode == 0
-    task = ws.task("p", "issue-1")
+    assert issue_run(ws, repo, "x", number="2").returncode == 0
+    task, cloned = ws.task("p", "issue-1"), ws.task("p", "issue-2")
+    legacy_worktree(repo, task)
     git(repo, "worktree", "lock", "--reason", "run-agent: task p/issue-1", str(task.worktree))
     shutil.rmtree(task.worktree)
-    assert listed(ws)["p/issue-1"]["registered"] is True
-    assert prune(ws)["p/issue-1"]["action"] == "removed"
+    shutil.rmtree(cloned.worktree)
+    rows = listed(ws)
+    assert rows["p/issue-1"]["registered"] is True and rows["p/issue-2"]["registered"] is True
+    done = prune(ws)
+    assert {k: v["action"] for k, v in done.items()} == {"p/issue-1": "removed",
+                                                         "p/issue-2": "removed"}  # fmt: skip
     assert list(worktrees(repo)) == [str(repo)]
+    assert not cloned.worktree_git.exists()
+    assert git(repo, "rev-parse", "run-agent/p/issue-2")  # its branch, not merged, is kept
     assert ws.cli("worktrees", "list", "--force").returncode == ExitCode.USAGE
 
 
 def test_a_worktree_locked_by_someone_else_is_kept(ws: Workspace) -> None:
+    """`git worktree lock` by someone else holds a linked worktree of before; a clone is
+    locked by its task's lock alone, which a loop holds (tested with the loop that runs:
+    test_the_worktree_is_locked_while_the_loop_runs), and git cannot lock it."""
     repo = make_repo(ws.path / "repo")
     setup_config(ws, ["--ready-from", "1"])
     assert issue_run(ws, repo, "x", number="1").returncode == 0
-    tree = ws.task("p", "issue-1").worktree
+    task = ws.task("p", "issue-1")
+    tree = task.worktree
+    refused = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "lock", str(tree)],  # a clone: not git's to lock
+        capture_output=True, text=True, env={**os.environ, **GIT_ENV},
+    )  # fmt: skip
+    assert refused.returncode != 0 and "not a working tree" in refused.stderr
+    legacy_worktree(repo, task)
     git(repo, "worktree", "lock", "--reason", "on a USB disk", str(tree))
     assert prune(ws)["p/issue-1"]["action"] == "kept_locked"
     assert tree.is_dir()
