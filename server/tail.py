@@ -37,12 +37,15 @@ def decode(data: bytes, final: bool) -> tuple[str, int]:
 
 def read_at(path: Path, offset: int, size: int = CHUNK) -> bytes:
     """Up to `size` bytes of a run file at `offset`. Run files are never symbolic links, so one
-    is not followed (O_NOFOLLOW): a link swapped in for a run file reads as empty."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    is not followed (O_NOFOLLOW): a link swapped in for a run file reads as empty, and so does
+    anything but a regular file."""
+    try:  # nor waited on, should a FIFO be left in its place
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return b""
     with open(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
         try:
             return os.pread(f.fileno(), size, offset)
         except (OSError, OverflowError):

@@ -249,6 +249,9 @@ class Attempt:
                 from runagent.loop import sandbox
 
                 sandbox.collect_done(self.ctx.task)
+            removed = runfolder.disarm(self.folder)  # before anything reads the run's files
+            if removed:
+                _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")
         verdict, diagnosis = self._judge(code, stopped_by)
         self._finish(code, verdict)
         return Ended(self.info, clock() - started, diagnosis)

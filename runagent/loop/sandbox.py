@@ -43,6 +43,8 @@ from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths
 
 DONE_LIMIT = 64 * 1024  # bytes of a DONE a sandboxed agent wrote that are kept
+# Files of its run the agent never replaces (runagent/store/runfolder.py names them).
+_KEPT = (runfolder.RUN_INFO, runfolder.PROMPT, runfolder.STDOUT, runfolder.STDERR)
 # Files of the task folder the agent never sees in its view (the lock is the supervisor's).
 _UNSHOWN = frozenset({runfolder.LOCK, runfolder.SANDBOX_VIEW, runfolder.DONE})
 
@@ -62,7 +64,7 @@ class Reach:
 
 @record
 class _Mount:
-    kind: str  # "--bind", "--ro-bind" or "--tmpfs"
+    kind: str  # "--bind", "--ro-bind", "--ro-bind-try" or "--tmpfs"
     target: Path
     source: Path | None = None
     hides: bool = field(default=False)  # made last of the mounts at its path
@@ -160,7 +162,12 @@ def _task_view(reach: Reach) -> list[_Mount]:
     runs = folder / runfolder.RUNS
     if runs.is_dir() and not runs.is_symlink():
         mounts.append(_ro(runs))
-    mounts.append(_rw(reach.run_folder.resolve()))
+    run = reach.run_folder.resolve()
+    mounts.append(_rw(run))
+    for name in _KEPT:  # read-only over themselves: the agent writes its output through the
+        # descriptors it was started with, and can neither replace them (a link to a file of
+        # the home, a FIFO) nor rewrite its run's record or prompt
+        mounts.append(_Mount("--ro-bind-try", run / name, run / name))
     for name in shown:  # what the agent left at a mount point's place: mounts land on no link
         _remove(view / name)
     return mounts

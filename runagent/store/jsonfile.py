@@ -9,6 +9,7 @@ on its descriptor, read at most one byte past its limit, and its value must be a
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import stat
@@ -23,11 +24,21 @@ class Unreadable(ValueError):
 def read_object(path: Path, limit: int) -> dict[str, Any]:
     """The JSON object in the file at `path`, of at most `limit` bytes; FileNotFoundError when
     there is none, Unreadable saying why when it cannot be read as one."""
+    return parse_object(read_capped(path, limit))
+
+
+def read_capped(path: Path, limit: int, *, follow: bool = True) -> bytes:
+    """The bytes of the regular file at `path`, at most `limit` of them (a link not followed
+    unless `follow`); FileNotFoundError when there is none, Unreadable saying why when it is
+    not a regular file, is larger, or cannot be read."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise Unreadable("a symbolic link, not a regular file") from None
         raise Unreadable(str(exc.strerror or exc)) from None
     with os.fdopen(fd, "rb") as f:
         info = os.fstat(fd)
@@ -41,7 +52,7 @@ def read_object(path: Path, limit: int) -> dict[str, Any]:
             raise Unreadable(str(exc.strerror or exc)) from None
     if len(data) > limit:  # it grew since
         raise Unreadable(over(limit, len(data)))
-    return parse_object(data)
+    return data
 
 
 def parse_object(data: bytes) -> dict[str, Any]:

@@ -21,10 +21,12 @@ below); one that exists is left with the mode it has.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import os
 import resource
+import stat
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -69,6 +71,7 @@ FILE_MODE = 0o600  # every file run-agent makes under a runs root
 FOLDER_MODE = 0o700  # every folder it makes there
 
 # The files of a run a reader may ask for by a short name.
+RUN_INFO_LIMIT = 1 << 20  # bytes of a run-info.yaml read; a larger one is unreadable
 RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT}
 
 
@@ -426,6 +429,33 @@ def mark_lost(run_folder: Path, info: RunInfo) -> RunInfo:
     return ended
 
 
+def disarm(run_folder: Path) -> list[str]:
+    """After its agent has ended: what the agent left in its run folder that is neither a
+    regular file nor a folder (a link, a FIFO, a socket, a device) is removed, so that nothing
+    that reads the run's files afterwards (its parsers, output.md, the server, `gc`) follows it
+    out of the folder or waits on it; its stdout and stderr are there again, empty, if they
+    were among them. The names removed."""
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(run_folder))
+    except OSError:
+        return removed
+    for entry in entries:
+        try:
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue
+        removed.append(entry.name)
+    for name in (STDOUT, STDERR):
+        if name in removed:
+            with contextlib.suppress(OSError):
+                open(run_folder / name, "x", opener=private).close()
+    return removed
+
+
 def withdraw_approval(run_folder: Path) -> None:
     """A run that has ended waits for no approval: a pause it left is removed, so an answer
     given later (`run-agent ops approve`, the page) runs nothing in a run nobody reads."""
@@ -486,14 +516,16 @@ def read_run_info(run_folder: Path) -> RunInfo | None:
 def read_run_record(run_folder: Path) -> RunInfo | None:
     """The run's metadata as run-agent or conductor-loop wrote it; None if the folder has no
     run-info.yaml (yet); a record of status `unreadable` saying why if it cannot be read."""
-    try:
-        text = RunPaths(run_folder).info.read_text(encoding="utf-8")
+    from runagent.store.jsonfile import Unreadable, read_capped
+
+    try:  # a link or a FIFO an agent left in its place is not followed, nor waited on
+        text = read_capped(RunPaths(run_folder).info, RUN_INFO_LIMIT, follow=False).decode()
     except FileNotFoundError:
         return None
-    except (OSError, UnicodeDecodeError) as exc:
-        return unreadable_run(
-            run_folder, str(exc.strerror or exc) if isinstance(exc, OSError) else "not UTF-8 text"
-        )
+    except Unreadable as exc:
+        return unreadable_run(run_folder, str(exc))
+    except UnicodeDecodeError:
+        return unreadable_run(run_folder, "not UTF-8 text")
     try:
         data = load_yaml(text)
     except yamltext.YAMLSyntaxError as exc:
