@@ -11,7 +11,7 @@ import click
 import backends
 from runagent.cli.group import cli
 from runagent.cli.options import common, setup, usable_backend
-from runagent.config.settings import ExecutorType
+from runagent.config.settings import AgentSandbox, Config, ExecutorType
 from runagent.errors import UsageError
 
 
@@ -43,6 +43,8 @@ def serve(
             f"refusing to serve on {host}: anything but loopback needs an API key or a token; "
             f"set {s.config.server.api_key_env}, or make one with `run-agent token create`"
         )
+    if not key and not tokens.path(s.root).exists():
+        _refuse_open_to_sandboxed(s.config, host)
     problem = bind_problem(host, port)
     if problem is not None:
         raise UsageError(f"cannot listen on {host}:{port} ({problem}); pass --port")
@@ -81,3 +83,18 @@ def serve(
     click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
     click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
+
+
+def _refuse_open_to_sandboxed(config: Config, host: str) -> None:
+    """A server with neither a key nor a token lets in every process of this machine, and a
+    sandboxed agent with the host's network is one: it could start an agent without the
+    sandbox through it. Refused in one line while the config runs one so."""
+    chosen = [(f"agent {n}", a.loop_defaults(config.defaults)) for n, a in config.agents.items()]
+    for name, settings in [*sorted(chosen, key=lambda c: c[0]), ("every agent", config.defaults)]:
+        if settings.sandbox is AgentSandbox.BWRAP and settings.network:
+            raise UsageError(
+                f"refusing to serve on {host} with neither an API key nor a token: "
+                f"{name} runs sandboxed with the host's network, and could reach this server "
+                f"and start what it likes; set {config.server.api_key_env}, or make a token "
+                "with `run-agent token create`"
+            )
