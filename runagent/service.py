@@ -176,7 +176,22 @@ class Service:
         issue = request.issue_run or request.issue is not None
         self._check_isolation(merged, request.overrides.base, issue)
         self._check_config_origin(task, merged)
+        if request.overrides.working_dir is not None:  # as asked now, not as remembered
+            self._refuse_in_root(self.workdir / request.overrides.working_dir, "working folder")
+        if request.issue is not None:
+            self._refuse_in_root(self.workdir / request.issue.repo, "the issue's repository")
         return prompt
+
+    def _refuse_in_root(self, folder: Path, what: str) -> None:
+        """No agent is started to work among the run folders (another task's, the tokens, the
+        queue): a folder asked for inside the runs root is a UsageError naming it. (A task's
+        own worktree lies there, made by run-agent, never asked for.)"""
+        where = folder.resolve()
+        if where.is_relative_to(self.root.resolve()):
+            raise UsageError(
+                f"{what} {str(where)!r} is inside the runs root {str(self.root)!r}; an agent "
+                "never works among the run folders: give a folder outside it"
+            )
 
     def _check_config_origin(self, task: TaskPaths, overrides: LoopOverrides) -> None:
         """A task is not started again with a config file found in the current folder (not

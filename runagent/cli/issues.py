@@ -36,7 +36,7 @@ from runagent.loop.context import LoopRequest, new_task_id, parent_run_id, valid
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.supervisor import Supervisor
 from runagent.service import StartRequest
-from runagent.store import taskfolder
+from runagent.store import credentials, taskfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
 
@@ -161,7 +161,9 @@ def cocode(
         _log("error", str(exc))
         raise
     # The marker is run-agent's to commit, once the agent has succeeded: its agent never sees it.
-    agent_env = {k: v for k, v in env.items() if k != READY_MARKER_VARIABLE}
+    # Nor any credential of run-agent itself (the server's API key, a token), as for `run`.
+    scrubbed = credentials.scrub(env, s.config.server.api_key_env)
+    agent_env = {k: v for k, v in scrubbed.items() if k != READY_MARKER_VARIABLE}
     loop = LoopRequest(
         task=task, prompt=request.prompt(), agent_name=agent_config.name,
         working_dir=request.repo.resolve(),

@@ -43,6 +43,8 @@ from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths
 
 DONE_LIMIT = 64 * 1024  # bytes of a DONE a sandboxed agent wrote that are kept
+# Variables naming a socket of the host's session (an ssh agent, the session bus, docker).
+_SOCKET_VARIABLES = ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DOCKER_HOST")
 # Files of its run the agent never replaces (runagent/store/runfolder.py names them).
 _KEPT = (runfolder.RUN_INFO, runfolder.PROMPT, runfolder.STDOUT, runfolder.STDERR)
 # Files of the task folder the agent never sees in its view (the lock is the supervisor's).
@@ -104,11 +106,54 @@ def wrap(spec: LaunchSpec, reach: Reach) -> LaunchSpec:
         args += mount.args()
     args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
              "--die-with-parent"]  # fmt: skip
-    if not reach.network:
-        args.append("--unshare-net")
+    for name in _SOCKET_VARIABLES:  # what names a socket of the host's session
+        args += ["--unsetenv", name]
     args += ["--chdir", str(spec.cwd), "--setenv", "TMPDIR", "/tmp"]
     bwrap = shutil.which(PROGRAM) or PROGRAM
-    return replace(spec, argv=(bwrap, *args, "--", exe, *spec.argv[1:]))
+    if reach.network:
+        return replace(spec, argv=(bwrap, *args, "--", exe, *spec.argv[1:]))
+    # No network: its own empty one, and no unix socket of the host's file system either (a
+    # seccomp filter refuses socket(AF_UNIX)), handed to bwrap on descriptor 9 by a shell.
+    rules = reach.task.folder / runfolder.SECCOMP
+    with open(rules, "wb", opener=runfolder.private) as f:  # the agent's view hides it
+        f.write(seccomp_no_sockets())
+    args += ["--unshare-net", "--seccomp", "9"]
+    shell = ("/bin/sh", "-c", 'exec 9<"$1" && shift && exec "$@"', "sh", str(rules))
+    return replace(spec, argv=(*shell, bwrap, *args, "--", exe, *spec.argv[1:]))
+
+
+# The system calls a seccomp filter names, by machine: its audit arch, socket, io_uring_setup.
+_CALLS = {"x86_64": (0xC000003E, 41, 425), "aarch64": (0xC00000B7, 198, 425)}
+
+
+def seccomp_no_sockets() -> bytes:
+    """A classic BPF program for bwrap's --seccomp: socket(AF_UNIX, ...) fails with EACCES, as
+    does io_uring_setup (whose operations a filter cannot see), any call of another ABI (x32,
+    a 32-bit program's socketcall); everything else is allowed. MissingDependencyError on a
+    machine it is not written for."""
+    import errno
+    import platform
+    import struct
+
+    try:
+        arch, socket_nr, io_uring_nr = _CALLS[platform.machine()]
+    except KeyError:
+        from runagent.errors import MissingDependencyError
+
+        raise MissingDependencyError(
+            f"network: false cannot shut out unix sockets on {platform.machine()}; "
+            "set network: true or run on x86_64 or aarch64"
+        ) from None
+    ld, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06  # BPF_LD|W|ABS, BPF_JMP|JEQ|K, JGE|K, BPF_RET|K
+    refuse, allow = 0x00050000 | errno.EACCES, 0x7FFF0000  # SECCOMP_RET_ERRNO, _ALLOW
+    program = [
+        (ld, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, refuse),  # another ABI: refused
+        (ld, 0, 0, 0), (jge, 0, 1, 0x40000000), (ret, 0, 0, refuse),  # x32: refused
+        (jeq, 0, 1, io_uring_nr), (ret, 0, 0, refuse),
+        (jeq, 0, 3, socket_nr), (ld, 0, 0, 16), (jeq, 0, 1, 1), (ret, 0, 0, refuse),  # AF_UNIX
+        (ret, 0, 0, allow),
+    ]  # fmt: skip
+    return b"".join(struct.pack("=HBBI", *step) for step in program)
 
 
 def check(folder: Path) -> None:

@@ -64,6 +64,7 @@ WORKTREE = "worktree"  # an issue run's git worktree
 WORKTREE_GIT = "worktree.git"  # its git folder: a clone of the repository, borrowing its objects
 SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed by force
 SETUP_LOG = "setup.log"  # what an issue run's setup command printed
+SECCOMP = ".seccomp"  # in a task folder: the filter a sandboxed agent without network runs under
 SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (never read back)
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 

@@ -739,7 +739,9 @@ def test_until_ready_marker_on_the_command_line(ws: Workspace) -> None:
     assert proc.returncode == ExitCode.COMPLETED, proc.stderr
     (info,) = ws.runs()
     assert info.reason is not None and info.reason.value == "ready_marker"
-    refused = ws.cli("-p", "p", "-t", "u", "--until", "ready-marker", "--cwd", str(ws.root), "go")
+    plain = ws.path / "plain"  # in no git repository
+    plain.mkdir()
+    refused = ws.cli("-p", "p", "-t", "u", "--until", "ready-marker", "--cwd", str(plain), "go")
     assert refused.returncode == ExitCode.USAGE
     assert "is not in a git repository" in one_line(refused.stderr)
     assert not ws.task("p", "u").folder.exists()
