@@ -41,6 +41,11 @@ QUIET = {
 }
 
 
+def _config_dir(env: Mapping[str, str]) -> Path:
+    home = Path(env.get("HOME") or Path.home())
+    return Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude")
+
+
 # What a turn read: its new input and the cached context it read and wrote.
 _INPUT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
 
@@ -52,7 +57,13 @@ class ClaudeBackend(Backend):
 
     def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
         home = Path(env.get("HOME") or Path.home())
-        return (Path(env.get("CLAUDE_CONFIG_DIR") or home / ".claude"), home / ".claude.json")
+        return (_config_dir(env), home / ".claude.json")
+
+    def login_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        return (_config_dir(env) / ".credentials.json",)  # rewritten in place on a refresh
+
+    def settings_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        return (_config_dir(env) / "settings.json",)
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         env = self.environment(ctx)

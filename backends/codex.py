@@ -31,14 +31,25 @@ from runagent.backend import (
 PROVIDER = "runagent"
 
 
+def _codex_home(env: Mapping[str, str]) -> Path:
+    home = Path(env.get("HOME") or Path.home())
+    return Path(env.get("CODEX_HOME") or home / ".codex")
+
+
 class CodexBackend(Backend):
     name = "codex"
     default_command = ("codex",)
     token_variable = "CODEX_API_KEY"
+    login_renamed = True  # auth.json is written beside and renamed over
 
     def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
-        home = Path(env.get("HOME") or Path.home())
-        return (Path(env.get("CODEX_HOME") or home / ".codex"),)
+        return (_codex_home(env),)
+
+    def login_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        return (_codex_home(env) / "auth.json",)
+
+    def settings_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        return (_codex_home(env) / "config.toml",)
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         argv = [*self.command(), "exec", "--json", "--skip-git-repo-check"]

@@ -48,8 +48,13 @@ class GeminiBackend(Backend):
     token_variable = "GEMINI_API_KEY"
 
     def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
-        home = Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home())
-        return (home / ".gemini",)
+        return (_gemini_dir(env),)
+
+    def login_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        return (_gemini_dir(env) / "oauth_creds.json",)  # rewritten in place on a refresh
+
+    def settings_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        return (_gemini_dir(env) / "settings.json",)  # says how it logs in (auth.selectedType)
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
         env = self.environment(ctx)
@@ -128,6 +133,10 @@ def settings_file() -> tuple[Path, str]:
     content = json.dumps(GATEWAY_SETTINGS, indent=2) + "\n"
     digest = hashlib.sha256(content.encode()).hexdigest()[:12]
     return cache_dir() / f"gemini-settings-{digest}.json", content
+
+
+def _gemini_dir(env: Mapping[str, str]) -> Path:
+    return Path(env.get("GEMINI_CLI_HOME") or env.get("HOME") or Path.home()) / ".gemini"
 
 
 def _short(text: str) -> str:

@@ -15,7 +15,7 @@ import select
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from runagent.config.settings import AgentSandbox
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
@@ -33,6 +33,9 @@ from runagent.store import runfolder, taskfolder
 from runagent.store.host import this_host
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus, Usage
+
+if TYPE_CHECKING:
+    from runagent.loop.sandbox import Reach
 
 BUDGET_TICK = 0.2  # seconds between looks at a run's usage while a budget is set
 LIVE_USAGE_EVERY = 1.0  # seconds between writes of a budgeted run's usage so far
@@ -171,6 +174,7 @@ class Attempt:
         self.info = info
         self.spending: Spending | None = None  # the budgets it runs under (loop/budget.py)
         self.over_budget = ""  # which budget stopped it, in words
+        self.reach: Reach | None = None  # what it may touch, when it runs sandboxed
 
     @property
     def folder(self) -> Path:
@@ -249,6 +253,8 @@ class Attempt:
                 from runagent.loop import sandbox
 
                 sandbox.collect_done(self.ctx.task)
+                if self.reach is not None:
+                    sandbox.take_back_login(self.reach)
             removed = runfolder.disarm(self.folder)  # before anything reads the run's files
             if removed:
                 _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")
@@ -269,8 +275,11 @@ class Attempt:
             reach = sandbox.Reach(
                 self.ctx.task, self.folder, tuple(backend.own_files(spec.env)),
                 self.lent.request.control, settings.network,
+                tuple(backend.login_files(spec.env)), tuple(backend.settings_files(spec.env)),
+                backend.login_renamed,
             )  # fmt: skip
             spec = sandbox.wrap(spec, reach)
+            self.reach = reach
         self._record()
         self.lent.on_event(Event(EventKind.RUN_STARTED, run=self.info, run_folder=self.folder))
         grace = self.lent.request.settings.kill_grace

@@ -120,10 +120,28 @@ class Backend(abc.ABC):
         printed `line`; else None."""
         return None
 
+    # Whether the CLI replaces its login file by a rename rather than rewriting it (a file bound
+    # at its place in the sandbox cannot be renamed over): then a sandboxed run gets a copy of it,
+    # taken back when the run ends (see runagent.loop.sandbox).
+    login_renamed: ClassVar[bool] = False
+
     def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
-        """Where the agent CLI keeps its login, settings and session state, under the agent's
-        environment `env`: what a sandboxed run of it may read and write besides its folders
-        (`sandbox: bwrap`); none for an agent that keeps nothing."""
+        """Where the agent CLI keeps its login, settings and session state (folders, or files),
+        under the agent's environment `env`; none for an agent that keeps nothing. A sandboxed
+        run (`sandbox: bwrap`) writes a private copy of each, the task's own, never the real one
+        (what it writes there would be what the CLI runs on the host), but for `login_files`,
+        and sees `settings_files` read-only."""
+        return ()
+
+    def login_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        """The files under `own_files` that hold the CLI's login (tokens it refreshes): a
+        sandboxed run reads and writes the real ones, so a refreshed token lands where the host
+        reads it. Data the CLI never runs."""
+        return ()
+
+    def settings_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
+        """The files under `own_files` that say how the CLI logs in and runs (the user's own
+        settings): a sandboxed run sees the real ones read-only, where they exist."""
         return ()
 
     # Credentials and environment -------------------------------------------------------------

@@ -3,13 +3,18 @@
 What the agent sees: the whole file system read-only, with a private /tmp, its own /proc and
 /dev, and the home folder and the runs root hidden (an empty folder in place of each). Writable,
 at their own paths, and nothing else: its working folder (a worktree with it, and what git needs
-to commit there: `git_arguments`), its current run's folder, and the folders its CLI keeps its
-login and session state in (the backend's `own_files`: claude's ~/.claude and ~/.claude.json,
-codex's $CODEX_HOME, gemini's ~/.gemini). Read-only besides: the prefixes of the PATH folders
-under the home (where agent CLIs and their runtimes are installed), the agent's own program
-where the sandbox would hide it (its install prefix, the folder of the script its command
-names; never the home or a folder that holds it), and the config file the loop was started with
-wherever it lies (config.yaml in the folder the agent works in stays as it was).
+to commit there: `git_arguments`), its current run's folder, and a private copy of the folders
+and files its CLI keeps its login, settings and sessions in (the backend's `own_files`: claude's
+~/.claude and ~/.claude.json, codex's $CODEX_HOME, gemini's ~/.gemini), the task's own (in its
+`.cli` folder, never read by run-agent), at their real paths: what the agent writes there (hooks,
+MCP servers, `notify`) is never what the CLI runs on the host. Through it, the CLI's login files
+(`login_files`) are the real ones, so a refreshed token lands where the host reads it (a copy
+taken back when the run ends, for a CLI that renames its login over: `take_back_login`), and its
+settings files (`settings_files`) the real ones read-only. Read-only besides: the prefixes of
+the PATH folders under the home (where agent CLIs and their runtimes are installed), the agent's
+own program where the sandbox would hide it (its install prefix, the folder of the script its
+command names; never the home or a folder that holds it), and the config file the loop was
+started with wherever it lies (config.yaml in the folder the agent works in stays as it was).
 
 Its task folder is a view: its own files (TASK.md, ISSUE.md, the task's record) and its earlier
 runs read-only, its current run read-write, and anything else it writes there lands in a folder
@@ -47,6 +52,8 @@ DONE_LIMIT = 64 * 1024  # bytes of a DONE a sandboxed agent wrote that are kept
 _SOCKET_VARIABLES = ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DOCKER_HOST")
 # Files of its run the agent never replaces (runagent/store/runfolder.py names them).
 _KEPT = (runfolder.RUN_INFO, runfolder.PROMPT, runfolder.STDOUT, runfolder.STDERR)
+LOGIN_LIMIT = 1024 * 1024  # bytes of a login file taken back from a sandboxed run, at most
+SEED = ".given"  # beside a login's copy in the task's `.cli`: the login the run was given
 # Files of the task folder the agent never sees in its view (the lock is the supervisor's).
 _UNSHOWN = frozenset({runfolder.LOCK, runfolder.SANDBOX_VIEW, runfolder.DONE})
 
@@ -62,6 +69,9 @@ class Reach:
     own: tuple[Path, ...] = ()
     control: tuple[Path, ...] = ()
     network: bool = True
+    login: tuple[Path, ...] = ()  # the files of `own` that hold the CLI's login
+    settings: tuple[Path, ...] = ()  # the files of `own` that hold the user's settings
+    login_renamed: bool = False  # the CLI renames a new login over the old (Backend)
 
 
 @record
@@ -94,8 +104,8 @@ def wrap(spec: LaunchSpec, reach: Reach) -> LaunchSpec:
         mounts.append(_Mount("--tmpfs", root, hides=True))
     mounts += _task_view(reach)
     cwd = spec.cwd.resolve()
-    writable = [_worktree_of(cwd, reach.task) or cwd, *reach.own]
-    mounts += [_rw(Path(path)) for path in writable if os.path.exists(path)]
+    mounts.append(_rw(_worktree_of(cwd, reach.task) or cwd))
+    mounts += _own_copies(reach)
     mounts += _parsed(git_arguments(spec.cwd))
     visible = [m.target for m in mounts if m.kind == "--bind"]
     for path in reach.control:  # read-only wherever the agent could otherwise write it
@@ -216,6 +226,103 @@ def _task_view(reach: Reach) -> list[_Mount]:
     for name in shown:  # what the agent left at a mount point's place: mounts land on no link
         _remove(view / name)
     return mounts
+
+
+def _own_copies(reach: Reach) -> list[_Mount]:
+    """The CLI's own files as the agent sees them (see the module): at each one's real path, the
+    task's private copy (a folder kept from run to run; a file copied afresh from the real one),
+    with the real login files (or, for a CLI that renames its login, a copy taken back by
+    `take_back_login`) and the real settings files, read-only, in a folder."""
+    mounts: list[_Mount] = []
+    copies = reach.task.cli_copies
+    copies.mkdir(mode=0o700, exist_ok=True)
+    for path in map(_absolute, reach.own):
+        if not path.exists():  # the CLI makes it where it can (in the hidden home), for this run
+            continue
+        private = copies / _flat(path)
+        if path.is_file():
+            _remove(private)
+            _copy(path, private)
+            mounts.append(_Mount("--bind", path, private))
+            continue
+        if private.is_symlink() or not private.is_dir():
+            _remove(private)
+            private.mkdir(mode=0o700)
+        mounts.append(_Mount("--bind", path, private))
+        for file in map(_absolute, reach.login + reach.settings):
+            if file.parent != path or not file.is_file():
+                continue  # only files right in the folder: no link of the agent's is followed
+            _remove(private / file.name)  # what the agent left at a mount point's place
+            if file in reach.settings:
+                mounts.append(_ro(file))
+            elif reach.login_renamed:  # a copy, taken back when the run ends
+                _copy(file, private / file.name)
+                _copy(file, copies / (_flat(file) + SEED))
+            else:
+                mounts.append(_rw(file))
+    return mounts
+
+
+def take_back_login(reach: Reach) -> None:
+    """For a CLI that renames a new login over the old (codex's auth.json), the login its
+    sandboxed run left in its private copy, into the real place: only a regular file of at most
+    LOGIN_LIMIT bytes, and only if the real one is still the one the run was given (a login made
+    on the host meanwhile is newer). Never raises: a login not taken back is the CLI's to redo."""
+    if not reach.login_renamed:
+        return
+    copies = reach.task.cli_copies
+    for file in map(_absolute, reach.login):
+        seed = copies / (_flat(file) + SEED)
+        given = _read(seed)
+        if given is None or file.parent not in map(_absolute, reach.own):
+            continue
+        seed.unlink(missing_ok=True)
+        left = _read(copies / _flat(file.parent) / file.name)
+        if left is None or left == given or _read(file) != given:
+            continue
+        tmp = file.with_name(f".{file.name}.{os.getpid()}.run-agent")
+        try:
+            tmp.unlink(missing_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(left)
+            os.replace(tmp, file)
+        except OSError:
+            tmp.unlink(missing_ok=True)
+
+
+def _flat(path: Path) -> str:
+    """A private copy's name in the task's `.cli` folder: its real path as one name (so that no
+    copy lies in another, where the agent could have left a link)."""
+    return str(path).strip("/").replace("%", "%25").replace("/", "%2F")
+
+
+def _absolute(path: Path) -> Path:
+    return Path(os.path.abspath(path))
+
+
+def _copy(source: Path, target: Path) -> None:
+    """`source` (the user's) into `target` (a name the agent cannot have made a link: it is
+    removed first by the caller), private to the user."""
+    data = source.read_bytes()
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _read(path: Path) -> bytes | None:
+    """A regular file's bytes, at most LOGIN_LIMIT of them, never through a link; else None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.fstat(fd).st_size > LOGIN_LIMIT:
+            return None
+        with os.fdopen(os.dup(fd), "rb") as f:
+            return f.read(LOGIN_LIMIT)
+    finally:
+        os.close(fd)
 
 
 def _worktree_of(cwd: Path, task: TaskPaths) -> Path | None:

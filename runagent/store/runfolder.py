@@ -66,6 +66,7 @@ SAVED_DIFF = "worktree-{stamp}.diff"  # uncommitted work of a worktree removed b
 SETUP_LOG = "setup.log"  # what an issue run's setup command printed
 SECCOMP = ".seccomp"  # in a task folder: the filter a sandboxed agent without network runs under
 SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (never read back)
+CLI_COPIES = ".cli"  # a sandboxed agent's private copies of its CLI's own files (never read back)
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 
 FILE_MODE = 0o600  # every file run-agent makes under a runs root
@@ -151,6 +152,10 @@ class TaskPaths:
     @property
     def sandbox_view(self) -> Path:
         return self.folder / SANDBOX_VIEW
+
+    @property
+    def cli_copies(self) -> Path:
+        return self.folder / CLI_COPIES
 
     def saved_diff(self, stamp: str) -> Path:
         return self.folder / SAVED_DIFF.format(stamp=stamp)

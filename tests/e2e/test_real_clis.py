@@ -29,6 +29,15 @@ CLIS = ["claude", "codex", "gemini"]
 VERSIONS = {"claude": "2.1.330", "codex": "0.169.0", "gemini": "0.61.0"}
 PROMPT = "Say hello, then write fake_tool_output.txt."
 MODELS = {"claude": "claude-fake", "codex": "gpt-5.5", "gemini": "gemini-3.8-flash"}
+# Per CLI, under the test's folder: its settings file on the host (the user's) and one it would
+# read there that does not exist yet (each can make the CLI run a command on the host).
+HOST_SETTINGS = {
+    "claude": ("home/.claude/settings.json", "home/.claude.json"),
+    "codex": ("codex-home/config.toml", "codex-home/hooks.json"),
+    "gemini": ("home/.gemini/settings.json", "home/.gemini/.env"),
+}
+OWN_SETTINGS = {"claude": "{}\n", "codex": "# the user's\n", "gemini": "{}\n"}
+EVIL = "notify = [1]"  # a line that would be a setting: never seen by the host's CLI
 
 # Each test reports its own skip with the reason (never in CI, which installs the CLIs).
 pytestmark = pytest.mark.skipif(
@@ -246,7 +255,15 @@ def test_a_sandboxed_cli_completes_its_turn_and_its_commands_stay_inside(
     task = ws.task("p", "t")
     settings, tokens = task.folder / "task.yaml", ws.root / ".tokens"
     tokens.mkdir(parents=True)
+    # The CLI's settings on the host, which the user's next run of it reads: the model's shell
+    # tries to add a command there, and to plant a settings file where there is none yet.
+    own, planted = HOST_SETTINGS[cli]
+    own = ws.path / own
+    own.parent.mkdir(parents=True, exist_ok=True)
+    own.write_text(OWN_SETTINGS[cli])
+    planted = ws.path / planted
     provider.tool_command = (
+        f"{{ echo '{EVIL}' >> {own}; echo '{EVIL}' > {planted}; }} 2> own.txt; "
         f"cat {outside / 'secret.txt'} {ws.path / 'home' / '.ssh' / 'id_ed25519'}"
         f" > read.txt 2>&1; {{ echo leaked > {outside / 'written.txt'}; }} 2> write.txt;"
         f" {{ echo 'sandbox: none' >> {settings}; echo 'x: 1' >> {ws.config};"
@@ -260,6 +277,8 @@ def test_a_sandboxed_cli_completes_its_turn_and_its_commands_stay_inside(
     assert "sandbox: none" not in settings.read_text() and ws.config.read_text() == config
     assert not (tokens / "tokens.json").exists()
     assert (work / "control.txt").read_text().count("Read-only file system") >= 1
+    assert own.read_text() == OWN_SETTINGS[cli] and not planted.exists()
+    assert "Read-only file system" in (work / "own.txt").read_text()  # the user's, seen
     assert output(ws) == "hello from fake model\n"
     assert (work / "fake_tool_output.txt").read_text() == "hello from fake tool\n"
     read = (work / "read.txt").read_text()
