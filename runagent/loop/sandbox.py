@@ -394,6 +394,7 @@ def _program_folders(exe: str, args: Iterable[str], home: Path | None) -> list[P
             if home is None or not home.is_relative_to(narrower.resolve()):
                 folder = narrower
                 break
+        folder = folder.resolve()  # a mount's path holds no link (bwrap cannot make one there)
         if folder != Path("/") and folder not in found and folder.exists():
             found.append(folder)
     return found

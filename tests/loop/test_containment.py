@@ -203,3 +203,22 @@ def test_a_config_the_agent_plants_in_its_folder_is_not_what_a_resume_runs(
     assert len(ws.runs()) == 1  # nothing ran
     named_again = ws.cli("--config", str(named), "resume", "-p", "p", "-t", "t", "--again")
     assert named_again.returncode == ExitCode.COMPLETED, named_again.stderr
+
+
+def test_an_agent_whose_program_is_reached_through_a_link_starts(ws_outside: Workspace) -> None:
+    """A CLI installed in a folder reached through a symbolic link (a linked cache, a
+    version manager's `current`): its folder is bound at its real path."""
+    ws = ws_outside
+    real = ws.path / "real-install"
+    (real / "bin").mkdir(parents=True)
+    shutil.copy(FAKE_AGENT, real / "bin" / "agent.py")
+    (ws.path / "linked").symlink_to(real)
+    argv = [sys.executable, str(ws.path / "linked" / "bin" / "agent.py"), "--marker", ws.marker]
+    data = {
+        "agents": {"fake": {"type": "command", "command": argv, "sandbox": "bwrap"}},
+        "defaults": {"agent": "fake", "max_restarts": 0, "until": "exit"},
+        "storage": {"runs_dir": str(ws.root)},
+    }
+    ws.config.write_text(yaml.safe_dump(data))
+    done = ws.cli("-p", "p", "-t", "t", "go")
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
