@@ -255,6 +255,9 @@ class Attempt:
                 sandbox.collect_done(self.ctx.task)
                 if self.reach is not None:
                     sandbox.take_back_login(self.reach)
+                for moved in sandbox.disarm_git(self.ctx.working_dir, self.ctx.run_id):
+                    why = "it would send git to a repository of the agent's making"
+                    _note(self.ctx.paths, f"moved aside {moved}, which the agent wrote: {why}")
             removed = runfolder.disarm(self.folder)  # before anything reads the run's files
             if removed:
                 _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")

@@ -202,6 +202,25 @@ def collect_done(task: TaskPaths) -> bool:
     return True
 
 
+def disarm_git(folder: Path, run_id: str) -> list[str]:
+    """After a sandboxed run in a checkout whose `.git` is a folder (the agent's to commit in):
+    a `commondir` there, which git writes only in a linked worktree's own folder and which
+    would send the user's next git to a repository of the agent's making, is moved aside (to
+    `commondir.from-<run id>`). What was moved, for the run's note."""
+    dot_git = next((f / ".git" for f in (folder, *folder.parents) if os.path.lexists(f / ".git")),
+                   None)  # fmt: skip
+    if dot_git is None or dot_git.is_symlink() or not dot_git.is_dir():
+        return []
+    planted = dot_git / "commondir"
+    if not os.path.lexists(planted):
+        return []
+    try:
+        planted.rename(dot_git / f"commondir.from-{run_id}")
+    except OSError:
+        return []
+    return [str(planted)]
+
+
 def _task_view(reach: Reach) -> list[_Mount]:
     """The task folder as the agent sees it: its own folder (`.sandbox`) with the task's files
     and earlier runs read-only, and the current run read-write (see the module)."""

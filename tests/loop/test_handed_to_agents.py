@@ -6,7 +6,9 @@ started by `cocode` and by an operate token limited to one project against a rea
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -165,3 +167,30 @@ def test_an_agent_without_network_still_runs_programs_that_talk_through_pipes(
     assert done.returncode == ExitCode.COMPLETED, done.stderr
     (run,) = ws.runs()
     assert ws.task("p", "t").run(run.run_id).stdout.read_text() == "b'x' b'hi\\n'\n"
+
+
+def test_a_commondir_planted_in_the_git_folder_never_runs_on_host_git(
+    ws_outside: Workspace,
+) -> None:
+    """An agent working in a checkout writes `.git/commondir` naming a git folder of its own
+    whose config sets core.fsmonitor: the user's next `git status` runs it on the host."""
+    ws = ws_outside
+    repo = make_repo(ws.path / "repo")
+    ran = ws.path / "host-ran"
+    code = (
+        "import os, shutil; g = os.path.abspath('.git'); evil = os.path.abspath('evil.git');"
+        "shutil.copytree(g, evil, ignore=shutil.ignore_patterns('hooks'));"
+        "f = open(evil + '/config', 'a');"
+        f"f.write('[core]\\n\\tfsmonitor = \"touch {ran}; echo\"\\n'); f.close();"
+        "open(g + '/commondir', 'w').write(evil + '\\n')"
+    )
+    agent(ws, code)
+    done = ws.cli("-p", "p", "-t", "t", "--cwd", str(repo), "go", env=GIT_ENV)
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    subprocess.run(["git", "status", "--short"], cwd=repo, env={**os.environ, **GIT_ENV},
+                   capture_output=True, check=False)  # fmt: skip
+    assert not ran.exists(), "the user's git ran what the sandboxed agent wrote"
+    planted = list((repo / ".git").glob("commondir.from-*"))
+    assert len(planted) == 1 and not (repo / ".git" / "commondir").exists()
+    (run,) = ws.runs()
+    assert "moved aside" in ws.task("p", "t").run(run.run_id).stderr.read_text()
