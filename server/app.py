@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +28,7 @@ from runagent.loop.context import is_run_id, validate_id
 from runagent.paste import state as paste_state
 from runagent.store import runfolder, tasks
 from runagent.store.credentials import scrub_urls
-from runagent.store.runfolder import TaskPaths, within
+from runagent.store.runfolder import TaskPaths
 from runagent.store.tokens import Scope
 from server import detail, streams
 from server.actions import MAX_BODY, Actions
@@ -230,15 +229,7 @@ class Api:
         """The task's paste session as a person needs it: the current outbox (name, sequence,
         size, text), the last reply's results, the messages, the summary once DONE."""
         task = self.paste_task(request)
-
-        def read() -> dict[str, Any] | None:
-            found = paste_state.view(task)
-            shown = found["outbox_path"] if found is not None else None
-            if found and shown and os.path.lexists(shown) and not within(self.root, Path(shown)):
-                found = {**found, "text": None, "size": None}  # an outbox linking out is not read
-            return found
-
-        found = await run_in_threadpool(read)
+        found = await run_in_threadpool(paste_state.view, task)  # an outbox linking out: no text
         if found is None:
             raise HTTPException(404, f"task {task.label} has no paste session")
         return JSONResponse(found)
@@ -257,14 +248,15 @@ class Api:
 
     async def file(self, request: Request) -> Response:
         """A run file, whole or a byte range (?offset=&length=), or as a download (?download=1)."""
-        _, path = self.run_file(request, list(runfolder.RUN_FILES))
-        size = streams.file_size(path)
+        folder, path = self.run_file(request, list(runfolder.RUN_FILES))
+        fence = runfolder.RunPaths(folder).fence
+        size = streams.file_size(fence, path)
         offset = byte_count("offset", request.query_params.get("offset", "0"))
         length = min(
             byte_count("length", request.query_params.get("length", str(size))),
             max(0, size - offset),
         )
-        data = streams.read_at(path, offset, length) if path.exists() else b""
+        data = streams.read_at(fence, path, offset, length) if length else b""
         headers = {"X-File-Size": str(size), "X-Offset": str(offset)}
         if request.query_params.get("download"):
             name = f"{path.parent.name}-{path.name}"
@@ -274,10 +266,11 @@ class Api:
     async def lines(self, request: Request) -> Response:
         """How many newlines a run file has before byte `?offset=` (at most its size): the page
         numbers a huge log's tail by it without reading the file's start."""
-        _, path = self.run_file(request, list(runfolder.RUN_FILES))
+        folder, path = self.run_file(request, list(runfolder.RUN_FILES))
+        fence = runfolder.RunPaths(folder).fence
         offset = byte_count("offset", request.query_params.get("offset", "0"))
-        offset = min(offset, streams.file_size(path))
-        counted = await run_in_threadpool(newlines_before, path, offset)
+        offset = min(offset, streams.file_size(fence, path))
+        counted = await run_in_threadpool(newlines_before, fence, path, offset)
         return JSONResponse({"offset": offset, "newlines": counted})
 
     # Streams -----------------------------------------------------------------------------------
@@ -377,12 +370,12 @@ async def _while(
         watcher.cancel()
 
 
-def newlines_before(path: Path, offset: int) -> int:
+def newlines_before(fence: str, path: Path, offset: int) -> int:
     """The newlines in the file's first `offset` bytes, read COUNT_CHUNK bytes at a time (an
     84 MB log is counted in well under a second, in a few MB of memory)."""
     counted = at = 0
     while at < offset:
-        data = streams.read_at(path, at, min(COUNT_CHUNK, offset - at))
+        data = streams.read_at(fence, path, at, min(COUNT_CHUNK, offset - at))
         if not data:
             break  # the file shrank (or was swapped for a link): what was there is counted
         counted += data.count(b"\n")

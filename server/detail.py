@@ -43,14 +43,15 @@ def loop_message(task: TaskPaths) -> str | None:
     """How the task's last detached loop ended, in the words it printed last in supervisor.log
     (None when no detached supervisor ran it)."""
     path = task.folder / runfolder.SUPERVISOR_LOG
-    if not path.is_file() or path.is_symlink():
+    fence = task.fence
+    size = file_size(fence, path)  # 0 for a link, or a folder leading out of the project
+    if not size:
         return None
     latest = task.run_ids()[-1:]
     info = task.run_folder(latest[0]) / runfolder.RUN_INFO if latest else None
     with contextlib.suppress(OSError):
         if info is not None and info.stat().st_mtime > path.stat().st_mtime + 1:
             return None  # the log is older than the last run: a later loop ran in a terminal
-    size = file_size(path)
-    tail = read_at(path, max(0, size - LOOP_TAIL), LOOP_TAIL).decode("utf-8", "replace")
+    tail = read_at(fence, path, max(0, size - LOOP_TAIL), LOOP_TAIL).decode("utf-8", "replace")
     said = [line for line in tail.splitlines() if line.startswith("run-agent: ")]
     return said[-1].removeprefix("run-agent: ") if said else None

@@ -54,12 +54,13 @@ class Hub:
             weakref.WeakValueDictionary()
         )
 
-    def tail(self, path: Path, id_prefix: str) -> Tail:
-        """The tail of `path` shared by every stream of it with this id prefix."""
+    def tail(self, path: Path, id_prefix: str, fence: str) -> Tail:
+        """The tail of `path` (read while it lies inside `fence`, its project's) shared by every
+        stream of it with this id prefix."""
         key = (path, id_prefix)
         tail = self._tails.get(key)
         if tail is None:
-            tail = self._tails[key] = Tail(path, id_prefix)
+            tail = self._tails[key] = Tail(path, id_prefix, fence)
         return tail
 
     async def start(self) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import stat
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,10 +202,10 @@ class Tools:
         if run_id is None:
             raise NotFoundError(f"task {task.label} has no run yet")
         path = self.paths.run_file(self.paths.run_folder(task, str(run_id)), name, FILES)
-        size = streams.file_size(path)
+        size = streams.file_size(task.fence, path)
         tail = offset < 0
         start = max(0, size - limit) if tail else min(offset, size)
-        data = streams.read_at(path, start, min(limit, size - start)) if size else b""
+        data = streams.read_at(task.fence, path, start, min(limit, size - start)) if size else b""
         if tail and start > 0:  # begin on a character, not inside one
             cut = next((i for i, b in enumerate(data[:4]) if b & 0xC0 != 0x80), 0)
             data, start = data[cut:], start + cut
@@ -255,10 +256,11 @@ class Tools:
             run_id = view.latest.run_id
             for name in FILES:
                 path = task.run_folder(run_id) / runfolder.RUN_FILES[name]
-                if path.is_file() and not path.is_symlink():
+                st = runfolder.stat_in(task.fence, path, follow=False)  # inside its project
+                if st is not None and stat.S_ISREG(st.st_mode):
                     found.append(types.Resource(
                         name=f"{task.label}/{run_id}/{name}", uri=uri_of(task, run_id, name),
-                        mime_type="text/plain", size=path.stat().st_size,
+                        mime_type="text/plain", size=st.st_size,
                     ))  # fmt: skip
             if len(found) >= MAX_RESOURCES:
                 break
@@ -275,9 +277,9 @@ class Tools:
             raise NotFoundError(f"no file {name!r}; one of: {', '.join(FILES)}")
         task = self.task(grant, {"project": project, "task": task_id})
         path = self.paths.run_file(self.paths.run_folder(task, run_id), name, FILES)
-        size = streams.file_size(path)
+        size = streams.file_size(task.fence, path)
         start = max(0, size - MAX_RESOURCE)
-        data = streams.read_at(path, start, size - start) if size else b""
+        data = streams.read_at(task.fence, path, start, size - start) if size else b""
         text = data.decode("utf-8", "replace")
         if start:
             text = f"[{start} earlier bytes left out; run_output reads them]\n{text}"

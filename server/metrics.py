@@ -127,6 +127,7 @@ class Tally:
     def runs(self, task: TaskPaths) -> Iterator[Figures]:
         """What each run of `task` adds, as `tasks.runs` reads them (liveness-checked)."""
         runs = os.fspath(task.runs)  # joined as text: a scrape stats every run of the root
+        bounds = task.fence
         for run_id in task.run_ids():
             path = f"{runs}/{run_id}/{runfolder.RUN_INFO}"
             stamp = _stamp(path)
@@ -136,7 +137,7 @@ class Tally:
                 yield known[1]
                 continue
             folder = task.run_folder(run_id)
-            info = runfolder.read_run_record(folder)
+            info = runfolder.read_run_record(folder, bounds)
             if info is None:
                 continue
             figures = Figures.of(tasks.effective(info, folder))
@@ -294,7 +295,7 @@ def _operations(events: Path) -> Counter[tuple[str, ...]]:
     """The operations one run's events.jsonl answered, by type and verdict."""
     found: Counter[tuple[str, ...]] = Counter()
     try:
-        lines = events.read_text(encoding="utf-8").splitlines()
+        lines = runfolder.read_text_in(RunPaths(events.parent).fence, events).splitlines()
     except (OSError, UnicodeDecodeError):
         return found
     for line in lines:

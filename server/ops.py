@@ -131,21 +131,23 @@ class OpsApi:
     async def events(self, request: Request) -> Response:
         """Every events message the run sent, in order, and the byte size they came from (the
         offset to stream on from)."""
-        path = RunPaths(self.folder(request)).events
-        size = streams.file_size(path)
-        data = streams.read_at(path, 0, size) if size else b""
+        run = RunPaths(self.folder(request))
+        path = run.events
+        size = streams.file_size(run.fence, path)
+        data = streams.read_at(run.fence, path, 0, size) if size else b""
         messages = [json.loads(line) for line in data.decode("utf-8").splitlines() if line]
         return JSONResponse({"runId": path.parent.name, "messages": messages, "offset": size})
 
     async def event_stream(self, request: Request) -> Response:
         """events.jsonl as SSE: one `events` event per events message, its id the byte offset
         after it, so a client reconnecting with Last-Event-ID misses none and gets none twice."""
-        path = RunPaths(self.folder(request)).events
+        run = RunPaths(self.folder(request))
+        path = run.events
         raw = request.headers.get("last-event-id") or request.query_params.get("from") or "0"
         if not (raw.isascii() and raw.isdigit()) or len(raw) > 19:
             raise HTTPException(400, f"offset {raw[:40]!r} is not a whole number of bytes")
         offset = int(raw)
-        if offset and streams.read_at(path, offset - 1, 1) != b"\n":
+        if offset and streams.read_at(run.fence, path, offset - 1, 1) != b"\n":
             raise HTTPException(400, f"offset {offset} is not the end of an events message")
         return self.sse(request, message_events(self.hub, path, offset))
 

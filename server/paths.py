@@ -1,9 +1,11 @@
-"""Which task a request names, kept inside the runs root: a bad id, a missing task or a path that
-leads out of the root is a 404, for the read API and the actions alike."""
+"""Which task a request names, kept inside its project: a bad id, a missing task or a path that
+leads out of the project (into another, or out of the root) is a 404, for the read API, the
+actions and the MCP tools alike (runfolder.fence: the one rule)."""
 
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from runagent.errors import NotFoundError, OutsideRootError, UsageError
 from runagent.loop.context import is_run_id, validate_id
 from runagent.paste.session import Folders as PasteFolders
 from runagent.store import runfolder
-from runagent.store.runfolder import TaskPaths, within
+from runagent.store.runfolder import TaskPaths
 
 
 class Paths:
@@ -52,29 +54,31 @@ class Paths:
         return self.paste_named(request.path_params["project"], request.path_params["task"])
 
     def paste_named(self, project: str, task_id: str) -> TaskPaths:
-        """The task named, if its paste folders (those that exist) stay inside the runs root; a
+        """The task named, if its paste folders (those that exist) stay inside its project; a
         link out is a task without a paste session (404)."""
         task = self.named(project, task_id)
         folders = PasteFolders.of(task)
+        bounds = task.fence
         for path in (folders.root, folders.outbox, folders.inbox, folders.sessions):
-            if os.path.lexists(path) and not within(self.root, path):
+            if os.path.lexists(path) and not runfolder.holds(bounds, path):
                 raise NotFoundError(f"task {task.label} has no paste session")
         return task
 
     def run_folder(self, task: TaskPaths, run_id: str) -> Path:
-        """The folder of the task's run `run_id`, if it is one inside the root; else
-        NotFoundError (404)."""
+        """The folder of the task's run `run_id`, if it is one inside its project; else
+        NotFoundError (404). What is read in it is read while it still is (`runfolder.open_in`)."""
         folder = task.run_folder(run_id)
-        if not is_run_id(run_id) or not folder.is_dir() or not within(self.root, folder):
+        found = runfolder.stat_in(task.fence, folder) if is_run_id(run_id) else None
+        if found is None or not stat.S_ISDIR(found.st_mode):
             raise NotFoundError(f"run {run_id[:80]!r} of task {task.label} not found")
         return folder
 
     def run_file(self, folder: Path, name: str, names: Sequence[str]) -> Path:
         """The run file `name` (one of `names`) of a run's folder, if it does not lead out of
-        the root; else NotFoundError (404)."""
+        its project; else NotFoundError (404)."""
         if name not in names:
             raise NotFoundError(f"no file {str(name)[:80]!r}; one of: {', '.join(names)}")
         path = folder / runfolder.RUN_FILES[name]
-        if path.exists() and not within(self.root, path):
+        if os.path.lexists(path) and not runfolder.holds(runfolder.RunPaths(folder).fence, path):
             raise NotFoundError(f"no file {name!r} in run {folder.name}")
         return path

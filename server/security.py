@@ -11,8 +11,9 @@
   end up in logs and histories. Keys are compared in constant time, never logged.
 - A write (POST) must be same-origin and JSON, so another site cannot make a browser start or
   stop a task.
-- Every path built from a request must resolve inside the runs root (`runfolder.within`, the one
-  confinement rule); anything else is a 404.
+- Every path built from a request must resolve inside the runs root, and whatever lies under a
+  project inside that project (`runfolder.fence`, the one confinement rule, checked on the
+  descriptor a file is read through); anything else is a 404.
 """
 
 from __future__ import annotations

@@ -85,7 +85,8 @@ class RunWatch:
             out.append(chunk)
         if final and self.offset < size:
             # The file's last bytes, never to be whole: not kept, as no one else ends here.
-            text, used = decode(read_at(self.tail.path, self.offset, size - self.offset), True)
+            data = read_at(self.tail.fence, self.tail.path, self.offset, size - self.offset)
+            text, used = decode(data, True)
             if used:
                 self.offset += used
                 out.append(Chunk.of(self.offset - used, self.offset, text, self.tail.id_prefix))
@@ -95,8 +96,11 @@ class RunWatch:
 async def run_file_events(
     hub: Hub, folder: Path, name: str, offset: int, id_prefix: str = ""
 ) -> AsyncIterator[Event]:
-    """A run file's bytes from `offset`, `status` events, then `end` when all is sent."""
-    watch = RunWatch(folder, hub.tail(folder / name, id_prefix), offset)
+    """A run file's bytes from `offset`, `status` events, then `end` when all is sent; read
+    only while the run folder lies inside its project (a link swapped in for it reads as
+    nothing, and as no record)."""
+    fence = runfolder.RunPaths(folder).fence
+    watch = RunWatch(folder, hub.tail(folder / name, id_prefix, fence), offset)
     seen = hub.generation
     recheck = True
     while True:
@@ -170,12 +174,15 @@ def paste_marks(root: Path) -> dict[str, tuple[tuple[str, str, int, int, int], .
     or taken, a session saved change it, though none changes the task's row."""
     marks = {}
     for project in runfolder.project_ids(root):
+        bounds = runfolder.fence(root, project)
         for task_id in runfolder.task_ids(root, project):
             folder = root / project / task_id / "paste"
-            if not folder.is_dir() or not runfolder.within(root, folder):
+            if not folder.is_dir():
                 continue
             entries = []
             for part in PASTE_PARTS:
+                if not runfolder.holds(bounds, folder / part):
+                    continue
                 try:
                     with os.scandir(folder / part) as found:
                         for e in found:

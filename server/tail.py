@@ -20,7 +20,7 @@ from pathlib import Path
 from sse_starlette import ServerSentEvent
 
 from runagent.record import record
-from runagent.store import follow
+from runagent.store import follow, runfolder
 
 CHUNK = follow.CHUNK  # the most bytes one event carries: the core's read size, one owner
 # Framed bytes kept per file: several chunks, so a client a step behind still shares.
@@ -35,12 +35,14 @@ def decode(data: bytes, final: bool) -> tuple[str, int]:
     return text, len(data) - len(decoder.getstate()[0])
 
 
-def read_at(path: Path, offset: int, size: int = CHUNK) -> bytes:
-    """Up to `size` bytes of a run file at `offset`. Run files are never symbolic links, so one
-    is not followed (O_NOFOLLOW): a link swapped in for a run file reads as empty, and so does
-    anything but a regular file."""
-    try:  # nor waited on, should a FIFO be left in its place
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+def read_at(fence: str, path: Path, offset: int, size: int = CHUNK) -> bytes:
+    """Up to `size` bytes of a run file at `offset`, if it lies inside `fence` (its project's,
+    runfolder.fence) when it is opened: a run folder swapped for a link to another project's
+    under a stream already open reads as empty. Run files are never symbolic links, so one is
+    not followed (O_NOFOLLOW): a link swapped in for a run file reads as empty too, and so does
+    anything but a regular file (nor is a FIFO left in its place waited on)."""
+    try:
+        fd = runfolder.open_in(fence, path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
         return b""
     with open(fd, "rb") as f:
@@ -52,13 +54,11 @@ def read_at(path: Path, offset: int, size: int = CHUNK) -> bytes:
             return b""
 
 
-def file_size(path: Path) -> int:
-    """The size `read_at` sees: 0 for anything but a regular file (a link is not followed)."""
-    try:
-        st = os.lstat(path)
-    except OSError:
-        return 0
-    return st.st_size if stat.S_ISREG(st.st_mode) else 0
+def file_size(fence: str, path: Path) -> int:
+    """The size `read_at` sees: 0 for anything but a regular file inside `fence` (a link at
+    the end is not followed)."""
+    st = runfolder.stat_in(fence, path, follow=False)
+    return st.st_size if st is not None and stat.S_ISREG(st.st_mode) else 0
 
 
 @record
@@ -83,9 +83,10 @@ class Chunk:
 class Tail:
     """The chunks of one file (under one id prefix) that its clients read last."""
 
-    def __init__(self, path: Path, id_prefix: str) -> None:
+    def __init__(self, path: Path, id_prefix: str, fence: str) -> None:
         self.path = path
         self.id_prefix = id_prefix
+        self.fence = fence  # what the file must lie inside when it is read: its project
         self._chunks: OrderedDict[int, Chunk] = OrderedDict()
         self._bytes = 0
         self._size: tuple[int, int] | None = None  # (hub generation, size then)
@@ -94,7 +95,7 @@ class Tail:
     def size(self, generation: int, fresh: bool = False) -> int:
         """The file's size, looked at once per hub generation (an append moves it), or now."""
         if fresh or self._size is None or self._size[0] != generation:
-            self._size = (generation, file_size(self.path))
+            self._size = (generation, file_size(self.fence, self.path))
         return self._size[1]
 
     def chunk_at(self, offset: int, size: int) -> Chunk | None:
@@ -107,7 +108,7 @@ class Tail:
             return None
         # No further than `size`, so every client at this offset in this generation gets the
         # same chunk, whatever was appended since.
-        data = read_at(self.path, offset, min(CHUNK, size - offset))
+        data = read_at(self.fence, self.path, offset, min(CHUNK, size - offset))
         self.reads += 1
         text, used = decode(data, final=False)
         if used == 0:

@@ -80,6 +80,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--probe-read", action="append", default=[], help="say if PATH can be read")
     p.add_argument("--probe-write", action="append", default=[], help="say if PATH can be written")
     p.add_argument("--probe-connect", action="append", default=[], help="say if HOST:PORT answers")
+    p.add_argument(
+        "--symlink",
+        action="append",
+        default=[],
+        help="LINK=TARGET: make LINK ($VARS expanded) a link to TARGET, in its stead",
+    )
     p.add_argument("--pid-file", default=None, help="append our pids here")
     p.add_argument("--marker", default="", help="an inert word to find our processes by")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
@@ -226,6 +232,18 @@ def main(argv: list[str]) -> int:
         time.sleep(args.sleep)
     if args.edit:
         Path(args.edit).write_text(f"edited by attempt {attempt}\n")
+    for pair in args.symlink:  # what a hostile agent plants where it may write
+        link, _, target = pair.partition("=")
+        link = os.path.expandvars(link)
+        try:
+            if os.path.isdir(link) and not os.path.islink(link):
+                os.rename(link, f"{link}.moved")
+            elif os.path.lexists(link):
+                os.unlink(link)
+            os.symlink(target, link)
+            print(f"symlink {link}: ok", flush=True)
+        except OSError as exc:
+            print(f"symlink {link}: {type(exc).__name__}", flush=True)
     for message in args.commit:
         commit(message.format(marker=os.environ.get("COCODE_READY_MARKER", ""), attempt=attempt))
     if args.ready_from and attempt >= args.ready_from:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 
@@ -215,19 +216,20 @@ def output(
     _, task = existing_task(config_path, root, project_id, task_id)
     run_id = run_id or _latest_run_id(task)
     folder = task.run_folder(run_id)
-    if not folder.is_dir():
+    found = runfolder.stat_in(task.fence, folder)  # none linked in from another project
+    if found is None or not stat.S_ISDIR(found.st_mode):
         raise NotFoundError(f"run {run_id!r} of task {project_id}/{task_id} not found")
     live = following.loop_alive(task) and not following.run_over(task, run_id)
     which = which or ("stdout" if live or follow else "output")
     path = folder / runfolder.RUN_FILES[which]
     if as_json:
-        text = path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+        text = _read(path, task.fence).decode("utf-8", errors="replace")
         click.echo(
             json.dumps({"run_id": run_id, "file": which, "path": str(path), "content": text})
         )
         return
     if not follow:
-        if _copy_to_stdout(path, 0) == 0:
+        if _copy_to_stdout(path, task.fence) == 0:
             click.echo(f"run-agent: {_why_empty(path, which, live)}", err=True)
         return
     wake = following.changes(task.folder)
@@ -256,14 +258,27 @@ def _latest_run_id(task: TaskPaths) -> str:
     return ids[-1]
 
 
-def _copy_to_stdout(path: Path, offset: int) -> int:
+def _read(path: Path, fence: str) -> bytes:
+    """A run file's bytes; none where it is not there, or is a link (runfolder.open_regular)."""
     try:
-        with open(path, "rb") as f:
-            f.seek(offset)
+        with runfolder.open_regular(path, fence) as f:
+            return f.read()
+    except OSError as exc:
+        if exc.errno not in runfolder.NOT_THERE:
+            raise
+        return b""
+
+
+def _copy_to_stdout(path: Path, fence: str) -> int:
+    """Copy a run file to stdout (as `_read` reads it); how many bytes it had."""
+    copied = 0
+    try:
+        with runfolder.open_regular(path, fence) as f:
             while chunk := f.read(1 << 16):
                 sys.stdout.buffer.write(chunk)
-                offset += len(chunk)
-    except FileNotFoundError:
-        pass
+                copied += len(chunk)
+    except OSError as exc:
+        if exc.errno not in runfolder.NOT_THERE:
+            raise
     sys.stdout.buffer.flush()
-    return offset
+    return copied

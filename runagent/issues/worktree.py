@@ -469,7 +469,9 @@ def progress(
     if not base and record.get("fork"):
         base = str(record["fork"])
     if record:
-        folder = task.worktree
+        folder = task.worktree  # read only while it lies inside the task's project
+        if os.path.lexists(folder) and not runfolder.holds(task.fence, folder):
+            return None
     elif latest is not None and base:
         folder = Path(latest.cwd)
     else:

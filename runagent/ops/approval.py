@@ -102,9 +102,13 @@ def take(path: Path) -> Pending | None:
 
 
 def _load(path: Path) -> Pending:
+    """The pause kept in `path` (in a run folder, read only inside the run's project)."""
     try:
-        return Pending.from_dict(json.loads(path.read_text(encoding="utf-8")))
-    except (ValueError, KeyError, TypeError) as exc:
+        text = runfolder.read_text_in(runfolder.RunPaths(path.parent).fence, path)
+        return Pending.from_dict(json.loads(text))
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"{path} cannot be read ({exc}); delete it to drop the pause") from exc
 
 

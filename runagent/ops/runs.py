@@ -14,7 +14,7 @@ from runagent.ops.approval import Pending
 from runagent.ops.runtime import Runtime
 from runagent.store import runfolder, tasks
 from runagent.store.lock import live_holder
-from runagent.store.runfolder import TaskPaths, within
+from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
 
 
@@ -28,14 +28,13 @@ def all_runs(root: Path, reaches: Callable[[str], bool] = lambda project: True) 
     """Every operations run's folder under the runs root (in the projects `reaches` lets
     through), oldest first within a task."""
     for project in filter(reaches, runfolder.project_ids(root)):
+        bounds = runfolder.fence(root, project)
         for task_id in runfolder.task_ids(root, project):
             task = TaskPaths(root, project, task_id)
             runs = os.fspath(task.runs)  # joined as text: most run folders are not operations'
-            for run_id in task.run_ids():
-                if os.path.isfile(f"{runs}/{run_id}/{runfolder.OPS_SETTINGS}"):
-                    folder = task.run_folder(run_id)
-                    if within(root, folder):
-                        yield folder
+            for run_id in task.run_ids():  # none that leads out of the project
+                if runfolder.is_file_in(bounds, f"{runs}/{run_id}/{runfolder.OPS_SETTINGS}"):
+                    yield task.run_folder(run_id)
 
 
 def ids(folder: Path) -> dict[str, str]:

@@ -139,7 +139,7 @@ class Runtime:
     def open(cls, folder: Path, **kw: Any) -> Runtime:
         paths = RunPaths(folder)
         try:
-            data = json.loads(paths.ops_settings.read_text(encoding="utf-8"))
+            data = json.loads(runfolder.read_text_in(paths.fence, paths.ops_settings))
             sandbox = Sandbox(data.get("sandbox", "none"))
             if sandbox is Sandbox.AUTO:
                 raise ValueError("sandbox auto was never resolved")
@@ -487,8 +487,9 @@ def _subject(op: Operation) -> dict[str, str]:
 def find_run(root: Path, run_id: str) -> Path:
     """The folder of the operations run `run_id` under the runs root, in whichever task it is."""
     for project in runfolder.project_ids(root):
+        bounds = runfolder.fence(root, project)
         for task in runfolder.task_ids(root, project):
             folder = runfolder.TaskPaths(root, project, task).run_folder(run_id)
-            if RunPaths(folder).ops_settings.is_file() and runfolder.within(root, folder):
+            if runfolder.is_file_in(bounds, RunPaths(folder).ops_settings):  # none linked in
                 return folder
     raise NotFoundError(f"no operations run {run_id!r} under {root}")

@@ -34,7 +34,7 @@ def view(task: TaskPaths) -> dict[str, Any] | None:
     folders = Folders.of(task)
     path = outbox_path(task, session)
     try:
-        text: str | None = path.read_text(encoding="utf-8")
+        text: str | None = runfolder.read_text_in(task.fence, path)  # never through a link out
     except OSError:
         text = None
     waiting = sorted(e.name for e in inbox.candidates(folders.inbox))

@@ -7,6 +7,7 @@ the loop, and it stops once the loop has ended and the last run's file is read t
 
 from __future__ import annotations
 
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -65,26 +66,27 @@ def follow(
     while True:
         path = task.run_folder(run_id) / name
         try:
-            with open(path, "rb") as f:
+            with runfolder.open_regular(path, task.fence) as f:  # never through a link out
                 f.seek(offset)
                 while chunk := f.read(CHUNK):
                     offset += len(chunk)
                     yield chunk
-        except FileNotFoundError:
-            pass
-        if run_over(task, run_id):
+        except OSError as exc:
+            if exc.errno not in runfolder.NOT_THERE:
+                raise
+        # A run whose record cannot be read (or leads out) is over once no loop holds the task.
+        if run_over(task, run_id) or not loop_alive(task):
             later = next_run_id(task, run_id)
             if later is not None:
                 announce(run_id, later)
                 run_id, offset = later, 0
                 continue
-            if not loop_alive(task) and _size(path) <= offset:
+            if not loop_alive(task) and _size(task, path) <= offset:
                 return
         next(waits, None)
 
 
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except FileNotFoundError:
-        return 0
+def _size(task: TaskPaths, path: Path) -> int:
+    """The size of a run file as `follow` reads it: 0 where it is not there or is a link."""
+    found = runfolder.stat_in(task.fence, path, follow=False)
+    return found.st_size if found is not None and stat.S_ISREG(found.st_mode) else 0

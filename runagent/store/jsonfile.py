@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +28,16 @@ def read_object(path: Path, limit: int) -> dict[str, Any]:
     return parse_object(read_capped(path, limit))
 
 
-def read_capped(path: Path, limit: int, *, follow: bool = True) -> bytes:
+def read_capped(
+    path: Path, limit: int, *, follow: bool = True, opener: Callable[[Path, int], int] = os.open
+) -> bytes:
     """The bytes of the regular file at `path`, at most `limit` of them (a link not followed
-    unless `follow`); FileNotFoundError when there is none, Unreadable saying why when it is
-    not a regular file, is larger, or cannot be read."""
+    unless `follow`; opened by `opener`, which may refuse it with an OSError of its own);
+    FileNotFoundError when there is none, Unreadable saying why when it is not a regular file,
+    is larger, or cannot be read."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, flags)
+        fd = opener(path, flags)
     except FileNotFoundError:
         raise
     except OSError as exc:

@@ -17,7 +17,7 @@ from runagent.errors import AlreadyRunningError
 from runagent.record import record
 from runagent.store.host import foreign_alive, is_here, this_host
 from runagent.store.pids import is_alive, process_start_time
-from runagent.store.runfolder import dump_yaml, load_yaml, make_folder, private
+from runagent.store.runfolder import dump_yaml, load_yaml, make_folder, open_regular, private
 
 
 @record
@@ -44,7 +44,8 @@ class Holder:
 def read_holder(path: Path, label: str = "") -> Holder | None:
     """Who the lock file says holds it (alive or not), or None if it names nobody."""
     try:
-        data = load_yaml(path.read_text(encoding="utf-8"))
+        with open_regular(path) as f:  # a lock file is never a link: one swapped in is no one
+            data = load_yaml(f.read().decode("utf-8"))
         host = data.get("host")
         return Holder(
             int(data["pid"]),

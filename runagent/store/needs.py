@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent.record import record
+from runagent.store import runfolder
 from runagent.store.runfolder import RunPaths, TaskPaths
 
 
@@ -28,10 +29,10 @@ class Need:
 
 def approval(task: TaskPaths, run_folder: Path) -> Need | None:
     """The operation of the run in `run_folder` held for a person's approval, if one is."""
-    pending = RunPaths(run_folder).approval_pending
-    if not pending.is_file():
+    paths = RunPaths(run_folder)
+    if not runfolder.is_file_in(paths.fence, paths.approval_pending):
         return None
-    operation = _pending_operation(pending)
+    operation = _pending_operation(paths)
     run = run_folder.name
     return Need(task.label, "approval", f"{run}/{operation}",
                 f"operation {operation} of run {run} awaits approval",
@@ -61,10 +62,10 @@ def stopped(task: TaskPaths, why: str, message: str) -> Need:
     return Need(task.label, why, message, message, answer)
 
 
-def _pending_operation(path: Path) -> str:
-    """The id of the operation an approval file holds; '?' when it cannot be read."""
+def _pending_operation(run: RunPaths) -> str:
+    """The id of the operation a run's approval file holds; '?' when it cannot be read."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(runfolder.read_text_in(run.fence, run.approval_pending))
         return str(data.get("operationId") or "?")
     except (OSError, ValueError, AttributeError):
         return "?"

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import itertools
 import os
 import resource
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from runagent.errors import OutsideRootError
 from runagent.record import record
@@ -100,6 +101,11 @@ class TaskPaths:
         return f"{self.project_id}/{self.task_id}"
 
     @property
+    def fence(self) -> str:
+        """What the task's files must really lie under: its project's (`fence`)."""
+        return fence(self.root, self.project_id)
+
+    @property
     def folder(self) -> Path:
         return self.root / self.project_id / self.task_id
 
@@ -161,8 +167,9 @@ class TaskPaths:
         return self.folder / SAVED_DIFF.format(stamp=stamp)
 
     def run_ids(self) -> list[str]:
-        """The task's run ids, oldest first (ids sort in start order); none that lead out."""
-        return _subfolders(self.root, self.runs, hidden=True)
+        """The task's run ids, oldest first (ids sort in start order); none that lead out of
+        its project."""
+        return _subfolders(self.fence, self.runs, hidden=True)
 
 
 @record
@@ -170,6 +177,16 @@ class RunPaths:
     """Where one run's files live, in its folder under the task's `runs/`."""
 
     folder: Path
+
+    @property
+    def fence(self) -> str:
+        """What the run's files must really lie under: the project's (`fence`) of the layout
+        ROOT/PROJECT/TASK/runs/RUN its folder is named by."""
+        task = os.path.dirname(os.path.dirname(os.fspath(self.folder)))
+        project = os.path.dirname(task)
+        if not os.path.basename(project):  # not in a runs root's layout: its own folder
+            return os.path.realpath(self.folder)
+        return fence(os.path.dirname(project) or ".", os.path.basename(project))
 
     @property
     def info(self) -> Path:
@@ -218,11 +235,8 @@ class RunPaths:
 
 
 def within(root: Path, path: Path) -> bool:
-    """Whether `path`, every symbolic link on the way resolved, stays inside `root`.
-
-    This is the one confinement rule: every path run-agent derives from a request, a command
-    line or a folder listing under the runs root passes it before it is read or written.
-    """
+    """Whether `path`, every symbolic link on the way resolved, stays inside `root`: the rule for
+    what is not a project's (the root's own files, a folder a person names)."""
     try:
         path.resolve().relative_to(root.resolve())
     except (OSError, ValueError, RuntimeError):  # RuntimeError: a symlink loop
@@ -230,26 +244,126 @@ def within(root: Path, path: Path) -> bool:
     return True
 
 
+# A project's confinement, the one rule for whatever lies under a project: everything read of a
+# project (its task folders, their runs/, run folders, their files) must really lie inside that
+# project's folder, every symbolic link on the way followed. A link that stays inside is
+# followed; one that leads into another project or out of the root is not, for every reader
+# (a token of one project or of all, the command line), so no answer depends on who asks. The
+# project's folder is the root's real path and the project's name: a project folder that is
+# itself a link holds nothing. What is opened is checked by its descriptor, not by its name, so
+# a link swapped in between a check and the open (an agent can write its task folder) is not
+# followed either.
+
+
+def fence(root: Path | str, project_id: str) -> str:
+    """The real path everything of project `project_id` must lie under."""
+    path = os.fspath(root)
+    try:
+        st = os.stat(path)
+    except OSError:  # no root (yet): nothing is under it
+        return os.path.join(os.path.realpath(path), project_id)
+    return os.path.join(_real_root(path, st.st_dev, st.st_ino), project_id)
+
+
+@functools.lru_cache(maxsize=64)
+def _real_root(path: str, device: int, inode: int) -> str:
+    """The real path of a runs root, resolved once for as long as its name leads to the same
+    folder (a root swapped for another is resolved afresh): a listing asks it for every run."""
+    return os.path.realpath(path)
+
+
+def _inside(fence: str, real: str) -> bool:
+    return real.startswith(fence) and real[len(fence) : len(fence) + 1] in ("", "/")
+
+
+def holds(fence: str, path: Path | str) -> bool:
+    """Whether `path`, every link on the way resolved, lies inside `fence` now (for a path that
+    is looked at, not read: what is read is opened with `open_in`)."""
+    return _inside(fence, os.path.realpath(path))
+
+
+def open_in(fence: str, path: Path | str, flags: int = os.O_RDONLY) -> int:
+    """A descriptor of `path` (opened with `flags`, and never blocking on a FIFO), if what was
+    opened lies inside `fence`; else an OSError saying it leads out. The descriptor's own path
+    is what is checked, so no link swapped in after a look at the name can lead it out."""
+    return _opened(fence, path, flags)[0]
+
+
+def _opened(fence: str, path: Path | str, flags: int) -> tuple[int, str]:
+    """`open_in`'s descriptor, and the real path it was checked by."""
+    fd = os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK)
+    try:
+        real = os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)")
+    except OSError:  # no /proc: the name resolved now, if it still names what was opened
+        real = os.path.realpath(path)
+        try:
+            real = real if os.path.samestat(os.fstat(fd), os.stat(real)) else ""
+        except OSError:
+            real = ""
+    if not _inside(fence, real):
+        os.close(fd)
+        raise OSError(errno.EXDEV, "it leads out of its project (a symbolic link)", str(path))
+    return fd, real
+
+
+def stat_in(fence: str, path: Path | str, follow: bool = True) -> os.stat_result | None:
+    """What `path` is (a link at its end followed unless not `follow`), if it lies inside
+    `fence`; None if it is not there or leads out."""
+    try:
+        fd = open_in(fence, path, os.O_PATH | (0 if follow else os.O_NOFOLLOW))
+    except OSError:
+        return None
+    try:
+        return os.fstat(fd)
+    finally:
+        os.close(fd)
+
+
+def is_file_in(fence: str, path: Path | str) -> bool:
+    """Whether `path` is a regular file inside `fence`."""
+    found = stat_in(fence, path)
+    return found is not None and stat.S_ISREG(found.st_mode)
+
+
+def read_text_in(fence: str, path: Path | str) -> str:
+    """The text of the regular file `path`, if it lies inside `fence`; else an OSError
+    (FileNotFoundError where there is none; UnicodeDecodeError if it is not UTF-8)."""
+    fd = open_in(fence, path)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks = [os.read(fd, max(st.st_size, 4096) + 1)]  # whole, as it was when stat'd
+        while chunks[-1]:
+            chunks.append(os.read(fd, 65536))
+    finally:
+        os.close(fd)
+    return b"".join(chunks).decode("utf-8")
+
+
 def confine(task: TaskPaths) -> TaskPaths:
     """`task`, if its project folder (those that exist) stays inside the runs root, and its task
-    folder, TASK.md and runs folder inside that project's folder (a link from one project into
+    folder, TASK.md and runs folder inside that project's (`fence`: a link from one project into
     another would let what may reach one project reach the other); else OutsideRootError naming
     the link."""
     project = task.root / task.project_id
+    bounds = task.fence
     for path in (project, task.folder, task.task_md, task.runs):
         if not os.path.lexists(path):
             continue
         if not within(task.root, path):
-            out = f"out of the runs root {task.root}"
-        elif path != project and not within(project, path):
-            out = f"out of its project's folder {project}"
-        else:
-            continue
-        raise OutsideRootError(
-            f"{path} leads {out} (a symbolic link); run-agent never reads or writes through "
-            "it: remove the link or use another id"
-        )
+            raise leads_out(path, f"out of the runs root {task.root}")
+        if not holds(bounds, path):
+            raise leads_out(path, f"out of its project's folder {project}")
     return task
+
+
+def leads_out(path: Path, where: str) -> OutsideRootError:
+    """The refusal of a path that leads `where` (out of the root, out of its project)."""
+    return OutsideRootError(
+        f"{path} leads {where} (a symbolic link); run-agent never reads or writes through it: "
+        "remove the link or use another id"
+    )
 
 
 def in_worktree(root: Path, path: Path) -> bool:
@@ -519,13 +633,18 @@ def read_run_info(run_folder: Path) -> RunInfo | None:
     return None if info is None or info.status is RunStatus.UNREADABLE else info
 
 
-def read_run_record(run_folder: Path) -> RunInfo | None:
+def read_run_record(run_folder: Path, fence: str | None = None) -> RunInfo | None:
     """The run's metadata as run-agent or conductor-loop wrote it; None if the folder has no
-    run-info.yaml (yet); a record of status `unreadable` saying why if it cannot be read."""
+    run-info.yaml (yet); a record of status `unreadable` saying why if it cannot be read
+    (leading out of its project among the reasons). `fence`: its project's, if known."""
     from runagent.store.jsonfile import Unreadable, read_capped
 
+    paths = RunPaths(run_folder)
+    bounds = paths.fence if fence is None else fence
     try:  # a link or a FIFO an agent left in its place is not followed, nor waited on
-        text = read_capped(RunPaths(run_folder).info, RUN_INFO_LIMIT, follow=False).decode()
+        text = read_capped(
+            paths.info, RUN_INFO_LIMIT, follow=False, opener=functools.partial(open_in, bounds)
+        ).decode()
     except FileNotFoundError:
         return None
     except Unreadable as exc:
@@ -597,28 +716,61 @@ def archive_done(task: TaskPaths, into_run: str | None) -> Path | None:
 
 
 def project_ids(root: Path) -> list[str]:
-    return _subfolders(root, root)
+    """The projects: the root's folders, none that is a link (`fence`)."""
+    try:
+        with os.scandir(root) as entries:
+            return sorted(
+                e.name
+                for e in entries
+                if not e.name.startswith(".") and not e.is_symlink() and e.is_dir()
+            )
+    except (FileNotFoundError, NotADirectoryError):
+        return []
 
 
 def task_ids(root: Path, project_id: str) -> list[str]:
-    if not within(root, root / project_id):
-        return []
-    return _subfolders(root / project_id, root / project_id)  # a link to another project: none
+    """The project's tasks: none that leads out of it (a link to another project's task)."""
+    return _subfolders(fence(root, project_id), root / project_id)
 
 
-def _subfolders(root: Path, folder: Path, hidden: bool = False) -> list[str]:
-    """The folders in `folder`, sorted; a link that leads out of `root` is not one of them."""
+def _subfolders(fence: str, folder: Path, hidden: bool = False) -> list[str]:
+    """The folders in `folder` (itself inside `fence`), sorted; none that leads out of it."""
     try:
-        entries = list(os.scandir(folder))
-    except (FileNotFoundError, NotADirectoryError):
+        fd, real = _opened(fence, folder, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:  # not there, not a folder, or leading out
         return []
-    return sorted(
-        e.name
-        for e in entries
-        if e.is_dir()
-        and (hidden or not e.name.startswith("."))
-        and (not e.is_symlink() or within(root, Path(e.path)))
-    )
+    try:
+        with os.scandir(fd) as entries:
+            return sorted(
+                e.name
+                for e in entries
+                if (hidden or not e.name.startswith("."))
+                and e.is_dir()
+                and (not e.is_symlink() or holds(fence, os.path.join(real, e.name)))
+            )
+    finally:
+        os.close(fd)
+
+
+def open_regular(path: Path | str, fence: str | None = None) -> BinaryIO:
+    """`path` open for reading, if it is a regular file (inside `fence` where one is given): a
+    link at its end is not followed, as run-agent's own files are never links (one left in a
+    file's place leads nowhere), nor is a FIFO waited on; else an OSError."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW
+    if fence is not None:
+        fd = open_in(fence, path, flags)
+    else:
+        fd = os.open(path, flags | os.O_CLOEXEC | os.O_NONBLOCK)
+    f = os.fdopen(fd, "rb")
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        f.close()
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    return f
+
+
+# What `open_regular` says of a file a reader takes as not there: none, a link, not a regular
+# file, or leading out of its project (any other error is a real one: a permission, a disk).
+NOT_THERE = frozenset({errno.ENOENT, errno.ELOOP, errno.EINVAL, errno.EXDEV})
 
 
 def tail(path: Path, max_bytes: int = 4096) -> str:

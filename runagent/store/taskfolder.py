@@ -3,6 +3,7 @@ different one), how it was last started, what its runs used, and an issue run's 
 
 from __future__ import annotations
 
+import errno
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,7 +27,7 @@ def write_task_prompt(task: TaskPaths, prompt: str) -> None:
 def read_task_usage(task: TaskPaths) -> Usage | None:
     """What the task's runs used, as summed at each run's end; None if none said."""
     try:
-        data = json.loads((task.folder / runfolder.TASK_USAGE).read_text(encoding="utf-8"))
+        data = json.loads(runfolder.read_text_in(task.fence, task.folder / runfolder.TASK_USAGE))
         return Usage(int(data["tokens_in"]), int(data["tokens_out"]), data.get("cost_usd"))
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -48,9 +49,8 @@ def write_task_settings(task: TaskPaths, settings: Mapping[str, object]) -> None
 def read_task_settings(task: TaskPaths) -> dict[str, object]:
     """How the task was last started; {} when it never was (or the file is unreadable)."""
     try:
-        data = runfolder.load_yaml(
-            (runfolder.confine(task).folder / runfolder.TASK_SETTINGS).read_text(encoding="utf-8")
-        )
+        path = runfolder.confine(task).folder / runfolder.TASK_SETTINGS
+        data = runfolder.load_yaml(runfolder.read_text_in(task.fence, path))
     except (OSError, ValueError):  # not YAML (YAMLSyntaxError), not UTF-8
         return {}
     return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
@@ -82,7 +82,7 @@ def read_worktree_record(task: TaskPaths) -> dict[str, object]:
     task = runfolder.confine(task)
     for path in (task.issue_record, task.worktree_record):
         try:
-            data = runfolder.load_yaml(path.read_text(encoding="utf-8"))
+            data = runfolder.load_yaml(runfolder.read_text_in(task.fence, path))
         except FileNotFoundError:
             continue
         except (OSError, ValueError):  # not YAML (YAMLSyntaxError), not UTF-8
@@ -122,6 +122,11 @@ def discard_new_task(task: TaskPaths) -> None:
 
 def read_task_prompt(task: TaskPaths) -> str | None:
     try:
-        return runfolder.confine(task).task_md.read_text(encoding="utf-8")
+        return runfolder.read_text_in(task.fence, runfolder.confine(task).task_md)
     except FileNotFoundError:
         return None
+    except OSError as exc:  # a link swapped in since it was confined
+        if exc.errno != errno.EXDEV:
+            raise
+        where = f"out of its project's folder {task.root / task.project_id}"
+        raise runfolder.leads_out(task.task_md, where) from None

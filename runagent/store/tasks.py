@@ -110,18 +110,21 @@ def runs(task: TaskPaths) -> list[RunInfo]:
     """Every run of the task with run-info, oldest first, liveness-checked; one whose
     run-info.yaml cannot be read is there as `unreadable`, saying why."""
     found = []
+    bounds = task.fence
     for run_id in task.run_ids():
         folder = task.run_folder(run_id)
-        info = runfolder.read_run_record(folder)
+        info = runfolder.read_run_record(folder, bounds)
         if info is not None:
             found.append(effective(info, folder))
     return found
 
 
-def latest_run(task: TaskPaths) -> RunInfo | None:
-    for run_id in reversed(task.run_ids()):
+def latest_run(task: TaskPaths, run_ids: list[str] | None = None) -> RunInfo | None:
+    """The task's latest run with run-info (of `run_ids`, its runs as just listed)."""
+    bounds = task.fence
+    for run_id in reversed(task.run_ids() if run_ids is None else run_ids):
         folder = task.run_folder(run_id)
-        info = runfolder.read_run_record(folder)
+        info = runfolder.read_run_record(folder, bounds)
         if info is not None:
             return effective(info, folder)
     return None
@@ -131,7 +134,8 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> Tas
     """The task as it is now; `places` (from `queue_places`) saves reading the queue again for
     each task of a listing."""
     holder = live_holder(task.lock)
-    latest = latest_run(task)
+    run_ids = task.run_ids()  # listed once, for the latest run and the count
+    latest = latest_run(task, run_ids)
     place = None
     if holder is None:
         place = (places if places is not None else queue_places(task.root)).get(task.label)
@@ -141,7 +145,7 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> Tas
         status = TaskStatus.BLOCKED if place.blocked else TaskStatus.QUEUED
     elif holder is not None:
         status = TaskStatus.RUNNING
-    elif task.done.exists():
+    elif runfolder.stat_in(task.fence, task.done) is not None:
         status = TaskStatus.COMPLETED
     elif latest is None:
         status = operations_status(task) or TaskStatus.PENDING
@@ -150,7 +154,7 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> Tas
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
             status = TaskStatus.LOST
     used = taskfolder.read_task_usage(task)
-    return TaskView(task, status, len(task.run_ids()), latest, holder, used, place)
+    return TaskView(task, status, len(run_ids), latest, holder, used, place)
 
 
 def queue_places(root: Path) -> Mapping[str, QueuePlace]:
@@ -174,11 +178,12 @@ def operations_status(task: TaskPaths) -> TaskStatus | None:
     """What a task of operations runs is doing, which no run-info says: awaiting approval while
     one of its runs is paused, running while one answers a message, else idle; None when it has
     no operations run."""
+    bounds = task.fence
     runs = [RunPaths(task.run_folder(run_id)) for run_id in task.run_ids()]
-    runs = [run for run in runs if run.ops_settings.is_file()]
+    runs = [run for run in runs if runfolder.is_file_in(bounds, run.ops_settings)]
     if not runs:
         return None
-    if any(run.approval_pending.is_file() for run in runs):
+    if any(runfolder.is_file_in(bounds, run.approval_pending) for run in runs):
         return TaskStatus.AWAITING_APPROVAL
     if any(live_holder(run.ops_lock) is not None for run in runs):
         return TaskStatus.RUNNING

@@ -427,9 +427,11 @@ def test_a_big_files_lines_are_counted_across_chunks(tmp_path: Path) -> None:
     line = b"x" * 99 + b"\n"
     lines = 3 * COUNT_CHUNK // len(line) + 7  # several chunks, none ending on a line
     path.write_bytes(line * lines)
-    assert newlines_before(path, path.stat().st_size) == lines
-    assert newlines_before(path, 250) == 2
-    assert newlines_before(tmp_path / "gone.txt", 100) == 0
+    fence = str(tmp_path.resolve())
+    assert newlines_before(fence, path, path.stat().st_size) == lines
+    assert newlines_before(fence, path, 250) == 2
+    assert newlines_before(fence, tmp_path / "gone.txt", 100) == 0
+    assert newlines_before(f"{fence}-elsewhere", path, 250) == 0  # outside its project: none
 
 
 def test_a_deeply_nested_body_is_a_400(client: TestClient) -> None:

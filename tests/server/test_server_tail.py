@@ -99,7 +99,9 @@ def test_clients_at_the_same_offset_share_one_read_of_each_chunk(ws: Workspace) 
     folder, info = running_run(ws.root)
     stdout = runfolder.RunPaths(folder).stdout
     with serving_in_process(ws.root) as (base, hub):
-        shared = hub.tail(stdout, "")  # held here, so it outlives the streams for the count
+        shared = hub.tail(
+            stdout, "", runfolder.RunPaths(folder).fence
+        )  # held here, so it outlives the streams for the count
         url = f"{base}/api/projects/p/tasks/t/runs/{RUN_ID}/stream/stdout"
         clients = [Client(url) for _ in range(20)]
         wait_for(lambda: all(c.status for c in clients), what="every stream to be up")
@@ -209,7 +211,7 @@ def dechunk(body: bytes) -> bytes:
 def test_a_tail_keeps_no_more_than_its_bound(tmp_path: Path) -> None:
     path = tmp_path / "stdout"
     path.write_bytes(("€" * 40_000 + "\n").encode() * 60)  # 7 MB; chunks end inside a "€"
-    shared = tail.Tail(path, "")
+    shared = tail.Tail(path, "", str(tmp_path.resolve()))
     size = shared.size(0)
     offset, text, chunks = 0, "", 0
     while (chunk := shared.chunk_at(offset, size)) is not None:
