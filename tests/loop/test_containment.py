@@ -7,34 +7,15 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 
 from runagent.errors import ExitCode
-from runagent.ops.sandbox import Bwrap
 from tests.conftest import FAKE_AGENT, Workspace
+from tests.loop.sandboxing import needs_bwrap, probes, sandboxed
 
-pytestmark = pytest.mark.skipif(
-    Bwrap(Path("/")).problem() is not None, reason="bubblewrap cannot run here"
-)
-
-
-def sandboxed(ws: Workspace, args: list[str], **agent: object) -> None:
-    ws.write_config(args, max_restarts=0)
-    data = yaml.safe_load(ws.config.read_text())
-    for config in data["agents"].values():
-        config.update({"sandbox": "bwrap", **agent})
-    ws.config.write_text(yaml.safe_dump(data))
-
-
-def probes(ws: Workspace, task: str = "t") -> dict[str, str]:
-    seen: dict[str, str] = {}
-    for run in ws.runs("p", task):
-        text = ws.task("p", task).run(run.run_id).stdout.read_text()
-        seen.update(line.split(": ", 1) for line in text.splitlines() if ": " in line)
-    return seen
+pytestmark = needs_bwrap
 
 
 def test_the_agent_cannot_write_what_decides_how_its_task_runs(ws_outside: Workspace) -> None:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,40 +15,12 @@ import pytest
 import yaml
 
 from runagent.errors import ExitCode
-from runagent.ops.sandbox import Bwrap
 from tests.conftest import Workspace, serving
+from tests.loop.sandboxing import agent, needs_bwrap
 
-pytestmark = pytest.mark.skipif(
-    Bwrap(Path("/")).problem() is not None, reason="bubblewrap cannot run here"
-)
+pytestmark = needs_bwrap
 
 KEY = "k" * 40
-
-
-@pytest.fixture
-def home(ws_outside: Workspace) -> Iterator[Path]:
-    """A home beside the workspace (not in it) with a private key in ~/.ssh."""
-    import shutil
-
-    folder = Path(tempfile.mkdtemp(prefix="run-agent-test-home-", dir=ws_outside.path.parent))
-    (folder / ".ssh").mkdir()
-    (folder / ".ssh" / "id_ed25519").write_text("a private key")
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-
-def agent(ws: Workspace, code: str, *, agent_type: str = "command", **settings: object) -> None:
-    """A config whose one agent, sandboxed without network, runs `python -c code`."""
-    config = {"type": agent_type, "command": [sys.executable, "-c", code, ws.marker],
-              "sandbox": "bwrap", "network": False}  # fmt: skip
-    data = {
-        "agents": {"evil": config},
-        "defaults": {"agent": "evil", "max_restarts": 0, "until": "exit", **settings},
-        "storage": {"runs_dir": str(ws.root)},
-    }
-    ws.config.write_text(yaml.safe_dump(data))
 
 
 def test_a_stdout_link_never_brings_a_host_file_to_the_agent(
