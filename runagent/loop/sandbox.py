@@ -50,6 +50,9 @@ from runagent.store.runfolder import TaskPaths
 DONE_LIMIT = 64 * 1024  # bytes of a DONE a sandboxed agent wrote that are kept
 # Variables naming a socket of the host's session (an ssh agent, the session bus, docker).
 _SOCKET_VARIABLES = ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DOCKER_HOST")
+# Sockets of the host's daemons that would run what they are asked on the host.
+_DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/containerd/containerd.sock",
+                   "/run/podman/podman.sock", "/run/dbus/system_bus_socket")  # fmt: skip
 # Files of its run the agent never replaces (runagent/store/runfolder.py names them).
 _KEPT = (runfolder.RUN_INFO, runfolder.PROMPT, runfolder.STDOUT, runfolder.STDERR)
 LOGIN_LIMIT = 1024 * 1024  # bytes of a login file taken back from a sandboxed run, at most
@@ -94,6 +97,7 @@ def wrap(spec: LaunchSpec, reach: Reach) -> LaunchSpec:
     home = _home(spec.env)
     refuse_working_folder(spec.cwd, home)
     mounts = [_Mount("--tmpfs", Path("/tmp"), hides=True)]
+    mounts += _sessions_hidden(spec.env)
     if home is not None:
         mounts.append(_Mount("--tmpfs", home, hides=True))
         mounts += [_ro(prefix) for prefix in _installed_under(home, spec.env.get("PATH", ""))]
@@ -114,8 +118,15 @@ def wrap(spec: LaunchSpec, reach: Reach) -> LaunchSpec:
     args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     for mount in sorted(mounts, key=lambda m: (len(m.target.parts), m.hides)):
         args += mount.args()
-    args += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-             "--die-with-parent"]  # fmt: skip
+    args += [
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+        "--die-with-parent",
+        "--cap-drop",
+        "ALL",
+    ]  # fmt: skip (run by root: no caps)
     for name in _SOCKET_VARIABLES:  # what names a socket of the host's session
         args += ["--unsetenv", name]
     args += ["--chdir", str(spec.cwd), "--setenv", "TMPDIR", "/tmp"]
@@ -219,6 +230,20 @@ def disarm_git(folder: Path, run_id: str) -> list[str]:
     except OSError:
         return []
     return [str(planted)]
+
+
+def _sessions_hidden(env: Mapping[str, str]) -> list[_Mount]:
+    """The host session's sockets out of reach, whatever the network: the runtime folders
+    (`/run/user`, `$XDG_RUNTIME_DIR`: the session bus, systemd's user manager, an ssh or
+    keyring agent) are empty in the sandbox, and the daemons' sockets (docker, the system bus)
+    are /dev/null."""
+    hidden = [Path("/run/user"), Path(env.get("XDG_RUNTIME_DIR") or "/run/user")]
+    mounts = [_Mount("--tmpfs", f.resolve(), hides=True) for f in dict.fromkeys(hidden)
+              if f.is_absolute() and f.is_dir() and f.resolve() != Path("/")]  # fmt: skip
+    for socket in _DAEMON_SOCKETS:
+        if os.path.exists(socket):
+            mounts.append(_Mount("--ro-bind", Path(socket).resolve(), Path("/dev/null")))
+    return mounts
 
 
 def _task_view(reach: Reach) -> list[_Mount]:

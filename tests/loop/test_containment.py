@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import yaml
@@ -203,3 +207,100 @@ def test_an_agent_whose_program_is_reached_through_a_link_starts(ws_outside: Wor
     ws.config.write_text(yaml.safe_dump(data))
     done = ws.cli("-p", "p", "-t", "t", "go")
     assert done.returncode == ExitCode.COMPLETED, done.stderr
+
+
+def _agent(ws: Workspace, code: str) -> None:
+    """A config whose one agent runs `code` under bubblewrap with the host's network."""
+    data = {
+        "agents": {"a": {"type": "command", "command": [sys.executable, "-c", code, ws.marker],
+                         "sandbox": "bwrap"}},
+        "defaults": {"agent": "a", "max_restarts": 0, "until": "exit", "stuck_after": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+def said(ws: Workspace) -> str:
+    return "".join(ws.task().run(r.run_id).stdout.read_text() for r in ws.runs())
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A folder outside the workspace, /tmp and the home (where a session keeps its sockets)."""
+    folder = Path(tempfile.mkdtemp(prefix="run-agent-test-rt-", dir="/var/tmp"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_an_agent_run_as_root_cannot_unmount_what_hides_the_home(ws_outside: Workspace) -> None:
+    """bwrap started by root keeps every capability unless told otherwise: the agent unmounts
+    the tmpfs over the home (and the runs root), remounts / read-write, and reads ~/.ssh or
+    rewrites task.yaml. Where run-agent runs as root (a container, CI), the sandbox must still
+    hold; as another user the kernel already refuses."""
+    ws = ws_outside
+    home = ws.path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = home / ".ssh" / "id_ed25519"
+    key.write_text("a private key")
+    code = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "caps = open('/proc/self/status').read().split('CapEff:')[1].split()[0]\n"
+        "print('caps:', caps)\n"
+        "root = os.environ['TASK_FOLDER'].rsplit('/p/t', 1)[0]\n"
+        "for place in (os.environ['HOME'], root):\n"
+        "    libc.umount2(place.encode(), 2)  # MNT_DETACH\n"
+        f"print('key:', open({str(key)!r}).read() if os.path.exists({str(key)!r}) else 'hidden')\n"
+        "libc.mount(b'none', b'/', None, 0x1000 | 0x20 | 0x4000, None)  # remount,bind,rw\n"
+        "try:\n"
+        "    open(root + '/p/t/task.yaml', 'a').write('agent: evil\\n'); print('task.yaml: ok')\n"
+        "except OSError as e:\n"
+        "    print('task.yaml:', type(e).__name__)\n"
+    )
+    _agent(ws, code)
+    done = ws.cli("-p", "p", "-t", "t", "go", env={"HOME": str(home)})
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    seen = dict(line.split(": ", 1) for line in said(ws).splitlines() if ": " in line)
+    assert seen["key"] == "hidden"
+    assert seen["task.yaml"] != "ok"
+    assert "evil" not in (ws.task().folder / "task.yaml").read_text()
+    assert int(seen["caps"], 16) == 0, "the sandboxed agent holds capabilities"
+
+
+def test_the_session_bus_is_out_of_reach_though_its_variable_is_unset(
+    ws_outside: Workspace, outside: Path
+) -> None:
+    """The sandbox unsets DBUS_SESSION_BUS_ADDRESS, but with it unset a D-Bus client goes to
+    $XDG_RUNTIME_DIR/bus, the same bus (systemd --user's is beside it: `systemd-run --user`
+    runs a command on the host, outside the sandbox). With the host's network (the default),
+    nothing stops socket(AF_UNIX), and $XDG_RUNTIME_DIR is neither hidden nor unset."""
+    ws = ws_outside
+    bus = socket.socket(socket.AF_UNIX)
+    try:
+        bus.bind(str(outside / "bus"))
+        bus.listen(4)
+        code = (
+            "import os, socket\n"
+            "s = socket.socket(socket.AF_UNIX)\n"
+            "try:\n"
+            "    s.connect(os.environ.get('XDG_RUNTIME_DIR', '/run/user/0') + '/bus')\n"
+            "    s.sendall(b'AUTH EXTERNAL'); print('bus: reached')\n"
+            "except OSError as e:\n"
+            "    print('bus:', type(e).__name__)\n"
+        )
+        _agent(ws, code)
+        done = ws.cli("-p", "p", "-t", "t", "go", env={"XDG_RUNTIME_DIR": str(outside)})
+        assert done.returncode == ExitCode.COMPLETED, done.stderr
+        bus.setblocking(False)
+        try:
+            reached, _ = bus.accept()
+            reached.close()
+            got = True
+        except BlockingIOError:
+            got = False
+    finally:
+        bus.close()
+    assert "bus: reached" not in said(ws)
+    assert not got, "a sandboxed agent connected to the session bus of the host"
