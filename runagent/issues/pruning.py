@@ -5,7 +5,9 @@ goes, an unmerged one stays."""
 from __future__ import annotations
 
 import enum
+import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +24,7 @@ from runagent.issues.worktree import (
     tree_dirs,
 )
 from runagent.record import record
-from runagent.store import runfolder, taskfolder, tasks
+from runagent.store import cleanup, runfolder, taskfolder, tasks
 from runagent.store.lock import TaskLock, live_holder
 from runagent.store.runfolder import TaskPaths
 
@@ -170,7 +172,7 @@ def _prune(w: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool
     if taskfolder.read_worktree_record(w.task.paths).get("clone"):  # its own clone: no git's
         sync_branch(w.task.paths, env)
         for folder in (w.path, w.task.paths.worktree_git):
-            shutil.rmtree(folder, ignore_errors=True)
+            cleanup.remove_tree(folder)
     elif registration(w.repo, w.path, env) is not None:  # repair may have pruned a stale one
         git(w.repo, "worktree", "unlock", str(w.path), env=env, check=False)
         forced = saved is not None or (w.path / ".gitmodules").exists()  # clean, but git asks
@@ -202,14 +204,26 @@ def save_diff(task: TaskPaths, env: Mapping[str, str]) -> Path:
     target = task.saved_diff(_stamp())
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / "index"
-        if index.exists():
-            shutil.copyfile(index, copy)
+        _copy_regular(index, copy)  # an agent's link or FIFO in its place is no index
         private = {**env, "GIT_INDEX_FILE": str(copy)}
         git(path, "add", "--all", env=private, dirs=dirs)
         diff = git(path, "diff", "--cached", "--binary", "--no-ext-diff", "--no-textconv",
                    "--ignore-submodules=dirty", "HEAD", env=private, dirs=dirs)  # fmt: skip
     runfolder.atomic_write(target, diff + "\n")
     return target
+
+
+def _copy_regular(source: Path, target: Path) -> None:
+    """Copy the regular file `source` (not through a link, never waiting on a FIFO) to
+    `target`; nothing when it is anything else."""
+    try:
+        fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return
+    with open(fd, "rb") as f:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            with open(target, "wb") as out:
+                shutil.copyfileobj(f, out)
 
 
 def _delete_if_merged(w: IssueWorktree, env: Mapping[str, str]) -> bool:

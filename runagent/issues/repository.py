@@ -142,6 +142,10 @@ def git(
     return done.stdout.removesuffix("\n")
 
 
+GIT_TIMEOUT = 300.0  # seconds a git command run-agent runs may take, at most
+PUSH_TIMEOUT = 1800.0  # ... one that talks to a remote
+
+
 def run_git(
     folder: Path,
     *args: str,
@@ -152,10 +156,16 @@ def run_git(
     """`git -C folder ARGS` as it ended, for a caller that reads its exit code (a conflict, an
     ancestry); never a prompt for credentials, never a program of the repository's (see the
     module), and in the repository `dirs` names when given. `config`: more settings (`k=v`)."""
-    return subprocess.run(
-        host_argv(folder, *args, config=config), capture_output=True, text=True,
-        env=host_env(env, dirs), stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+    argv = host_argv(folder, *args, config=config)
+    wait = PUSH_TIMEOUT if args[:1] in (("push",), ("fetch",)) else GIT_TIMEOUT
+    try:
+        return subprocess.run(
+            argv, capture_output=True, text=True, env=host_env(env, dirs),
+            stdin=subprocess.DEVNULL, timeout=wait,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:  # (killed) e.g. on a FIFO left where git reads a file
+        said = f"git gave no answer in {wait:g}s (a file of the repository it waits on?)"
+        return subprocess.CompletedProcess(argv, 124, "", said)
 
 
 def host_argv(folder: Path, *args: str, config: Sequence[str] = ()) -> list[str]:

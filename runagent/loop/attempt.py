@@ -255,7 +255,14 @@ class Attempt:
                 sandbox.collect_done(self.ctx.task)
                 if self.reach is not None:
                     sandbox.take_back_login(self.reach)
-                for moved in sandbox.disarm_git(self.ctx.working_dir, self.ctx.run_id):
+                from runagent.store.cleanup import disarm_tree
+
+                clone = self.ctx.task.worktree_git
+                moved_aside = sandbox.disarm_git(self.ctx.working_dir, self.ctx.run_id, clone)
+                if disarm_tree(clone):  # its clone's git folder
+                    why = "git on the host would follow it or wait on it"
+                    _note(self.ctx.paths, f"removed what was no file from its clone's git: {why}")
+                for moved in moved_aside:
                     why = "it would send git to a repository of the agent's making"
                     _note(self.ctx.paths, f"moved aside {moved}, which the agent wrote: {why}")
             removed = runfolder.disarm(self.folder)  # before anything reads the run's files

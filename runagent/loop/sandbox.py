@@ -213,15 +213,24 @@ def collect_done(task: TaskPaths) -> bool:
     return True
 
 
-def disarm_git(folder: Path, run_id: str) -> list[str]:
-    """After a sandboxed run in a checkout whose `.git` is a folder (the agent's to commit in):
-    a `commondir` there, which git writes only in a linked worktree's own folder and which
-    would send the user's next git to a repository of the agent's making, is moved aside (to
-    `commondir.from-<run id>`). What was moved, for the run's note."""
+def disarm_git(folder: Path, run_id: str, clone: Path | None = None) -> list[str]:
+    """After a sandboxed run in a checkout whose `.git` is a folder (the agent's to commit in),
+    and in its task's own clone's git folder (`clone`): a `commondir` there, which git writes
+    only in a linked worktree's own folder and which would send the next git to a repository
+    of the agent's making, is moved aside (to `commondir.from-<run id>`). What was moved, for
+    the run's note."""
     dot_git = next((f / ".git" for f in (folder, *folder.parents) if os.path.lexists(f / ".git")),
                    None)  # fmt: skip
+    moved = [] if clone is None else _move_commondir(clone, run_id)
     if dot_git is None or dot_git.is_symlink() or not dot_git.is_dir():
+        return moved
+    return moved + _move_commondir(dot_git, run_id)
+
+
+def _move_commondir(git_folder: Path, run_id: str) -> list[str]:
+    if git_folder.is_symlink() or not git_folder.is_dir():
         return []
+    dot_git = git_folder
     planted = dot_git / "commondir"
     if not os.path.lexists(planted):
         return []
@@ -377,7 +386,9 @@ def _worktree_of(cwd: Path, task: TaskPaths) -> Path | None:
 
 def _remove(path: Path) -> None:
     if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
+        from runagent.store.cleanup import remove_tree
+
+        remove_tree(path)
     else:
         path.unlink(missing_ok=True)
 

@@ -8,9 +8,11 @@ exactly the plan, so the two can never disagree.
 
 from __future__ import annotations
 
+import os
 import shutil
 import stat
-from collections.abc import Callable, Iterable
+import subprocess
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -67,20 +69,76 @@ class Doomed:
     task: TaskPaths
 
 
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
 def folder_size(path: Path) -> int:
     """Bytes of the files under `path` (links not followed), each file once: a large run's
-    output.md is a hard link to its stdout, the same bytes on disk under two names."""
+    output.md is a hard link to its stdout, the same bytes on disk under two names. Walked by
+    descriptors without recursion, so a chain of folders an agent made deeper than Python
+    recurses, or than a path can name, is counted too."""
     total = 0
     seen: set[tuple[int, int]] = set()
-    for item in path.rglob("*"):
-        try:
-            st = item.lstat()
-        except OSError:
-            continue
+    for _, _, st in _walk(path):
         if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
             seen.add((st.st_dev, st.st_ino))
             total += st.st_size
     return total
+
+
+def disarm_tree(path: Path) -> int:
+    """Remove what lies under `path` that is neither a regular file nor a folder (a link, a
+    FIFO, a socket, a device): in a git folder an agent wrote, git on the host would follow it
+    or wait on it for ever. How many were removed."""
+    removed = 0
+    for fd, name, st in _walk(path):
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            try:
+                os.unlink(name, dir_fd=fd)
+                removed += 1
+            except OSError:
+                continue
+    return removed
+
+
+def _walk(path: Path) -> Iterator[tuple[int, str, os.stat_result]]:
+    """(folder's descriptor, name, lstat) of everything under `path`, links not followed, by
+    descriptors and without recursion (however deep the folders go)."""
+    try:
+        pending = [os.open(path, _FOLDER)]
+    except OSError:
+        return
+    try:
+        while pending:
+            fd = pending.pop()
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                            if stat.S_ISDIR(st.st_mode):
+                                pending.append(os.open(entry.name, _FOLDER, dir_fd=fd))
+                        except OSError:
+                            continue
+                        yield fd, entry.name, st
+            finally:
+                os.close(fd)
+    finally:
+        for fd in pending:
+            os.close(fd)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove the folder `path` and all under it, links not followed, however deep (a chain of
+    folders an agent made breaks shutil.rmtree's recursion): `rm -rf`, which walks by
+    descriptors; shutil.rmtree where it cannot be run."""
+    try:
+        argv = ["rm", "-rf", "--one-file-system", "--", str(path)]
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    except OSError:
+        done = None
+    if done is None or (done.returncode != 0 and os.path.lexists(path)):
+        shutil.rmtree(path, ignore_errors=True)
 
 
 @record
@@ -183,6 +241,6 @@ def carry_out(plan: Iterable[Doomed], root: Path) -> int:
             continue  # never through a link, never outside the root
         if live_holder(doomed.task.lock) is not None:
             continue  # started since the plan was made
-        shutil.rmtree(doomed.path, ignore_errors=True)
+        remove_tree(doomed.path)
         freed += doomed.size
     return freed
