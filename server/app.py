@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from runagent import __version__
@@ -49,6 +49,7 @@ STREAM_FILES = ("stdout", "stderr", "output")
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
 COUNT_CHUNK = 4 * 1024 * 1024  # bytes read at a time when counting lines: memory stays bounded
+FILE_PIECE = 1024 * 1024  # bytes of a run file sent at a time
 
 
 def byte_count(name: str, raw: str) -> int:
@@ -256,12 +257,25 @@ class Api:
             byte_count("length", request.query_params.get("length", str(size))),
             max(0, size - offset),
         )
-        data = streams.read_at(fence, path, offset, length) if length else b""
         headers = {"X-File-Size": str(size), "X-Offset": str(offset)}
         if request.query_params.get("download"):
             name = f"{path.parent.name}-{path.name}"
             headers["Content-Disposition"] = f'attachment; filename="{name}"'
-        return Response(data, media_type="text/plain; charset=utf-8", headers=headers)
+
+        async def pieces() -> AsyncIterator[bytes]:
+            """The range a piece at a time, off the event loop: a run's output of gigabytes
+            (or a file an agent made sparse and huge) is never held whole in memory."""
+            at, end = offset, offset + length
+            while at < end:
+                piece = await run_in_threadpool(
+                    streams.read_at, fence, path, at, min(FILE_PIECE, end - at)
+                )
+                if not piece:  # it shrank meanwhile
+                    return
+                at += len(piece)
+                yield piece
+
+        return StreamingResponse(pieces(), media_type="text/plain; charset=utf-8", headers=headers)
 
     async def lines(self, request: Request) -> Response:
         """How many newlines a run file has before byte `?offset=` (at most its size): the page

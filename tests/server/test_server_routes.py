@@ -581,3 +581,30 @@ def test_a_working_folder_that_is_not_one_is_refused_before_anything_is_made(
         bad = c.post("/api/projects/p/tasks", json={**body, "cwd": "", "timeout": "soon"})
         assert bad.status_code == 400 and "timeout" in bad.json()["error"]
     assert not ws.task("p", "nowhere").folder.exists()
+
+
+def test_a_huge_run_file_is_sent_a_piece_at_a_time_never_held_whole(ws: Workspace) -> None:
+    """A run's stdout of 3 GiB (sparse: an agent can make its own stdout so): the file route
+    streams it, the server's memory stays small while a client reads its start."""
+    import httpx
+    import psutil
+
+    from tests.conftest import serving
+
+    ws.write_config(["--lines", "1"], max_restarts=0)
+    assert ws.cli("-p", "p", "-t", "t", "go").returncode == 0
+    (run,) = ws.runs()
+    stdout = ws.task().run(run.run_id).stdout
+    with open(stdout, "r+b") as f:
+        f.truncate(3 << 30)
+    with serving(ws) as url:
+        port = url.rsplit(":", 1)[1]
+        argvs = [(p, p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])]
+        (server,) = [p for p, argv in argvs if "serve" in argv and port in argv]
+        address = f"{url}/api/projects/p/tasks/t/runs/{run.run_id}/files/stdout?download=1"
+        with httpx.stream("GET", address, timeout=60) as answer:
+            assert answer.status_code == 200
+            assert answer.headers["X-File-Size"] == str(3 << 30)
+            start = next(answer.iter_bytes(1 << 20))
+            assert start.startswith(b"line 1")
+            assert server.memory_info().rss < 1 << 30, "the server holds the file whole"
