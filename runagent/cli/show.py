@@ -222,11 +222,11 @@ def output(
     live = following.loop_alive(task) and not following.run_over(task, run_id)
     which = which or ("stdout" if live or follow else "output")
     path = folder / runfolder.RUN_FILES[which]
-    if as_json:
-        text = _read(path, task.fence).decode("utf-8", errors="replace")
-        click.echo(
-            json.dumps({"run_id": run_id, "file": which, "path": str(path), "content": text})
-        )
+    if as_json:  # its last JSON_LIMIT bytes at most: said by `offset` and `size`
+        data, offset, size = _read_tail(path, task.fence, JSON_LIMIT)
+        text = data.decode("utf-8", errors="replace")
+        click.echo(json.dumps({"run_id": run_id, "file": which, "path": str(path),
+                               "content": text, "offset": offset, "size": size}))  # fmt: skip
         return
     if not follow:
         if _copy_to_stdout(path, task.fence) == 0:
@@ -258,15 +258,22 @@ def _latest_run_id(task: TaskPaths) -> str:
     return ids[-1]
 
 
-def _read(path: Path, fence: str) -> bytes:
-    """A run file's bytes; none where it is not there, or is a link (runfolder.open_regular)."""
+JSON_LIMIT = 8 << 20  # bytes of a run file `output --json` gives: its last ones
+
+
+def _read_tail(path: Path, fence: str, limit: int) -> tuple[bytes, int, int]:
+    """A run file's last `limit` bytes at most, where they start, and its size; nothing where
+    it is not there, or is a link (runfolder.open_regular)."""
     try:
         with runfolder.open_regular(path, fence) as f:
-            return f.read()
+            size = os.fstat(f.fileno()).st_size
+            offset = max(0, size - limit)
+            f.seek(offset)
+            return f.read(limit), offset, size
     except OSError as exc:
         if exc.errno not in runfolder.NOT_THERE:
             raise
-        return b""
+        return b"", 0, 0
 
 
 def _copy_to_stdout(path: Path, fence: str) -> int:

@@ -186,9 +186,9 @@ def host_env(env: Mapping[str, str] | None, dirs: GitDirs | None) -> dict[str, s
 
 
 def _git_program() -> str:
-    import shutil
+    from runagent.programs import trusted  # never a git an agent left in its folder
 
-    found = shutil.which("git")
+    found = trusted("git")
     if found is None:
         raise MissingDependencyError("git not found on PATH; install git")
     return found

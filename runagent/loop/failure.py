@@ -120,16 +120,25 @@ def _first_line(text: str, limit: int = 300) -> str:
     return line[:limit] + ("..." if len(line) > limit else "")
 
 
+LINE_LIMIT = 16 << 20  # bytes of one line of an agent's stream read as an event; longer: skipped
+
+
 def json_lines(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON objects of a JSONL file, skipping lines that are not (a torn or injected line)."""
+    """The JSON objects of a JSONL file, skipping lines that are not (a torn or injected line),
+    read a line at a time in bounded memory: a line longer than LINE_LIMIT (a stdout an agent
+    grew with ftruncate is one line of NULs as long as it likes) is skipped, not read whole."""
     try:
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for line in f:
+        with open(path, "rb") as f:
+            while line := f.readline(LINE_LIMIT):
+                if len(line) == LINE_LIMIT and not line.endswith(b"\n"):
+                    while (rest := f.readline(LINE_LIMIT)) and not rest.endswith(b"\n"):
+                        pass  # the rest of a line too long to be an event
+                    continue
                 line = line.strip()
-                if not line.startswith("{"):
+                if not line.startswith(b"{"):
                     continue
                 try:
-                    value = json.loads(line)
+                    value = json.loads(line.decode("utf-8", errors="replace"))
                 except ValueError:
                     continue
                 if isinstance(value, dict):

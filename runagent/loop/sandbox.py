@@ -34,7 +34,6 @@ is the host's unless `network: false`, which gives it its own empty one.
 from __future__ import annotations
 
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import field, replace
@@ -54,7 +53,10 @@ _SOCKET_VARIABLES = ("SSH_AUTH_SOCK", "DBUS_SESSION_BUS_ADDRESS", "DOCKER_HOST")
 _DAEMON_SOCKETS = ("/run/docker.sock", "/var/run/docker.sock", "/run/containerd/containerd.sock",
                    "/run/podman/podman.sock", "/run/dbus/system_bus_socket")  # fmt: skip
 # Files of its run the agent never replaces (runagent/store/runfolder.py names them).
-_KEPT = (runfolder.RUN_INFO, runfolder.PROMPT, runfolder.STDOUT, runfolder.STDERR)
+# (Not run-info.yaml: the supervisor replaces it while the run goes on, which would take a
+# mount off it; the readers of a run's record never follow a link nor wait on a FIFO, and
+# the supervisor's next write puts its record back.)
+_KEPT = (runfolder.PROMPT, runfolder.STDOUT, runfolder.STDERR)
 LOGIN_LIMIT = 1024 * 1024  # bytes of a login file taken back from a sandboxed run, at most
 SEED = ".given"  # beside a login's copy in the task's `.cli`: the login the run was given
 # Files of the task folder the agent never sees in its view (the lock is the supervisor's).
@@ -130,7 +132,9 @@ def wrap(spec: LaunchSpec, reach: Reach) -> LaunchSpec:
     for name in _SOCKET_VARIABLES:  # what names a socket of the host's session
         args += ["--unsetenv", name]
     args += ["--chdir", str(spec.cwd), "--setenv", "TMPDIR", "/tmp"]
-    bwrap = shutil.which(PROGRAM) or PROGRAM
+    from runagent.programs import trusted  # never a bwrap the agent left in its folder
+
+    bwrap = trusted(PROGRAM, spec.env, (spec.cwd, reach.task.root)) or PROGRAM
     if reach.network:
         return replace(spec, argv=(bwrap, *args, "--", exe, *spec.argv[1:]))
     # No network: its own empty one, and no unix socket of the host's file system either (a
@@ -274,7 +278,7 @@ def _task_view(reach: Reach) -> list[_Mount]:
     mounts.append(_rw(run))
     for name in _KEPT:  # read-only over themselves: the agent writes its output through the
         # descriptors it was started with, and can neither replace them (a link to a file of
-        # the home, a FIFO) nor rewrite its run's record or prompt
+        # the home, a FIFO) nor rewrite its prompt
         mounts.append(_Mount("--ro-bind-try", run / name, run / name))
     for name in shown:  # what the agent left at a mount point's place: mounts land on no link
         _remove(view / name)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import enum
 import functools
 import os
-import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -75,12 +74,16 @@ class Bwrap:
 
     def argv(self, inner: tuple[str, ...], cwd: Path) -> tuple[str, ...]:
         """`inner`, run in `cwd` (inside the workspace) under bwrap."""
-        exe = shutil.which(self.program) or self.program
+        from runagent.programs import trusted  # never one the commands left in the workspace
+
+        exe = trusted(self.program, not_under=(self.workspace,)) or self.program
         return (exe, *_arguments(self.workspace, cwd), "--", *inner)
 
     def problem(self) -> str | None:
         """Why commands cannot run under this bwrap here (one line), or None when they can."""
-        exe = shutil.which(self.program)
+        from runagent.programs import trusted
+
+        exe = trusted(self.program, not_under=(self.workspace,))
         if exe is None:
             return (
                 f"sandbox bwrap: {self.program!r} not found on PATH; install bubblewrap "

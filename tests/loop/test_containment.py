@@ -147,7 +147,9 @@ def test_an_agent_whose_program_lives_in_the_home_does_not_bring_the_home_back(
     work = ws.path / "work"
     work.mkdir()
     done = ws.cli("-p", "p", "-t", "t", "--cwd", str(work), "go", env={"HOME": str(home)})
-    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    (run,) = ws.runs()
+    said = ws.task().run(run.run_id).stderr.read_text()
+    assert done.returncode == ExitCode.COMPLETED, said
     seen = probes(ws)
     assert seen[f"read {key}"] == "FileNotFoundError"
     assert seen[f"read {script}"] == "ok"  # its own program, and that alone

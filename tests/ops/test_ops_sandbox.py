@@ -150,11 +150,14 @@ def test_a_missing_or_unusable_bwrap_is_one_line_and_nothing_runs(
         Bwrap(project, program="no-such-bwrap-here").check()
 
 
-def test_the_cli_refuses_in_one_line_where_bwrap_cannot_run(ws: Workspace) -> None:
+def test_the_cli_refuses_in_one_line_where_bwrap_cannot_run(
+    ws: Workspace, tmp_path_factory: pytest.TempPathFactory
+) -> None:
     (ws.path / "project").mkdir()
-    fake_bwrap(ws.path / "bin", "bwrap: setting up uid map: Permission denied")
+    installed = tmp_path_factory.mktemp("bin")  # not in the folder it runs in: never taken there
+    fake_bwrap(installed, "bwrap: setting up uid map: Permission denied")
     message = json.dumps(batch({"type": "shell", "command": "echo ran > ran.txt"}))
-    path = f"{ws.path / 'bin'}:{os.environ['PATH']}"
+    path = f"{installed}:{os.environ['PATH']}"
     done = ws.cli("ops", "apply", "-", "-w", "project", "--sandbox", "bwrap",
                   input=message, env={"PATH": path})  # fmt: skip
     assert done.returncode == 3, done.stderr
