@@ -39,13 +39,23 @@ def probes(ws: Workspace, task: str = "t") -> dict[str, str]:
     return seen
 
 
-def agent(ws: Workspace, code: str, *, agent_type: str = "command", **settings: object) -> None:
-    """A config whose one agent, sandboxed without network, runs `python -c code`."""
+def agent(
+    ws: Workspace, code: str, *, agent_type: str = "command", network: bool = False,
+    env: dict[str, str] | None = None, **settings: object,
+) -> None:  # fmt: skip
+    """A config whose one agent, sandboxed (without network unless `network`), runs
+    `python -c code` (the marker on its command line, so that a process left over is found)."""
     config = {"type": agent_type, "command": [sys.executable, "-c", code, ws.marker],
-              "sandbox": "bwrap", "network": False}  # fmt: skip
+              "sandbox": "bwrap", "network": network, "env": env or {}}  # fmt: skip
     data = {
         "agents": {"evil": config},
-        "defaults": {"agent": "evil", "max_restarts": 0, "until": "exit", **settings},
+        "defaults": {
+            "agent": "evil",
+            "max_restarts": 0,
+            "until": "exit",
+            "stuck_after": 0,
+            **settings,
+        },
         "storage": {"runs_dir": str(ws.root)},
     }
     ws.config.write_text(yaml.safe_dump(data))

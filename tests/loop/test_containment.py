@@ -17,7 +17,7 @@ import yaml
 
 from runagent.errors import ExitCode
 from tests.conftest import FAKE_AGENT, Workspace
-from tests.loop.sandboxing import needs_bwrap, probes, sandboxed
+from tests.loop.sandboxing import agent, needs_bwrap, probes, sandboxed
 
 pytestmark = needs_bwrap
 
@@ -211,17 +211,6 @@ def test_an_agent_whose_program_is_reached_through_a_link_starts(ws_outside: Wor
     assert done.returncode == ExitCode.COMPLETED, done.stderr
 
 
-def _agent(ws: Workspace, code: str) -> None:
-    """A config whose one agent runs `code` under bubblewrap with the host's network."""
-    data = {
-        "agents": {"a": {"type": "command", "command": [sys.executable, "-c", code, ws.marker],
-                         "sandbox": "bwrap"}},
-        "defaults": {"agent": "a", "max_restarts": 0, "until": "exit", "stuck_after": 0},
-        "storage": {"runs_dir": str(ws.root)},
-    }  # fmt: skip
-    ws.config.write_text(yaml.safe_dump(data))
-
-
 def said(ws: Workspace) -> str:
     return "".join(ws.task().run(r.run_id).stdout.read_text() for r in ws.runs())
 
@@ -261,7 +250,7 @@ def test_an_agent_run_as_root_cannot_unmount_what_hides_the_home(ws_outside: Wor
         "except OSError as e:\n"
         "    print('task.yaml:', type(e).__name__)\n"
     )
-    _agent(ws, code)
+    agent(ws, code, network=True)
     done = ws.cli("-p", "p", "-t", "t", "go", env={"HOME": str(home)})
     assert done.returncode == ExitCode.COMPLETED, done.stderr
     seen = dict(line.split(": ", 1) for line in said(ws).splitlines() if ": " in line)
@@ -292,7 +281,7 @@ def test_the_session_bus_is_out_of_reach_though_its_variable_is_unset(
             "except OSError as e:\n"
             "    print('bus:', type(e).__name__)\n"
         )
-        _agent(ws, code)
+        agent(ws, code, network=True)
         done = ws.cli("-p", "p", "-t", "t", "go", env={"XDG_RUNTIME_DIR": str(outside)})
         assert done.returncode == ExitCode.COMPLETED, done.stderr
         bus.setblocking(False)

@@ -8,29 +8,15 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
-import sys
 
 import psutil
-import yaml
 
 from runagent.errors import ExitCode
 from tests.conftest import Workspace
 from tests.gitrepo import GIT_ENV, make_repo
-from tests.loop.sandboxing import needs_bwrap
+from tests.loop.sandboxing import agent, needs_bwrap
 
 pytestmark = needs_bwrap
-
-
-def agent(ws: Workspace, code: str, env: dict[str, str] | None = None) -> None:
-    """A config whose one agent runs `code` under bubblewrap (the marker on its command line, so
-    that a process left over is found)."""
-    data = {
-        "agents": {"a": {"type": "command", "command": [sys.executable, "-c", code, ws.marker],
-                         "sandbox": "bwrap", "env": env or {}}},
-        "defaults": {"agent": "a", "max_restarts": 0, "until": "exit", "stuck_after": 0},
-        "storage": {"runs_dir": str(ws.root)},
-    }  # fmt: skip
-    ws.config.write_text(yaml.safe_dump(data))
 
 
 def said(ws: Workspace) -> str:
@@ -54,7 +40,7 @@ def test_a_deep_tree_the_agent_leaves_does_not_break_gc_or_delete(ws_outside: Wo
         "        os.mkdir('d'); os.chdir('d')\n"
         "    open('f', 'w').write('x')\n"
     )
-    agent(ws, code)
+    agent(ws, code, network=True)
     try:
         done = ws.cli("-p", "p", "-t", "t", "go")
         assert done.returncode == ExitCode.COMPLETED, done.stderr
@@ -88,7 +74,7 @@ def test_a_fifo_the_agent_leaves_as_its_clones_index_stalls_nothing(
         "open('untracked.txt', 'w').write('work')\n"
         "os.unlink(gd + '/index'); os.mkfifo(gd + '/index'); print('fifo:', gd)\n"
     )
-    agent(ws, code, env=GIT_ENV)
+    agent(ws, code, env=GIT_ENV, network=True)
     base = ws.cli_argv("--config", str(ws.config), "--root", str(ws.root))
     env = {**os.environ, **GIT_ENV}
     done = subprocess.run([*base, "-p", "p", "-t", "t", "--worktree", "go"], cwd=repo, env=env,
