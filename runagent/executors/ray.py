@@ -160,6 +160,22 @@ class Where:
         return Holder(self.pid, self.process_start, self.since, self.host, label)
 
 
+def _ran_since(task: TaskPaths, since: str, node: str) -> Where | None:
+    """Where the task's loop ran, if its latest run started at `since` or later and it has
+    completed (DONE written): a start whose own call came after the loop that the host took
+    up from the queue had already run and ended. None otherwise (or where the runs root is
+    not shared, and the run is not to be read here)."""
+    ids = task.run_ids()
+    info = runfolder.read_run_info(task.run_folder(ids[-1])) if ids else None
+    if info is None or not task.done.exists() or info.host is None:
+        return None
+    before = runfolder.seconds_between(info.start_time, since)  # 0: it started at `since` or after
+    if before is None or before > 0 or info.supervisor_pid is None:
+        return None
+    return Where(info.host, info.supervisor_pid, info.supervisor_start, info.start_time,
+                 node=node)  # fmt: skip
+
+
 class _Loop:
     """A loop a host agent started (or is starting), and the supervisor it watches."""
 
@@ -701,8 +717,11 @@ class RayExecutor:
                 f"the host agent that was to start task {task.label} died: {exc}"
             ) from exc
         if where.error is not None:
-            code = where.exit_code if where.exit_code is not None else 1
-            raise error_for_exit(code, where.error)
+            ran = _ran_since(task, queued_at, node)
+            if ran is None:
+                code = where.exit_code if where.exit_code is not None else 1
+                raise error_for_exit(code, where.error)
+            where = ran  # its loop was taken up from the queue and ended before this call
         return localexecutor.Started(where.pid, where.holder(task.label))
 
     def _bundle(self) -> dict[str, float]:
