@@ -246,7 +246,7 @@ def test_an_agent_run_as_root_cannot_unmount_what_hides_the_home(ws_outside: Wor
         f"print('key:', open({str(key)!r}).read() if os.path.exists({str(key)!r}) else 'hidden')\n"
         "libc.mount(b'none', b'/', None, 0x1000 | 0x20 | 0x4000, None)  # remount,bind,rw\n"
         "try:\n"
-        "    open(root + '/p/t/task.yaml', 'a').write('agent: planted\\n'); print('task.yaml: ok')\n"
+        "    open(root + '/p/t/task.yaml', 'a').write('agent: pwn\\n'); print('task.yaml: ok')\n"
         "except OSError as e:\n"
         "    print('task.yaml:', type(e).__name__)\n"
     )
@@ -256,7 +256,7 @@ def test_an_agent_run_as_root_cannot_unmount_what_hides_the_home(ws_outside: Wor
     seen = dict(line.split(": ", 1) for line in said(ws).splitlines() if ": " in line)
     assert seen["key"] == "hidden"
     assert seen["task.yaml"] != "ok"
-    assert "planted" not in (ws.task().folder / "task.yaml").read_text()
+    assert "pwn" not in (ws.task().folder / "task.yaml").read_text()
     assert int(seen["caps"], 16) == 0, "the sandboxed agent holds capabilities"
 
 
