@@ -27,13 +27,19 @@ MINE, THEIRS = "mine", "theirs"
 WRITE = {"content-type": "application/json"}
 
 
-def tree(root: Path) -> dict[str, tuple[int, int]]:
-    """Every file under the root, with its size and time: what a refused request must leave."""
-    found = {}
+def tree(root: Path) -> dict[str, tuple[int, int | bytes]]:
+    """Every file under the root, with its size and time: what a refused request must leave.
+    The schedules' state and lock by their content: the server's scheduler rewrites them on
+    its own at a minute's turn, the same, whatever a request does."""
+    found: dict[str, tuple[int, int | bytes]] = {}
     for folder, _, files in os.walk(root):
         for name in files:
-            info = os.lstat(os.path.join(folder, name))
-            found[os.path.join(folder, name)] = (info.st_size, info.st_mtime_ns)
+            path = os.path.join(folder, name)
+            info = os.lstat(path)
+            if name in (".schedules.yaml", ".schedules.lock"):
+                found[path] = (info.st_size, Path(path).read_bytes())
+            else:
+                found[path] = (info.st_size, info.st_mtime_ns)
     return found
 
 
