@@ -376,10 +376,7 @@ class HostAgent:
             if not runfolder.within(task.root, path) or path.exists():
                 continue
             runfolder.make_folder(path.parent)
-            tmp = path.with_name(f".{path.name}.seed")
-            with open(tmp, "wb", opener=runfolder.private) as out:
-                out.write(data)
-            os.replace(tmp, path)
+            runfolder.atomic_write_bytes(path, data)
 
     # Watching ---------------------------------------------------------------------------------
 
@@ -652,10 +649,7 @@ class _Home:
         if not path.is_relative_to(self.root):
             raise ValueError(f"{relative!r} is outside the runs root")
         runfolder.make_folder(path.parent)
-        fresh = path.with_name(f".{path.name}.mirror")
-        with open(fresh, "wb", opener=runfolder.private) as out:
-            out.write(data)
-        os.replace(fresh, path)
+        runfolder.atomic_write_bytes(path, data)  # flushed to disk, as every record is
 
 
 RemoteHome: Any = ray.remote(_Home)

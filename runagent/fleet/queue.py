@@ -42,7 +42,7 @@ from typing import Any, TypeVar
 from runagent.config.settings import LimitsSettings
 from runagent.errors import shown
 from runagent.record import record
-from runagent.store import jsonfile
+from runagent.store import jsonfile, runfolder
 from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import FLEET, TaskPaths, make_folder
 
@@ -592,8 +592,4 @@ def _write(path: Path, data: Mapping[str, Any]) -> None:
 
 def _write_text(path: Path, text: str) -> None:
     """Whole or not at all, readable by the owner only (a record may hold an environment)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
-        out.write(text)
-    os.replace(tmp, path)
+    runfolder.atomic_write(path, text)

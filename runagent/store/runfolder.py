@@ -434,6 +434,12 @@ def atomic_write(path: Path, text: str) -> None:
 
     An OSError names `path`, not the temporary file it failed on.
     """
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """The one way a record is written: `data` in a temporary file of FILE_MODE beside `path`,
+    flushed to disk (fsync), then renamed over it; `atomic_write` for bytes."""
     # A name of this process's own (pid and a count): no other writer can take it, and
     # O_EXCL refuses a leftover of a process of the same pid that died mid-write.
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{next(_numbers)}.tmp")
@@ -446,8 +452,8 @@ def atomic_write(path: Path, text: str) -> None:
     except OSError as exc:
         raise OSError(exc.errno, exc.strerror, str(path)) from exc
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
