@@ -249,22 +249,11 @@ class Attempt:
             code, stopped_by = self._watch(process, started)
         finally:
             process.close()
-            if self.lent.request.settings.sandbox is AgentSandbox.BWRAP:
+            if self.reach is not None:  # it ran sandboxed
                 from runagent.loop import sandbox
 
-                sandbox.collect_done(self.ctx.task)
-                if self.reach is not None:
-                    sandbox.take_back_login(self.reach)
-                from runagent.store.cleanup import disarm_tree
-
-                clone = self.ctx.task.worktree_git
-                moved_aside = sandbox.disarm_git(self.ctx.working_dir, self.ctx.run_id, clone)
-                if disarm_tree(clone):  # its clone's git folder
-                    why = "git on the host would follow it or wait on it"
-                    _note(self.ctx.paths, f"removed what was no file from its clone's git: {why}")
-                for moved in moved_aside:
-                    why = "it would send git to a repository of the agent's making"
-                    _note(self.ctx.paths, f"moved aside {moved}, which the agent wrote: {why}")
+                for line in sandbox.after_run(self.reach, self.ctx.working_dir, self.ctx.run_id):
+                    _note(self.ctx.paths, line)
             removed = runfolder.disarm(self.folder)  # before anything reads the run's files
             if removed:
                 _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")

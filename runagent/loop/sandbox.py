@@ -41,7 +41,7 @@ from pathlib import Path
 
 from runagent.errors import UsageError
 from runagent.loop.process import LaunchSpec, resolve_executable
-from runagent.ops.sandbox import PROGRAM, Bwrap, git_arguments
+from runagent.ops.sandbox import PROGRAM, Bwrap, dot_git_of, git_arguments
 from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths
@@ -217,29 +217,39 @@ def collect_done(task: TaskPaths) -> bool:
     return True
 
 
+def after_run(reach: Reach, working_dir: Path, run_id: str) -> list[str]:
+    """What is done once a sandboxed run's agent has ended, before anything reads what it left:
+    its DONE taken in, its CLI's login taken back, a planted `commondir` moved aside, and what
+    is no file or folder removed from its clone's git folder. Lines for the run's note."""
+    from runagent.store.cleanup import disarm_tree
+
+    collect_done(reach.task)
+    take_back_login(reach)
+    clone = reach.task.worktree_git
+    why = "it would send git to a repository of the agent's making"
+    notes = [f"moved aside {moved}, which the agent wrote: {why}"
+             for moved in disarm_git(working_dir, run_id, clone)]  # fmt: skip
+    if disarm_tree(clone):
+        why = "git on the host would follow it or wait on it"
+        notes.append(f"removed what was no file from its clone's git: {why}")
+    return notes
+
+
 def disarm_git(folder: Path, run_id: str, clone: Path | None = None) -> list[str]:
     """After a sandboxed run in a checkout whose `.git` is a folder (the agent's to commit in),
     and in its task's own clone's git folder (`clone`): a `commondir` there, which git writes
     only in a linked worktree's own folder and which would send the next git to a repository
-    of the agent's making, is moved aside (to `commondir.from-<run id>`). What was moved, for
-    the run's note."""
-    dot_git = next((f / ".git" for f in (folder, *folder.parents) if os.path.lexists(f / ".git")),
-                   None)  # fmt: skip
-    moved = [] if clone is None else _move_commondir(clone, run_id)
-    if dot_git is None or dot_git.is_symlink() or not dot_git.is_dir():
-        return moved
-    return moved + _move_commondir(dot_git, run_id)
+    of the agent's making, is moved aside (to `commondir.from-<run id>`). What was moved."""
+    folders = [clone, dot_git_of(folder)]
+    return [moved for f in folders if f is not None for moved in _move_commondir(f, run_id)]
 
 
 def _move_commondir(git_folder: Path, run_id: str) -> list[str]:
-    if git_folder.is_symlink() or not git_folder.is_dir():
-        return []
-    dot_git = git_folder
-    planted = dot_git / "commondir"
-    if not os.path.lexists(planted):
+    planted = git_folder / "commondir"
+    if git_folder.is_symlink() or not git_folder.is_dir() or not os.path.lexists(planted):
         return []
     try:
-        planted.rename(dot_git / f"commondir.from-{run_id}")
+        planted.rename(git_folder / f"commondir.from-{run_id}")
     except OSError:
         return []
     return [str(planted)]
@@ -369,17 +379,12 @@ def _copy(source: Path, target: Path) -> None:
 
 def _read(path: Path) -> bytes | None:
     """A regular file's bytes, at most LOGIN_LIMIT of them, never through a link; else None."""
+    from runagent.store.jsonfile import Unreadable, read_capped
+
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError:
+        return read_capped(path, LOGIN_LIMIT, follow=False)
+    except (OSError, Unreadable):
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode) or os.fstat(fd).st_size > LOGIN_LIMIT:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(LOGIN_LIMIT)
-    finally:
-        os.close(fd)
 
 
 def _worktree_of(cwd: Path, task: TaskPaths) -> Path | None:

@@ -116,6 +116,13 @@ def _arguments(workspace: Path, cwd: Path) -> list[str]:
     return args
 
 
+def dot_git_of(folder: Path) -> Path | None:
+    """The `.git` (a folder, or a linked worktree's file) of the checkout `folder` is in: in it
+    or in the nearest folder above that has one; None outside any checkout."""
+    return next((f / ".git" for f in (folder, *folder.parents) if os.path.lexists(f / ".git")),
+                None)  # fmt: skip
+
+
 def git_arguments(workspace: Path) -> list[str]:
     """A workspace that is a git checkout keeps git working, and git's own code out of reach.
 
@@ -128,8 +135,7 @@ def git_arguments(workspace: Path) -> list[str]:
     A `.git` folder is bound over itself, so that it cannot be moved aside for one of the
     command's making.
     """
-    dot_git = next((f / ".git" for f in (workspace, *workspace.parents)
-                    if os.path.lexists(f / ".git")), workspace / ".git")  # fmt: skip
+    dot_git = dot_git_of(workspace) or workspace / ".git"
     top = dot_git.parent
     pins: list[Path] = []
     borrowed: list[Path] = []
