@@ -12,7 +12,8 @@ The agent check needs the backends, which the core never imports: it is handed i
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import field, replace
 from enum import StrEnum
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import (
+    AgentConfig,
     AgentSandbox,
     Config,
     ExecutorSettings,
@@ -31,7 +33,9 @@ from runagent.config.settings import (
     Until,
 )
 from runagent.errors import (
+    BlockedError,
     BudgetError,
+    DamagedRecordError,
     ForbiddenError,
     NotFoundError,
     RunAgentError,
@@ -46,14 +50,15 @@ if TYPE_CHECKING:  # the executors are imported when a loop is started or stoppe
     from runagent.executors.local import Started
     from runagent.fleet.overview import Overview
     from runagent.fleet.queue import Turn, Waiting
+    from runagent.loop.backend import Backend
     from runagent.schedule import Firing
     from runagent.store.cleanup import Doomed
     from runagent.store.lock import Holder
 
 # Raises a RunAgentError (MissingDependencyError, UsageError) unless the agent NAME of CONFIG
 # (None: its default) can run here; WHO begins the message. The command line hands in the
-# backends' check; anything else it returns is not used.
-AgentCheck = Callable[[Config, str | None, str], object]
+# backends' check, which returns the agent and its backend.
+AgentCheck = Callable[[Config, str | None, str], "tuple[AgentConfig, Backend]"]
 
 
 class Command(StrEnum):
@@ -102,6 +107,23 @@ class StartRequest:
     # Asked by the config's owner (its command line, the api_key, an admin token): it alone
     # may run an agent with less sandbox than the config sets for it (`_refuse_lowering`).
     owner: bool = False
+    # The loop of a start the door admitted where it began (the command line it started says
+    # `--admitted`: executors.local.loop_argv): a start is admitted once, never again.
+    admitted: bool = False
+
+
+@record
+class Admission:
+    """A start the door let in: the prompt it runs, the overrides it runs with (the task's
+    remembered ones, with the start's in their place), and its agent and backend as checked
+    (None: a door with nothing to check them with); for a loop run in this process, since when
+    it waited in the queue, when it did."""
+
+    prompt: str
+    remembered: LoopOverrides
+    overrides: LoopOverrides
+    agent: tuple[AgentConfig, Backend] | None = None
+    waited: str | None = None
 
 
 @record
@@ -141,12 +163,21 @@ class Service:
 
         return load_config(self.config_path, self.backend_names, self.workdir)
 
-    def admit(self, request: StartRequest) -> str:
-        """Check a start in the one order, before anything is created; the prompt it runs.
+    def pinned(self) -> Service:
+        """This door with its config read once, for one start: every check of it sees the same
+        config, and the file is read once (a server reads it afresh for each start)."""
+        config = self.current_config() if self.config is None else None
+        return self if config is None else replace(self, config=config)
+
+    def admit(self, request: StartRequest) -> Admission:
+        """Check a start in the one order, before anything is created; what it runs.
 
         Raises UsageError or NotFoundError (no prompt), PromptConflictError (TASK.md holds
         another), AlreadyCompletedError (unless `again`), and what the agent check raises.
         """
+        return self.pinned()._admit(request)
+
+    def _admit(self, request: StartRequest) -> Admission:
         task = request.task
         prompt = request.prompt if request.command is not Command.RESUME else None
         if request.issue is not None:
@@ -169,18 +200,53 @@ class Service:
 
             depends.parse_after(request.after, task)
         self._refuse_spent(task)
-        merged = LoopOverrides.remembered(task).merged(request.overrides)
-        self.check(request, merged.agent)
+        remembered = LoopOverrides.remembered(task)
+        merged = remembered.merged(request.overrides)
+        agent = self.check(request, merged.agent)
         if not request.owner:
             self._refuse_lowering(merged)
         issue = request.issue_run or request.issue is not None
+        if not issue:
+            self._check_working_folder(merged)
         self._check_isolation(merged, request.overrides.base, issue)
         self._check_config_origin(task, merged)
         if request.overrides.working_dir is not None:  # as asked now, not as remembered
             self._refuse_in_root(self.workdir / request.overrides.working_dir, "working folder")
         if request.issue is not None:
             self._refuse_in_root(self.workdir / request.issue.repo, "the issue's repository")
-        return prompt
+        if agent is not None:
+            self._check_budget_usage(merged, *agent)
+        return Admission(prompt, remembered, merged, agent)
+
+    def _admitted(self, request: StartRequest) -> Admission:
+        """What a loop the door admitted where it began runs with (`request.admitted`): its
+        TASK.md, claimed there, and its agent, checked again here where it runs."""
+        task = request.task
+        prompt = taskfolder.read_task_prompt(task)
+        if prompt is None:
+            raise NotFoundError(f"task {task.label} has no TASK.md to run ({task.task_md})")
+        remembered = LoopOverrides.remembered(task)
+        merged = remembered.merged(request.overrides)
+        return Admission(prompt, remembered, merged, self.check(request, merged.agent))
+
+    def _check_working_folder(self, overrides: LoopOverrides) -> None:
+        """The folder the agent is to work in (as asked, else as the task was started, else
+        where the start was asked) exists."""
+        folder = (self.workdir / (overrides.working_dir or ".")).resolve()
+        if not folder.is_dir():
+            raise UsageError(f"working folder {str(folder)!r} does not exist; check --cwd")
+
+    def _check_budget_usage(
+        self, overrides: LoopOverrides, agent: AgentConfig, backend: Backend
+    ) -> None:  # fmt: skip
+        """A budget is held to only by an agent whose backend reads its usage: a start with a
+        budget for one that does not is refused, never run unbounded."""
+        budget = self._settings(overrides).budget
+        if budget is not None and not backend.reports_usage():
+            raise UsageError(
+                f"agent {agent.name} ({agent.type}) reports no usage, so a budget "
+                f"({budget.words()}) could not be held to; run it without one"
+            )
 
     def _refuse_in_root(self, folder: Path, what: str) -> None:
         """No agent is started to work among the run folders (another task's, the tokens, the
@@ -321,23 +387,30 @@ class Service:
                 "budgets: in config.yaml, or wait for tomorrow (UTC)"
             )
 
-    def check(self, request: StartRequest, agent: str | None) -> None:
+    def check(
+        self, request: StartRequest, agent: str | None
+    ) -> tuple[AgentConfig, Backend] | None:  # fmt: skip
         """The agent the loop will run (as given, else as the task was started before) exists
-        and can run here."""
+        and can run here: it and its backend (None: nothing to check it with)."""
         config = self.current_config() if self.check_agent is not None else None
-        if self.check_agent is not None and config is not None:
-            who = f"schedule {request.schedule}: " if request.schedule is not None else ""
-            self.check_agent(config, agent, who)
+        if self.check_agent is None or config is None:
+            return None
+        who = f"schedule {request.schedule}: " if request.schedule is not None else ""
+        return self.check_agent(config, agent, who)
 
     def start(self, request: StartRequest) -> Started:
         """Start the task's loop on the executor as a detached supervisor, once admitted; a task
         folder this start made is gone again when the executor refuses it."""
+        return self.pinned()._start(request)
+
+    def _start(self, request: StartRequest) -> Started:
         from runagent.executors import control
 
-        prompt = self.admit(request)
+        prompt = self._admitted(request).prompt if request.admitted else self._admit(request).prompt
         task = request.task
         created = not task.folder.exists()
-        taskfolder.claim_task_prompt(task, prompt, request.conflict_hint)
+        if not request.admitted:
+            taskfolder.claim_task_prompt(task, prompt, request.conflict_hint)
         overrides = request.overrides
         if request.issue is not None:  # its loop takes the issue up as a resume of it does
             overrides = self._issue_task(task, request.issue, prompt, overrides)
@@ -406,6 +479,37 @@ class Service:
             )
         defaults = LoopOverrides(until=Until.READY_MARKER, timeout=ISSUE_TIMEOUT)
         return replace(defaults.merged(overrides), working_dir=None)
+
+    @contextmanager
+    def enter(self, request: StartRequest, tell: Callable[[Turn], None]) -> Iterator[Admission]:
+        """A start whose loop runs in this process, for as long as the block lasts: admitted
+        (once: a loop the door started elsewhere was admitted there), TASK.md claimed, and its
+        turn taken, waiting here if it must for a slot under `limits:` or for the tasks it
+        runs after (`tell` says so, once). A task this start made is gone again when it is
+        refused on the way (not when it is left blocked or unreadable, for `resume`); its slot
+        is free again when the block ends."""
+        with self.pinned()._enter(request, tell) as admission:
+            yield admission
+
+    @contextmanager
+    def _enter(self, request: StartRequest, tell: Callable[[Turn], None]) -> Iterator[Admission]:
+        task = request.task
+        admission = self._admitted(request) if request.admitted else self._admit(request)
+        created = not task.folder.exists()
+        try:
+            if not request.admitted:
+                taskfolder.claim_task_prompt(task, admission.prompt, request.conflict_hint)
+            agent = admission.agent[0].name if admission.agent else admission.overrides.agent
+            waited = self.take_turn(request, agent or self._defaults(None)[0], tell)
+            yield replace(admission, waited=waited)
+        except (BlockedError, DamagedRecordError):
+            raise  # the task stays, blocked or unreadable, for `resume`
+        except BaseException:
+            if created:  # a task refused before it ever ran leaves nothing behind
+                taskfolder.discard_new_task(task)
+            raise
+        finally:
+            self.release(task)
 
     def take_turn(
         self, request: StartRequest, agent: str, tell: Callable[[Turn], None]

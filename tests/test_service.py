@@ -138,7 +138,7 @@ def test_the_service_checks_in_one_order_and_creates_nothing_while_checking(
     service = Service(ws.root, lambda config, agent, who: asked.append(agent),
                       config=load_config(ws.config, backends.known(), ws.path))  # fmt: skip
     task = ws.task("p", "new")
-    assert service.admit(StartRequest(task, "go")) == "go"
+    assert service.admit(StartRequest(task, "go")).prompt == "go"
     assert asked == [None] and not task.folder.exists()  # admitted, nothing made
     resumed = StartRequest(task, command=Command.RESUME)
     try:

@@ -13,17 +13,17 @@ from pathlib import Path
 
 import click
 
+from runagent.cli.foreground import STOP_SIGNALS, executable_dir
 from runagent.cli.group import cli
 from runagent.cli.options import (
+    Setup,
     common,
     existing_task,
     json_option,
     service_for,
     setup,
     task_option,
-    usable_backend,
 )
-from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.cli.show import print_table
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import Until
@@ -35,7 +35,7 @@ from runagent.issues.repository import READY_MARKER_VARIABLE, Checkout, GitDirs
 from runagent.loop.context import LoopRequest, new_task_id, parent_run_id, validate_id
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.supervisor import Supervisor
-from runagent.service import StartRequest
+from runagent.service import Admission, StartRequest
 from runagent.store import credentials, taskfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
@@ -150,27 +150,42 @@ def cocode(
         given = LoopOverrides.parse({"agent": agent, "max_restarts": max_restarts,
                                      "timeout": timeout})  # fmt: skip
         overrides = LoopOverrides(until=Until.EXIT, timeout=ISSUE_TIMEOUT).merged(given)
-        agent_config, backend = usable_backend(s.config, overrides.agent)
-        overrides = replace(overrides, agent=agent_config.name)
         checkout = Checkout.at(request.repo)
         task = _cocode_task(s.root, validate_id("project", project_id), request)
-        # Through the one door, as every start: the same checks in the same order. A host that
-        # runs its agent again on a resolved issue asks for that in so many words.
-        service_for(s).admit(StartRequest(task, request.prompt(), overrides=overrides, again=True))
+        # Through the one door, as every start: the same checks in the same order, TASK.md
+        # claimed, its turn under `limits:`. A host that runs its agent again on a resolved
+        # issue asks for that in so many words.
+        start = StartRequest(task, request.prompt(), overrides=overrides, again=True)
+        with service_for(s).enter(start, lambda turn: _log("info", turn.words(task.label))) as a:
+            assert a.agent is not None  # the command line's door checks its agent
+            agent_name = a.agent[0].name
+            result = _cocode_loop(s, task, request, env, checkout, a)
     except RunAgentError as exc:
         _log("error", str(exc))
         raise
+    _finish(result, agent_name, checkout, request, env)
+    sys.exit(OUTCOME_EXIT[result.outcome])
+
+
+def _cocode_loop(
+    s: Setup, task: TaskPaths, request: CocodeRequest, env: dict[str, str], checkout: Checkout,
+    admitted: Admission,
+) -> LoopResult:  # fmt: skip
+    """Run the admitted cocode task's loop in the issue's repository, narrated as the protocol's
+    JSON log lines, until it ends."""
+    assert admitted.agent is not None
+    agent_config, backend = admitted.agent
+    overrides = replace(admitted.overrides, agent=agent_config.name)
     # The marker is run-agent's to commit, once the agent has succeeded: its agent never sees it.
     # Nor any credential of run-agent itself (the server's API key, a token), as for `run`.
     scrubbed = credentials.scrub(env, s.config.server.api_key_env)
     agent_env = {k: v for k, v in scrubbed.items() if k != READY_MARKER_VARIABLE}
     loop = LoopRequest(
-        task=task, prompt=request.prompt(), agent_name=agent_config.name,
+        task=task, prompt=admitted.prompt, agent_name=agent_config.name,
         working_dir=request.repo.resolve(),
         settings=overrides.apply(agent_config.loop_defaults(s.config.defaults)),  # its sandbox
         base_env=agent_env, parent_run_id=parent_run_id(env), executable_dir=executable_dir(),
-        started_with={**replace(overrides, agent=agent_config.name,
-                                working_dir=request.repo.resolve()).to_record(),
+        started_with={**replace(overrides, working_dir=request.repo.resolve()).to_record(),
                       **s.config_record()},
         checkout=checkout, control=s.control,
     )  # fmt: skip
@@ -179,19 +194,15 @@ def cocode(
         f"starting work on issue #{request.number} with {agent_config.name} in "
         f"{checkout.folder} (base {checkout.base[:12]}); run folder {task.folder}",
     )
-
     on_event = _narrator(request, env, checkout.dirs)
-
     supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env))
     previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop())
                 for sig in STOP_SIGNALS}  # fmt: skip
     try:
-        result = supervisor.run()
+        return supervisor.run()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    _finish(result, agent_config.name, checkout, request, env)
-    sys.exit(OUTCOME_EXIT[result.outcome])
 
 
 def _narrator(

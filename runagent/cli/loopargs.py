@@ -30,6 +30,7 @@ class LoopArgs:
     priority: int = 0  # its place among tasks that wait in the queue (`--priority`)
     no_stuck: bool = False  # `--no-stuck`: off for this loop, not remembered for the task
     detach: bool = False  # `--detach`: start the loop where it runs and return
+    admitted: bool = False  # the loop of a start the door admitted where it began
 
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -62,6 +63,7 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"),
             after=tuple(kwargs.pop("after")), priority=kwargs.pop("priority") or 0,
             no_stuck=no_stuck, detach=bool(kwargs.pop("detach")),
+            admitted=bool(kwargs.pop("admitted")),
         )  # fmt: skip
         return f(*args, loop=loop, **kwargs)
 
@@ -97,6 +99,9 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             "--again", is_flag=True, help="Run a completed task again (its DONE is archived).")),
         ("schedule", click.option(
             "--schedule", hidden=True, help="The schedule that fired this loop.")),
+        ("admitted", click.option(
+            "--admitted", is_flag=True, hidden=True,
+            help="The loop of a start run-agent admitted where it began (its own command line).")),
         ("after", click.option(
             "--after", "after", multiple=True, metavar="P/T",
             help="Start only once task P/T has completed (repeatable); until then it is blocked.")),

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from runagent.cli.foreground import STOP_SIGNALS
 from runagent.cli.group import cli
 from runagent.cli.options import PathValue, common, json_option, setup
-from runagent.cli.run import STOP_SIGNALS
 from runagent.cli.show import print_table
 from runagent.config import userfile
 from runagent.errors import ExitCode, RunAgentError, UsageError

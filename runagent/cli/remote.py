@@ -15,6 +15,7 @@ from typing import Any, NoReturn
 import click
 
 from runagent.cli.console import Console
+from runagent.cli.foreground import STOP_SIGNALS
 from runagent.config.settings import ExecutorSettings
 from runagent.errors import ExitCode
 from runagent.executors import control
@@ -24,7 +25,6 @@ from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 TICK = 0.25  # seconds between looks at the loop
 LOG_CHUNK = 1 << 20  # bytes of supervisor.log read per look
 UNSEEN_GRACE = 30.0  # seconds a loop may be nowhere (not queued, running nor ended) at its start

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -11,7 +9,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from runagent.cli.console import Console
+from runagent.cli.foreground import foreground_loop
 from runagent.cli.group import IMPLICIT_RUN, RunAgentGroup, cli
 from runagent.cli.loopargs import IssueArgs, LoopArgs, issue_options, loop_options, one_run_options
 from runagent.cli.options import (
@@ -22,46 +20,24 @@ from runagent.cli.options import (
     service_for,
     setup,
     task_option,
-    usable_backend,
 )
 from runagent.config import userfile
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorType, Until
-from runagent.errors import BlockedError, DamagedRecordError, ExitCode, RunAgentError, UsageError
-from runagent.loop import notify
-from runagent.loop.backend import Backend
+from runagent.errors import UsageError
 from runagent.loop.context import (
-    QUEUED_SINCE,
-    LoopRequest,
     new_task_id,
-    parent_run_id,
     validate_id,
     validate_prompt,
 )
-from runagent.loop.events import Event, Outcome
-from runagent.loop.supervisor import Supervisor
-from runagent.service import ISSUE_ON_CLUSTER, Command, Service, StartRequest
-from runagent.store import credentials, taskfolder
+from runagent.service import ISSUE_ON_CLUSTER, Command, StartRequest
+from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # an issue run imports what it needs when one starts
     from runagent.issues.issue import Issue
 
-OUTCOME_EXIT = {
-    Outcome.COMPLETED: ExitCode.COMPLETED,
-    Outcome.FAILED: ExitCode.FAILED,
-    Outcome.TIMED_OUT: ExitCode.TIMED_OUT,
-    Outcome.STOPPED: ExitCode.STOPPED,
-    Outcome.MISSING_DEPENDENCY: ExitCode.MISSING_DEPENDENCY,
-    Outcome.STUCK: ExitCode.STUCK,
-    Outcome.BUDGET: ExitCode.BUDGET,
-}
-
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
 STOP_WAIT_MARGIN = 15.0
-
-NOTIFY_DRAIN = 30.0  # seconds a finished loop waits for its notifications to go out
 
 CONFLICT_HINT = "use `run-agent resume` or a new --task"
 
@@ -147,7 +123,7 @@ def resume(
     request = StartRequest(
         task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
         schedule=loop.schedule, conflict_hint=CONFLICT_HINT, after=loop.after,
-        priority=loop.priority, issue_run=issue is not None, owner=True,
+        priority=loop.priority, issue_run=issue is not None, owner=True, admitted=loop.admitted,
     )  # fmt: skip
     enter(s, request, loop, issue)
 
@@ -170,6 +146,7 @@ def start_loop(
         task, text, overrides=loop.overrides, again=loop.again, schedule=loop.schedule,
         conflict_hint=CONFLICT_HINT, after=loop.after, priority=loop.priority,
         issue_run=issue is not None, owner=True,  # the command line of the config's user
+        admitted=loop.admitted,
     )  # fmt: skip
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
@@ -180,6 +157,7 @@ def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) 
     """Through the one door: the loop runs here in the foreground, or on the configured
     executor followed here in the foreground (the same lines and exit code), or, with
     --detach, is started where it runs and left to run."""
+    here = request
     if loop.one_run:  # started elsewhere as `job`, which says its single run itself
         once = replace(request.overrides, max_restarts=None)
         request = replace(request, command=Command.JOB, overrides=once)
@@ -196,8 +174,7 @@ def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) 
         from runagent.cli.remote import follow_remote
 
         follow_remote(service, request, loop.quiet)
-    prompt = service.admit(request)
-    foreground_loop(s, request.task, prompt, loop, issue, (service, request))
+    foreground_loop(s, service, here, loop, issue)
 
 
 def _detached(request: StartRequest, issue: Issue | None) -> StartRequest:
@@ -257,19 +234,6 @@ def read_prompt(
     return None if prompt is None else validate_prompt(prompt, source)
 
 
-def executable_dir() -> Path:
-    """The folder of the run-agent being run, so agents can start sub-runs by name."""
-    script = Path(sys.argv[0])
-    if script.name == "run-agent":
-        return script.resolve().parent
-    return Path(sys.executable).parent
-
-
-def reports_usage(backend: Backend) -> bool:
-    """Whether the backend reads usage from its agent's stream (its own `usage`)."""
-    return type(backend).usage is not Backend.usage
-
-
 def dispatch(s: Setup, request: StartRequest, quiet: bool = False) -> None:
     """Start the task's loop where it runs (--detach), say where, and return."""
     task = request.task
@@ -285,107 +249,6 @@ def dispatch(s: Setup, request: StartRequest, quiet: bool = False) -> None:
     if not quiet:
         click.echo(f"run-agent: task {task.label} started on {s.config.executor.type} "
                    f"(supervisor {where}); follow it with {watch}", err=True)  # fmt: skip
-
-
-def foreground_loop(
-    s: Setup, task: TaskPaths, prompt: str, loop: LoopArgs, issue: Issue | None = None,
-    door: tuple[Service, StartRequest] | None = None,
-) -> None:  # fmt: skip
-    """Run an admitted task's loop here, in the foreground, until it ends; exit with its code.
-    Through the door (`door`), it first waits its turn, if it must (limits, `--after`)."""
-    # What the task was started with before, with what this command says put in its place.
-    remembered = LoopOverrides.remembered(task)
-    overrides = remembered.merged(loop.overrides)
-    agent, backend = usable_backend(s.config, overrides.agent)
-    settings = overrides.apply(agent.loop_defaults(s.config.defaults))
-    tree = None
-    if issue is not None:  # made (or found) once the loop holds the task
-        overrides = replace(overrides, working_dir=task.worktree)
-    working_dir = (overrides.working_dir or Path.cwd()).resolve()
-    if issue is None and not working_dir.is_dir():
-        raise UsageError(f"working folder {str(working_dir)!r} does not exist; check --cwd")
-    started_with = replace(overrides, agent=agent.name, working_dir=working_dir)
-    if issue is not None:
-        from runagent.issues.worktree import Tree
-
-        tree = Tree(issue.repo, None, issue.setup)
-    elif settings.worktree:  # the agent works in the task's worktree, at the folder's place
-        from runagent.issues import worktree
-
-        tree = worktree.Tree(working_dir, overrides.base or "HEAD", s.config.issues.setup)
-        working_dir = worktree.work_folder(task, working_dir, os.environ)
-    if loop.one_run:  # a job's single run is not how the task's loop is to be resumed
-        started_with = replace(started_with, max_restarts=remembered.max_restarts)
-    if loop.no_stuck:  # for this loop only
-        started_with = replace(started_with, stuck_after=remembered.stuck_after)
-    # Started by the queue's keeper or a cluster's host agent after it waited: since when. For
-    # its first run's record, not for anything this process starts.
-    queued_since = os.environ.pop(QUEUED_SINCE, None)
-    request = LoopRequest(
-        task=task,
-        prompt=prompt,
-        agent_name=agent.name,
-        working_dir=working_dir,
-        settings=settings,
-        base_env=credentials.scrub(os.environ, s.config.server.api_key_env),
-        parent_run_id=parent_run_id(os.environ),
-        executable_dir=executable_dir(),
-        started_with={**started_with.to_record(), **s.config_record()},
-        worktree=tree,
-        issue=issue,
-        budgets=s.config.budgets,
-        queued_since=queued_since,
-        control=s.control,
-    )
-    if request.settings.budget is not None and not reports_usage(backend):
-        raise UsageError(
-            f"agent {agent.name} ({agent.type}) reports no usage, so a budget "
-            f"({request.settings.budget.words()}) could not be held to; run it without one"
-        )
-    console = Console(
-        sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize,
-        echo=backend.talks_to_person, terminal_copy=backend.terminal_copy,
-    )  # fmt: skip
-    redactor = backend.redactor(request.base_env)
-    notifier = notify.loop_notifier(s.config, loop.schedule, console.say, redactor)
-
-    def on_event(event: Event) -> None:
-        console.show(event)
-        if notifier is not None:
-            notifier.on_event(event, task, loop.schedule)
-
-    supervisor = Supervisor(request, backend, on_event=on_event, redactor=redactor)
-    if door is not None:  # the task's place is shown (`list`) while it waits
-        service, start = door
-        created = not task.folder.exists()
-        taskfolder.claim_task_prompt(task, prompt, start.conflict_hint)
-        try:  # one line, even with --quiet: the run is not lost, it waits
-            waited = service.take_turn(
-                start, agent.name, lambda turn: click.echo(f"run-agent: {turn.words(task.label)}",
-                                                           err=True),
-            )  # fmt: skip
-        except (BlockedError, DamagedRecordError):
-            raise  # the task stays, blocked or unreadable, for `resume`
-        except RunAgentError:
-            if created:  # left the queue before it ever ran: no task is left behind
-                taskfolder.discard_new_task(task)
-            raise
-        if waited is not None:
-            supervisor.waited(waited)
-    previous = {
-        sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
-    }
-    try:
-        result = supervisor.run()
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if door is not None:
-            door[0].release(task)
-    console.finish(result.message, result.outcome)
-    if notifier is not None:
-        notifier.drain(NOTIFY_DRAIN)
-    sys.exit(int(OUTCOME_EXIT[result.outcome]))
 
 
 @cli.command()

@@ -12,9 +12,9 @@ from pathlib import Path
 import click
 
 from runagent import schedule as sched
+from runagent.cli.foreground import STOP_SIGNALS, executable_dir
 from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, json_option, service_for, setup
-from runagent.cli.run import STOP_SIGNALS, executable_dir
 from runagent.cli.show import plural
 from runagent.config.settings import ScheduleConfig
 from runagent.errors import UsageError

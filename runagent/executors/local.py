@@ -62,7 +62,8 @@ def loop_argv(
     # the foreground (its supervisor's words, event lines included, go to supervisor.log), or,
     # handed on to another executor, detached there.
     tail = ["--executor", on] if on == "local" else ["--detach", "--executor", on]
-    return [*args, *overrides.to_args(), *tail]
+    # Admitted here, by the door that builds this line: never again where it runs.
+    return [*args, *overrides.to_args(), "--admitted", *tail]
 
 
 def start_local(

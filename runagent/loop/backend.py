@@ -103,6 +103,11 @@ class Backend(abc.ABC):
         """Tokens (and cost) the run used, read from its stream; None if the agent does not say."""
         return None
 
+    def reports_usage(self) -> bool:
+        """Whether this backend reads usage from its agent's stream (its own `usage`): a budget
+        can be held to only then."""
+        return type(self).usage is not Backend.usage
+
     def final_output(self, ctx: RunContext) -> str | None:
         """The agent's final answer parsed from its output, or None to copy stdout."""
         return None
