@@ -3,11 +3,15 @@ is to the command line and to an HTTP client are each written once, where the co
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import dataclasses
 import importlib
 import json
 import pkgutil
+import re
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +22,7 @@ from runagent.errors import ExitCode, RunAgentError, UsageError
 from runagent.loop.context import RunIdClock, is_run_id
 from runagent.store import follow
 from server import app, tail
+from tests.conftest import REPO
 
 
 def test_every_id_the_clock_issues_is_a_run_id_and_nothing_else_is() -> None:
@@ -92,3 +97,83 @@ def test_each_error_is_answered_with_the_status_it_carries() -> None:
 @pytest.mark.parametrize("name", ["RUN_ID", "ERROR_STATUS"])
 def test_the_server_keeps_no_copy_of_a_core_fact(name: str) -> None:
     assert not hasattr(app, name)
+
+
+# The fleet's limits: LimitsSettings (runagent/config/settings.py) is the one module that knows
+# their names. It converts them to and from the queue's records, reads them from config.yaml's
+# keys with the config reader, and says them in words; every other module hands it whole.
+
+LIMITS_OWNER = REPO / "runagent" / "config" / "settings.py"
+
+
+def limit_words() -> set[str]:
+    """The names only LimitsSettings has: `projects` and `agents` are also the names of other
+    settings (a budget's projects, the config's agents), so a copy is known by the others,
+    which a copy of the list names all of."""
+    from runagent.config import settings
+
+    mine = {f.name for f in dataclasses.fields(settings.LimitsSettings)}
+    others = {
+        f.name
+        for cls in vars(settings).values()
+        if isinstance(cls, type) and dataclasses.is_dataclass(cls)
+        if cls is not settings.LimitsSettings
+        for f in dataclasses.fields(cls)
+    }
+    assert len(mine - others) >= 2, mine - others
+    return mine - others
+
+
+def python_spellings(path: Path, words: set[str]) -> tuple[set[str], set[str]]:
+    """The `words` a module's code names (as a name, an attribute, a keyword or a string; its
+    docstrings and comments aside), and those it holds as strings of their own: a dict's key,
+    a config key, a record's field."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }  # fmt: skip
+    named: set[str] = set()
+    strings: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if id(node) not in docstrings and node.value in words:
+                strings.add(node.value)
+        elif isinstance(node, ast.Attribute):
+            named.add(node.attr)
+        elif isinstance(node, ast.Name):
+            named.add(node.id)
+        elif isinstance(node, ast.keyword) and node.arg is not None:
+            named.add(node.arg)
+    return (named & words) | strings, strings
+
+
+def script_spellings(path: Path, words: set[str]) -> tuple[set[str], set[str]]:
+    """The same for one of the page's scripts, its comments aside."""
+    code = re.sub(r"/\*.*?\*/|//[^\n]*", "", path.read_text(encoding="utf-8"), flags=re.S)
+    named = {word for word in words if re.search(rf"\b{word}\b", code)}
+    strings = {word for word in words if re.search(rf"""["'`]{word}["'`]""", code)}
+    return named, strings
+
+
+def test_no_module_but_the_settings_spells_the_fleet_limits() -> None:
+    """A module that names two of the limits (a copy of their list: a record's keys, a config's,
+    a page's lines), or holds one as a string, is a second owner: a limit added to the settings
+    would be missed there, silently. Reading one limit by its attribute is using it."""
+    words = limit_words()
+    modules = [*sorted((REPO / "runagent").rglob("*.py")), *sorted((REPO / "server").rglob("*.py")),
+               *sorted((REPO / "backends").rglob("*.py"))]  # fmt: skip
+    scripts = sorted((REPO / "server" / "static").glob("*.js"))
+    assert LIMITS_OWNER in modules and scripts
+    copies = {}
+    for path in [*modules, *scripts]:
+        if path == LIMITS_OWNER:
+            continue
+        spell = python_spellings if path.suffix == ".py" else script_spellings
+        named, strings = spell(path, words)
+        if len(named) >= 2 or strings:
+            copies[str(path.relative_to(REPO))] = sorted(named | strings)
+    assert not copies, f"only {LIMITS_OWNER.relative_to(REPO)} names the limits: {copies}"

@@ -238,7 +238,9 @@ def _metrics(s: Section) -> MetricsSettings:
 
 
 def _limits(s: Section) -> LimitsSettings:
-    s.only("max_running", "per_project", "projects", "agents")
+    """Each limit LimitsSettings names: a cap, or caps by name (`projects: {web: 1}`)."""
+    names = LimitsSettings.names()
+    s.only(*(name for name, _ in names))
 
     def cap(section: Section, name: str) -> int | None:
         if section.data.get(name) is None:
@@ -254,10 +256,9 @@ def _limits(s: Section) -> LimitsSettings:
         section = s.section(name)
         return {key: value for key in map(str, section.data) if (value := cap(section, key))}
 
-    return LimitsSettings(
-        max_running=cap(s, "max_running"), per_project=cap(s, "per_project"),
-        projects=MappingProxyType(caps("projects")), agents=MappingProxyType(caps("agents")),
-    )  # fmt: skip
+    found: dict[str, Any] = {name: MappingProxyType(caps(name)) if by_name else cap(s, name)
+                             for name, by_name in names}  # fmt: skip
+    return LimitsSettings(**found)
 
 
 def _ops(s: Section) -> OpsSettings:

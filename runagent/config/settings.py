@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection, Mapping
-from dataclasses import field, replace
+import functools
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import field, fields, replace
 from pathlib import Path
+from typing import Any
 
-from runagent.errors import UsageError
+from runagent.errors import UsageError, shown
 from runagent.record import record
 
 
@@ -357,33 +359,89 @@ class ExecutorSettings:
 @record
 class LimitsSettings:
     """The `limits:` section: how many task loops run at once under the runs root. A start over
-    a cap waits in the queue (runagent/fleet/) instead of failing. None: no cap."""
+    a cap waits in the queue (runagent/fleet/) instead of failing. None: no cap.
+
+    The one owner of the limits' names: config.yaml's keys (`names`, which config/file.py
+    reads by), a queue record's (`to_record`, `from_record`: a detached start's record carries
+    the limits to the keeper, which reads no config), and the fleet's listing (the overview
+    hands on `to_record`). A limit is a whole number or None, or whole numbers by name; adding
+    one is a field here and what it caps in `full_cap` (docs/architecture.md)."""
 
     max_running: int | None = None  # all tasks under the runs root
     per_project: int | None = None  # each project, unless `projects` names it
     projects: Mapping[str, int] = field(default_factory=dict)  # a project's own cap
     agents: Mapping[str, int] = field(default_factory=dict)  # an agent's (a provider's limit)
 
+    @staticmethod
+    def names() -> tuple[tuple[str, bool], ...]:
+        """Each limit's name, in order, and whether it holds caps by name (`projects: {web:
+        1}`) rather than one cap (`max_running: 4`)."""
+        return _limit_names()
+
     @property
     def active(self) -> bool:
-        return (
-            self.max_running is not None
-            or self.per_project is not None
-            or bool(self.projects)
-            or bool(self.agents)
-        )
+        return any(getattr(self, name) if by_name else getattr(self, name) is not None
+                   for name, by_name in self.names())  # fmt: skip
 
-    def caps(self, project: str, agent: str) -> list[tuple[str, int]]:
-        """The caps a task of `project` run by `agent` counts against: (what, how many)."""
-        found: list[tuple[str, int]] = []
-        if self.max_running is not None:
-            found.append(("all", self.max_running))
+    def full_cap(self, project: str, agent: str, running: Sequence[tuple[str, str]]) -> str:
+        """The first cap a task of `project` run by `agent` would exceed, `running` (the project
+        and agent of each task holding a slot) holding slots, in words (`max_running 4`,
+        `project web's limit of 1`); '' if none."""
+        if self.max_running is not None and len(running) >= self.max_running:
+            return f"max_running {self.max_running}"
         per_project = self.projects.get(project, self.per_project)
-        if per_project is not None:
-            found.append((f"project:{project}", per_project))
-        if agent in self.agents:
-            found.append((f"agent:{agent}", self.agents[agent]))
-        return found
+        if per_project is not None and sum(p == project for p, _ in running) >= per_project:
+            return f"project {project}'s limit of {per_project}"
+        per_agent = self.agents.get(agent)
+        if per_agent is not None and sum(a == agent for _, a in running) >= per_agent:
+            return f"agent {agent}'s limit of {per_agent}"
+        return ""
+
+    def to_record(self) -> dict[str, Any]:
+        """The limits as JSON: in a queue record, and in the fleet's listing (the API, the
+        page)."""
+        return {name: dict(getattr(self, name)) if by_name else getattr(self, name)
+                for name, by_name in self.names()}  # fmt: skip
+
+    @classmethod
+    def from_record(cls, value: object, where: str = "limits") -> LimitsSettings:
+        """The limits `to_record` gave; ValueError naming the first field (`where.NAME`) that
+        is not what it should be, in one line. A limit the record lacks is not set."""
+        data = _record_object(value, where)
+        found: dict[str, Any] = {}
+        for name, by_name in cls.names():
+            given, key = data.get(name), f"{where}.{name}"
+            if by_name:
+                caps = _record_object(given or {}, key).items()
+                found[name] = {k: _record_whole(cap, f"{key}.{k}") for k, cap in caps}
+            else:
+                found[name] = None if given is None else _record_whole(given, key)
+        return cls(**found)
+
+
+_LIMIT_KINDS = {"int | None": False, "Mapping[str, int]": True}  # a field's type: by name?
+
+
+@functools.cache
+def _limit_names() -> tuple[tuple[str, bool], ...]:
+    found = []
+    for f in fields(LimitsSettings):
+        if f.type not in _LIMIT_KINDS:
+            raise TypeError(f"LimitsSettings.{f.name}: a limit is {' or '.join(_LIMIT_KINDS)}")
+        found.append((f.name, _LIMIT_KINDS[str(f.type)]))
+    return tuple(found)
+
+
+def _record_object(value: object, name: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"{name} {shown(value)} is not an object")
+    return value
+
+
+def _record_whole(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} {shown(value)} is not a whole number")
+    return value
 
 
 @record

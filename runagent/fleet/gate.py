@@ -57,7 +57,7 @@ def submit(
             task.project_id, task.task_id, agent, fleet.next_seq(), priority, now(),
             tuple(after), joined=not after, waiter=me if waiter else None,
             waiter_started=_started(me) if waiter else None, start=start,
-            limits=_limits_record(limits),
+            limits=limits,
         )  # fmt: skip
         if after:
             kind, words = depends.judge(task.root, after)
@@ -209,8 +209,3 @@ def _started(pid: int) -> float | None:
     from runagent.store.pids import process_start_time
 
     return process_start_time(pid)
-
-
-def _limits_record(limits: LimitsSettings) -> dict[str, Any]:
-    return {"max_running": limits.max_running, "per_project": limits.per_project,
-            "projects": dict(limits.projects), "agents": dict(limits.agents)}  # fmt: skip

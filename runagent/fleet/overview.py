@@ -58,19 +58,13 @@ class Overview:
     unreadable: tuple[TaskView, ...] = ()  # in the queue, its record unreadable: never started
 
     def to_dict(self) -> dict[str, Any]:
-        limits = self.limits
         return {
             "day": self.day,
             "counts": self.counts,
             "queue": [v.to_dict() for v in (*self.queued, *self.blocked, *self.unreadable)],
             "spent": [s.to_dict() for s in self.spent],
             "needs": [n.to_dict() for n in self.needs],
-            "limits": {
-                "max_running": limits.max_running,
-                "per_project": limits.per_project,
-                "projects": dict(limits.projects),
-                "agents": dict(limits.agents),
-            },
+            "limits": self.limits.to_record(),
         }
 
 

@@ -93,7 +93,7 @@ class Waiting:
     waiter: int | None = None  # the pid of a foreground run waiting in its own process
     waiter_started: float | None = None
     start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env, withheld}
-    limits: Mapping[str, Any] | None = None  # the limits in force when it was queued
+    limits: LimitsSettings | None = None  # the limits in force when it was queued
     cluster: Mapping[str, Any] | None = None  # in a Ray cluster's queue: {group, needs}
     # A stand-in for a record that cannot be read, saying why (never written, never started).
     unreadable: str | None = None
@@ -138,11 +138,7 @@ class Waiting:
 
     def limit_settings(self) -> LimitsSettings:
         """The limits in force when it was queued (the record carries them to the keeper)."""
-        data = self.limits or {}
-        return LimitsSettings(
-            max_running=data.get("max_running"), per_project=data.get("per_project"),
-            projects=dict(data.get("projects") or {}), agents=dict(data.get("agents") or {}),
-        )  # fmt: skip
+        return self.limits if self.limits is not None else LimitsSettings()
 
     def abandoned(self) -> bool:
         """A foreground run that waited for it is gone (a detached start never is)."""
@@ -155,7 +151,7 @@ class Waiting:
             "joined": self.joined, "blocked": self.blocked, "waiter": self.waiter,
             "waiter_started": self.waiter_started,
             "start": dict(self.start) if self.start is not None else None,
-            "limits": dict(self.limits) if self.limits is not None else None,
+            "limits": self.limits.to_record() if self.limits is not None else None,
             "cluster": dict(self.cluster) if self.cluster is not None else None,
         }  # fmt: skip
 
@@ -175,7 +171,7 @@ class Waiting:
             waiter=_maybe(_whole, get("waiter"), "waiter"),
             waiter_started=_maybe(_number, get("waiter_started"), "waiter_started"),
             start=_maybe(_start, get("start"), "start"),
-            limits=_maybe(_limits, get("limits"), "limits"),
+            limits=_maybe(LimitsSettings.from_record, get("limits"), "limits"),
             cluster=_maybe(_cluster, get("cluster"), "cluster"),
         )  # fmt: skip
 
@@ -256,28 +252,9 @@ class Turn:
         return f"task {label} queued: {self.ahead} ahead ({self.waits_for})"
 
 
-def counts(what: str, holder: Holder) -> bool:
-    """Whether `holder` counts against the cap `what` (LimitsSettings.caps)."""
-    if what == "all":
-        return True
-    kind, _, name = what.partition(":")
-    return (holder.project if kind == "project" else holder.agent) == name
-
-
-def describe(what: str, limit: int) -> str:
-    """A cap in words, as `queued: ... (HERE)` says it."""
-    if what == "all":
-        return f"max_running {limit}"
-    kind, _, name = what.partition(":")
-    return f"{kind} {name}'s limit of {limit}"
-
-
 def full_cap(limits: LimitsSettings, project: str, agent: str, holders: Sequence[Holder]) -> str:
     """The first cap a task of `project` run by `agent` would exceed, in words; '' if none."""
-    for what, limit in limits.caps(project, agent):
-        if sum(1 for h in holders if counts(what, h)) >= limit:
-            return describe(what, limit)
-    return ""
+    return limits.full_cap(project, agent, [(h.project, h.agent) for h in holders])
 
 
 def decide(
@@ -547,17 +524,6 @@ def _start(value: object, name: str) -> dict[str, Any]:
     for key, variable in _object(start.get("env") or {}, f"{name}.env").items():
         _text(variable, f"{name}.env.{key}")
     return start
-
-
-def _limits(value: object, name: str) -> dict[str, Any]:
-    """The limits in force when it was queued: whole numbers (or null) and maps of them."""
-    limits = _object(value, name)
-    for cap in ("max_running", "per_project"):
-        _maybe(_whole, limits.get(cap), f"{name}.{cap}")
-    for group in ("projects", "agents"):
-        for key, cap in _object(limits.get(group) or {}, f"{name}.{group}").items():
-            _whole(cap, f"{name}.{group}.{key}")
-    return limits
 
 
 def _cluster(value: object, name: str) -> dict[str, Any]:

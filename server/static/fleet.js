@@ -151,12 +151,15 @@ function renderQueue(rows, limits) {
   $("#fleet-limits").textContent = limitsText(limits);
 }
 
+// The limits as the server lists them, in its order, naming none itself (LimitsSettings owns
+// their names): a cap (`max_running 4`), or caps by name (`projects` {web: 1}: `project web 1`).
 function limitsText(limits) {
   const parts = [];
-  if (limits.max_running != null) parts.push(`max_running ${limits.max_running}`);
-  if (limits.per_project != null) parts.push(`per_project ${limits.per_project}`);
-  for (const [name, cap] of Object.entries(limits.projects)) parts.push(`project ${name} ${cap}`);
-  for (const [name, cap] of Object.entries(limits.agents)) parts.push(`agent ${name} ${cap}`);
+  for (const [name, value] of Object.entries(limits)) {
+    if (value === null) continue;
+    if (typeof value !== "object") parts.push(`${name} ${value}`);
+    else for (const [key, cap] of Object.entries(value)) parts.push(`${name.replace(/s$/, "")} ${key} ${cap}`);
+  }
   return parts.length ? `limits: ${parts.join(", ")}` : "no limits: every start runs at once";
 }
 

@@ -4,6 +4,7 @@ never durations."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -11,6 +12,7 @@ import signal
 import subprocess
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -123,6 +125,83 @@ def test_the_config_names_a_bad_limit(ws: Workspace) -> None:
         configure(ws, limits)
         with pytest.raises(ConfigError, match=said):
             load_config(ws.config, backends.known(), ws.path)
+
+
+def every_limit() -> LimitsSettings:
+    """LimitsSettings with each of its fields set, none to its default, so a limit added to it
+    is here without a word; a kind of limit this cannot set fails, saying so."""
+    values: dict[str, Any] = {}
+    for n, f in enumerate(dataclasses.fields(LimitsSettings), start=1):
+        if f.default is None:  # a cap: a whole number
+            values[f.name] = n
+        elif f.default_factory is dict:  # caps by name: NAME: a whole number
+            values[f.name] = {f"other{n}": n}
+        else:
+            pytest.fail(f"LimitsSettings.{f.name} is a new kind of limit: teach every_limit()")
+    full = LimitsSettings(**values)
+    for f in dataclasses.fields(LimitsSettings):
+        assert getattr(full, f.name) != getattr(LimitsSettings(), f.name), f.name
+    return full
+
+
+def test_a_detached_start_carries_every_limit_through_its_record_to_the_keeper(
+    ws: Workspace,
+) -> None:
+    """The keeper starts a queued detached task under the limits its record carries (it was
+    queued under them; the keeper reads no config): every field of LimitsSettings, as
+    config.yaml says it, is in the record on disk and comes back from it as it was."""
+    from runagent.config.file import load_config
+
+    full = replace(every_limit(), max_running=1)  # one slot: p/b waits behind p/a
+    as_yaml = {f.name: getattr(full, f.name) for f in dataclasses.fields(LimitsSettings)}
+    configure(ws, {k: dict(v) if isinstance(v, dict) else v for k, v in as_yaml.items()})
+    assert load_config(ws.config, backends.known(), ws.path).limits == full
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    try:
+        queued = door.start(StartRequest(ws.task("p", "b"), "go"))
+        assert queued.pid == 0 and queued.queued is not None
+        fleet = Fleet(ws.root)
+        on_disk = json.loads(fleet.record_path("p", "b").read_text())["limits"]
+        assert set(on_disk) == set(as_yaml), on_disk
+        (record,) = fleet.waiting(clean=False)  # as the keeper reads it
+        assert record.label == "p/b" and record.start is not None  # detached: the keeper's
+        assert record.limit_settings() == full
+    finally:
+        go(ws, "a")
+        go(ws, "b")
+    wait_for(lambda: listed(ws)["p/b"]["status"] == "completed", timeout=60, what="b")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_every_limit_goes_through_a_queue_record_and_the_fleet_listing_as_it_was(
+    tmp_path: Path,
+) -> None:
+    from runagent.fleet.overview import overview
+
+    full = every_limit()
+    record = json.loads(json.dumps(Waiting("p", "t", "fake", 1, limits=full).to_json()))
+    assert Waiting.from_json(record).limit_settings() == full
+    assert LimitsSettings.from_record(overview(tmp_path, full).to_dict()["limits"]) == full
+
+
+@pytest.mark.parametrize(
+    "limits, said",
+    [
+        ("four", "limits 'four' is not an object"),
+        ({"max_running": "four"}, "limits.max_running 'four' is not a whole number"),
+        ({"per_project": 1.5}, "limits.per_project 1.5 is not a whole number"),
+        ({"projects": [1]}, "limits.projects [1] is not an object"),
+        ({"agents": {"claude": True}}, "limits.agents.claude True is not a whole number"),
+    ],
+)
+def test_a_queue_record_whose_limits_are_not_limits_is_refused_naming_the_field(
+    limits: object, said: str
+) -> None:
+    record = Waiting("p", "t", "fake", 1).to_json()
+    with pytest.raises(ValueError) as refused:
+        Waiting.from_json({**record, "limits": limits})
+    assert str(refused.value) == said
 
 
 # Foreground runs: each waits in its own process.
