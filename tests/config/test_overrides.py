@@ -44,7 +44,8 @@ def test_overrides_survive_the_trip_through_a_detached_command_line(tmp_path: Pa
     # runs there in the foreground, its words (event lines too) going to supervisor.log
     assert argv[-2:] == ["--executor", "local"] and "--schedule" in argv
     assert "--detach" not in argv and "--quiet" not in argv
-    options = dict(zip(argv[9:-2:2], argv[10:-2:2], strict=True))
+    assert argv[-3] == "--admitted"  # the door that built it admitted it: never again there
+    options = dict(zip(argv[9:-3:2], argv[10:-3:2], strict=True))
     back = LoopOverrides.parse(
         {
             "agent": options["--agent"],
