@@ -138,8 +138,8 @@ def main(token_variable: str, cite: bool, key_required: bool = True) -> int:
 
 def converse(request: Request, run: RunPaths, prompt: str) -> int:
     """Agent mode: the conversation, with this module as its transport, in the working folder."""
-    from runagent.config.settings import Approvals
     from runagent.errors import RunAgentError
+    from runagent.ops import Approvals
     from runagent.ops.conversation import Conversation, unattended_policy
     from runagent.ops.policy import Policy
     from runagent.ops.runtime import Runtime

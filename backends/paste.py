@@ -74,8 +74,8 @@ class PasteBackend(ChildBackend):
 
 
 def main(argv: list[str]) -> int:
-    from runagent.config.settings import Approvals
     from runagent.errors import RunAgentError
+    from runagent.ops import Approvals
     from runagent.ops.policy import Policy
     from runagent.ops.runtime import Runtime
     from runagent.ops.sandbox import Sandbox

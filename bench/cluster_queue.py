@@ -34,9 +34,9 @@ sys.path.insert(0, str(REPO))
 
 import backends  # noqa: E402
 from bench.fleet import alive_together  # noqa: E402
+from runagent import listing  # noqa: E402
 from runagent.config.settings import ExecutorSettings, ExecutorType  # noqa: E402
 from runagent.service import Service, StartRequest  # noqa: E402
-from runagent.store import tasks  # noqa: E402
 from runagent.store.runfolder import TaskPaths, read_run_info  # noqa: E402
 
 MARKER = "run-agent-bench-cluster-queue"
@@ -105,7 +105,7 @@ def measure(settings: ExecutorSettings, folder: Path, n: int, slots: int) -> Fig
         queued += started.queued is not None
     deadline = time.monotonic() + n * 5 + 120
     while time.monotonic() < deadline:
-        if all(tasks.view(t).status.value in ("completed", "failed") for t in order):
+        if all(listing.view(t).status.value in ("completed", "failed") for t in order):
             break
         time.sleep(0.25)
     stop.set()
@@ -119,7 +119,7 @@ def measure(settings: ExecutorSettings, folder: Path, n: int, slots: int) -> Fig
     starts, ends = sorted(s for s, _ in runs), sorted(e for _, e in runs)
     hand_overs = [(starts[k] - ends[k - slots]) * 1000 for k in range(slots, len(starts))
                   if starts[k] >= ends[k - slots]]  # fmt: skip
-    completed = sum(1 for t in order if tasks.view(t).status.value == "completed")
+    completed = sum(1 for t in order if listing.view(t).status.value == "completed")
     return Figures(returns, queued, peak[0], completed, hand_overs)
 
 

@@ -28,7 +28,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.serving import serving  # noqa: E402
-from runagent.loop.process import process_start_time  # noqa: E402
+from runagent.process import process_start_time  # noqa: E402
 from runagent.store import runfolder, taskfolder  # noqa: E402
 from runagent.store.runfolder import TaskPaths  # noqa: E402
 from runagent.store.runinfo import RunInfo  # noqa: E402

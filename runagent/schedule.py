@@ -20,6 +20,7 @@ from zoneinfo import ZoneInfo
 
 import yaml
 
+from runagent import listing
 from runagent.config.settings import CRON_ALIASES, Overlap, ScheduleConfig
 from runagent.errors import AlreadyRunningError, RunAgentError
 from runagent.loop.context import validate_id
@@ -250,7 +251,7 @@ class Scheduler:
         if not state.last_task:
             return False
         task = TaskPaths(self.root, schedule.project, state.last_task)
-        return tasks.view(task).status is tasks.TaskStatus.RUNNING
+        return listing.view(task).status is tasks.TaskStatus.RUNNING
 
     def _fire(self, schedule: ScheduleConfig, at: datetime) -> Firing | None:
         state = self.state.setdefault(schedule.name, ScheduleState())
@@ -297,7 +298,7 @@ class Scheduler:
     def _finish(self, schedule: ScheduleConfig, state: ScheduleState) -> None:
         if state.last_task and state.last_outcome is None and not self._running(state, schedule):
             task = TaskPaths(self.root, schedule.project, state.last_task)
-            state.last_outcome = tasks.view(task).status.value
+            state.last_outcome = listing.view(task).status.value
             self.log(f"{schedule.name}: {schedule.project}/{state.last_task} "
                      f"{state.last_outcome}")  # fmt: skip
         queued = self.queued.get(schedule.name)
@@ -332,7 +333,7 @@ def expired(root: Path, schedule: ScheduleConfig, now: datetime) -> list[TaskPat
     candidates = made[: len(made) - keep.last] if keep.last else made
     gone = []
     for task in candidates:
-        view = tasks.view(task)
+        view = listing.view(task)
         if view.status in (tasks.TaskStatus.RUNNING, tasks.TaskStatus.PENDING):
             continue
         if keep.failed and view.status is not tasks.TaskStatus.COMPLETED:
@@ -359,7 +360,7 @@ def describe(
         if last.last_task and not (last.last_outcome or "").startswith("not started"):
             # The last firing's outcome is its task's status, read now rather than stored.
             task = TaskPaths(root, config.project, last.last_task)
-            last.last_outcome = tasks.view(task).status.value
+            last.last_outcome = listing.view(task).status.value
         rows.append({
             "name": config.name, "cron": config.cron, "timezone": config.timezone,
             "enabled": config.enabled, "overlap": config.overlap.value,

@@ -19,6 +19,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runagent import listing
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import (
     AgentConfig,
@@ -194,7 +195,7 @@ class Service:
                 )
             prompt = validate_prompt(existing, f"the task's prompt in {task.task_md}")
         taskfolder.check_task_prompt(task, prompt, request.conflict_hint)
-        tasks.refuse_completed(tasks.view(task), request.again)
+        tasks.refuse_completed(listing.view(task), request.again)
         if request.after:  # the tasks exist, and are not this one
             from runagent.fleet import depends
 
@@ -439,7 +440,7 @@ class Service:
                     request.again, on="ray" if on_ray else "local",
                 )  # fmt: skip
                 # On disk: the names of its secret variables, never their values (whoever
-                # starts it takes them from its own environment: keeper.py).
+                # starts it takes them from its own environment: executors/keeper.py).
                 values, withheld = credentials.withhold(env, _secret_variables(config))
                 start = {"argv": argv, "cwd": str(self.workdir.resolve()), "env": values,
                          "withheld": list(withheld)}  # fmt: skip

@@ -15,12 +15,13 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from runagent import listing
 from runagent.errors import AlreadyCompletedError, UsageError, shown
 from runagent.fleet.queue import Waiting
 from runagent.loop.context import new_task_id, validate_id
 from runagent.paste import state as paste_state
 from runagent.service import Service, StartRequest
-from runagent.store import cleanup, tasks
+from runagent.store import cleanup
 from runagent.store.runfolder import TaskPaths
 from server import bodies
 from server.paths import Paths
@@ -176,7 +177,7 @@ class Actions:
         holder = await run_in_threadpool(self.service.stop, task, STOP_WAIT)
         left = isinstance(holder, Waiting)  # taken out of the queue, never started
         return JSONResponse({"stopped": holder is not None, "left_queue": left,
-                             "status": tasks.view(task).status})  # fmt: skip
+                             "status": listing.view(task).status})  # fmt: skip
 
     async def merge(self, request: Request) -> Response:
         """`{"push": REMOTE?, "into": BRANCH?, "force": bool?}`: bring the task's worktree

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from runagent import __version__
+from runagent import __version__, listing
 from runagent.errors import RunAgentError, UsageError
 from runagent.loop.context import is_run_id, validate_id
 from runagent.paste import state as paste_state
@@ -193,8 +193,8 @@ class Api:
     async def projects(self, request: Request) -> Response:
         reaches = grant_of(request).reaches
 
-        def listing() -> list[dict[str, Any]]:
-            used = tasks.project_usage(tasks.all_tasks(self.root))
+        def projects() -> list[dict[str, Any]]:
+            used = tasks.project_usage(listing.all_tasks(self.root))
             return [
                 {
                     "project_id": p,
@@ -205,7 +205,7 @@ class Api:
                 if reaches(p)
             ]
 
-        return JSONResponse(await run_in_threadpool(listing))
+        return JSONResponse(await run_in_threadpool(projects))
 
     async def all_tasks(self, request: Request) -> Response:
         reaches = grant_of(request).reaches
@@ -219,7 +219,7 @@ class Api:
             raise HTTPException(404, str(exc)) from exc
         if not (self.root / project).is_dir():
             raise HTTPException(404, f"project {project!r} not found")
-        views = await run_in_threadpool(tasks.all_tasks, self.root, project)
+        views = await run_in_threadpool(listing.all_tasks, self.root, project)
         return JSONResponse([v.to_dict() for v in views])
 
     async def task(self, request: Request) -> Response:

@@ -9,6 +9,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from runagent import listing
 from runagent.issues import worktree
 from runagent.paste.session import Folders as PasteFolders
 from runagent.store import cleanup, runfolder, taskfolder, tasks
@@ -19,7 +20,7 @@ from server.tail import file_size, read_at
 def of(task: TaskPaths, reaches: Callable[[str], bool] = lambda project: True) -> dict[str, Any]:
     """The task's detail; of the tasks waiting on it, those of projects `reaches` lets
     through (a token's)."""
-    places = tasks.queue_places(task.root)  # read once for its place and its waiters
+    places = listing.places(task.root)  # read once for its place and its waiters
     view = tasks.view(task, places)
     row = view.to_dict()
     row["prompt"] = taskfolder.read_task_prompt(task)

@@ -32,14 +32,14 @@ from starlette.responses import JSONResponse
 from starlette.types import Receive, Send
 from starlette.types import Scope as Asgi
 
-from runagent import __version__
+from runagent import __version__, listing
 from runagent.errors import AlreadyCompletedError, NotFoundError, RunAgentError, UsageError
 from runagent.fleet.queue import Waiting
 from runagent.loop.context import new_task_id, validate_id
 from runagent.ops.runs import ids
 from runagent.ops.runtime import find_run
 from runagent.service import Service, StartRequest
-from runagent.store import runfolder, tasks
+from runagent.store import runfolder
 from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import TaskPaths
 from runagent.store.tokens import ADMIN, Grant, Scope
@@ -209,7 +209,7 @@ class Tools:
         if tail and start > 0:  # begin on a character, not inside one
             cut = next((i for i, b in enumerate(data[:4]) if b & 0xC0 != 0x80), 0)
             data, start = data[cut:], start + cut
-        status = tasks.view(task).status.value
+        status = listing.view(task).status.value
         return {"run": run_id, "file": name, "size": size, "offset": start,
                 "next_offset": start + len(data), "more": start + len(data) < size,
                 "task_status": status, "text": data.decode("utf-8", "replace")}  # fmt: skip
@@ -218,7 +218,7 @@ class Tools:
         task = self.task(grant, args)
         holder = self.service.stop(task, STOP_WAIT)
         return {"stopped": holder is not None, "left_queue": isinstance(holder, Waiting),
-                "status": tasks.view(task).status.value}  # fmt: skip
+                "status": listing.view(task).status.value}  # fmt: skip
 
     def approvals(self, grant: Grant, args: dict[str, Any]) -> list[dict[str, Any]]:
         return pending_approvals(self.root, grant.reaches)
@@ -246,7 +246,7 @@ class Tools:
         """The latest run's files of each task the grant reaches, newest tasks first."""
         found: list[types.Resource] = []
         views = sorted(  # run ids begin with their start time: the newest first
-            tasks.all_tasks(self.root), key=lambda v: v.latest.run_id if v.latest else "",
+            listing.all_tasks(self.root), key=lambda v: v.latest.run_id if v.latest else "",
             reverse=True,
         )  # fmt: skip
         for view in views:

@@ -33,6 +33,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from runagent import listing
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
@@ -200,9 +201,9 @@ class RootCollector(Collector):
         if not self.root.is_dir():
             return []
         if self.reaches is None:
-            return tasks.all_tasks(self.root)
+            return listing.all_tasks(self.root)
         reached = filter(self.reaches, runfolder.project_ids(self.root))
-        return [view for project in reached for view in tasks.all_tasks(self.root, project)]
+        return [view for project in reached for view in listing.all_tasks(self.root, project)]
 
     def _collect(self) -> Iterator[Metric]:
         views = self._views()

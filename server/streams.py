@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from runagent import listing
 from runagent.store import follow, runfolder, tasks
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus
@@ -155,7 +156,7 @@ async def task_events(
                 run_id, offset = later, 0
                 break
             if not follow.loop_alive(task):
-                view = tasks.view(task)
+                view = listing.view(task)
                 yield event("end", {"task": task.task_id, "status": view.status.value})
                 return
             seen = await hub.wait(seen, RECHECK)
@@ -163,7 +164,7 @@ async def task_events(
 
 def snapshot(root: Path) -> dict[str, dict[str, Any]]:
     """Every task's listing row, keyed by `project/task`."""
-    return {view.label: view.to_dict() for view in tasks.all_tasks(root)}
+    return {view.label: view.to_dict() for view in listing.all_tasks(root)}
 
 
 PASTE_PARTS = ("outbox", "inbox", "sessions")  # of a task's paste/ folder (runagent.paste)

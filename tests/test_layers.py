@@ -58,7 +58,7 @@ def test_the_server_imports_no_backend() -> None:
 
 def test_the_reaper_imports_only_the_standard_library() -> None:
     # It is the one process between a supervisor and its agent, started with `python -I -S`.
-    found = imports(REPO / "runagent" / "loop" / "reaper.py")
+    found = imports(REPO / "runagent" / "reaper.py")
     foreign = {m for m in found if m.split(".")[0] not in sys.stdlib_module_names}
     assert found and not foreign, sorted(foreign)
 
@@ -131,3 +131,72 @@ def test_the_cycle_check_finds_a_cycle_and_names_its_modules(tmp_path: Path) -> 
     assert import_cycle(tmp_path) == ["runagent.a", "runagent.b", "server.c", "runagent.a"]
     (tmp_path / "server" / "c.py").write_text("x = 1\n")
     assert import_cycle(tmp_path) == []
+
+
+# The floors of the project, lowest first: a module imports only from its own floor and those
+# below it, at its top, inside a function or for type checking alone (`imports` sees them all).
+# A module is on the floor of the longest prefix that names it.
+GROUND = (
+    "runagent",
+    "runagent.errors",
+    "runagent.record",
+    "runagent.programs",
+    "runagent.duration",
+)
+FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("ground", GROUND),  # what every floor stands on
+    ("store", ("runagent.store",)),  # the runs root's files
+    ("process", ("runagent.process", "runagent.reaper")),  # a process tree, started and killed
+    ("tools", ("runagent.ops", "runagent.paste")),  # what an agent acts and talks through
+    ("config", ("runagent.config",)),
+    ("git", ("runagent.issues",)),  # the repositories and worktrees a loop works in
+    ("loop", ("runagent.loop", "runagent.backend")),
+    ("fleet", ("runagent.fleet", "runagent.listing", "runagent.schedule", "runagent.crontab")),
+    ("executors", ("runagent.executors",)),
+    ("service", ("runagent.service", "runagent.doctor")),
+    ("faces", ("runagent.cli", "runagent.__main__", "server", "backends")),
+)
+
+
+def floor_of(module: str) -> int | None:
+    """The floor of a module (its index in FLOORS), by the longest prefix that names it."""
+    best: tuple[int, int] | None = None  # (prefix length, floor)
+    for index, (_, prefixes) in enumerate(FLOORS):
+        for prefix in prefixes:
+            if under(module, prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), index)
+    return best[1] if best is not None else None
+
+
+def floor_breaches(root: Path = REPO) -> list[str]:
+    """Every import that reaches a floor above its module's, as `a (floor) -> b (floor)`."""
+    paths = [p for package in PACKAGES for p in sorted((root / package).rglob("*.py"))]
+    modules = {module_name(p, root): p for p in paths}
+    found = []
+    for name, path in modules.items():
+        mine = floor_of(name)
+        assert mine is not None, f"{name} is on no floor: name it in FLOORS"
+        for target in sorted(m for m in imports(path, root) if m in modules):
+            theirs = floor_of(target)
+            if theirs is not None and theirs > mine:
+                found.append(f"{name} ({FLOORS[mine][0]}) -> {target} ({FLOORS[theirs][0]})")
+    return found
+
+
+def test_every_module_imports_only_from_its_floor_and_those_below() -> None:
+    breaches = floor_breaches()
+    assert not breaches, "imports up a floor:\n" + "\n".join(breaches)
+
+
+def test_the_floor_check_sees_lazy_and_type_only_imports(tmp_path: Path) -> None:
+    for package in ("runagent/store", "runagent/fleet", "server", "backends"):
+        (tmp_path / package).mkdir(parents=True, exist_ok=True)
+    (tmp_path / "runagent" / "store" / "a.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from runagent.fleet import q\n"
+    )
+    (tmp_path / "runagent" / "store" / "b.py").write_text("def f():\n    from ..fleet import q\n")
+    (tmp_path / "runagent" / "fleet" / "q.py").write_text("from runagent.store import a\n")
+    assert floor_breaches(tmp_path) == [
+        "runagent.store.a (store) -> runagent.fleet.q (fleet)",
+        "runagent.store.b (store) -> runagent.fleet.q (fleet)",
+    ]

@@ -18,9 +18,10 @@ import httpx
 import pytest
 import yaml
 
+from runagent import listing
 from runagent.errors import ExitCode
 from runagent.ops.sandbox import Bwrap
-from runagent.store import tasks, tokens
+from runagent.store import tokens
 from runagent.store.runfolder import TASK_SETTINGS
 from tests.conftest import Workspace, serving, wait_for
 from tests.server.test_mcp import call, over_http, refusal
@@ -66,7 +67,7 @@ class Floor:
         paths = self.ws.task(project, task)
 
         def over() -> bool:
-            view = tasks.view(paths)
+            view = listing.view(paths)
             return len(paths.run_ids()) >= runs and view.status.value in ("completed", "failed")
 
         wait_for(over, 60, f"{project}/{task} to end")

@@ -20,7 +20,7 @@ RUNS_HERE = frozenset(("run", "job", "resume", "cocode"))
 
 def main() -> None:
     if runs_an_agent(sys.argv[1:]):
-        from runagent.loop.process import start_reaper_early
+        from runagent.process import start_reaper_early
 
         start_reaper_early()  # it boots while the command loads and checks, not after
     cli(prog_name="run-agent")

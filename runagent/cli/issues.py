@@ -29,7 +29,7 @@ from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import Until
 from runagent.errors import RunAgentError, UsageError
 from runagent.issues import pruning
-from runagent.issues.cocode import OUTCOME_EXIT, CocodeRequest, commit_work, log_line, ready_commit
+from runagent.issues.cocode import CocodeRequest, commit_work, log_line, ready_commit
 from runagent.issues.issue import ISSUE_TIMEOUT
 from runagent.issues.repository import READY_MARKER_VARIABLE, Checkout, GitDirs
 from runagent.loop.context import LoopRequest, new_task_id, parent_run_id, validate_id
@@ -39,6 +39,18 @@ from runagent.service import Admission, StartRequest
 from runagent.store import credentials, taskfolder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
+
+# The cocode protocol's exit codes, by how the loop ended (2 and 3 come from errors before it
+# starts). A loop stopped as stuck or at its budget did not resolve the issue: it failed.
+COCODE_EXIT = {
+    Outcome.COMPLETED: 0,
+    Outcome.FAILED: 1,
+    Outcome.STUCK: 1,
+    Outcome.BUDGET: 1,
+    Outcome.MISSING_DEPENDENCY: 3,
+    Outcome.TIMED_OUT: 124,
+    Outcome.STOPPED: 130,
+}
 
 
 @cli.command()
@@ -164,7 +176,7 @@ def cocode(
         _log("error", str(exc))
         raise
     _finish(result, agent_name, checkout, request, env)
-    sys.exit(OUTCOME_EXIT[result.outcome])
+    sys.exit(COCODE_EXIT[result.outcome])
 
 
 def _cocode_loop(

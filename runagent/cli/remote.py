@@ -14,6 +14,7 @@ from typing import Any, NoReturn
 
 import click
 
+from runagent import listing
 from runagent.cli.console import Console
 from runagent.cli.foreground import STOP_SIGNALS
 from runagent.config.settings import ExecutorSettings
@@ -170,7 +171,7 @@ class Follower:
         waiting, or moving from a dead host), or it waits in this root's queue."""
         if self.cluster.present(self.task.label):
             return True
-        view = tasks.view(self.task, tasks.queue_places(self.task.root))
+        view = tasks.view(self.task, listing.places(self.task.root))
         return view.status in (tasks.TaskStatus.RUNNING, tasks.TaskStatus.QUEUED,
                                tasks.TaskStatus.BLOCKED)  # fmt: skip
 

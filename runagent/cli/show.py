@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from runagent import listing
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
 from runagent.errors import NotFoundError, UsageError
@@ -63,7 +64,7 @@ def list_(
         validate_id("project", project_id)
         if not (s.root / project_id).is_dir():
             raise NotFoundError(f"project {project_id!r} not found {s.where()}")
-    views = tasks.all_tasks(s.root, project_id)
+    views = listing.all_tasks(s.root, project_id)
     if as_json:
         click.echo(json.dumps([v.to_dict() for v in views], indent=2))
         return
@@ -104,7 +105,7 @@ def status(
 ) -> None:
     """Show a task's status and its latest run."""
     _, task = existing_task(config_path, root, project_id, task_id)
-    places = tasks.queue_places(task.root)  # read once for its place and its waiters
+    places = listing.places(task.root)  # read once for its place and its waiters
     view = tasks.view(task, places)
     used = tasks.usage(task)
     if as_json:

@@ -10,7 +10,7 @@ import click
 
 from runagent.cli.group import cli
 from runagent.cli.options import common, setup
-from runagent.config.duration import parse_duration
+from runagent.duration import parse_duration
 from runagent.errors import UsageError
 from runagent.loop.context import validate_id
 from runagent.store import tokens

@@ -11,7 +11,7 @@ import click
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup
 from runagent.cli.show import print_table
-from runagent.config.duration import parse_duration
+from runagent.duration import parse_duration
 from runagent.errors import ConfigError, UsageError
 from runagent.loop.context import validate_id
 from runagent.store import spend

@@ -11,18 +11,19 @@ from pathlib import Path
 
 import click
 
+from runagent import listing
 from runagent.cli.group import cli
 from runagent.cli.options import Setup, common, setup
 from runagent.errors import ExitCode
 from runagent.loop.context import validate_id
-from runagent.store import follow, runfolder, tasks
+from runagent.store import follow, runfolder
 
 HOME_AND_CLEAR = "\x1b[H\x1b[2J"
 
 
 def screen(s: Setup, project: str | None) -> list[str]:
     """The lines of one frame: a row per task with its latest run and why it ended."""
-    views = tasks.all_tasks(s.root, project)
+    views = listing.all_tasks(s.root, project)
     if not views:
         return [f"no tasks {s.where()}"]
     rows = [["TASK", "STATUS", "RUNS", "LATEST RUN", "ENDED", "WHY"]]

@@ -21,7 +21,6 @@ from runagent.config.settings import (
     DEFAULT_MAX_TURNS,
     AgentConfig,
     AgentSandbox,
-    Approvals,
     Budget,
     BudgetSettings,
     Config,
@@ -46,6 +45,7 @@ from runagent.config.settings import (
     Until,
 )
 from runagent.errors import ConfigError
+from runagent.ops import Approvals
 from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import within
 

@@ -9,8 +9,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runagent.config.duration import parse_duration
 from runagent.config.settings import AgentSandbox, Budget, LoopSettings, Until, parse_budget
+from runagent.duration import parse_duration
 from runagent.errors import RunAgentError, UsageError, shown
 from runagent.record import record
 from runagent.store import taskfolder

@@ -7,7 +7,7 @@ import enum
 from collections.abc import Collection
 from typing import Any, TypeVar
 
-from runagent.config.duration import parse_duration
+from runagent.duration import parse_duration
 from runagent.errors import ConfigError
 
 E = TypeVar("E", bound=enum.Enum)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from runagent.errors import UsageError, shown
+from runagent.ops import Approvals
 from runagent.record import record
 
 
@@ -33,13 +34,6 @@ class Mode(enum.StrEnum):
 
     ANSWER = "answer"  # one streamed answer, written to output.md
     AGENT = "agent"  # a conversation of operations messages, run in the working folder
-
-
-class Approvals(enum.StrEnum):
-    """What an unattended agent-mode run does with an operation that needs a person's approval."""
-
-    WAIT = "wait"  # pause until `run-agent ops approve|deny RUN OP` answers
-    DENY = "deny"  # deny it at once, and tell the model why
 
 
 DEFAULT_MAX_TURNS = 20

@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from runagent import listing
 from runagent.errors import UsageError
 from runagent.fleet.queue import Fleet, Waiting, order
-from runagent.store import tasks
 from runagent.store.ids import validate_id
 from runagent.store.runfolder import TaskPaths
 from runagent.store.tasks import TaskStatus
@@ -78,7 +78,7 @@ def state(root: Path, label: str) -> tuple[str, str]:
     task = TaskPaths(root, project, name)
     if not task.folder.is_dir():
         return "fail", f"{label}, which was deleted"
-    view = tasks.view(task)
+    view = listing.view(task)
     status = view.status
     if view.queue is not None and view.queue.unreadable is not None:
         return "wait", label  # it waits for a person, who may yet start it (resume)

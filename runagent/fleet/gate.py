@@ -1,8 +1,8 @@
 """The gate in front of a task's loop, which the door (service.py) passes every start through:
 start now, or wait in the queue, for a slot under `limits:` or for the tasks named by `--after`.
 
-A detached start that must wait leaves a record, and the keeper (keeper.py) starts it when its
-turn comes; a foreground run waits in its own process, as the user's shell does anyway, and
+A detached start that must wait leaves a record, and the keeper (executors/keeper.py) starts it
+when its turn comes; a foreground run waits in its own process, as the user's shell does anyway, and
 says so once. A start that may go takes its slot at once, under the lock, so no other start
 can take the same slot meanwhile: for a detached start, in the name of the process that starts
 it, until the started loop takes it over (`take_turn`, which finds it there).
@@ -189,7 +189,7 @@ def ensure_keeper(root: Path, env: Mapping[str, str] | None = None) -> None:
         os.close(fd)
     with open(fleet.folder / "keeper.log", "ab", opener=private) as log:
         subprocess.run(
-            [sys.executable, "-m", "runagent.fleet.keeper", "--detach", str(root.resolve())],
+            [sys.executable, "-m", "runagent.executors.keeper", "--detach", str(root.resolve())],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", check=False,
             start_new_session=True, timeout=60, env=dict(env) if env is not None else None,
         )  # fmt: skip

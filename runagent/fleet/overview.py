@@ -11,10 +11,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
 
+from runagent import listing
 from runagent.config.settings import Budget, BudgetSettings, LimitsSettings
+from runagent.loop import needs
+from runagent.loop.needs import Need
 from runagent.record import record
-from runagent.store import needs, spend, tasks
-from runagent.store.needs import Need
+from runagent.store import spend
 from runagent.store.runinfo import Reason, Usage
 from runagent.store.spend import GroupBy
 from runagent.store.tasks import TaskStatus, TaskView
@@ -74,7 +76,9 @@ def overview(
 ) -> Overview:  # fmt: skip
     """The fleet, or the part of it in `projects` (a token limited to them sees no other
     project's tasks or spend, and not the whole root's)."""
-    views = [v for v in tasks.all_tasks(root) if projects is None or v.paths.project_id in projects]
+    views = [
+        v for v in listing.all_tasks(root) if projects is None or v.paths.project_id in projects
+    ]
     needs = [need for view in views for need in needs_of(view)]
     waiting = [v for v in views if v.queue is not None and v.queue.unreadable is None]
     queued = sorted((v for v in waiting if not _blocked(v)), key=_place)
@@ -118,7 +122,7 @@ def _spent(root: Path, budgets: BudgetSettings, today: date) -> tuple[Spent, ...
 
 
 def needs_of(view: TaskView) -> list[Need]:
-    """What the task waits for from a person (runagent.store.needs)."""
+    """What the task waits for from a person (runagent.loop.needs)."""
     task = view.paths
     found = [needs.approval(task, task.run_folder(run_id)) for run_id in task.run_ids()]
     found.append(needs.reply(task))

@@ -45,6 +45,7 @@ from runagent.record import record
 from runagent.store import jsonfile, runfolder
 from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import FLEET, TaskPaths, make_folder
+from runagent.store.tasks import QueuePlace
 
 T = TypeVar("T")
 FOLDER = FLEET  # in the runs root: an id may not start with '.', so no project is named so
@@ -188,24 +189,6 @@ def _instant(stamp: str) -> datetime:
     except ValueError:
         return datetime.fromtimestamp(0, UTC)
     return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
-
-
-@record
-class QueuePlace:
-    """Where a queued or blocked task stands, as a listing shows it."""
-
-    ahead: int
-    waits_for: str
-    priority: int = 0
-    after: tuple[str, ...] = ()
-    detached: bool = True  # started by the keeper when its turn comes (else a foreground run)
-    blocked: bool = False  # waits for other tasks (not for a slot)
-    unreadable: str | None = None  # its record cannot be read: why (it waits for a person)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"ahead": self.ahead, "waits_for": self.waits_for, "priority": self.priority,
-                "after": list(self.after), "detached": self.detached,
-                "unreadable": self.unreadable}  # fmt: skip
 
 
 def places(root: Path) -> dict[str, QueuePlace]:

@@ -19,18 +19,8 @@ from runagent.issues.repository import (
     git,
     head,
 )
-from runagent.loop.events import Outcome
 from runagent.record import record
 from runagent.store.credentials import scrub_urls
-
-# The protocol's exit codes, by how the loop ended (2 and 3 come from errors before it starts).
-OUTCOME_EXIT = {
-    Outcome.COMPLETED: 0,
-    Outcome.FAILED: 1,
-    Outcome.MISSING_DEPENDENCY: 3,
-    Outcome.TIMED_OUT: 124,
-    Outcome.STOPPED: 130,
-}
 
 
 @record

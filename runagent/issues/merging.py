@@ -145,7 +145,7 @@ def _ready(task: TaskPaths, force: bool) -> Work:
     holder = live_holder(task.lock)
     if holder is not None:
         raise AlreadyRunningError(already_running(task.label, holder) + "; stop it first")
-    status = tasks.view(task).status
+    status = tasks.view(task, tasks.NO_QUEUE).status
     if status is not tasks.TaskStatus.COMPLETED and not force:
         raise UsageError(
             f"task {task.label} is {status.value}, not completed: bring its branch back anyway "

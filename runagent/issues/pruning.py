@@ -103,7 +103,7 @@ class Pruned:
 def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
     """Every issue task's worktree under the runs root that has not been removed."""
     found = []
-    for view in tasks.all_tasks(root):
+    for view in tasks.all_tasks(root, tasks.NO_QUEUE):
         record = taskfolder.read_worktree_record(view.paths)
         if not record.get("branch") or record.get("removed"):  # none made yet, or gone
             continue

@@ -25,9 +25,9 @@ from runagent.loop.completion import CompletionRule, Verdict
 from runagent.loop.context import LoopRequest, RunContext, agent_environment, new_run_id
 from runagent.loop.events import Event, EventKind
 from runagent.loop.failure import Diagnosis
-from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.loop.prompt import compose
 from runagent.loop.redaction import Redactor
+from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.record import record
 from runagent.store import runfolder, taskfolder
 from runagent.store.host import this_host

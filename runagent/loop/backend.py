@@ -24,8 +24,8 @@ from runagent.loop.failure import (
     json_lines,
     retry_after,
 )
-from runagent.loop.process import LaunchSpec, resolve_executable
 from runagent.loop.redaction import Redactor
+from runagent.process import LaunchSpec, resolve_executable
 from runagent.record import record
 from runagent.store.runfolder import RunPaths, TaskPaths, atomic_write, tail
 from runagent.store.runinfo import Reason, Usage

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from runagent.config.settings import Config, NotifyConfig, NotifyEvent
+from runagent.loop import needs
 from runagent.loop.events import Event, EventKind, Outcome
 from runagent.loop.redaction import Redactor
-from runagent.store import needs
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunStatus
 

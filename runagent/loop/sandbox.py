@@ -40,8 +40,8 @@ from dataclasses import field, replace
 from pathlib import Path
 
 from runagent.errors import UsageError
-from runagent.loop.process import LaunchSpec, resolve_executable
 from runagent.ops.sandbox import PROGRAM, Bwrap, dot_git_of, git_arguments
+from runagent.process import LaunchSpec, resolve_executable
 from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths

@@ -24,8 +24,8 @@ from runagent.loop.budget import Spending
 from runagent.loop.context import LoopRequest
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.failure import Diagnosis
-from runagent.loop.process import AgentProcess
 from runagent.loop.redaction import Redactor
+from runagent.process import AgentProcess
 from runagent.store import runfolder, taskfolder
 from runagent.store.lock import TaskLock
 from runagent.store.pids import process_start_time

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
-from runagent.config.settings import Approvals
+from runagent.ops import Approvals
 from runagent.ops.event import EventsMessage
 from runagent.ops.policy import Decision, Policy, Verdict
 from runagent.ops.protocol import EventType, OperationType, Status

@@ -16,9 +16,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.ops.protocol import SHELL_EXIT_TIMED_OUT
 from runagent.ops.sandbox import Bwrap
+from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.record import record
 
 OUTPUT_CAP = 1024 * 1024  # bytes of each stream handed back in the event

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from runagent.config.settings import Approvals
+from runagent.ops import Approvals
 from runagent.ops.event import Event, EventsMessage
 from runagent.ops.protocol import EventType, Status
 from runagent.ops.runtime import Runtime

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from runagent.config.duration import parse_duration
+from runagent.duration import parse_duration
 from runagent.errors import AlreadyRunningError, UsageError
 from runagent.record import record
 from runagent.store import runfolder, tasks
@@ -160,7 +160,7 @@ class GcPlan:
 def gc_plan(root: Path, keep: Retention, now: datetime, project: str | None = None) -> GcPlan:
     """The run folders `gc` would remove under `root` (or one project), oldest first."""
     plan = GcPlan([], [])
-    for view in tasks.all_tasks(root, project):
+    for view in tasks.all_tasks(root, tasks.NO_QUEUE, project):
         if view.supervisor is not None:  # a running task is never touched
             continue
         _plan_runs(plan, view.paths, keep, now)

@@ -12,7 +12,8 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from types import MappingProxyType
+from typing import Any
 
 from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.record import record
@@ -22,9 +23,6 @@ from runagent.store.lock import Holder, live_holder
 from runagent.store.pids import is_alive
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus, Usage
-
-if TYPE_CHECKING:  # loaded where a runs root has a queue
-    from runagent.fleet.queue import QueuePlace
 
 
 class TaskStatus(enum.StrEnum):
@@ -42,6 +40,28 @@ class TaskStatus(enum.StrEnum):
     # Not running yet (runagent/fleet/):
     QUEUED = "queued"  # waiting for a slot under `limits:`
     BLOCKED = "blocked"  # waiting for the tasks it runs after (or one of them did not complete)
+
+
+@record
+class QueuePlace:
+    """Where a queued or blocked task stands, as a listing shows it."""
+
+    ahead: int
+    waits_for: str
+    priority: int = 0
+    after: tuple[str, ...] = ()
+    detached: bool = True  # started by the keeper when its turn comes (else a foreground run)
+    blocked: bool = False  # waits for other tasks (not for a slot)
+    unreadable: str | None = None  # its record cannot be read: why (it waits for a person)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ahead": self.ahead, "waits_for": self.waits_for, "priority": self.priority,
+                "after": list(self.after), "detached": self.detached,
+                "unreadable": self.unreadable}  # fmt: skip
+
+
+# The queue's places, to a reader below the fleet (which it never imports): none.
+NO_QUEUE: Mapping[str, QueuePlace] = MappingProxyType({})
 
 
 @record
@@ -130,15 +150,16 @@ def latest_run(task: TaskPaths, run_ids: list[str] | None = None) -> RunInfo | N
     return None
 
 
-def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> TaskView:
-    """The task as it is now; `places` (from `queue_places`) saves reading the queue again for
-    each task of a listing."""
+def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
+    """The task as it is now, with its place in the queue from `places` (P/T: where a queued or
+    blocked task stands, as runagent.listing reads them; NO_QUEUE below the fleet, where
+    a queued task is as a pending one)."""
     holder = live_holder(task.lock)
     run_ids = task.run_ids()  # listed once, for the latest run and the count
     latest = latest_run(task, run_ids)
     place = None
     if holder is None:
-        place = (places if places is not None else queue_places(task.root)).get(task.label)
+        place = places.get(task.label)
     if place is not None and place.unreadable is not None:
         status = TaskStatus.UNREADABLE  # its queue record: it waits for a person
     elif place is not None:
@@ -157,20 +178,9 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> Tas
     return TaskView(task, status, len(run_ids), latest, holder, used, place)
 
 
-def queue_places(root: Path) -> Mapping[str, QueuePlace]:
-    """Every queued or blocked task under `root`, by P/T (none without a queue: the fleet's
-    code is loaded only where there is one)."""
-    if not (root / runfolder.FLEET).is_dir():
-        return {}
-    from runagent.fleet import queue
-
-    return queue.places(root)
-
-
-def waited_on_by(task: TaskPaths, places: Mapping[str, QueuePlace] | None = None) -> list[str]:
+def waited_on_by(task: TaskPaths, places: Mapping[str, QueuePlace]) -> list[str]:
     """The tasks (P/T) that wait for `task` to complete (started `--after` it); `places` as
     for `view`."""
-    places = places if places is not None else queue_places(task.root)
     return sorted(label for label, place in places.items() if task.label in place.after)
 
 
@@ -205,9 +215,11 @@ def find_task(root: Path, project_id: str, task_id: str) -> TaskPaths:
     return task
 
 
-def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
+def all_tasks(
+    root: Path, places: Mapping[str, QueuePlace], project_id: str | None = None
+) -> list[TaskView]:
+    """Every task under `root` (or one project's), `places` as for `view`."""
     projects = [project_id] if project_id else runfolder.project_ids(root)
-    places = queue_places(root)
     return [
         view(TaskPaths(root, p, t), places) for p in projects for t in runfolder.task_ids(root, p)
     ]

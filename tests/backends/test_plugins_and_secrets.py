@@ -14,7 +14,7 @@ from tests.conftest import FAKE_AGENT, Workspace
 
 PLUGIN = """
 from runagent.loop.backend import Backend
-from runagent.loop.process import LaunchSpec
+from runagent.process import LaunchSpec
 
 
 class Echo(Backend):
@@ -101,7 +101,7 @@ AIDER_PLUGIN = """
 import sys
 
 from runagent.loop.backend import Backend
-from runagent.loop.process import LaunchSpec
+from runagent.process import LaunchSpec
 
 
 class AiderBackend(Backend):

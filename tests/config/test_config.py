@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from runagent.config.duration import parse_duration
 from runagent.config.file import (
     default_runs_dir,
     find_config,
@@ -19,6 +18,7 @@ from runagent.config.file import (
     user_config_file,
 )
 from runagent.config.settings import AgentConfig, Config, NotifyEvent, Overlap, Permissions, Until
+from runagent.duration import parse_duration
 from runagent.errors import ConfigError, UsageError
 
 BACKENDS = ["command", "claude"]
@@ -290,7 +290,8 @@ CHAT_BACKENDS = [*BACKENDS, "xai", "perplexity", "chat_completions"]
 
 
 def test_agent_mode_and_the_ops_section_are_typed(tmp_path: Path) -> None:
-    from runagent.config.settings import Approvals, Mode
+    from runagent.config.settings import Mode
+    from runagent.ops import Approvals
 
     path = tmp_path / "config.yaml"
     path.write_text(

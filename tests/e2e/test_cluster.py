@@ -34,7 +34,7 @@ except ImportError:
         raise
     pytest.skip("the ray extra is not installed (pip install -e '.[ray]')", allow_module_level=True)
 
-from runagent import schedule
+from runagent import listing, schedule
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings, ExecutorType, ScheduleConfig
 from runagent.errors import AlreadyRunningError, ExitCode
@@ -172,7 +172,7 @@ def test_a_dispatched_loop_runs_and_its_run_names_its_host(
     assert info.status is RunStatus.COMPLETED and info.host == started.holder.host
     assert "line 3" in task.run(info.run_id).stdout.read_text()
     wait_for(lambda: name_free(executor, task.label), 15, "the actor to end")
-    assert tasks.view(task).status is tasks.TaskStatus.COMPLETED
+    assert listing.view(task).status is tasks.TaskStatus.COMPLETED
 
 
 def test_a_failed_run_is_restarted_by_the_same_loop_on_the_same_host(
@@ -205,7 +205,7 @@ def test_a_second_start_is_refused_naming_the_holder(
     assert first.holder is not None
     if executor.type is ExecutorType.RAY:
         assert f"on host {first.holder.host}" in message
-    view = tasks.view(task)
+    view = listing.view(task)
     assert view.status is tasks.TaskStatus.RUNNING and view.supervisor is not None
     assert view.supervisor.host == first.holder.host
     status = ws.invoke("status", "-p", "p", "-t", task.task_id)
@@ -312,12 +312,12 @@ def test_detach_starts_the_loop_says_where_and_returns(
         assert found[1] == executor.type.value
         if executor.type is ExecutorType.RAY:  # on a cluster, always the host (this may be one)
             assert found[3] in HOSTS
-        view = wait_for(lambda: (v := tasks.view(task)).status is tasks.TaskStatus.RUNNING
+        view = wait_for(lambda: (v := listing.view(task)).status is tasks.TaskStatus.RUNNING
                         and v, 30, "the loop to run on")  # fmt: skip
         assert view.supervisor is not None and view.supervisor.pid == int(found[2])
     finally:
         go(task)
-    wait_for(lambda: tasks.view(task).status is tasks.TaskStatus.COMPLETED, 30, "completed")
+    wait_for(lambda: listing.view(task).status is tasks.TaskStatus.COMPLETED, 30, "completed")
     wait_for(lambda: name_free(executor, task.label), 30, "its loop to end")
 
 
@@ -439,7 +439,7 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
     try:
         for task in holders:
             start(ws, settings, task)
-        wait_for(lambda: all(tasks.view(t).status is tasks.TaskStatus.RUNNING for t in holders),
+        wait_for(lambda: all(listing.view(t).status is tasks.TaskStatus.RUNNING for t in holders),
                  60, "four loops holding the four agent_slots")  # fmt: skip
         for n, task in enumerate(queued):
             done = ws.cli("run", "-p", "p", "-t", task.task_id, "-d", "--config", str(ws.config),
@@ -486,7 +486,7 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
         freed = time.time()
         go(holders[0])  # its agent completes, its loop ends, its slot frees
         view = wait_for(
-            lambda: (v := tasks.view(queued[0])).status is tasks.TaskStatus.RUNNING and v, 60,
+            lambda: (v := listing.view(queued[0])).status is tasks.TaskStatus.RUNNING and v, 60,
             "the queued task to start once a slot frees",
         )  # fmt: skip
         assert view.supervisor is not None and view.supervisor.host in HOSTS
@@ -534,7 +534,7 @@ def test_a_starters_call_that_comes_after_its_loop_ran_and_ended_starts_nothing_
     supervisor = started.pid or latest(task).supervisor_pid
     assert where.error is None and where.pid == supervisor, where
     assert task.run_ids() == runs  # nothing ran again
-    assert tasks.view(task).status is tasks.TaskStatus.COMPLETED
+    assert listing.view(task).status is tasks.TaskStatus.COMPLETED
 
 
 def test_a_task_after_another_waits_here_then_runs_on_the_cluster(
@@ -599,7 +599,7 @@ def test_a_host_agent_killed_loses_its_run_and_its_loop_goes_on_on_that_host(
         )  # fmt: skip
         assert again.host == started.holder.host and again.attempt == 2
         assert read_run_info(task.run_folder(first.run_id)).status is RunStatus.LOST
-        assert tasks.view(task).status is tasks.TaskStatus.RUNNING
+        assert listing.view(task).status is tasks.TaskStatus.RUNNING
     finally:
         control.stop(task, 20, on_cluster.settings)
     assert name_free(on_cluster.settings, task.label)
@@ -623,7 +623,7 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
         mirrored = wait_for(lambda: task.run_ids() == [run_id] and latest(task), 30,
                             "the run mirrored while it runs")  # fmt: skip
         assert mirrored.status is RunStatus.RUNNING and mirrored.host in HOSTS
-        view = wait_for(lambda: (v := tasks.view(task)).supervisor and v, 30, "its holder")
+        view = wait_for(lambda: (v := listing.view(task)).supervisor and v, 30, "its holder")
         assert view.status is tasks.TaskStatus.RUNNING and view.supervisor.host == mirrored.host
         executor = control.ray_executor(settings)
         go.touch()
@@ -726,6 +726,7 @@ HOLDER = """
 import sys, time
 from runagent.executors import control
 from runagent.config.settings import ExecutorSettings, ExecutorType
+from runagent import listing
 settings = ExecutorSettings(type=ExecutorType.RAY, address=sys.argv[1], namespace="test")
 assert control.hold_scheduler(settings) and control.hold_scheduler(settings)
 print("held", flush=True)

@@ -70,7 +70,7 @@ def keepers(ws: Workspace) -> list[int]:
     found = []
     for proc in psutil.process_iter(["cmdline"]):
         cmdline = proc.info["cmdline"] or []
-        if "runagent.fleet.keeper" in cmdline and str(ws.root.resolve()) in cmdline:
+        if "runagent.executors.keeper" in cmdline and str(ws.root.resolve()) in cmdline:
             found.append(proc.pid)
     return found
 

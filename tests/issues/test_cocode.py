@@ -175,3 +175,13 @@ def test_cocode_runs_a_resolved_issue_again_and_a_changed_one_as_a_new_task(
     assert len(ws.runs("cocode", "issue-1")) == 2
     (other,) = [t for t in (ws.root / "cocode").iterdir() if t.name.startswith("issue-1-")]
     assert "Fix another bug" in (other / "TASK.md").read_text()
+
+
+def test_every_way_a_loop_ends_has_a_cocode_exit_code() -> None:
+    # A loop stopped as stuck or at its budget ended the command with a KeyError's traceback.
+    from runagent.cli.foreground import OUTCOME_EXIT
+    from runagent.cli.issues import COCODE_EXIT
+    from runagent.loop.events import Outcome
+
+    assert set(COCODE_EXIT) == set(OUTCOME_EXIT) == set(Outcome)
+    assert COCODE_EXIT[Outcome.STUCK] == COCODE_EXIT[Outcome.BUDGET] == COCODE_EXIT[Outcome.FAILED]

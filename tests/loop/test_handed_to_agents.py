@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from runagent import listing
 from runagent.errors import ExitCode
-from runagent.store import tasks, tokens
+from runagent.store import tokens
 from tests.conftest import Workspace, serving, wait_for
 from tests.gitrepo import GIT_ENV, make_repo
 from tests.loop.sandboxing import agent, needs_bwrap
@@ -66,7 +67,7 @@ def test_a_project_token_never_points_a_sandboxed_agent_at_a_host_folder(
         answer = client.post("/api/projects/A/tasks", json=body, headers=bearer)
         if answer.status_code == 202:
             paths = ws.task("A", "t")
-            wait_for(lambda: paths.run_ids() and tasks.view(paths).status.value
+            wait_for(lambda: paths.run_ids() and listing.view(paths).status.value
                      in ("completed", "failed"), 60, "the task to end")  # fmt: skip
     assert answer.status_code in (400, 403), json.dumps(answer.json())
     assert not (cwd / "planted").exists()

@@ -1,4 +1,4 @@
-"""runagent.loop.process and the reaper: stdio on files, exit codes, and killing whole trees."""
+"""runagent.process and the reaper: stdio on files, exit codes, and killing whole trees."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
+from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.store.pids import is_alive, process_start_time
 from tests.conftest import Workspace, alive, wait_for
 
@@ -143,7 +143,7 @@ def _parent_of(pid: int) -> int:
 def test_the_reaper_started_early_is_the_one_the_agent_runs_under(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runagent.loop import process
+    from runagent import process
 
     monkeypatch.setattr(process, "_standby", None)
     process.start_reaper_early()
@@ -164,7 +164,7 @@ def test_the_reaper_started_early_is_the_one_the_agent_runs_under(
 
 
 def test_a_reaper_started_early_and_never_used_exits_having_started_nothing() -> None:
-    from runagent.loop import process
+    from runagent import process
 
     reaper, lifeline, report = process._spawn_reaper()
     try:
@@ -179,7 +179,7 @@ def test_a_reaper_started_early_and_never_used_exits_having_started_nothing() ->
 def test_a_reaper_that_died_before_it_was_used_is_replaced(
     ws: Workspace, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from runagent.loop import process
+    from runagent import process
 
     monkeypatch.setattr(process, "_standby", None)
     process.start_reaper_early()

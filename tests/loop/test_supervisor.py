@@ -14,7 +14,7 @@ from runagent.config.settings import Until
 from runagent.errors import AlreadyRunningError
 from runagent.loop.attempt import StopSignal
 from runagent.loop.events import EventKind, Outcome
-from runagent.loop.process import AgentProcess, LaunchSpec, SpawnError
+from runagent.process import AgentProcess, LaunchSpec, SpawnError
 from runagent.store import runfolder
 from runagent.store.lock import TaskLock
 from runagent.store.runinfo import Reason, RunInfo, RunStatus

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runagent.config.settings import Approvals
+from runagent.ops import Approvals
 from runagent.ops.conversation import Conversation, final_message, operations_of, unattended_policy
 from runagent.ops.policy import Policy, Verdict
 from runagent.ops.runtime import Runtime

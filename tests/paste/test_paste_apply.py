@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from runagent.config.settings import Approvals
+from runagent.ops import Approvals
 from runagent.ops.runtime import Runtime
 from runagent.ops.waiting import Waiter
 from runagent.paste.apply import INTERRUPTED, LISTING_LIMIT, Applied, Applier, workspace_listing

@@ -21,8 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from starlette.testclient import TestClient
 
+from runagent import listing
 from runagent.config.overrides import OPTIONS
-from runagent.store import tasks, tokens
+from runagent.store import tokens
 from server.app import Settings, create_app
 from server.mcptools import MAX_BYTES
 from tests.conftest import LOCAL, Workspace, serving
@@ -235,7 +236,7 @@ def test_stop_and_resume_over_stdio(ws: Workspace) -> None:
             assert (await call(client, "stop_task", project="p", task="t"))["stopped"]
 
     anyio.run(main)
-    assert len(ws.runs()) == 2 and tasks.view(ws.task()).status.value == "stopped"
+    assert len(ws.runs()) == 2 and listing.view(ws.task()).status.value == "stopped"
 
 
 def test_approvals_and_paste_replies_over_stdio(ws: Workspace) -> None:

@@ -17,7 +17,8 @@ import pytest
 import yaml
 from starlette.routing import Route
 
-from runagent.store import tasks, tokens
+from runagent import listing
+from runagent.store import tokens
 from runagent.store.credentials import TOKEN
 from server.app import Settings, create_app
 from tests.conftest import Workspace, serving, wait_for
@@ -194,7 +195,7 @@ def test_every_route_checks_the_scope_and_the_project(ws: Workspace) -> None:
             "Authorization": f"Bearer {limited.secret}", **WRITE})  # fmt: skip
         assert fired.status_code == 202, fired.text
         task = ws.task(MINE, fired.json()["task_id"])
-        wait_for(lambda: tasks.view(task).status == "completed", 60, "the firing")
+        wait_for(lambda: listing.view(task).status == "completed", 60, "the firing")
     assert tried > 400 and refused > 250  # every route, each with every credential
     # Never logged, never in a run folder, never in an error message (none was answered).
     said = log.read_text(errors="replace")
@@ -409,7 +410,7 @@ def test_no_credential_of_run_agent_reaches_an_agent_or_a_record(ws: Workspace) 
         with serving(ws, env=env) as url, httpx.Client(base_url=url, headers=auth) as client:
             first = client.post("/api/projects/p/tasks", json={"task_id": "a", "prompt": "go"})
             assert first.status_code == 202, first.text
-            wait_for(lambda: tasks.view(ws.task("p", "a")).status.value == "running", 60, "a")
+            wait_for(lambda: listing.view(ws.task("p", "a")).status.value == "running", 60, "a")
             body = {"task_id": "b", "prompt": "go", "after": ["p/a"]}
             queued = client.post("/api/projects/p/tasks", json=body)
             assert queued.json()["queued"] is not None, queued.text

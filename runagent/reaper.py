@@ -1,6 +1,6 @@
 """The reaper: the one process between a supervisor and its agent, which kills the agent's tree.
 
-Started by `runagent.loop.process` as `python -I -S reaper.py LIFELINE REPORT --standby`, in a
+Started by `runagent.process` as `python -I -S reaper.py LIFELINE REPORT --standby`, in a
 session of its own (so a signal to the supervisor's process group never reaches it), ahead of
 need: its interpreter boots while the supervisor loads and prepares the run. Its first message
 on LIFELINE says what to start: `S`, then one line of JSON with the executable, argv,

@@ -1,6 +1,6 @@
 """Agent processes: spawned with stdio on files, in their own session, stopped as a whole tree.
 
-Each agent runs under a reaper (`runagent/loop/reaper.py`), a tiny process in its own session that
+Each agent runs under a reaper (`runagent/reaper.py`), a tiny process in its own session that
 holds a pipe from the supervisor. The reaper stops the agent's whole tree when asked, when the agent
 exits leaving children behind, and when the pipe closes because the supervisor died, even by a
 SIGKILL of its whole process group. The agent's stdout and stderr are file descriptors of the run

@@ -12,7 +12,7 @@ one the keeper's environment does not set is blocked, saying which, never starte
 exits once no detached task is queued that it could start; whoever queues the next one, or ends
 a loop while one waits, starts it again (gate.ensure_keeper).
 
-    python -m runagent.fleet.keeper [--detach] ROOT
+    python -m runagent.executors.keeper [--detach] ROOT
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def main(args: list[str]) -> int:
     detach = args[:1] == ["--detach"]
     rest = args[1:] if detach else args
     if len(rest) != 1:
-        print("usage: python -m runagent.fleet.keeper [--detach] ROOT", file=sys.stderr)
+        print("usage: python -m runagent.executors.keeper [--detach] ROOT", file=sys.stderr)
         return 2
     if detach and os.fork() > 0:
         return 0  # the parent exits at once: nothing is left for its starter to reap
