@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from runagent.errors import AlreadyRunningError, RunAgentError
 from tests.conftest import REPO
 
 PACKAGE = REPO / "runagent" / "executors" / "ray"
@@ -114,3 +115,48 @@ def test_the_check_finds_ray_exceptions_however_they_are_named(tmp_path: Path) -
     clean = tmp_path / "clean.py"
     clean.write_text("import ray\ntry:\n    ray.get(1)\nexcept (GoneError, KeyError):\n    pass\n")
     assert offences(clean, {"RayError"}) == []
+
+
+def raised_through_the_boundary(exc: BaseException) -> BaseException:
+    from runagent.executors.ray import boundary
+
+    with pytest.raises(BaseException) as caught, boundary.mapped():
+        raise exc
+    return caught.value
+
+
+def test_the_boundary_turns_each_of_rays_failures_into_run_agents_own() -> None:
+    rx = pytest.importorskip("ray.exceptions")
+    from runagent.executors.ray import boundary as b
+
+    def remote(cause: Exception) -> Exception:  # as ray.get raises what an actor raised
+        made: Exception = rx.RayTaskError("HostAgent.stop", "Traceback ...", cause)
+        return made.as_instanceof_cause()
+
+    cases: list[tuple[Exception, type[Exception]]] = [
+        (rx.GetTimeoutError("Get timed out: some object(s) not ready."), b.TimedOutError),
+        (rx.ActorUnavailableError("restarting", None), b.RestartingError),
+        (rx.ActorDiedError(), b.GoneError),
+        (
+            rx.ActorAlreadyExistsError("The name home (namespace=t) is already taken."),
+            b.NameTakenError,
+        ),
+        (rx.RayError("Placement group p/t already exists.\ndetails"), b.NameTakenError),
+        (remote(ValueError("'..' is outside the runs root")), b.RemoteError),
+        (remote(b.GoneError("its own call found an actor gone")), b.RemoteError),
+        (rx.RaySystemError("the GCS went away\nmore lines"), b.ClusterError),
+    ]
+    for raised, expected in cases:
+        found = raised_through_the_boundary(raised)
+        assert type(found) is expected, (raised, found)
+        assert isinstance(found, RunAgentError) and "\n" not in str(found), found
+    # Only the no-answer kinds say "try again later"; a gone actor is not one of them.
+    assert issubclass(b.RestartingError, b.NoAnswerError)
+    assert issubclass(b.TimedOutError, b.NoAnswerError)
+    assert not issubclass(b.GoneError, b.NoAnswerError)
+    # What an actor raised on purpose comes back as itself; what Ray did not raise is let be.
+    refusal = AlreadyRunningError("task p/t is already running")
+    assert raised_through_the_boundary(remote(refusal)) is refusal
+    assert "ValueError: '..' is outside" in str(raised_through_the_boundary(cases[5][0]))
+    plain = KeyError("x")
+    assert raised_through_the_boundary(plain) is plain
