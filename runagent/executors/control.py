@@ -1,5 +1,5 @@
-"""Which executor runs a task's loop: the local one (localexecutor.py, a detached supervisor on
-this machine) or Ray (rayexecutor.py, imported only when configured), which starts the same
+"""Which executor runs a task's loop: the local one (local.py, a detached supervisor on this
+machine) or Ray (the package ray/, imported only when configured), which starts the same
 supervisor on a host of a cluster. The service (service.py) starts and stops loops through here
 and never asks which one runs them."""
 

@@ -515,14 +515,14 @@ def test_a_starters_call_that_comes_after_its_loop_ran_and_ended_starts_nothing_
     quick loop end, before the starter's own call to start it arrives: that late call learns
     where the loop ran and starts nothing (it once started it again, and the task, completed,
     refused: the starter said a task that had run fine could not start)."""
-    from runagent.executors import ray as rayexecutor
+    from runagent.executors.ray import store
 
     settings = on_cluster.settings
     cluster_config(ws, settings, HOLD, max_restarts=0)
     task = ws.task("p", "late")
     started = start(ws, settings, task)
     # What its host agent was given, and which agent it is (the one that started it says so).
-    spec = wait_for(lambda: (s := rayexecutor._spec(settings.namespace, task.label)) and s.node
+    spec = wait_for(lambda: (s := store.spec(settings.namespace, task.label)) and s.node
                     and s, 30, "the spec its host agent started")  # fmt: skip
     agent = ray.get_actor(f"host:{spec.node}", namespace=settings.namespace)
     go(task)
