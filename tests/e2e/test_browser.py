@@ -243,6 +243,26 @@ def test_each_agents_stream_reads_as_its_backend_says(
     assert shown_parts(page) == READ[backend]
 
 
+def test_a_stream_whose_backend_states_no_rules_reads_as_written(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The page knows no agent's events by itself: claude's, codex's and gemini's, written by a
+    `command` agent, whose backend says nothing of its lines, are shown as the agent wrote them."""
+    lines = [
+        line
+        for backend in sorted(READ)
+        for line in (REPO / "tests" / "samples" / f"{backend}-tool.stdout.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    ws.write_config(["--chunks", "".join(f"{line}\n" for line in lines).encode().hex()])
+    assert ws.cli("-p", "p", "-t", "untold", "go").returncode == 0
+    page.goto(f"{server.url}/#p/untold")
+    expect(page.locator("#log .line")).to_have_count(len(lines))
+    assert page.locator("#log [class^=ev-]").count() == 0
+    assert [row[0][1] for row in shown_parts(page)] == lines
+
+
 PARROT = """
 from runagent.backend import Backend, LaunchSpec
 
