@@ -11,18 +11,18 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterator, Sequence
 from importlib.machinery import PathFinder
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from runagent.config import parsed
 from runagent.config.settings import AgentConfig, Mode
-from runagent.errors import ConfigError, MissingDependencyError, RunAgentError
+from runagent.errors import ConfigError, MissingDependencyError, NotFoundError, RunAgentError
 from runagent.record import record
 
 if TYPE_CHECKING:  # the interface loads with the first backend, not with the registry
-    from runagent.backend import Backend
+    from runagent.backend import Backend, LineRule
 
 ENTRY_POINT_GROUP = "runagent.backends"
 
@@ -149,15 +149,16 @@ def _load(target: str) -> Any:
     return getattr(loaded, attribute) if attribute else loaded
 
 
-def _factory(name: str) -> Callable[[AgentConfig], Backend]:
+def _loaded(name: str) -> Any:
+    """What the registry line or entry point of backend `name` names, loaded: a Backend class,
+    a create(config) function, or a module that has one."""
     try:
         if name in BUILTIN:
-            loaded = _load(BUILTIN[name].target)
-        else:
-            found = _entry_points(name)
-            if not found:
-                raise RunAgentError(f"unknown backend {name!r}; known: {', '.join(names())}")
-            loaded = found[0].load()
+            return _load(BUILTIN[name].target)
+        found = _entry_points(name)
+        if not found:
+            raise NotFoundError(f"unknown backend {name!r}; known: {', '.join(names())}")
+        return found[0].load()
     except RunAgentError:
         raise
     except Exception as exc:  # a broken module must not take run-agent down with it
@@ -165,8 +166,18 @@ def _factory(name: str) -> Callable[[AgentConfig], Backend]:
             f"backend {name!r} failed to load ({type(exc).__name__}: {exc}); "
             "reinstall the package that provides it"
         ) from exc
-    # A Backend class, a create(config) function, or a module that has one.
+
+
+def _factory(name: str) -> Callable[[AgentConfig], Backend]:
+    loaded = _loaded(name)
     return getattr(loaded, "create", loaded)  # type: ignore[no-any-return]
+
+
+def lines_of(name: str) -> Sequence[LineRule]:
+    """How the stdout lines of backend `name`'s agent read (runagent/loop/lines.py): the `lines`
+    of its class, or of the module whose create(config) makes it; none where it states none."""
+    lines: Sequence[LineRule] = getattr(_loaded(name), "lines", ())
+    return lines  # runagent.loop.lines.checked says what is wrong with a list not well made
 
 
 def create(config: AgentConfig) -> Backend:

@@ -54,6 +54,23 @@ class ClaudeBackend(Backend):
     name = "claude"
     default_command = ("claude",)
     token_variable = "ANTHROPIC_API_KEY"
+    # How the page reads each line of the stream (runagent/loop/lines.py says how rules read).
+    lines = (
+        {"when": {"type": "assistant"}, "has": ["message"], "each": "message.content", "rules": [
+            {"when": {"type": "text"}, "show": [("assistant", "{text}")]},
+            {"when": {"type": "tool_use"}, "show": [("tool", "⚙ {name} {input}")]},
+        ]},
+        {"when": {"type": "user"}, "has": ["message"], "each": "message.content", "rules": [
+            {"when": {"type": "tool_result", "is_error": True}, "show": [("error", "↳ {content}")]},
+            {"when": {"type": "tool_result"}, "show": [("tool", "↳ {content}")]},
+        ]},
+        {"when": {"type": "result", "is_error": True},
+         "show": [("error", "result: {result|subtype}")]},
+        {"when": {"type": "result"}, "has": ["is_error"],
+         "show": [("result", "result: {result|subtype}")]},
+        {"when": {"type": "system"}, "show": [("meta", "system {subtype} {model|message}")]},
+        {"has": ["type"], "show": [("meta", "{type}")]},
+    )  # fmt: skip
 
     def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
         home = Path(env.get("HOME") or Path.home())

@@ -41,6 +41,16 @@ class CodexBackend(Backend):
     default_command = ("codex",)
     token_variable = "CODEX_API_KEY"
     login_renamed = True  # auth.json is written beside and renamed over
+    # How the page reads each line of the stream (runagent/loop/lines.py says how rules read).
+    lines = (
+        {"when": {"item.type": "agent_message"}, "show": [("assistant", "{item.text}")]},
+        {"when": {"item.type": "command_execution"},
+         "show": [("tool", "⚙ {item.command} {item.exit_code}")]},
+        {"when": {"item.type": "error"}, "show": [("error", "{item.message}")]},
+        {"when": {"type": "turn.failed"}, "show": [("error", "turn failed: {error.message}")]},
+        {"when": {"type": "error"}, "show": [("error", "{message|error}")]},
+        {"has": ["type"], "show": [("meta", "{type}")]},
+    )  # fmt: skip
 
     def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
         return (_codex_home(env),)

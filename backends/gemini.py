@@ -46,6 +46,17 @@ class GeminiBackend(Backend):
     name = "gemini"
     default_command = ("gemini",)
     token_variable = "GEMINI_API_KEY"
+    # How the page reads each line of the stream (runagent/loop/lines.py says how rules read).
+    lines = (
+        {"when": {"type": "message", "role": "assistant"}, "show": [("assistant", "{content}")]},
+        {"when": {"type": "message"}, "show": [("meta", "{role}: {content}")]},
+        {"when": {"type": "tool_use"}, "show": [("tool", "⚙ {tool_name} {parameters}")]},
+        {"when": {"type": "tool_result"}, "show": [("tool", "↳ {status} {output}")]},
+        {"when": {"type": "result", "status": "error"},
+         "show": [("error", "result: {status} {error.message}")]},
+        {"when": {"type": "result"}, "show": [("result", "result: {status} {error.message}")]},
+        {"has": ["type"], "show": [("meta", "{type}")]},
+    )  # fmt: skip
 
     def own_files(self, env: Mapping[str, str]) -> tuple[Path, ...]:
         return (_gemini_dir(env),)

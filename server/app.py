@@ -24,6 +24,7 @@ from starlette.routing import Route
 
 from runagent import __version__, listing
 from runagent.errors import RunAgentError, UsageError
+from runagent.loop import lines
 from runagent.loop.context import is_run_id, validate_id
 from runagent.paste import state as paste_state
 from runagent.store import runfolder, tasks
@@ -100,6 +101,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/projects", api.projects),
         Route("/api/tasks", api.all_tasks),
         Route("/api/events", api.events),
+        Route("/api/backends/{name}/lines", api.backend_lines),
         Route("/api/projects/{project}/tasks", api.project_tasks, methods=["GET"]),
         Route("/api/projects/{project}/tasks/{task}", api.task, methods=["GET"]),
         Route("/api/projects/{project}/tasks/{task}/paste", api.paste, methods=["GET"]),
@@ -286,6 +288,14 @@ class Api:
         offset = min(offset, streams.file_size(fence, path))
         counted = await run_in_threadpool(newlines_before, fence, path, offset)
         return JSONResponse({"offset": offset, "newlines": counted})
+
+    async def backend_lines(self, request: Request) -> Response:
+        """How the stdout lines of a run of backend NAME read (runagent/loop/lines.py): the rules
+        the page draws the agent's JSON events by, none where the backend states none."""
+        name = request.path_params["name"]
+        told = self.settings.backend_lines
+        rules = [] if told is None else await run_in_threadpool(told, name)
+        return JSONResponse({"backend": name, "rules": lines.checked(rules, name)})
 
     # Streams -----------------------------------------------------------------------------------
 

@@ -3,12 +3,13 @@ and the one door (runagent.service) through which its API and its scheduler star
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import field
 from datetime import datetime
 from pathlib import Path
 
 from runagent.config.settings import ExecutorSettings, ScheduleConfig
+from runagent.loop.lines import LineRule
 from runagent.record import record
 from runagent.schedule import utc_now
 from runagent.service import AgentCheck, Service
@@ -36,6 +37,9 @@ class Settings:
     # will read it. Without them no agent is checked and the start form offers a free-text agent.
     check_agent: AgentCheck | None = None
     backend_names: Collection[str] = ()
+    # How each backend's stdout lines read (backends.lines_of), handed in likewise: the page is
+    # told them for a run of that backend. Without it the page shows every line as written.
+    backend_lines: Callable[[str], Sequence[LineRule]] | None = None
     metrics_public: bool = False  # `metrics.public`: /metrics answers without a key
 
     @property

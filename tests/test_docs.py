@@ -8,16 +8,18 @@ import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import backends
+from runagent.loop.lines import checked
 from tests.conftest import REPO
 
 
 def test_the_adding_a_backend_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     doc = (REPO / "docs" / "agents" / "adding-a-backend.md").read_text()
-    module_code, registry, test_code = re.findall(r"```python\n(.*?)```", doc, re.S)
+    module_code, lines_code, registry, test_code = re.findall(r"```python\n(.*?)```", doc, re.S)
     module = types.ModuleType("backends.aider")
     exec(compile(module_code, "backends/aider.py", "exec"), module.__dict__)
     monkeypatch.setitem(sys.modules, "backends.aider", module)
@@ -29,6 +31,10 @@ def test_the_adding_a_backend_example_runs(tmp_path: Path, monkeypatch: pytest.M
     test = namespace["test_command_line_and_environment"]
     assert callable(test)
     test(tmp_path)
+    # The rules its lines read by, in the class as the page shows them, are well made.
+    shown: dict[str, Any] = {"Backend": module.AiderBackend}
+    exec(compile(lines_code, "backends/aider.py", "exec"), shown)
+    assert len(checked(shown["AiderBackend"].lines, "aider")) == 4
 
 
 README = REPO / "README.md"

@@ -62,10 +62,12 @@ def serve(
             allowed_hosts=allowed_hosts(host, s.config.server.allowed_hosts),
             ops_workspaces=s.config.server.ops_workspaces,
             executor=s.config.executor,
-            # The one thing of the backends the server runs; it reads the config afresh with
-            # these names, as the detached supervisor it starts will.
+            # What the server asks of the backends: the agent check it runs (reading the config
+            # afresh with these names, as the detached supervisor it starts will), and how each
+            # backend's lines read, which the page is told.
             check_agent=usable_backend,
             backend_names=backends.known(),
+            backend_lines=backends.lines_of,
             metrics_public=s.config.metrics.public,
         )
     )

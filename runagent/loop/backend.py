@@ -9,7 +9,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -24,6 +24,7 @@ from runagent.loop.failure import (
     json_lines,
     retry_after,
 )
+from runagent.loop.lines import LineRule
 from runagent.loop.redaction import Redactor
 from runagent.process import LaunchSpec, resolve_executable
 from runagent.record import record
@@ -38,6 +39,7 @@ __all__ = [
     "Diagnosis",
     "Finding",
     "LaunchSpec",
+    "LineRule",
     "MissingDependencyError",
     "Mode",
     "Permissions",
@@ -91,6 +93,9 @@ class Backend(abc.ABC):
     agent_mode: ClassVar[bool] = False
     # Whether the agent's stdout is written for a person at the terminal (it is echoed whole).
     talks_to_person: ClassVar[bool] = False
+    # How each line of the agent's stdout reads in the page: the rules its JSON events are shown
+    # by (runagent/loop/lines.py). None stated: the page shows the lines as the agent wrote them.
+    lines: ClassVar[Sequence[LineRule]] = ()
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config

@@ -1,5 +1,6 @@
-// One log line as shown: ANSI colours as classes, an agent's JSON event (claude, codex, gemini)
-// described in words.
+// One log line as shown: ANSI colours as classes, or an agent's JSON event in words, read by the
+// rules its backend states (runagent/loop/lines.py says how they are written). No agent's event
+// format is known here: the server tells the rules of each backend.
 
 const ANSI = /\x1b\[([0-9;]*)m|\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07/g;
 
@@ -32,32 +33,68 @@ export function ansiToNodes(text) {
   return nodes;
 }
 
-export function describeEvent(ev) {
-  // claude
-  if (ev.type === "assistant" && ev.message) {
-    return (ev.message.content || []).map((b) => b.type === "text" ? ["assistant", b.text]
-      : b.type === "tool_use" ? ["tool", `⚙ ${b.name} ${JSON.stringify(b.input)}`] : null).filter(Boolean);
+const told = new Map(); // backend name -> a promise of its rules (null: lines as written)
+
+// The rules a run of `backend` has its stdout lines read by, asked of the server once a backend.
+export function rulesOf(backend) {
+  if (!told.has(backend)) {
+    const asked = fetch(`/api/backends/${encodeURIComponent(backend)}/lines`)
+      .then((r) => (r.ok ? r.json() : null))
+      .then((answer) => (answer && answer.rules.length ? answer.rules : null))
+      .catch(() => {
+        told.delete(backend); // the server is away: asked again next time
+        return null;
+      });
+    told.set(backend, asked);
   }
-  if (ev.type === "user" && ev.message) {
-    return (ev.message.content || []).filter((b) => b.type === "tool_result")
-      .map((b) => [b.is_error ? "error" : "tool", `↳ ${typeof b.content === "string" ? b.content : JSON.stringify(b.content)}`]);
+  return told.get(backend);
+}
+
+// The value at `path` (field names joined by dots) of `value`; undefined where there is none.
+function at(value, path) {
+  for (const name of path.split(".")) {
+    if (value === null || typeof value !== "object" || !Object.hasOwn(value, name)) return undefined;
+    value = value[name];
   }
-  if (ev.type === "result" && "is_error" in ev) return [[ev.is_error ? "error" : "result", `result: ${ev.result ?? ev.subtype}`]];
-  if (ev.type === "system") return [["meta", `system ${ev.subtype || ""} ${ev.model || ev.message || ""}`]];
-  // codex
-  if (ev.item) {
-    const item = ev.item;
-    if (item.type === "agent_message") return [["assistant", item.text]];
-    if (item.type === "command_execution") return [["tool", `⚙ ${item.command} ${item.exit_code ?? ""}`]];
-    if (item.type === "error") return [["error", item.message]];
+  return value;
+}
+
+function matches(event, rule) {
+  return Object.entries(rule.when).every(([path, value]) => at(event, path) === value)
+    && rule.has.every((path) => at(event, path) != null);
+}
+
+// A part's text: each {PATH|PATH...} as the first value there, a string as it is, else as JSON.
+function fill(text, event) {
+  return text.replace(/\{([^{}]*)\}/g, (_, paths) => {
+    for (const path of paths.split("|")) {
+      const value = at(event, path);
+      if (value != null) return typeof value === "string" ? value : JSON.stringify(value);
+    }
+    return "";
+  });
+}
+
+// The parts [kind, text] `event` reads as by the first of `rules` it matches; null for none.
+export function describe(event, rules) {
+  const rule = rules.find((r) => matches(event, r));
+  if (!rule) return null;
+  if (rule.show) return rule.show.map(([kind, text]) => [kind, fill(text, event)]);
+  const list = at(event, rule.each);
+  if (list == null) return [];
+  if (!Array.isArray(list)) return null;
+  return list.flatMap((item) => describe(item, rule.rules) || []);
+}
+
+// For each way `rules` show an error, the strings it asks an event to hold, as JSON spells them:
+// a line holding an error event holds each of one of these (a look before parsing it).
+export function errorMarks(rules, above = []) {
+  const marks = [];
+  for (const rule of rules) {
+    const needs = above.concat(Object.values(rule.when).filter((v) => typeof v === "string")
+      .map((v) => JSON.stringify(v)));
+    if (rule.each) marks.push(...errorMarks(rule.rules, needs));
+    else if (rule.show.some(([kind]) => kind === "error")) marks.push(needs);
   }
-  if (ev.type === "turn.failed") return [["error", `turn failed: ${ev.error && ev.error.message}`]];
-  if (ev.type === "error") return [["error", ev.message || JSON.stringify(ev.error)]];
-  // gemini
-  if (ev.type === "message") return ev.role === "assistant" ? [["assistant", ev.content]] : [["meta", `${ev.role}: ${ev.content}`]];
-  if (ev.type === "tool_use") return [["tool", `⚙ ${ev.tool_name} ${JSON.stringify(ev.parameters)}`]];
-  if (ev.type === "tool_result") return [["tool", `↳ ${ev.status} ${ev.output || ""}`]];
-  if (ev.type === "result") return [[ev.status === "error" ? "error" : "result", `result: ${ev.status} ${ev.error ? ev.error.message : ""}`]];
-  if (ev.type) return [["meta", ev.type]];
-  return null;
+  return marks;
 }

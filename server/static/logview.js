@@ -10,7 +10,7 @@
 
 import { hashFor } from "./address.js";
 import { $ } from "./dom.js";
-import { ansiToNodes, describeEvent } from "./lines.js";
+import { ansiToNodes, describe, errorMarks } from "./lines.js";
 import { search } from "./search.js";
 import { state } from "./state.js";
 
@@ -49,6 +49,7 @@ export const log = {
     this.shift = 0; // lines prepended since the count of lines before `from` was asked for
     this.shown = "";
     this.following = true; // stay at the end as lines arrive (until the reader scrolls up)
+    this.rules = null; // how the agent's JSON events read, as its backend says (null: as written)
     this.el.replaceChildren();
     this.sizer = document.createElement("div");
     this.sizer.className = "sizer";
@@ -236,8 +237,8 @@ export const log = {
     const text = document.createElement("span");
     text.className = "text";
     let described = null;
-    if (!$("#raw-toggle").checked && line.startsWith("{")) {
-      try { described = describeEvent(JSON.parse(line)); } catch { described = null; }
+    if (this.rules && !$("#raw-toggle").checked && line.startsWith("{")) {
+      try { described = describe(JSON.parse(line), this.rules); } catch { described = null; }
     }
     if (described) {
       if (!described.length) {
@@ -263,12 +264,14 @@ export const log = {
     this.draw(true);
   },
   // The first error event of a JSON stream, read from the start: where a failed run failed.
+  // Only a line holding what one of the rules' errors asks for is parsed.
   findFailure() {
-    for (let i = 0; i < this.count; i += 1) {
+    const marks = this.rules ? errorMarks(this.rules) : [];
+    for (let i = 0; i < this.count && marks.length; i += 1) {
       const line = this.text(i);
-      if (!line.startsWith("{") || !line.includes("rror")) continue;
+      if (!line.startsWith("{") || !marks.some((m) => m.every((s) => line.includes(s)))) continue;
       let described = null;
-      try { described = describeEvent(JSON.parse(line)); } catch { continue; }
+      try { described = describe(JSON.parse(line), this.rules); } catch { continue; }
       if (described && described.some(([kind]) => kind === "error")) return i;
     }
     return -1;

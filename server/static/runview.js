@@ -5,6 +5,7 @@ import { hashFor, navigate, taskUrl } from "./address.js";
 import { setConnection, watchSource } from "./connection.js";
 import { $, badge } from "./dom.js";
 import { durationText, ms, timeText, usageText } from "./format.js";
+import { rulesOf } from "./lines.js";
 import { log } from "./logview.js";
 import { FAILED, state } from "./state.js";
 
@@ -31,7 +32,7 @@ export async function showRun(run) {
   const hash = hashFor(state.task, state.followLoop ? null : run.run_id, state.autoTab ? null : tab,
     state.autoTab ? null : state.line);
   if (hash !== location.hash) history.replaceState(null, "", hash);
-  if (state.opened !== `${run.run_id}/${tab}`) openFile(tab);
+  if (state.opened !== `${run.run_id}/${tab}`) openFile(tab, run.backend);
   else {
     applyLine();
     showFailure(); // the stream may have ended before the run's end was known here
@@ -108,7 +109,8 @@ export function closeLog() {
   state.opened = null;
 }
 
-async function openFile(name) {
+// The run's file `name`; stdout is the agent's stream, read as the run's `backend` says.
+async function openFile(name, backend) {
   state.file = name;
   document.querySelectorAll(".tabs button[data-file]").forEach((b) => b.classList.toggle("active", b.dataset.file === name));
   $("#download").href = `${runUrl()}/files/${name}?download=1`;
@@ -126,6 +128,9 @@ async function openFile(name) {
     log.showTarget();
     return;
   }
+  const rules = name === "stdout" && backend ? await rulesOf(backend) : null;
+  if (state.opened !== opened) return;
+  log.rules = rules;
   const size = await log.open(`${runUrl()}/files/${name}`);
   if (size === null || state.opened !== opened) return;
   const source = new EventSource(`${runUrl()}/stream/${name}?from=${size}`);

@@ -15,7 +15,16 @@ from pathlib import Path
 import pytest
 
 from runagent.store.host import this_host
-from tests.conftest import REPO, Server, Workspace, alive, free_port, wait_for
+from tests.conftest import (
+    REPO,
+    TEST_DEFAULTS,
+    Server,
+    Workspace,
+    alive,
+    free_port,
+    serving,
+    wait_for,
+)
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = REPO / "test-artifacts"
@@ -152,11 +161,24 @@ def test_the_page_runs_as_es_modules_with_no_console_error(
     assert fetched == {p.name for p in (REPO / "server" / "static").glob("*.js")}
 
 
+def replay(ws: Workspace, backend: str, sample: str, exit_code: int = 0) -> None:
+    """A config whose agent is of type `backend` and writes tests/samples/SAMPLE as its stdout:
+    the page reads its runs as that backend says its lines read."""
+    import yaml
+
+    chunks = (REPO / "tests" / "samples" / sample).read_bytes().hex()
+    argv = ws.agent_argv(["--ignore-unknown", "--chunks", chunks, "--exit", str(exit_code)])
+    ws.config.write_text(yaml.safe_dump({
+        "agents": {"replay": {"type": backend, "permissions": "none", "command": argv}},
+        "defaults": {"agent": "replay", **TEST_DEFAULTS, "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }))  # fmt: skip
+
+
 def test_claude_stream_is_shown_readably_with_a_raw_toggle(
     ws: Workspace, server: Server, page: Page
 ) -> None:
-    sample = REPO / "tests" / "samples" / "claude-tool.stdout.jsonl"
-    ws.write_config(["--chunks", sample.read_bytes().hex()], max_restarts=0)
+    replay(ws, "claude", "claude-tool.stdout.jsonl")
     page.goto(f"{server.url}/")
     start_from_form(page, "json", "use a tool")
     log = page.locator("#log")
@@ -166,6 +188,142 @@ def test_claude_stream_is_shown_readably_with_a_raw_toggle(
     shot(page, "readable-stream")
     page.check("#raw-toggle")
     expect(log).to_contain_text('"type":"assistant"')
+
+
+TOOL = "echo 'hello from fake tool' > fake_tool_output.txt"
+CALL = f'{{"command":"{TOOL}","description":"Write fake tool output file"}}'
+# Each agent's stream of a tool call, line by line, as the page showed it before its backend was
+# the one to say how its lines read: the parts of each line, (kind, text).
+READ = {
+    "claude": [
+        [("meta", "system init claude-opus-5-5")],
+        [("tool", f"⚙ Bash {CALL}")],
+        [("tool", "↳ (Bash completed with no output)")],
+        [("assistant", "hello from fake model")],
+        [("result", "result: hello from fake model")],
+    ],
+    "codex": [
+        [("meta", "thread.started")],
+        [("meta", "turn.started")],
+        [("tool", f'⚙ /bin/bash -lc "{TOOL}" ')],
+        [("tool", f'⚙ /bin/bash -lc "{TOOL}" 0')],
+        [("assistant", "hello from fake model")],
+        [("meta", "turn.completed")],
+    ],
+    "gemini": [
+        [("meta", "init")],
+        [("meta", "user: Say hello, then write fake_tool_output.txt.")],
+        [("tool", f"⚙ run_shell_command {CALL}")],
+        [("tool", "↳ success ")],
+        [("assistant", "hello from fake model")],
+        [("result", "result: success ")],
+    ],
+}
+
+
+def shown_parts(page: Page) -> list[list[tuple[str, str]]]:
+    """Each row of the log: its parts, (kind, text)."""
+    rows = page.evaluate(
+        """() => [...document.querySelectorAll("#log .line .text")].map((t) =>
+             [...t.querySelectorAll("span")].map((s) => [s.className.replace("ev-", ""),
+                                                          s.textContent]))"""
+    )
+    return [[(kind, text) for kind, text in row] for row in rows]
+
+
+@pytest.mark.parametrize("backend", sorted(READ))
+def test_each_agents_stream_reads_as_its_backend_says(
+    ws: Workspace, server: Server, page: Page, backend: str
+) -> None:
+    replay(ws, backend, f"{backend}-tool.stdout.jsonl")
+    assert ws.cli("-p", "p", "-t", "read", "use a tool").returncode == 0
+    page.goto(f"{server.url}/#p/read")
+    expect(page.locator("#log .line")).to_have_count(len(READ[backend]))
+    expect(page.locator("#log .ev-assistant")).to_have_text("hello from fake model")
+    assert shown_parts(page) == READ[backend]
+
+
+def test_a_stream_whose_backend_states_no_rules_reads_as_written(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The page knows no agent's events by itself: claude's, codex's and gemini's, written by a
+    `command` agent, whose backend says nothing of its lines, are shown as the agent wrote them."""
+    lines = [
+        line
+        for backend in sorted(READ)
+        for line in (REPO / "tests" / "samples" / f"{backend}-tool.stdout.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    ws.write_config(["--chunks", "".join(f"{line}\n" for line in lines).encode().hex()])
+    assert ws.cli("-p", "p", "-t", "untold", "go").returncode == 0
+    page.goto(f"{server.url}/#p/untold")
+    expect(page.locator("#log .line")).to_have_count(len(lines))
+    assert page.locator("#log [class^=ev-]").count() == 0
+    assert [row[0][1] for row in shown_parts(page)] == lines
+
+
+PARROT = """
+from runagent.backend import Backend, LaunchSpec
+
+
+class Parrot(Backend):
+    name = "parrot"
+    lines = (
+        {"when": {"kind": "said"}, "show": [("assistant", "{words}")]},
+        {"when": {"kind": "ran"}, "show": [("tool", "⚙ {tool.called} {tool.with}")]},
+        {"when": {"kind": "broke"}, "show": [("error", "broke: {why|how}")]},
+    )
+
+    def launch(self, ctx):
+        env = self.environment(ctx)
+        return LaunchSpec(tuple(self.config.command), env, ctx.working_dir, ctx.prompt_file)
+"""
+
+
+def test_a_new_backends_lines_read_as_its_own_rules_say(ws: Workspace, page: Page) -> None:
+    """A backend of another package, whose agent's events are its own: the page reads them by
+    the rules its class states, and opens the failed run at the event they call an error."""
+    import yaml
+
+    plugins = ws.path / "plugins"
+    (plugins / "parrot_backend-1.0.dist-info").mkdir(parents=True)
+    (plugins / "parrot_backend.py").write_text(PARROT)
+    (plugins / "parrot_backend-1.0.dist-info" / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: parrot-backend\nVersion: 1.0\n"
+    )
+    (plugins / "parrot_backend-1.0.dist-info" / "entry_points.txt").write_text(
+        "[runagent.backends]\nparrot = parrot_backend:Parrot\n"
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(plugins), os.environ.get("PYTHONPATH", "")])}
+    stream = [
+        {"kind": "said", "words": "hello in my own words"},
+        {"kind": "ran", "tool": {"called": "grep", "with": ["-r", "seed"]}},
+        {"kind": "broke", "how": "out of seeds"},
+        {"kind": "unheard of"},
+    ]
+    text = "".join(json.dumps(event) + "\n" for event in stream) + "a plain line\n"
+    argv = ws.agent_argv(["--chunks", text.encode().hex(), "--exit", "1"])
+    ws.config.write_text(yaml.safe_dump({
+        "agents": {"parrot": {"type": "parrot", "command": argv}},
+        "defaults": {"agent": "parrot", **TEST_DEFAULTS, "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }))  # fmt: skip
+    assert ws.cli("-p", "p", "-t", "parrot", "talk", env=env).returncode == 1
+    with serving(ws, env) as url:
+        page.goto(f"{url}/#p/parrot")
+        log = page.locator("#log")
+        expect(log.locator(".ev-assistant")).to_have_text("hello in my own words")
+        expect(page.locator("#log .line.failure")).to_contain_text("broke: out of seeds")
+        assert shown_parts(page) == [
+            [("assistant", "hello in my own words")],
+            [("tool", '⚙ grep ["-r","seed"]')],
+            [("error", "broke: out of seeds")],
+            [("", '{"kind": "unheard of"}')],  # a line no rule reads: as written
+            [("", "a plain line")],
+        ]
+        page.check("#raw-toggle")
+        expect(log).to_contain_text('{"kind": "said", "words": "hello in my own words"}')
 
 
 def test_the_page_shows_when_the_server_goes_away(
@@ -569,8 +727,7 @@ def test_a_failed_runs_header_says_why_and_it_opens_on_its_stderr(
 def test_a_failed_stream_opens_on_its_error_event(
     ws: Workspace, server: Server, page: Page
 ) -> None:
-    sample = REPO / "tests" / "samples" / "claude-error.stdout.jsonl"
-    ws.write_config(["--chunks", sample.read_bytes().hex(), "--exit", "1"], max_restarts=0)
+    replay(ws, "claude", "claude-error.stdout.jsonl", exit_code=1)
     page.goto(server.url)
     start_from_form(page, "api-error", "meet an API error")
     expect(page.locator("#task-status")).to_have_text("failed", timeout=20000)

@@ -116,6 +116,8 @@ def targets(runs: dict[str, str], ops: dict[str, str]) -> Iterator[Target]:
                     params["name"] = f"s-{project}"
                 if not any(p in route.path for p in ("{project}", "{run}", "{name}")):
                     project = None
+                if route.path.startswith("/api/backends/{name}"):
+                    params["name"], project = "claude", None  # a backend's, no project's
                 path = route.path.format(**params)
                 yield Target(method, route.path, path, project)
 
