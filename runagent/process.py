@@ -292,8 +292,6 @@ def _write_if_changed(path: Path, content: str) -> None:
         pass
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(content, encoding="utf-8")
-        os.replace(tmp, path)
+        runfolder.atomic_write(path, content)
     except OSError as exc:
         raise SpawnError(f"cannot write {str(path)!r} for the agent: {exc.strerror}", 126) from exc

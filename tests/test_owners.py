@@ -177,3 +177,48 @@ def test_no_module_but_the_settings_spells_the_fleet_limits() -> None:
         if len(named) >= 2 or strings:
             copies[str(path.relative_to(REPO))] = sorted(named | strings)
     assert not copies, f"only {LIMITS_OWNER.relative_to(REPO)} names the limits: {copies}"
+
+
+# Renames that are not a record written whole, by file: how many, and why they are not.
+NOT_A_RECORD = {
+    "runagent/ops/workspace.py": 1,  # the agent's own files, written through its folder's fd
+    "runagent/ops/approval.py": 1,  # a pending approval taken by renaming it (one taker wins)
+    "runagent/paste/inbox.py": 1,  # a handled reply moved aside, never over another
+    "runagent/loop/sandbox.py": 1,  # a commondir planted in a checkout's .git moved aside
+    "runagent/issues/worktree.py": 1,  # a stale worktree's folder moved aside
+    "runagent/issues/pruning.py": 1,  # likewise, when pruned
+}
+
+
+def renames(path: Path) -> list[int]:
+    """The lines of `path` that rename a file into place: os.replace or os.rename, or a path's
+    .replace(X) or .rename(X) with one argument that is not a string literal."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name, owner = node.func.attr, node.func.value
+        if name not in ("replace", "rename"):
+            continue
+        if isinstance(owner, ast.Name) and owner.id == "os":
+            found.append(node.lineno)
+        elif isinstance(owner, ast.Name) and owner.id == "dataclasses":
+            continue  # a record's copy, not a file
+        elif len(node.args) == 1 and not isinstance(node.args[0], ast.Constant):
+            found.append(node.lineno)
+    return found
+
+
+def test_records_are_written_by_one_writer_with_fsync() -> None:
+    """runfolder.atomic_write_bytes (a temporary file, fsync, rename) writes every record; no
+    other module renames a file into place."""
+    others = {}
+    for path in sorted([*(REPO / "runagent").rglob("*.py"), *(REPO / "server").rglob("*.py")]):
+        where = str(path.relative_to(REPO))
+        if where == "runagent/store/runfolder.py":
+            continue
+        lines = renames(path)
+        if len(lines) != NOT_A_RECORD.get(where, 0):
+            others[where] = lines
+    assert not others, f"files renamed into place outside runfolder.atomic_write_bytes: {others}"
+    assert renames(REPO / "runagent" / "store" / "runfolder.py")  # the check sees the one there

@@ -591,7 +591,7 @@ def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
         return _budget(s, name) if s.has(name) else default
     if kind is bool:
         return s.flag(name, default)
-    raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to configfile.py")
+    raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to config/file.py")
 
 
 def _exit_codes(s: Section, base: LoopSettings) -> frozenset[int]:

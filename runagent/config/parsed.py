@@ -81,15 +81,10 @@ def _exact_in_json(data: Any) -> bool:
 
 def _keep(entry: Path, record: dict[str, Any]) -> None:
     """Write the entry whole or not at all (a temp file renamed over it); errors ignored."""
-    temp = entry.with_name(f".{entry.name}.{os.getpid()}")
+    from runagent.store.runfolder import atomic_write  # only a config read anew writes one
+
     try:
         entry.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            json.dump(record, out)
-        os.replace(temp, entry)
+        atomic_write(entry, json.dumps(record))
     except (OSError, ValueError):
-        try:
-            temp.unlink()
-        except OSError:
-            pass
+        pass

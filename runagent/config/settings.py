@@ -1,4 +1,4 @@
-"""The typed, frozen settings every part of run-agent reads (configfile.py reads them from YAML)."""
+"""The typed, frozen settings every part of run-agent reads (config/file.py reads them)."""
 
 from __future__ import annotations
 

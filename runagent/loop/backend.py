@@ -356,9 +356,7 @@ def cached_version(exe: Path, cache: Path | None = None) -> str | None:
     known[key] = version[0][:200]
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        tmp = cache.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known, indent=1), encoding="utf-8")
-        os.replace(tmp, cache)
+        atomic_write(cache, json.dumps(known, indent=1))
     except OSError:
         pass  # a cache that cannot be written only costs time
     return str(known[key])

@@ -3,8 +3,9 @@
 A rule answers two questions. What a run that exited 0 amounts to (completed, or failed because
 it did not do what completes the task), and whether the task is done after a run, whatever its
 exit. It also supplies the sentence the agent's prompt gives as the completion rule, and the
-variables the agent needs to follow it. `Until`, in config.py, stays the setting that selects a
-rule; `for_loop` gives the rule what it reads for one loop (the ready marker: the checkout).
+variables the agent needs to follow it. `Until`, in config/settings.py, stays the setting that
+selects a rule; `for_loop` gives the rule what it reads for one loop (the ready marker: the
+checkout).
 """
 
 from __future__ import annotations

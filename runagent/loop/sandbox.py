@@ -347,15 +347,10 @@ def take_back_login(reach: Reach) -> None:
         left = _read(copies / _flat(file.parent) / file.name)
         if left is None or left == given or _read(file) != given:
             continue
-        tmp = file.with_name(f".{file.name}.{os.getpid()}.run-agent")
         try:
-            tmp.unlink(missing_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "wb") as f:
-                f.write(left)
-            os.replace(tmp, file)
+            runfolder.atomic_write_bytes(file, left)
         except OSError:
-            tmp.unlink(missing_ok=True)
+            pass
 
 
 def _flat(path: Path) -> str:
