@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 import yaml
 
@@ -315,6 +316,8 @@ def test_detach_starts_the_loop_says_where_and_returns(
         view = wait_for(lambda: (v := listing.view(task)).status is tasks.TaskStatus.RUNNING
                         and v, 30, "the loop to run on")  # fmt: skip
         assert view.supervisor is not None and view.supervisor.pid == int(found[2])
+        # Admitted by the door here, once: the loop where it runs is told so, not admitted again.
+        assert "--admitted" in psutil.Process(view.supervisor.pid).cmdline()
     finally:
         go(task)
     wait_for(lambda: listing.view(task).status is tasks.TaskStatus.COMPLETED, 30, "completed")
