@@ -5,6 +5,7 @@
       issue.yaml  ISSUE.md  worktree/  worktree-*.diff      (an issue run)
       runs/<run_id>/
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
+        check.txt                                           (what the task's check printed)
         operations.jsonl  events.jsonl  ops.json  approval-pending.json  .ops.lock  (operations)
 
 `run-info.yaml` is rewritten atomically (temp file, fsync, rename), so a reader sees either the
@@ -42,6 +43,7 @@ PROMPT = "prompt.md"
 STDOUT = "agent-stdout.txt"
 STDERR = "agent-stderr.txt"
 OUTPUT = "output.md"
+CHECK = "check.txt"  # what the task's check printed, judging a run that said it was done
 TASK = "TASK.md"
 TASK_USAGE = "usage.json"  # what the task's runs used, summed as each run ends
 TASK_SETTINGS = "task.yaml"  # how the task was last started: agent, working folder, overrides
@@ -75,7 +77,8 @@ FOLDER_MODE = 0o700  # every folder it makes there
 
 # The files of a run a reader may ask for by a short name.
 RUN_INFO_LIMIT = 1 << 20  # bytes of a run-info.yaml read; a larger one is unreadable
-RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT}
+RUN_FILES = {"stdout": STDOUT, "stderr": STDERR, "output": OUTPUT, "prompt": PROMPT,
+             "check": CHECK}  # fmt: skip
 
 
 def load_yaml(text: str) -> Any:
@@ -207,6 +210,10 @@ class RunPaths:
     @property
     def output(self) -> Path:
         return self.folder / OUTPUT
+
+    @property
+    def check(self) -> Path:
+        return self.folder / CHECK
 
     @property
     def operations(self) -> Path:

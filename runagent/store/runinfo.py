@@ -46,6 +46,7 @@ class Reason(enum.StrEnum):
     WRITE_ERROR = "write_error"  # run-agent could not write a file of the run (a full disk)
     STUCK = "stuck"  # the last of attempts in a row without progress; the loop stopped there
     BUDGET = "budget"  # the run crossed a budget (its message says which, and how much of what)
+    CHECK_FAILED = "check_failed"  # it said it was done, and the task's check did not pass
 
 
 @record
@@ -114,6 +115,11 @@ class RunInfo:
     # Of the first run of a loop whose start waited in a queue (for a slot under `limits:`, for
     # the tasks it runs after, or in a Ray cluster's queue): seconds from its queueing to this.
     queued_seconds: float | None = None
+    # Of a run the task's check judged (it said it was done): the command, its exit code (as a
+    # shell says it: 127 not found, 128+N killed by signal N), and how long it took, in seconds.
+    check_command: str | None = None
+    check_exit_code: int | None = None
+    check_seconds: float | None = None
     version: int = RUN_INFO_VERSION
 
     def replace(self, **changes: Any) -> RunInfo:
@@ -154,8 +160,9 @@ class RunInfo:
         return cls(**values)
 
 
-# Written only when known: a run's git checkout, and how long its loop's start waited.
-_WHEN_KNOWN = ("repo", "branch", "base_commit", "head_commit", "queued_seconds")
+# Written only when known: a run's git checkout, how long its loop's start waited, its check.
+_WHEN_KNOWN = ("repo", "branch", "base_commit", "head_commit", "queued_seconds", "check_command",
+               "check_exit_code", "check_seconds")  # fmt: skip
 
 
 # conductor-loop writes Go's zero time as the end of a running run, and 0 for a pid it lacks.

@@ -25,6 +25,26 @@ def test_run_info_round_trips_and_leaves_no_temp_files(tmp_path: Path) -> None:
     assert "status: failed" in text and "reason: exit_code" in text
 
 
+def test_a_checked_run_records_its_check_and_an_unchecked_one_says_nothing_of_it(
+    tmp_path: Path,
+) -> None:
+    plain = RunInfo("r1", "p", "t", 1, "demo", "command", "2026-01-01T00:00:00.000+00:00", "/w")
+    runfolder.write_run_info(tmp_path, plain)
+    assert "check" not in (tmp_path / "run-info.yaml").read_text()  # nothing new for a reader
+    checked = plain.replace(
+        status=RunStatus.FAILED, reason=Reason.CHECK_FAILED, exit_code=0,
+        check_command="pytest -q", check_exit_code=1, check_seconds=0.25,
+    )  # fmt: skip
+    runfolder.write_run_info(tmp_path, checked)
+    assert runfolder.read_run_info(tmp_path) == checked
+    text = (tmp_path / "run-info.yaml").read_text()
+    assert "reason: check_failed" in text and "check_exit_code: 1" in text
+    assert "check_seconds: 0.25" in text and 'check_command: "pytest -q"' in text
+    bad = text.replace("check_exit_code: 1", "check_exit_code: x")
+    with pytest.raises(ValueError, match="check_exit_code"):
+        RunInfo.from_dict(runfolder.load_yaml(bad))
+
+
 def test_unreadable_run_info_is_none_not_an_error(tmp_path: Path) -> None:
     assert runfolder.read_run_info(tmp_path) is None
     (tmp_path / "run-info.yaml").write_text("{{{{ not yaml")
