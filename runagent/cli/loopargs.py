@@ -91,6 +91,8 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
         ("sandbox", click.option(
             "--sandbox", type=click.Choice([c.value for c in AgentSandbox]),
             help=OPTIONS["sandbox"].help)),
+        ("check", click.option("--check", metavar="CMD", help=OPTIONS["check"].help)),
+        ("check_timeout", click.option("--check-timeout", help=OPTIONS["check_timeout"].help)),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
         ("detach", click.option(
             "--detach", "-d", is_flag=True, help="Start the loop (on its executor) and return at "
@@ -161,4 +163,4 @@ def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
                     "idle_timeout", "until", "stuck_after", "budget", "worktree",
-                    "base", "sandbox")  # fmt: skip
+                    "base", "sandbox", "check", "check_timeout")  # fmt: skip

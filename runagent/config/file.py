@@ -43,8 +43,9 @@ from runagent.config.settings import (
     ScheduleKeep,
     ServerSettings,
     Until,
+    check_words,
 )
-from runagent.errors import ConfigError
+from runagent.errors import ConfigError, UsageError
 from runagent.ops import Approvals
 from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import within
@@ -338,7 +339,7 @@ def _schedule(
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
            "keep", "after", "priority", "stuck_after", "budget", "worktree", "base",
-           "cwd", "issue")  # fmt: skip
+           "cwd", "issue", "check", "check_timeout")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -392,6 +393,8 @@ def _schedule(
         base=s.string("base"),
         cwd=_folder(s, "cwd", base_dir),
         issue=_schedule_issue(s.section("issue"), base_dir) if s.has("issue") else None,
+        check=_command(s, "check"),
+        check_timeout=_off_or_duration(s, "check_timeout"),
     )
 
 
@@ -489,7 +492,7 @@ def _agent(
 ) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env", "mode", "max_turns", "stuck_after",
-           "budget", "worktree", "sandbox", "network")  # fmt: skip
+           "budget", "worktree", "sandbox", "network", "check", "check_timeout")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -522,7 +525,33 @@ def _agent(
         worktree=s.flag("worktree", False) if s.has("worktree") else None,
         sandbox=s.choice("sandbox", AgentSandbox, AgentSandbox.NONE) if s.has("sandbox") else None,
         network=s.flag("network", True) if s.has("network") else None,
+        check=_command(s, "check"),
+        check_timeout=_off_or_duration(s, "check_timeout"),
     )
+
+
+def _command(s: Section, name: str) -> str | None:
+    """A command line (`check:`): a string split as a shell splits words, or a list of words
+    (kept as the command line that splits back into them); None when not given."""
+    import shlex
+
+    value = s.data.get(name)
+    if value is None:
+        return None
+    if isinstance(value, list) and all(isinstance(v, str) for v in value):
+        value = shlex.join(value)
+    if not isinstance(value, str):
+        raise ConfigError(f"{s.key(name)}: {value!r} is not a command line such as 'pytest -q'")
+    try:
+        check_words(value, s.key(name))
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from None
+    return value.strip()
+
+
+def _off_or_duration(s: Section, name: str) -> float | None:
+    """A duration a setting of its own may turn off (0.0) where None means "as the defaults"."""
+    return (s.duration(name, None) or 0.0) if s.has(name) else None
 
 
 def _budget(s: Section, name: str) -> Budget | None:
@@ -589,6 +618,8 @@ def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
         return s.choice(name, kind, default)
     if kind == Budget | None:
         return _budget(s, name) if s.has(name) else default
+    if kind == str | None:  # a command line (`check:`): the one text setting besides the agent
+        return _command(s, name)
     if kind is bool:
         return s.flag(name, default)
     raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to config/file.py")

@@ -9,14 +9,21 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from runagent.config.settings import AgentSandbox, Budget, LoopSettings, Until, parse_budget
+from runagent.config.settings import (
+    AgentSandbox,
+    Budget,
+    LoopSettings,
+    Until,
+    check_words,
+    parse_budget,
+)
 from runagent.duration import parse_duration
 from runagent.errors import RunAgentError, UsageError, shown
 from runagent.record import record
 from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 
-DURATIONS = ("restart_delay", "timeout", "idle_timeout")
+DURATIONS = ("restart_delay", "timeout", "idle_timeout", "check_timeout")
 C = TypeVar("C", bound=enum.Enum)
 
 
@@ -74,6 +81,16 @@ OPTIONS: dict[str, Option] = {
         "as you.",
         {"enum": [c.value for c in AgentSandbox]},
     ),
+    "check": Option(
+        "A command that judges a run that says it is done, e.g. 'pytest -q' (split into words, "
+        "no shell), run in the working folder, in the agent's sandbox when it has one: exit 0 "
+        "completes the task, anything else fails the run (check_failed) and the next attempt "
+        "is told why.",
+        {"type": "string", "examples": ["pytest -q"]},
+    ),
+    "check_timeout": Option(
+        "Stop the check after this long, e.g. 10m (default 10m; 0: never).", _DURATION
+    ),
 }
 
 
@@ -101,6 +118,8 @@ class LoopOverrides:
     worktree: bool | None = None  # the loop works in a git worktree of its own
     base: str | None = None  # the revision its worktree's branch starts from (default: HEAD)
     sandbox: AgentSandbox | None = None  # the agent's process under bubblewrap, or not
+    check: str | None = None  # the command that judges a run that says it is done
+    check_timeout: float | None = None  # how long the check may run (0: no bound)
 
     @classmethod
     def parse(
@@ -141,6 +160,11 @@ class LoopOverrides:
                 changes[name] = _yes_no(value, where(name))
             elif name == "sandbox":
                 changes[name] = _choice(value, where(name), AgentSandbox)
+            elif name == "check":
+                if not isinstance(value, str):
+                    raise UsageError(f"{where(name)} {shown(value)} is not a command line")
+                check_words(value, where(name))
+                changes[name] = value.strip()
             elif isinstance(value, str) and value.strip() and value.isprintable():
                 changes[name] = value
             elif isinstance(value, str) and value.strip():
@@ -158,7 +182,7 @@ class LoopOverrides:
             changes["max_restarts"] = self.max_restarts
         if self.restart_delay is not None:
             changes["restart_delay"] = self.restart_delay
-        for name in ("timeout", "idle_timeout"):
+        for name in ("timeout", "idle_timeout", "check_timeout"):
             value = getattr(self, name)
             if value is not None:
                 changes[name] = value or None  # 0: off
@@ -172,6 +196,8 @@ class LoopOverrides:
             changes["worktree"] = self.worktree
         if self.sandbox is not None:
             changes["sandbox"] = self.sandbox
+        if self.check is not None:
+            changes["check"] = self.check
         return dataclasses.replace(settings, **changes)
 
     def merged(self, given: LoopOverrides) -> LoopOverrides:

@@ -100,6 +100,24 @@ def parse_budget(values: Collection[object], where: str) -> Budget | None:
     return Budget(usd, tokens)
 
 
+def check_words(command: str, where: str) -> tuple[str, ...]:
+    """The words of a check's command line (`--check`, `check:`), split as a shell splits them
+    (quotes and backslashes; no variables, globs, pipes or `&&`: it runs without a shell, so
+    `sh -c '...'` where one is wanted). UsageError naming `where` for one that holds a NUL
+    byte, cannot be split, or is empty."""
+    import shlex
+
+    if "\0" in command:
+        raise UsageError(f"{where} {shown(command)} holds a NUL byte")
+    try:
+        words = shlex.split(command)
+    except ValueError as exc:
+        raise UsageError(f"{where} {shown(command)} cannot be split into words ({exc})") from None
+    if not words:
+        raise UsageError(f"{where} is empty; give a command such as 'pytest -q', or leave it out")
+    return tuple(words)
+
+
 @record
 class OpsSettings:
     """The `ops:` section: the policy agent-mode runs act under, and who answers approvals."""
@@ -163,6 +181,8 @@ class AgentConfig:
     worktree: bool | None = None  # its tasks work in worktrees of their own (None: as defaults)
     sandbox: AgentSandbox | None = None  # its process under bubblewrap (None: as defaults)
     network: bool | None = None  # whether it reaches the network when sandboxed (None: as defaults)
+    check: str | None = None  # the command that judges its runs that say they are done
+    check_timeout: float | None = None  # how long that may take (0: no bound; None: as defaults)
 
     def loop_defaults(self, defaults: LoopSettings) -> LoopSettings:
         """The config's loop defaults with what this agent sets for itself in their place."""
@@ -176,6 +196,10 @@ class AgentConfig:
             defaults = replace(defaults, sandbox=self.sandbox)
         if self.network is not None:
             defaults = replace(defaults, network=self.network)
+        if self.check is not None:
+            defaults = replace(defaults, check=self.check)
+        if self.check_timeout is not None:
+            defaults = replace(defaults, check_timeout=self.check_timeout or None)
         return defaults
 
 
@@ -202,6 +226,9 @@ class LoopSettings:
     worktree: bool = False  # each task's loop works in a git worktree of its own
     sandbox: AgentSandbox = AgentSandbox.NONE  # the agent's process under bubblewrap, or not
     network: bool = True  # a sandboxed agent reaches the network (false: its own, empty one)
+    # A command that judges a run that says it is done (runagent/loop/check.py): exit 0 passes.
+    check: str | None = None
+    check_timeout: float | None = 600.0  # how long the check may run (None: no bound)
 
 
 class Overlap(enum.StrEnum):
@@ -280,6 +307,8 @@ class ScheduleConfig:
     base: str | None = None  # the revision such a worktree starts from (None: HEAD)
     cwd: Path | None = None  # the folder (repository) its agent works in (None: serve's folder)
     issue: ScheduleIssue | None = None  # each firing an issue run on this issue
+    check: str | None = None  # what judges each firing's runs (None: as its agent's)
+    check_timeout: float | None = None  # how long that may take (0: no bound; None: as its agent)
 
 
 @record

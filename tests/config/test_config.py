@@ -129,6 +129,11 @@ storage:
         ("defaults:\n  timeout: -5m\n", "defaults.timeout: '-5m' is not a duration"),
         ("defaults:\n  rate_limit_wait: 400d\n", "'400d' is longer than 365 days"),
         ("defaults:\n  restart_delay: 1e12\n", "'1e12' is longer than 365 days"),
+        ('defaults:\n  check: "pytest \'x"\n', 'defaults.check "pytest \'x" cannot be split'),
+        ("defaults:\n  check: ' '\n", "defaults.check is empty; give a command"),
+        ("defaults:\n  check: {a: 1}\n", "defaults.check: {'a': 1} is not a command line"),
+        ("agents:\n  a:\n    type: command\n    check: [1]\n", "agents.a.check: [1] is not"),
+        ("defaults:\n  check_timeout: soon\n", "defaults.check_timeout: 'soon' is not a dur"),
     ],
 )
 def test_errors_name_the_key_path_and_value(tmp_path: Path, text: str, expected: str) -> None:
@@ -277,6 +282,26 @@ def test_the_loop_settings_the_full_config_leaves_out_are_read_too(tmp_path: Pat
     d = parse(text, tmp_path).defaults  # type: ignore[attr-defined]
     assert (d.crash_loop_runs, d.crash_loop_seconds, d.rate_limit_wait) == (7, 9.0, 60.0)
     assert (d.rate_limit_max_wait, d.max_rate_limit_waits, d.kill_grace) == (7200.0, 4, 0.0)
+
+
+def test_a_check_is_set_under_defaults_per_agent_and_per_schedule(tmp_path: Path) -> None:
+    text = (
+        "agents:\n  a:\n    type: command\n    command: [x]\n    check: [make, test]\n"
+        "    check_timeout: 0\n  b:\n    type: command\n    command: [x]\n"
+        "defaults:\n  agent: a\n  check: pytest -q 'tests/a b'\n  check_timeout: 90s\n"
+        "schedules:\n  nightly:\n    cron: '@daily'\n    project: p\n    prompt: go\n"
+        "    check: ruff check .\n    check_timeout: 2m\n"
+    )
+    config = parse(text, tmp_path)
+    d = config.defaults  # type: ignore[attr-defined]
+    assert (d.check, d.check_timeout) == ("pytest -q 'tests/a b'", 90.0)
+    a = config.agents["a"].loop_defaults(d)  # type: ignore[attr-defined]
+    assert (a.check, a.check_timeout) == ("make test", None)  # 0: as long as it takes
+    b = config.agents["b"].loop_defaults(d)  # type: ignore[attr-defined]
+    assert (b.check, b.check_timeout) == (d.check, 90.0)
+    nightly = config.schedules["nightly"]  # type: ignore[attr-defined]
+    assert (nightly.check, nightly.check_timeout) == ("ruff check .", 120.0)
+    assert parse("{}", tmp_path).defaults.check_timeout == 600.0  # type: ignore[attr-defined]
 
 
 def test_ops_workspaces_are_folders_relative_to_the_config(tmp_path: Path) -> None:

@@ -69,6 +69,11 @@ def test_overrides_survive_the_trip_through_a_detached_command_line(tmp_path: Pa
         ({"max_restarts": True}, "max_restarts"),
         ({"until": "never"}, "until"),
         ({"agent": " "}, "agent"),
+        ({"check": "pytest 'tests"}, "check"),
+        ({"check": "  "}, "check"),
+        ({"check": ["pytest"]}, "check"),
+        ({"check": "a\0b"}, "check"),
+        ({"check_timeout": "soon"}, "check_timeout"),
     ],
 )
 def test_a_bad_override_names_where_it_came_from(values: dict[str, object], named: str) -> None:
@@ -81,3 +86,19 @@ def test_a_forms_empty_fields_change_nothing_but_an_empty_option_is_refused() ->
     with pytest.raises(RunAgentError, match="--agent"):
         LoopOverrides.parse({"agent": ""})
     assert LoopArgs(LoopOverrides()).quiet is False
+
+
+def test_a_check_is_parsed_once_applied_remembered_and_carried_to_a_detached_loop(
+    tmp_path: Path,
+) -> None:
+    given = LoopOverrides.parse({"check": " pytest -q 'tests/a b' ", "check_timeout": "90s"})
+    assert given == LoopOverrides(check="pytest -q 'tests/a b'", check_timeout=90.0)
+    applied = given.apply(LoopSettings())
+    assert (applied.check, applied.check_timeout) == ("pytest -q 'tests/a b'", 90.0)
+    assert LoopOverrides(check_timeout=0.0).apply(applied).check_timeout is None  # 0: no bound
+    assert LoopOverrides.parse(given.to_record()) == given  # task.yaml, read back by a resume
+    argv = control.loop_argv("run", TaskPaths(tmp_path, "p", "t"), given, None)
+    at = argv.index("--check")
+    assert argv[at + 1] == "pytest -q 'tests/a b'" and argv[at + 2 : at + 4] == [
+        "--check-timeout", "90"
+    ]  # fmt: skip
