@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # the executors are imported when a loop is started or stoppe
     from runagent.fleet.overview import Overview
     from runagent.fleet.queue import Turn, Waiting
     from runagent.loop.backend import Backend
+    from runagent.loop.check import Result as CheckResult
     from runagent.schedule import Firing
     from runagent.store.cleanup import Doomed
     from runagent.store.lock import Holder
@@ -210,6 +211,7 @@ class Service:
         if not issue:
             self._check_working_folder(merged)
         self._check_isolation(merged, request.overrides.base, issue)
+        self._check_check(request, merged)
         self._check_config_origin(task, merged)
         if request.overrides.working_dir is not None:  # as asked now, not as remembered
             self._refuse_in_root(self.workdir / request.overrides.working_dir, "working folder")
@@ -349,6 +351,93 @@ class Service:
                 sandbox.refuse_working_folder(where, Path(home).resolve())
         if not issue:
             self._check_worktree(overrides, base, settings.worktree)
+
+    def _check_check(self, request: StartRequest, overrides: LoopOverrides) -> None:
+        """The task's check (as asked, as remembered, or as the config says) can start here:
+        else a MissingDependencyError naming the command, before any agent starts. A check is
+        a command run where the agent runs: one sent by other than the config's owner is
+        refused unless the agent runs sandboxed (the check then runs in its sandbox)."""
+        settings = self._settings(overrides)
+        if settings.check is None:
+            return
+        asked = request.overrides.check is not None
+        if asked and not request.owner and settings.sandbox is not AgentSandbox.BWRAP:
+            raise ForbiddenError(
+                f"check {settings.check!r}: the agent runs unsandboxed, so its check would run "
+                "on this machine as you, which only the config's owner decides (its command "
+                "line, the api_key or an admin token); leave it out, or run the agent under "
+                "sandbox: bwrap"
+            )
+        from runagent.loop import check
+
+        if request.issue is not None:
+            folder = self.workdir / request.issue.repo
+        else:
+            folder = self.workdir / (overrides.working_dir or ".")
+        env = self.env if self.env is not None else os.environ
+        check.refuse_unrunnable(settings.check, folder.resolve(), env)
+
+    def recheck(self, task: TaskPaths) -> CheckResult:
+        """Run the task's check again on its current tree without starting its agent: in its
+        working folder (its worktree where it has one), under its agent's sandbox when it runs
+        in one, its output in the task's check.txt, holding the task meanwhile. UsageError when
+        the task has no check; AlreadyRunningError while its loop runs (which checks itself)."""
+        return self.pinned()._recheck(task)
+
+    def _recheck(self, task: TaskPaths) -> CheckResult:
+        from runagent.loop import check
+        from runagent.store.lock import TaskLock
+
+        remembered = LoopOverrides.remembered(task)
+        settings = self._settings(remembered)
+        if settings.check is None:
+            raise UsageError(
+                f"task {task.label} has no check: start it with --check CMD, or set check: in "
+                "config.yaml (per agent, or under defaults:)"
+            )
+        base = self.env if self.env is not None else os.environ
+        config = self.current_config()
+        key_variable = (config.server if config is not None else ServerSettings()).api_key_env
+        env = {**credentials.scrub(base, key_variable), "TASK_FOLDER": str(task.folder),
+               "JRUN_PROJECT_ID": task.project_id, "JRUN_TASK_ID": task.task_id,
+               "JRUN_RUNS_DIR": str(task.root)}  # fmt: skip
+        lock = TaskLock(runfolder.confine(task).lock, task.label)
+        lock.acquire()  # AlreadyRunningError while a loop holds it
+        try:
+            folder = self._tree_of(task, remembered, settings.worktree, env)
+            reach = None
+            if settings.sandbox is AgentSandbox.BWRAP:  # as its agent runs: never on the host
+                from runagent.loop import sandbox
+
+                control = (self.config_path,) if self.config_path is not None else ()
+                reach = sandbox.Reach(task, None, control=control, network=settings.network)
+            task.check.unlink(missing_ok=True)
+            given = check.Check(settings.check, settings.check_timeout, settings.kill_grace)
+            result = check.run(given, cwd=folder, env=env, output=task.check, reach=reach)
+            if reach is not None:
+                for line in sandbox.after_check(reach, folder, "check"):
+                    runfolder.append_line(task.check, f"run-agent: {line}")
+        finally:
+            lock.release()
+        return result
+
+    def _tree_of(
+        self, task: TaskPaths, remembered: LoopOverrides, worktree: bool,
+        env: Mapping[str, str],
+    ) -> Path:  # fmt: skip
+        """The folder a task's agent works in, as its last start recorded it: in its worktree
+        where it has one (an issue run records the worktree itself)."""
+        folder = (self.workdir / (remembered.working_dir or ".")).resolve()
+        if worktree and not folder.is_relative_to(task.worktree.resolve()):
+            from runagent.issues import worktree as worktrees
+
+            folder = worktrees.work_folder(task, folder, env)
+        if not folder.is_dir():
+            raise UsageError(
+                f"task {task.label}'s working folder {str(folder)!r} is not there any more; "
+                "resume the task, which makes it again"
+            )
+        return folder
 
     def _check_worktree(self, overrides: LoopOverrides, base: str | None, wanted: bool) -> None:
         """A loop that is to work in a worktree of its own (as asked, as the task was started,
@@ -585,6 +674,7 @@ class Service:
             agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout,
             until=config.until, stuck_after=config.stuck_after, budget=config.budget,
             worktree=config.worktree, base=config.base, working_dir=config.cwd,
+            check=config.check, check_timeout=config.check_timeout,
         )  # fmt: skip
         issue = config.issue
         request = StartRequest(

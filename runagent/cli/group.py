@@ -49,6 +49,8 @@ class Lazy:
 LAZY: dict[str, Lazy] = {
     "backends": Lazy("runagent.cli.checks",
                      "List every backend and agent, and whether it can run here."),
+    "check": Lazy("runagent.cli.run",
+                  "Run a task's check again on its current tree: exit 0 if it passes, 1 if not."),
     "cocode": Lazy("runagent.cli.issues", "Be a cocode agent: resolve the issue the COCODE_* "
                    "variables name, in COCODE_REPO_PATH."),
     "delete": Lazy("runagent.cli.cleanup", "Delete a task that is not running: its TASK.md, its "
@@ -67,7 +69,7 @@ LAZY: dict[str, Lazy] = {
                   "branch it started from, or push it."),
     "ops": Lazy("runagent.cli.ops", "Run JSON operations from a model in a workspace (files, "
                 "shell) under a policy."),
-    "output": Lazy("runagent.cli.show", "Print a run's output, stdout, stderr or prompt."),
+    "output": Lazy("runagent.cli.show", "Print a run's output, stdout, stderr, prompt or check."),
     "paste": Lazy("runagent.cli.paste", "The copy-paste channel of `--agent paste` runs "
                   "(spec/copy-paste-protocol.md)."),
     "resume": Lazy("runagent.cli.run", "Run a task's loop again from its TASK.md."),

@@ -1,4 +1,5 @@
-"""run, job, resume and stop: a task's loop in the foreground, and stopping one."""
+"""run, job, resume, stop and check: a task's loop in the foreground, stopping one, and its check
+run again by itself."""
 
 from __future__ import annotations
 
@@ -276,3 +277,21 @@ def stop(
         click.echo(
             f"run-agent: asked the supervisor of {task.label} ({stopped.describe()}) to stop"
         )
+
+
+@cli.command()
+@task_option(required=True)
+@common
+def check(project_id: str, task_id: str, config_path: Path | None, root: Path | None) -> None:
+    """Run a task's check again on its current tree: exit 0 if it passes, 1 if not."""
+    s, task = existing_task(config_path, root, project_id, task_id)
+    result = service_for(s).recheck(task)
+    try:
+        with open(task.check, "rb") as said:
+            while chunk := said.read(1 << 16):
+                sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    except OSError:
+        pass  # nothing printed, or gone: the verdict below says how it went
+    click.echo(f"run-agent: {result.words()}", err=True)
+    sys.exit(0 if result.passed else 1)

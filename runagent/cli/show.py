@@ -196,20 +196,23 @@ def plural(count: int, noun: str) -> str:
     "which",
     type=click.Choice(list(runfolder.RUN_FILES)),
     help="Which file: output.md (the final answer, written when a run ends), the agent's "
-    "stdout or stderr, or the prompt it was given. Default: output, or stdout while the run "
-    "is live or with --follow.",
+    "stdout or stderr, the prompt it was given, or what the task's check printed (check.txt). "
+    "Default: output, or stdout while the run is live or with --follow.",
 )
+@click.option("--check", "check", is_flag=True, help="What the task's check printed: --file check.")
 @click.option(
     "--follow", "-f", is_flag=True, help="Keep printing as the task writes, across restarts."
 )
 @json_option
 @common
 def output(
-    project_id: str, task_id: str, run_id: str | None, which: str | None, follow: bool,
-    as_json: bool,
-    config_path: Path | None, root: Path | None,
+    project_id: str, task_id: str, run_id: str | None, which: str | None, check: bool,
+    follow: bool, as_json: bool, config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
-    """Print a run's output, stdout, stderr or prompt."""
+    """Print a run's output, stdout, stderr, prompt or check."""
+    if check and which not in (None, "check"):
+        raise UsageError(f"--check and --file {which} contradict each other; give one")
+    which = "check" if check else which
     from runagent.store import follow as following  # threads and watching: not for `list`
 
     if run_id is not None:

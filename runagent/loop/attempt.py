@@ -258,6 +258,8 @@ class Attempt:
             if removed:
                 _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")
         verdict, diagnosis = self._judge(code, stopped_by)
+        if stopped_by is not Reason.STOPPED:
+            verdict = self._checked(verdict)
         self._finish(code, verdict)
         return Ended(self.info, clock() - started, diagnosis)
 
@@ -363,6 +365,53 @@ class Attempt:
             return Verdict(RunStatus.FAILED, Reason.CRASH, f"killed by signal {code - 128}")
         return Verdict(RunStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}")
 
+    def _checked(self, verdict: Verdict) -> Verdict:
+        """A run that says it is done (by its completion rule), judged by the task's check when
+        it has one: passed, the verdict stands; failed, the run fails (`check_failed`) and a
+        DONE it left is moved into its folder, so the next attempt must say so again; a check
+        whose program cannot start fails it as a missing program (the loop gives up)."""
+        req = self.lent.request
+        settings = req.settings
+        if settings.check is None or verdict.reason is Reason.WRITE_ERROR:
+            return verdict
+        said = self.info.replace(status=verdict.status, reason=verdict.reason)
+        if not self.lent.rule.is_done(req.task, said):
+            return verdict
+        from runagent.loop import check
+
+        self.lent.on_event(Event(EventKind.CHECKING, run=self.info, run_folder=self.folder,
+                                 message=settings.check))  # fmt: skip
+        env = agent_environment(
+            base=req.base_env, agent_env={},
+            loop_env={**req.loop_env, **self.lent.rule.environment()}, task=req.task,
+            paths=self.ctx.paths, run_id=self.ctx.run_id, parent_run_id=req.parent_run_id,
+            executable_dir=req.executable_dir,
+        )  # fmt: skip
+        reach = None
+        if settings.sandbox is AgentSandbox.BWRAP:  # the agent's sandbox, never the host
+            from runagent.loop import sandbox
+
+            reach = sandbox.Reach(req.task, None, control=req.control, network=settings.network)
+        given = check.Check(settings.check, settings.check_timeout, settings.kill_grace)
+        result = check.run(given, cwd=self.ctx.working_dir, env=env, output=self.ctx.paths.check,
+                           stop=self.lent.stop, reach=reach, start=self.lent.start,
+                           clock=self.lent.clock)  # fmt: skip
+        if reach is not None:
+            for line in sandbox.after_check(reach, self.ctx.working_dir, self.ctx.run_id):
+                _note(self.ctx.paths, line)
+        self.info = self.info.replace(check_command=settings.check,
+                                      check_exit_code=result.exit_code,
+                                      check_seconds=round(result.seconds, 3))  # fmt: skip
+        words = result.words(settings.check_timeout)
+        if result.passed:
+            return Verdict(verdict.status, verdict.reason, f"{verdict.message}; {words}")
+        if result.stopped:
+            return Verdict(RunStatus.STOPPED, Reason.STOPPED, f"{words} ({verdict.message})")
+        with contextlib.suppress(OSError):  # (one left: the loop judges by the check, not it)
+            runfolder.archive_done(req.task, self.ctx.run_id)
+        reason = Reason.MISSING_BINARY if result.unstarted else Reason.CHECK_FAILED
+        return Verdict(RunStatus.FAILED, reason, f"{words} (the agent {verdict.message})")
+
     def _diagnose(self, code: int) -> Diagnosis | None:
         try:
             return self.lent.backend.diagnose(self.ctx, code)
@@ -431,6 +480,7 @@ class Attempt:
         return info.replace(
             message=redactor(info.message) if info.message else info.message,
             commandline=redactor(info.commandline) if info.commandline else info.commandline,
+            check_command=redactor(info.check_command) if info.check_command else None,
         )
 
 

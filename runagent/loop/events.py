@@ -14,6 +14,7 @@ class EventKind(enum.StrEnum):
 
     RUN_STARTED = "run_started"
     TICK = "tick"  # the run goes on (every tick, about a second): for a live status line
+    CHECKING = "checking"  # a run said it was done: the task's check judges it (loop/check.py)
     RUN_ENDED = "run_ended"
     WAITING = "waiting"  # before the next attempt: a backoff, or a rate limit waited out
     MARKED_LOST = "marked_lost"  # a run of an earlier, dead supervisor was written down as lost

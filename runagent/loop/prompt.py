@@ -1,9 +1,10 @@
 """What an agent is told at each run: where it is, how to finish, how the run before it ended.
 
 The text goes to the run's prompt.md: a preamble with the ids and folders, the completion rule's
-sentence, then, after a run of the same task, the end of that run's output and stderr, and last
-the task itself. The earlier run's text is the agent's own output, so it is redacted before it is
-shown again.
+sentence, then, after a run of the same task, the end of that run's output and stderr (and, when
+it said it was done and the task's check failed, the check's command and the end of its output),
+and last the task itself. The earlier run's text is the agent's own output (and the check's, of
+the agent's code), so it is redacted before it is shown again.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from runagent.loop.completion import CompletionRule
 from runagent.loop.context import LoopRequest
 from runagent.loop.redaction import Redactor
 from runagent.store import runfolder
-from runagent.store.runinfo import RunInfo
+from runagent.store.runinfo import Reason, RunInfo
 
 TAIL_BYTES = 3000  # of the previous run's output and of its stderr
 
@@ -61,6 +62,17 @@ def _previous_section(request: LoopRequest, later: bool, previous: RunInfo) -> l
         f"{previous.status.value}: {previous.describe()}.",
     ]
     paths = request.task.run(previous.run_id)
+    if previous.reason is Reason.CHECK_FAILED and previous.check_command:
+        lines += [
+            "",
+            f"It said the task was done, but the check `{previous.check_command}` failed (exit "
+            f"code {previous.check_exit_code}): the task is done only when that check passes "
+            "in the working folder.",
+        ]
+        text = runfolder.tail(paths.check, TAIL_BYTES).strip("\n")
+        if text:
+            fence = _fence(text)
+            lines += ["", "The end of the check's output:", "", fence, text, fence]
     for title, path in (("output", paths.output), ("stderr", paths.stderr)):
         text = runfolder.tail(path, TAIL_BYTES).strip("\n")
         if text:

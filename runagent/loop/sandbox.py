@@ -26,6 +26,11 @@ task.yaml, not the config, not the queue or the tokens under the runs root, not 
 Mounts are made shallowest first, so a folder hidden is never brought back by one that holds it;
 at one path, a hidden folder is made last.
 
+The task's check (runagent/loop/check.py) runs under the same wrap when its agent does, with no
+run folder to write (every run read-only, its output a descriptor), no copy of the CLI's files
+and no login: what it writes where the agent could is all it can write, and a DONE it leaves in
+the view is dropped (`after_check`).
+
 It runs in its own PID namespace: when its first process ends, or the reaper kills the tree,
 the kernel ends every process left in it, setsid and double-forked ones included. Its network
 is the host's unless `network: false`, which gives it its own empty one.
@@ -70,7 +75,7 @@ class Reach:
     runs on the host (`control`: the config file), read-only wherever they lie."""
 
     task: TaskPaths
-    run_folder: Path
+    run_folder: Path | None  # None: no run folder to write (a check, whose output is a descriptor)
     own: tuple[Path, ...] = ()
     control: tuple[Path, ...] = ()
     network: bool = True
@@ -221,10 +226,22 @@ def after_run(reach: Reach, working_dir: Path, run_id: str) -> list[str]:
     """What is done once a sandboxed run's agent has ended, before anything reads what it left:
     its DONE taken in, its CLI's login taken back, a planted `commondir` moved aside, and what
     is no file or folder removed from its clone's git folder. Lines for the run's note."""
-    from runagent.store.cleanup import disarm_tree
-
     collect_done(reach.task)
     take_back_login(reach)
+    return _disarmed(reach, working_dir, run_id)
+
+
+def after_check(reach: Reach, working_dir: Path, run_id: str) -> list[str]:
+    """What is done once a sandboxed check (runagent/loop/check.py) has ended: a DONE it wrote in
+    its view of the task folder is dropped, never taken (a check says pass or fail by its exit
+    code alone), and the checkout's git disarmed as after a run. Lines for the run's note."""
+    _remove(reach.task.sandbox_view / runfolder.DONE)
+    return _disarmed(reach, working_dir, run_id)
+
+
+def _disarmed(reach: Reach, working_dir: Path, run_id: str) -> list[str]:
+    from runagent.store.cleanup import disarm_tree
+
     clone = reach.task.worktree_git
     why = "it would send git to a repository of the agent's making"
     notes = [f"moved aside {moved}, which the agent wrote: {why}"
@@ -284,12 +301,13 @@ def _task_view(reach: Reach) -> list[_Mount]:
     runs = folder / runfolder.RUNS
     if runs.is_dir() and not runs.is_symlink():
         mounts.append(_ro(runs))
-    run = reach.run_folder.resolve()
-    mounts.append(_rw(run))
-    for name in _KEPT:  # read-only over themselves: the agent writes its output through the
-        # descriptors it was started with, and can neither replace them (a link to a file of
-        # the home, a FIFO) nor rewrite its prompt
-        mounts.append(_Mount("--ro-bind-try", run / name, run / name))
+    if reach.run_folder is not None:  # (a check has none: every run read-only to it)
+        run = reach.run_folder.resolve()
+        mounts.append(_rw(run))
+        for name in _KEPT:  # read-only over themselves: the agent writes its output through
+            # the descriptors it was started with, and can neither replace them (a link to a
+            # file of the home, a FIFO) nor rewrite its prompt
+            mounts.append(_Mount("--ro-bind-try", run / name, run / name))
     for name in shown:  # what the agent left at a mount point's place: mounts land on no link
         _remove(view / name)
     return mounts

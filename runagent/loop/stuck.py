@@ -6,6 +6,8 @@ the idle timeout's business, not this. Two signs, each over `stuck_after` attemp
 
 - the same failure: the same exit code and the same last lines of output, once numbers, hex
   ids, times and colour codes are set aside (they differ from run to run of the same mistake);
+  for a run whose check failed (it said it was done), the check's exit code and the last lines
+  of the check's output;
 - no change to the working folder: in a git working tree, the same `HEAD` and the same
   uncommitted changes (status and diff) after the attempt as before it; elsewhere, no file
   under it written since the attempt began (a bounded walk, which takes "too many files to
@@ -26,7 +28,7 @@ from typing import TYPE_CHECKING
 from runagent.errors import RunAgentError
 from runagent.record import record
 from runagent.store import runfolder
-from runagent.store.runinfo import RunInfo, RunStatus
+from runagent.store.runinfo import Reason, RunInfo, RunStatus
 
 if TYPE_CHECKING:
     from runagent.issues.repository import GitDirs
@@ -58,6 +60,11 @@ def signature(info: RunInfo, run_folder: Path) -> tuple[str, str] | None:
     if info.status is not RunStatus.FAILED:
         return None
     paths = runfolder.RunPaths(run_folder)
+    if info.reason is Reason.CHECK_FAILED:  # the agent said done: how its check failed counts
+        said = normalize(runfolder.tail(paths.check, TAIL_BYTES))
+        key = "\n".join([f"check {info.check_command} exit {info.check_exit_code}", *said])
+        last = runfolder.tail(paths.check, 1024).strip().splitlines() or [info.message or ""]
+        return hashlib.sha256(key.encode()).hexdigest(), last[-1][:120]
     out = normalize(runfolder.tail(paths.stdout, TAIL_BYTES))
     err = normalize(runfolder.tail(paths.stderr, TAIL_BYTES))
     key = "\n".join([f"exit {info.exit_code} {info.reason}", *out, "--", *err])

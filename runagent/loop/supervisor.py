@@ -200,7 +200,7 @@ class Supervisor:
             return Outcome.FAILED, f"run {info.run_id}: {info.message}; not restarting"
         if info.status is RunStatus.STOPPED:
             return Outcome.STOPPED, f"task {self.label} stopped"
-        if not self.completion.is_done(self.task, info):
+        if not self._done(info):
             return None
         if not self.task.done.exists():  # the agent finished without saying so: say it for it
             runfolder.atomic_write(self.task.done, f"completed by run {info.run_id}\n")
@@ -208,6 +208,13 @@ class Supervisor:
             Outcome.COMPLETED,
             f"task {self.label} completed by run {info.run_id} (attempt {attempt})",
         )
+
+    def _done(self, info: RunInfo) -> bool:
+        """Whether the task is done after this run: its completion rule says so and, where the
+        task has a check, the check passed on it (the attempt ran it: loop/check.py)."""
+        if not self.completion.is_done(self.task, info):
+            return False
+        return self.settings.check is None or info.check_exit_code == 0
 
     def _count(self, ended: Ended, tally: _Tally) -> _Ending | None:
         """Count a run that did not complete the task; how the loop ends if it now gives up."""
@@ -240,7 +247,7 @@ class Supervisor:
             return Outcome.FAILED, f"{why}, which a retry cannot fix; not restarting{hint}"
         if s.crash_loop_runs and tally.quick >= s.crash_loop_runs:
             within = f"{tally.quick} runs in a row ended within {s.crash_loop_seconds:g}s"
-            if info.reason in (Reason.NO_DONE_FILE, Reason.NO_READY_MARKER):
+            if info.reason in (Reason.NO_DONE_FILE, Reason.NO_READY_MARKER, Reason.CHECK_FAILED):
                 # Clean exits that did not do the work: no crash, but no use repeating either.
                 return (
                     Outcome.FAILED,
@@ -333,6 +340,8 @@ class Supervisor:
         )
         if failure is not None and tally.same_failure >= n:
             code = f"exit {info.exit_code}" if info.exit_code is not None else str(info.reason)
+            if info.reason is Reason.CHECK_FAILED:  # the agent said done: its check failed
+                code = f"check {info.check_command!r} exit {info.check_exit_code}"
             saw = f"{n} attempts in a row failed the same way ({code}: {failure[1]!r})"
         elif tally.unchanged >= n:
             saw = f"{n} attempts in a row changed nothing in {progress.folder} ({progress.how()})"

@@ -1,7 +1,7 @@
 """The run-folder layout on disk: the only module that knows its file names.
 
     <root>/<project>/<task>/
-      TASK.md  DONE  .lock  supervisor.log
+      TASK.md  DONE  .lock  supervisor.log  check.txt (what `run-agent check` printed last)
       issue.yaml  ISSUE.md  worktree/  worktree-*.diff      (an issue run)
       runs/<run_id>/
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
@@ -123,6 +123,11 @@ class TaskPaths:
     @property
     def lock(self) -> Path:
         return self.folder / LOCK
+
+    @property
+    def check(self) -> Path:
+        """What the task's check printed when last run again by itself (`run-agent check`)."""
+        return self.folder / CHECK
 
     @property
     def runs(self) -> Path:

@@ -186,3 +186,22 @@ def test_a_status_run_agent_does_not_know_shows_the_run_unreadable(ws: Workspace
     assert "status 'unknown' is none run-agent knows" in str(run["message"])
     shown = ws.cli("status", "-p", "conductor", "-t", TASK).stdout
     assert f"conductor/{TASK}: unreadable" in shown and "'unknown'" in shown
+
+
+def test_a_checked_run_conductor_loop_reconciled_reads_as_failed(ws: Workspace) -> None:
+    # conductor-loop's struct drops the check's fields (and the reason) when its `status`
+    # rewrites a run-agent run: it reads as a failed run, with its error summary as the message.
+    ws.write_config(["--exit", "0"], max_restarts=0, check="false")
+    assert ws.cli("-p", "p", "-t", "t", "x").returncode == ExitCode.FAILED
+    (before,) = ws.runs()
+    assert before.check_exit_code == 1 and before.reason is not None
+    folder = ws.task().run_folder(before.run_id)
+    text = (folder / "run-info.yaml").read_text()
+    assert "check_exit_code: 1" in text and "reason: check_failed" in text
+    (folder / "run-info.yaml").write_text(
+        RECONCILED.format(
+            run_id=before.run_id, pid=before.pid, cwd=before.cwd, commandline=before.commandline
+        )
+    )
+    (run,) = listed(ws, "p", "t")
+    assert run["status"] == "failed" and "check_exit_code" not in run
