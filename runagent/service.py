@@ -363,7 +363,7 @@ class Service:
         asked = request.overrides.check is not None
         if asked and not request.owner and settings.sandbox is not AgentSandbox.BWRAP:
             raise ForbiddenError(
-                f"check {settings.check!r}: the agent runs unsandboxed, so its check would run "
+                f"check `{settings.check}`: the agent runs unsandboxed, so its check would run "
                 "on this machine as you, which only the config's owner decides (its command "
                 "line, the api_key or an admin token); leave it out, or run the agent under "
                 "sandbox: bwrap"

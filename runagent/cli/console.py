@@ -93,7 +93,7 @@ class Console:
             )
         elif event.kind is EventKind.CHECKING and info is not None:
             self.say(f"attempt {info.attempt}: run {info.run_id} says it is done; checking with "
-                     f"{event.message!r}")  # fmt: skip
+                     f"`{event.message}`")  # fmt: skip
         elif event.kind is EventKind.WAITING:
             note = f"{event.message}; " if event.message else ""
             self.say(f"{note}restarting in {event.delay:g}s")

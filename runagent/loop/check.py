@@ -82,8 +82,8 @@ class Result:
         return self.exit_code == 0 and not (self.timed_out or self.stopped or self.unstarted)
 
     def words(self, timeout: float | None = None) -> str:
-        """`check 'pytest -q' passed in 1.2s`, `... failed: exited with code 1`, ..."""
-        head = f"check {self.command!r}"
+        """check `pytest -q` passed in 1.2s; ... failed: exited with code 1; ..."""
+        head = f"check `{self.command}`"
         if self.unstarted:
             return f"{head} cannot run: {self.unstarted}"
         if self.passed:
@@ -119,7 +119,7 @@ def refuse_unrunnable(command: str, folder: Path, env: Mapping[str, str]) -> Non
     why = unrunnable(command, folder, env)
     if why is not None:
         raise MissingDependencyError(
-            f"check {command!r} cannot run: {why}; install it, or give --check a command that "
+            f"check `{command}` cannot run: {why}; install it, or give --check a command that "
             "runs here"
         )
 

@@ -341,7 +341,7 @@ class Supervisor:
         if failure is not None and tally.same_failure >= n:
             code = f"exit {info.exit_code}" if info.exit_code is not None else str(info.reason)
             if info.reason is Reason.CHECK_FAILED:  # the agent said done: its check failed
-                code = f"check {info.check_command!r} exit {info.check_exit_code}"
+                code = f"check `{info.check_command}` exit {info.check_exit_code}"
             saw = f"{n} attempts in a row failed the same way ({code}: {failure[1]!r})"
         elif tally.unchanged >= n:
             saw = f"{n} attempts in a row changed nothing in {progress.folder} ({progress.how()})"

@@ -78,7 +78,7 @@ def test_a_check_that_fails_then_passes_as_the_agent_fixes_a_real_repository(
     assert first.status is RunStatus.FAILED and first.reason is Reason.CHECK_FAILED
     assert first.exit_code == 0 and first.check_exit_code == 1 and first.check_command == check
     assert first.check_seconds is not None and first.check_seconds > 0
-    assert f"check {check!r} failed: exited with code 1" in (first.message or "")
+    assert f"check `{check}` failed: exited with code 1" in (first.message or "")
     task = ws.task()
     assert "add(2, 2) is 5" in task.run(first.run_id).check.read_text()
     assert second.status is RunStatus.COMPLETED and second.check_exit_code == 0
@@ -92,7 +92,7 @@ def test_a_check_that_fails_then_passes_as_the_agent_fixes_a_real_repository(
     assert shown.returncode == 0 and shown.stdout == "ok\n", shown.stderr
     again = ws.cli("check", "-p", "p", "-t", "t")
     assert again.returncode == 0, again.stderr
-    assert again.stdout == "ok\n" and f"check {check!r} passed" in again.stderr
+    assert again.stdout == "ok\n" and f"check `{check}` passed" in again.stderr
     (task.worktree / "app.py").write_text("def add(a, b):\n    return 5\n")
     broken = ws.cli("check", "-p", "p", "-t", "t")
     assert broken.returncode == ExitCode.FAILED, broken.stderr
@@ -150,7 +150,7 @@ def test_a_check_that_cannot_run_is_refused_before_any_agent_starts(
     assert refused.returncode == ExitCode.MISSING_DEPENDENCY, refused.stderr
     (line,) = refused.stderr.strip().splitlines()
     named = given.get(how, "no-such-check-program --all")
-    assert f"check {named!r} cannot run" in line
+    assert f"check `{named}` cannot run" in line
     assert ("is not executable" if how == "not executable" else "not found on PATH") in line
     assert not ws.task().folder.exists() and not ws.pid_file.exists()  # nothing started
 
