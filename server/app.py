@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # prometheus_client is loaded with the first scrape
     from server import metrics
 
 T = TypeVar("T")
-STREAM_FILES = ("stdout", "stderr", "output")
+STREAM_FILES = ("stdout", "stderr", "output", "check")
 SHUTDOWN_GRACE = 2.0  # seconds a stream has to end by itself when the server shuts down
 MAX_BYTES = 2**62  # offsets past this cannot be a position in a file (and overflow a seek)
 COUNT_CHUNK = 4 * 1024 * 1024  # bytes read at a time when counting lines: memory stays bounded

@@ -52,7 +52,7 @@ from server.security import grant_of
 log = logging.getLogger("run-agent.mcp")
 RESOURCE_NOT_FOUND = -32002  # the error code the MCP specification gives a resource not found
 URI = "run-agent://runs/{project}/{task}/{run}/{file}"
-FILES = tuple(runfolder.RUN_FILES)  # stdout, stderr, output, prompt
+FILES = tuple(runfolder.RUN_FILES)  # stdout, stderr, output, prompt, check
 DEFAULT_BYTES = 16 * 1024  # what run_output reads unless told
 MAX_BYTES = 256 * 1024  # the most one run_output call returns
 MAX_RESOURCE = 1024 * 1024  # a resource over this is read from its last MiB
@@ -116,7 +116,8 @@ class Tools:
             Tool("run_output", Scope.READ,
                  "A run's output: its end (the last max_bytes bytes) or, given offset, the bytes "
                  "from there; next_offset reads on. file: stdout (the agent's stream, live), "
-                 "stderr, output (its final answer), prompt.",
+                 "stderr, output (its final answer), prompt, check (what the task's check "
+                 "printed, judging a run that said it was done).",
                  {**_TASK,
                   "run": {"type": "string", "description": "The run's id (default: the latest)."},
                   "file": {"enum": list(FILES), "default": "stdout"},

@@ -40,6 +40,7 @@ export async function showRun(run) {
 }
 
 async function failureTab(run) {
+  if (run.reason === "check_failed") return "check"; // it said it was done: the check said no
   if (!FAILED.has(run.status)) return "stdout";
   const response = await fetch(`${runUrlOf(run.run_id)}/files/stderr?length=0`);
   return Number(response.headers.get("X-File-Size") || 0) > 0 ? "stderr" : "stdout";
@@ -66,6 +67,11 @@ function renderRunHeader(run) {
   ];
   if (run.queued_seconds != null) {
     rows.push(["queued", `${durationText(run.queued_seconds)} in the queue before its loop began`]);
+  }
+  if (run.check_command != null) {
+    const ended = run.check_exit_code === 0 ? "passed" : `failed (exit ${run.check_exit_code})`;
+    const took = run.check_seconds != null ? ` in ${durationText(run.check_seconds)}` : "";
+    rows.push(["check", `${run.check_command} · ${ended}${took}`]);
   }
   if (run.parent_run_id) rows.push(["parent run", run.parent_run_id]);
   if (run.previous_run_id) rows.push(["restart of", run.previous_run_id]);

@@ -14,7 +14,7 @@ export const state = {
   awaiting: new Map(), // "P/T" -> its operations awaiting approval (from approvals.js)
 };
 
-export const TABS = ["stdout", "stderr", "output", "prompt"];
+export const TABS = ["stdout", "stderr", "output", "prompt", "check"];
 export const FAILED = new Set(["failed", "timed_out", "lost"]);
 
 export const key = (row) => `${row.project_id}/${row.task_id}`;

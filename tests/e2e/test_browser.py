@@ -724,6 +724,29 @@ def test_a_failed_runs_header_says_why_and_it_opens_on_its_stderr(
     shots(page, "failed-run-header")
 
 
+def test_a_check_is_asked_for_in_the_form_and_a_run_it_failed_opens_on_what_it_printed(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.server.test_server_check import failing_once
+
+    ws.write_config(["--lines", "1"])
+    page.goto(server.url)
+    start_from_form(page, "checked", "pass the check", check=failing_once(ws))
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+    first, second = ws.runs("p", "checked")
+    page.goto(f"{server.url}/#p/checked/{first.run_id}")
+    header = page.locator("#run-header")
+    expect(header.locator("dd[data-field=why]")).to_contain_text("` failed: exited with code 1")
+    expect(header.locator("dd[data-field=check]")).to_contain_text("· failed (exit 1) in ")
+    expect(page.locator(".tabs button.active")).to_have_text("check")  # where it failed
+    expect(page.locator("#log")).to_contain_text("check 1")
+    page.goto(f"{server.url}/#p/checked/{second.run_id}")
+    expect(header.locator("dd[data-field=check]")).to_contain_text("· passed in ")
+    page.click(".tabs button[data-file=check]")
+    expect(page.locator("#log")).to_contain_text("check 2")
+    shots(page, "check-tab")
+
+
 def test_a_failed_stream_opens_on_its_error_event(
     ws: Workspace, server: Server, page: Page
 ) -> None:

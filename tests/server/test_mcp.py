@@ -191,6 +191,9 @@ def test_bad_input_gets_the_apis_one_line_errors(ws: Workspace) -> None:
         {"prompt": "go", "timeout": "1" * 30000},
         {"prompt": "go", "agent": "\u0000"},
         {"prompt": "go", "issue": {"number": 1, "repo": "~no-such-user-here"}},
+        {"prompt": "go", "check": "no-such-check-program --all"},
+        {"prompt": "go", "check": 5},
+        {"prompt": "go", "check_timeout": "soon"},
     ]
 
     async def main() -> None:
