@@ -356,11 +356,12 @@ class Service:
         """The task's check (as asked, as remembered, or as the config says) can start here:
         else a MissingDependencyError naming the command, before any agent starts. A check is
         a command run where the agent runs: one sent by other than the config's owner is
-        refused unless the agent runs sandboxed (the check then runs in its sandbox)."""
+        refused unless the agent runs sandboxed (the check then runs in its sandbox); the
+        config's own (`check:`, a schedule's) and the task's as remembered are the owner's."""
         settings = self._settings(overrides)
         if settings.check is None:
             return
-        asked = request.overrides.check is not None
+        asked = request.overrides.check is not None and request.schedule is None
         if asked and not request.owner and settings.sandbox is not AgentSandbox.BWRAP:
             raise ForbiddenError(
                 f"check `{settings.check}`: the agent runs unsandboxed, so its check would run "

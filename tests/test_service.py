@@ -148,3 +148,38 @@ def test_the_service_checks_in_one_order_and_creates_nothing_while_checking(
     else:
         raise AssertionError("a resume without TASK.md was admitted")
     assert asked == [None] and not task.folder.exists()
+
+
+def test_a_check_that_cannot_run_is_refused_alike_by_every_face_before_anything_is_made(
+    ws: Workspace,
+) -> None:
+    with_schedule(ws, "fired")
+    data = yaml.safe_load(ws.config.read_text())
+    data["schedules"]["tick"]["check"] = "no-such-check-program --all"
+    ws.config.write_text(yaml.safe_dump(data))
+    refusals = [ws.invoke("-p", "p", "-t", "t", "--check", "no-such-check-program --all", "go"),
+                ws.invoke("schedule", "now", "tick")]  # fmt: skip
+    for refused in refusals:
+        assert refused.returncode == ExitCode.MISSING_DEPENDENCY, refused.stderr
+        assert "check `no-such-check-program --all` cannot run" in refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+    assert "schedule tick: " not in refusals[0].stderr
+    with served(ws) as c:
+        body = {"task_id": "t", "prompt": "go", "check": "no-such-check-program --all"}
+        answer = c.post("/api/projects/p/tasks", json=body)
+        assert answer.status_code == 424 and "cannot run" in answer.json()["error"]
+    assert not (ws.root / "p").exists()
+
+
+def test_a_schedules_firing_runs_its_check(ws: Workspace) -> None:
+    from tests.conftest import wait_for
+
+    with_schedule(ws, "fired")
+    data = yaml.safe_load(ws.config.read_text())
+    data["schedules"]["tick"].update(check="true", check_timeout="1m")
+    ws.config.write_text(yaml.safe_dump(data))
+    fired = ws.cli("schedule", "now", "tick")
+    assert fired.returncode == 0, fired.stderr
+    wait_for(lambda: ws.task("p", "fired").done.exists(), 60, "the firing to complete")
+    (run,) = ws.runs("p", "fired")
+    assert run.check_command == "true" and run.check_exit_code == 0
