@@ -243,6 +243,25 @@ def start_reaper_early() -> None:
         _standby = _spawn_reaper()
 
 
+def drop_reaper_early() -> None:
+    """Let a reaper started ahead of need that nothing took go (its lifeline's end tells it to
+    exit), and collect it: a loop that ends does not leave one waiting in a long-lived process."""
+    global _standby
+    standby, _standby = _standby, None
+    if standby is None:
+        return
+    import subprocess  # loaded already: the reaper was started with it
+
+    reaper, lifeline, report = standby
+    for fd in (lifeline, report):
+        os.close(fd)
+    try:
+        reaper.wait(timeout=STOP_MARGIN)
+    except subprocess.TimeoutExpired:
+        reaper.kill()
+        reaper.wait()
+
+
 def take_reaper() -> _Standby:
     """The reaper started early, if it is still there, else one started now."""
     global _standby

@@ -27,7 +27,7 @@ from runagent.loop.events import Event, EventKind
 from runagent.loop.failure import Diagnosis
 from runagent.loop.prompt import compose
 from runagent.loop.redaction import Redactor
-from runagent.process import AgentProcess, LaunchSpec, SpawnError
+from runagent.process import AgentProcess, LaunchSpec, SpawnError, start_reaper_early
 from runagent.record import record
 from runagent.store import runfolder, taskfolder
 from runagent.store.host import this_host
@@ -285,6 +285,8 @@ class Attempt:
         self.lent.on_event(Event(EventKind.RUN_STARTED, run=self.info, run_folder=self.folder))
         grace = self.lent.request.settings.kill_grace
         process = self.lent.start(spec, self.ctx.stdout_path, self.ctx.stderr_path, grace=grace)
+        if settings.check is not None:  # the check's reaper boots while the agent works
+            start_reaper_early()
         self.info = self.info.replace(pid=process.pid, pgid=process.pgid)
         with contextlib.suppress(OSError):  # the run goes on; its end is written, or said unwritten
             self._record()

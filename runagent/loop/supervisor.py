@@ -25,7 +25,7 @@ from runagent.loop.context import LoopRequest
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
 from runagent.loop.failure import Diagnosis
 from runagent.loop.redaction import Redactor
-from runagent.process import AgentProcess
+from runagent.process import AgentProcess, drop_reaper_early
 from runagent.store import runfolder, taskfolder
 from runagent.store.lock import TaskLock
 from runagent.store.pids import process_start_time
@@ -139,6 +139,7 @@ class Supervisor:
         finally:
             if tree is not None:
                 worktree.close_worktree(self.task, tree, env)
+            drop_reaper_early()  # one started for a check that did not run
             lock.release()
             self.stop_signal.close()
         self.on_event(Event(EventKind.LOOP_ENDED, message=result.message, outcome=result.outcome))
