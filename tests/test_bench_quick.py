@@ -33,3 +33,15 @@ def test_the_clone_bench_measures_a_clone_beside_a_linked_worktree() -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "clone / worktree add" in done.stdout and "bring a commit back" in done.stdout
+
+
+def test_the_check_bench_measures_a_checks_cost_beside_its_commands_own_time() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "check_overhead.py"), "--quick"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum("difference of the medians" in line for line in lines) >= 2, done.stdout
+    assert any("goal < 30 ms" in line for line in lines), done.stdout
+    assert any(line.strip().startswith("check `true`") for line in lines), done.stdout
