@@ -82,12 +82,12 @@ class Result:
         return self.exit_code == 0 and not (self.timed_out or self.stopped or self.unstarted)
 
     def words(self, timeout: float | None = None) -> str:
-        """check `pytest -q` passed in 1.2s; ... failed: exited with code 1; ..."""
+        """check `pytest -q` passed in 1.25s; ... failed: exited with code 1; ..."""
         head = f"check `{self.command}`"
         if self.unstarted:
             return f"{head} cannot run: {self.unstarted}"
         if self.passed:
-            return f"{head} passed in {self.seconds:.1f}s"
+            return f"{head} passed in {self.seconds:.2f}s"
         if self.stopped:
             return f"{head} stopped on request"
         if self.timed_out:
