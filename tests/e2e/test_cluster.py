@@ -299,6 +299,25 @@ def test_a_signal_to_run_stops_the_loop_wherever_it_runs(
     wait_for(lambda: not ws.leftovers(), 20, "nothing left")
 
 
+def test_a_check_judges_a_loop_on_either_executor(
+    ws: Workspace, executor: ExecutorSettings
+) -> None:
+    """The check runs where the loop runs: a first attempt it fails is a failed run (the next
+    prompt told why), the second it passes completes the task."""
+    kind = executor.type.value
+    attempts = ws.path / f"attempts-{kind}"
+    cluster_config(ws, executor, ["--counter", str(attempts), "--lines", "1"], max_restarts=2)
+    check = f"sh -c 'test \"$(cat {attempts})\" -ge 2'"
+    done = cli_with(ws, "run", "-p", "p", "-t", f"checked-{kind}", "--check", check, "go")
+    assert done.returncode == 0, done.stderr
+    task = ws.task("p", f"checked-{kind}")
+    first, second = (read_run_info(task.run_folder(r)) for r in task.run_ids())
+    assert first.status is RunStatus.FAILED and first.reason == "check_failed"
+    assert first.check_exit_code == 1 and second.check_exit_code == 0
+    assert second.status is RunStatus.COMPLETED
+    assert "check" in task.run(second.run_id).prompt.read_text().lower()
+
+
 def test_detach_starts_the_loop_says_where_and_returns(
     ws: Workspace, executor: ExecutorSettings
 ) -> None:
