@@ -44,10 +44,14 @@ from runagent.errors import (
 )
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
-from runagent.store import credentials, runfolder, taskfolder, tasks
+from runagent.store import credentials, race, runfolder, taskfolder, tasks
+from runagent.store.race import RaceSpec
 from runagent.store.runfolder import TaskPaths
+from runagent.store.runinfo import Reason
 
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
+    from subprocess import Popen
+
     from runagent.executors.local import Started
     from runagent.fleet.overview import Overview
     from runagent.fleet.queue import Turn, Waiting
@@ -112,6 +116,9 @@ class StartRequest:
     # The loop of a start the door admitted where it began (the command line it started says
     # `--admitted`: executors.local.loop_argv): a start is admitted once, never again.
     admitted: bool = False
+    # A race: several loops on the task's prompt at once, each a task of its own in a worktree
+    # of its own; the first to complete wins (runagent/store/race.py, runagent/race.py).
+    race: RaceSpec | None = None
 
 
 @record
@@ -126,6 +133,18 @@ class Admission:
     overrides: LoopOverrides
     agent: tuple[AgentConfig, Backend] | None = None
     waited: str | None = None
+
+
+@record
+class RacerStart:
+    """One racer's start, as the door admitted it."""
+
+    racer: race.Racer
+    request: StartRequest
+    admission: Admission
+
+
+RACE_STOP_MARGIN = 5.0  # seconds a race waits for its stopped racers beyond their kill_grace
 
 
 @record
@@ -491,13 +510,18 @@ class Service:
 
     def start(self, request: StartRequest) -> Started:
         """Start the task's loop on the executor as a detached supervisor, once admitted; a task
-        folder this start made is gone again when the executor refuses it."""
+        folder this start made is gone again when the executor refuses it. A race starts its
+        racers and its watcher (`_start_race`)."""
+        if request.race is not None:
+            return self.pinned()._start_race(request)
         return self.pinned()._start(request)
 
-    def _start(self, request: StartRequest) -> Started:
+    def _start(self, request: StartRequest, admission: Admission | None = None) -> Started:
         from runagent.executors import control
 
-        prompt = self._admitted(request).prompt if request.admitted else self._admit(request).prompt
+        if admission is None:
+            admission = self._admitted(request) if request.admitted else self._admit(request)
+        prompt = admission.prompt
         task = request.task
         created = not task.folder.exists()
         if not request.admitted:
@@ -602,6 +626,195 @@ class Service:
         finally:
             self.release(task)
 
+    # A race (runagent/store/race.py): its racers are tasks of their own beside the race's, each
+    # started through this door as a detached loop in a worktree of its own (so the fleet's caps
+    # count each like any loop); its watcher (runagent/race.py) holds the race's task, judges
+    # the racers and stops the losers through `stop_all`.
+
+    def admit_race(self, request: StartRequest) -> tuple[Admission, tuple[RacerStart, ...]]:
+        """Check a race's start in the one order before anything is made: the race's own task
+        as any start (its prompt, TASK.md's rule, a completed race unless asked again), its
+        check (a race needs one), then each racer's start as any detached loop's (its agent,
+        its worktree's repository and base). The race's admission, and each racer's start."""
+        return self.pinned()._admit_race(request)
+
+    def _admit_race(self, request: StartRequest) -> tuple[Admission, tuple[RacerStart, ...]]:
+        spec, task = request.race, request.task
+        assert spec is not None
+        if request.issue is not None or request.issue_run:
+            raise UsageError(
+                "a race does not go with an issue run: race a task in a worktree of its own "
+                "(each racer gets one), or run the issue as one loop"
+            )
+        if request.command is Command.JOB:
+            raise UsageError("a race is of loops, and `job` runs the agent once; use run --race")
+        remembered = LoopOverrides.remembered(task)
+        racers = spec.racers(task.task_id, remembered.merged(request.overrides).agent)
+        # The race's own task is admitted as a worktree run of its first racer's agent would be.
+        first = racers[0].agent or request.overrides.agent
+        own = replace(request, race=None,
+                      overrides=replace(request.overrides, agent=first, worktree=True))  # fmt: skip
+        admission = self._admit(own)
+        self._refuse_race_without_check(admission.overrides)
+        starts = []
+        for racer in racers:
+            overrides = replace(
+                admission.overrides, agent=racer.agent or admission.overrides.agent, worktree=True
+            )
+            start = StartRequest(
+                TaskPaths(task.root, task.project_id, racer.task_id), admission.prompt,
+                overrides=overrides, again=request.again, schedule=request.schedule,
+                conflict_hint=f"it is a racer of another race; give race {task.label} another id",
+                after=request.after, priority=request.priority, owner=request.owner,
+            )  # fmt: skip
+            starts.append(RacerStart(racer, start, self._admit(start)))
+        return admission, tuple(starts)
+
+    def _refuse_race_without_check(self, overrides: LoopOverrides) -> None:
+        """A race needs a check (`--check`, an agent's `check:`): the first racer whose check
+        passes wins, and without one there is nothing to judge by (UsageError).
+
+        The check is LoopOverrides.check and LoopSettings.check (issue 35's first point, built
+        beside this one); until the settings have it, there is nothing to refuse by."""
+        settings = self._settings(overrides)
+        if not hasattr(settings, "check"):  # the check has not landed yet
+            return
+        if getattr(settings, "check", None) is None:
+            raise UsageError(
+                "a race needs a check: the first racer whose check passes wins, and without one "
+                "there is nothing to judge by; give --check CMD (or check: in config.yaml)"
+            )
+
+    def start_race(self, request: StartRequest) -> Started:
+        """A race started detached: its racers, then its watcher (`python -m runagent.race`),
+        which holds the race's task until the race is over; the watcher's pid."""
+        return self.pinned()._start_race(request)
+
+    def _start_race(self, request: StartRequest) -> Started:
+        import subprocess
+        import sys
+
+        task = request.task
+        with self._race(request):
+            config = self.current_config()
+            key_variable = (config.server if config is not None else ServerSettings()).api_key_env
+            env = credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
+            with open(runfolder.supervisor_log_path(task), "ab", opener=runfolder.private) as out:
+                watcher = subprocess.Popen(
+                    [sys.executable, "-m", "runagent.race", str(task.root), task.project_id,
+                     task.task_id],
+                    cwd=self.workdir.resolve(), env=dict(env), stdin=subprocess.DEVNULL,
+                    stdout=out, stderr=out, start_new_session=True,
+                )  # fmt: skip
+        # Let go of the race's task only now: its watcher, waiting for it, takes it at once.
+        return self._await_watcher(task, watcher)
+
+    def _await_watcher(self, task: TaskPaths, watcher: Popen[bytes]) -> Started:
+        """The watcher holding the race's task; if it ends first, its racers are stopped and
+        its last word is the error."""
+        import time
+
+        from runagent.executors.local import START_WAIT, Started
+        from runagent.store.lock import live_holder
+
+        deadline = time.monotonic() + START_WAIT
+        while time.monotonic() < deadline:
+            holder = live_holder(task.lock)
+            if holder is not None and holder.pid == watcher.pid:
+                return Started(watcher.pid, holder, process=watcher)
+            if watcher.poll() is not None:
+                break
+            time.sleep(0.02)
+        watcher.kill()
+        watcher.wait()
+        found = race.read(task)
+        if found is not None:
+            self.stop_all(found.tasks(task), found.stop_wait, Reason.STOPPED, "")
+            race.end(task, race.Ending.FAILED, "its watcher did not start")
+        tail = runfolder.tail(runfolder.supervisor_log_path(task), 600).strip().splitlines()
+        why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {watcher.returncode}"
+        raise RunAgentError(f"race {task.label}: its watcher did not start: {why}")
+
+    @contextmanager
+    def begin_race(self, request: StartRequest) -> Iterator[race.Race]:
+        """A race started here: admitted, its task held for the block (the command line that
+        follows it in the foreground watches it in the block) and its racers started; a start
+        that fails on the way leaves no racer running."""
+        with self.pinned()._race(request) as record:
+            yield record
+
+    @contextmanager
+    def _race(self, request: StartRequest) -> Iterator[race.Race]:
+        from runagent.store.lock import TaskLock
+
+        admission, starts = self._admit_race(request)
+        spec, task = request.race, request.task
+        assert spec is not None
+        created = not task.folder.exists()
+        lock = TaskLock(runfolder.make_task_folder(task).lock, task.label)
+        lock.acquire()  # AlreadyRunningError while a race of it runs
+        started: list[TaskPaths] = []
+        record = None
+        try:
+            taskfolder.claim_task_prompt(task, admission.prompt, request.conflict_hint)
+            remembered = admission.remembered.merged(request.overrides)
+            taskfolder.write_task_settings(task, {**remembered.to_record(), **spec.to_record()})
+            if request.again:  # the race runs again: an earlier win is the record's no longer
+                task.done.unlink(missing_ok=True)
+            budget = self._settings(admission.overrides).budget
+            config = self.current_config()
+            grace = (config.defaults if config is not None else LoopSettings()).kill_grace
+            record = race.begin(
+                task, spec, [s.racer for s in starts], budget.to_args() if budget else (),
+                stop_wait=grace + RACE_STOP_MARGIN,
+            )  # fmt: skip
+            for start in starts:
+                self._start(start.request, start.admission)
+                started.append(start.request.task)
+            yield record
+        except BaseException:
+            if started:  # nothing is left racing for a race that did not start
+                self.stop_all(started, record.stop_wait if record else 0.0,
+                              Reason.STOPPED, "")  # fmt: skip
+                race.end(task, race.Ending.FAILED, "it could not start all its racers")
+            elif created:
+                for path in (task.race, task.race_lock, task.folder / runfolder.TASK_SETTINGS):
+                    path.unlink(missing_ok=True)
+                lock.release()
+                taskfolder.discard_new_task(task)
+            raise
+        finally:
+            lock.release()
+
+    def stop_all(
+        self, stopped: list[TaskPaths], wait: float, reason: Reason, message: str
+    ) -> list[TaskPaths]:
+        """Stop several loops at once (a race's racers): each is asked to stop (taken out of the
+        queue where it waits), then all are waited for together, up to `wait` seconds; the run
+        each was stopped in says `reason` and `message` (`lost_race`, `budget`) rather than
+        `stopped`. The tasks that were running or queued."""
+        import time
+
+        from runagent.store.lock import Holder
+
+        asked: list[tuple[TaskPaths, Holder | None]] = []
+        since = runfolder.timestamp()
+        for task in stopped:
+            try:
+                held = self.stop(task, None)
+            except RunAgentError:  # on a host this one cannot reach: it is judged as it ends
+                continue
+            if held is not None:
+                asked.append((task, held if isinstance(held, Holder) else None))
+        deadline = time.monotonic() + wait
+        for _, holder in asked:
+            while holder is not None and holder.alive() and time.monotonic() < deadline:
+                time.sleep(0.02)
+        if reason is not Reason.STOPPED:
+            for task, _ in asked:
+                race.mark_stopped_run(task, since, reason, message)
+        return [task for task, _ in asked]
+
     def take_turn(
         self, request: StartRequest, agent: str, tell: Callable[[Turn], None]
     ) -> str | None:
@@ -689,9 +902,12 @@ class Service:
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | Waiting | None:
         """Take the task out of the queue (its record), else stop its loop wherever it runs
-        (control.stop: the holder asked); None if it was neither queued nor running."""
+        (control.stop: the holder asked); None if it was neither queued nor running. A race's
+        task: its watcher is asked, which stops every racer (`_stop_race`)."""
         from runagent.executors import control
 
+        if race.is_race(task):
+            return self._stop_race(task, wait)
         if self._queue_exists():
             from runagent.fleet import gate
 
@@ -702,6 +918,24 @@ class Service:
         if withdrawn is not None:
             return withdrawn
         return control.stop(task, wait, self.executor)
+
+    def _stop_race(self, task: TaskPaths, wait: float | None) -> Holder | None:
+        """Stop a race: its watcher (detached, or the command line that follows it) stops its
+        racers and says the race was stopped; with no watcher alive, its racers are stopped
+        here."""
+        from runagent.executors import control
+        from runagent.store.lock import live_holder
+
+        if live_holder(task.lock) is not None:
+            return control.stop(task, wait, self.executor)
+        try:
+            found = race.read(task)
+        except ValueError:
+            return None
+        if found is None:
+            return None
+        self.stop_all(found.tasks(task), wait or 0.0, Reason.STOPPED, "")
+        return None
 
     def delete(
         self, task: TaskPaths, force: bool = False, confirm: Callable[[Doomed], None] | None = None
@@ -730,6 +964,7 @@ class Service:
         `issues.merge` says), or pushed to `push`; what was done, in words."""
         from runagent.issues import merging
 
+        task = self.winner_of(task)
         if push is not None:
             if into is not None:
                 raise UsageError("--push and --into do not go together: push, or merge")
@@ -737,6 +972,22 @@ class Service:
         config = self.current_config()
         mode = config.issues.merge if config is not None else MergeMode.FF
         return merging.merge(task, mode, os.environ, into=into, force=force).words(task.label)
+
+    def winner_of(self, task: TaskPaths) -> TaskPaths:
+        """The task whose branch is `task`'s to merge: a race's winner (its branch is the race's
+        branch), else the task itself. A race not won has no branch to merge (UsageError)."""
+        try:
+            found = race.read(task)
+        except ValueError as exc:
+            raise DamagedRecordError(str(exc)) from None
+        if found is None:
+            return task
+        if found.winner is None:
+            raise UsageError(
+                f"race {task.label} has no winner ({found.outcome or 'it is still running'}), so "
+                "no branch to bring back; merge one of its racers by its own id"
+            )
+        return TaskPaths(task.root, task.project_id, found.winner)
 
     def hold_scheduler(self) -> bool:
         """Whether this process may fire schedules (on a cluster, only one does)."""

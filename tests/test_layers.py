@@ -153,7 +153,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("loop", ("runagent.loop", "runagent.backend")),
     ("fleet", ("runagent.fleet", "runagent.listing", "runagent.schedule", "runagent.crontab")),
     ("executors", ("runagent.executors",)),
-    ("service", ("runagent.service", "runagent.doctor")),
+    ("service", ("runagent.service", "runagent.doctor", "runagent.race")),
     ("faces", ("runagent.cli", "runagent.__main__", "server", "backends")),
 )
 

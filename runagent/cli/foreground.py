@@ -140,3 +140,34 @@ def loop_request(
         queued_since=admission.waited or queued_since,
         control=s.control,
     )
+
+
+def foreground_race(s: Setup, service: Service, start: StartRequest, loop: LoopArgs) -> None:
+    """A race run here: the door starts its racers (detached loops, each in a worktree of its
+    own) holding the race's task, and this process watches them to the end (runagent/race.py),
+    saying who won or why none did; Ctrl-C (or `stop`) stops every racer. Exits with the race's
+    code."""
+    from runagent.race import Watcher
+
+    task = start.task
+
+    def say(line: str) -> None:
+        if not loop.quiet:
+            click.echo(f"run-agent: {line}", err=True)
+
+    with service.begin_race(start) as record:
+        default = s.config.defaults.agent or "the default agent"
+        racers = ", ".join(
+            f"{task.project_id}/{r.task_id} ({r.agent or default})" for r in record.racers
+        )
+        say(f"race {task.label}: {len(record.racers)} racers started: {racers}")
+        watcher = Watcher(service, task, say)
+        previous = {sig: signal.signal(sig, lambda *_: watcher.request_stop())
+                    for sig in STOP_SIGNALS}  # fmt: skip
+        try:
+            finished = watcher.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+    click.echo(f"run-agent: {finished.message}", err=True)
+    sys.exit(int(finished.code))

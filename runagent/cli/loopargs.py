@@ -15,6 +15,7 @@ from runagent.config.overrides import OPTIONS, LoopOverrides
 from runagent.config.settings import AgentSandbox, Until
 from runagent.errors import UsageError
 from runagent.record import record
+from runagent.store.race import RaceSpec
 
 
 @record
@@ -31,6 +32,7 @@ class LoopArgs:
     no_stuck: bool = False  # `--no-stuck`: off for this loop, not remembered for the task
     detach: bool = False  # `--detach`: start the loop where it runs and return
     admitted: bool = False  # the loop of a start the door admitted where it began
+    race: RaceSpec | None = None  # `--race N` / `--agents a,b,c`: several loops race on the task
 
 
 def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
@@ -40,7 +42,7 @@ def loop_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 def one_run_options(f: Callable[..., Any]) -> Callable[..., Any]:
     """The loop's options but those a single run cannot honour (`job`): refused, not ignored."""
-    return _loop_options(f, ("max_restarts",))
+    return _loop_options(f, ("max_restarts", "race", "agents"))
 
 
 def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[..., Any]:
@@ -53,6 +55,9 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
                     "agent once; use `run-agent run` for a loop with restarts"
                 )
         raw = {name: kwargs.pop(name) for name in OVERRIDE_OPTIONS if name not in without}
+        race = None
+        if "race" not in without:
+            race = RaceSpec.parse(kwargs.pop("race"), kwargs.pop("agents"))
         no_stuck = bool(kwargs.pop("no_stuck"))
         if no_stuck:
             if raw.get("stuck_after") is not None:
@@ -63,7 +68,7 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"),
             after=tuple(kwargs.pop("after")), priority=kwargs.pop("priority") or 0,
             no_stuck=no_stuck, detach=bool(kwargs.pop("detach")),
-            admitted=bool(kwargs.pop("admitted")),
+            admitted=bool(kwargs.pop("admitted")), race=race,
         )  # fmt: skip
         return f(*args, loop=loop, **kwargs)
 
@@ -93,6 +98,12 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             help=OPTIONS["sandbox"].help)),
         ("check", click.option("--check", metavar="CMD", help=OPTIONS["check"].help)),
         ("check_timeout", click.option("--check-timeout", help=OPTIONS["check_timeout"].help)),
+        ("race", click.option(
+            "--race", metavar="N", help="Race N loops of the agent on the task, each in a "
+            "worktree of its own: the first whose check passes wins, the others are stopped.")),
+        ("agents", click.option(
+            "--agents", metavar="A,B,...", help="Race one loop of each of these agents on the "
+            "task (as --race).")),
         ("quiet", click.option("--quiet", "-q", is_flag=True, help="Print only the final line.")),
         ("detach", click.option(
             "--detach", "-d", is_flag=True, help="Start the loop (on its executor) and return at "

@@ -32,7 +32,8 @@ from runagent.loop.context import (
     validate_prompt,
 )
 from runagent.service import ISSUE_ON_CLUSTER, Command, StartRequest
-from runagent.store import taskfolder
+from runagent.store import race, taskfolder
+from runagent.store.race import RaceSpec
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # an issue run imports what it needs when one starts
@@ -125,6 +126,7 @@ def resume(
         task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
         schedule=loop.schedule, conflict_hint=CONFLICT_HINT, after=loop.after,
         priority=loop.priority, issue_run=issue is not None, owner=True, admitted=loop.admitted,
+        race=loop.race or remembered_race(task, loop),
     )  # fmt: skip
     enter(s, request, loop, issue)
 
@@ -147,7 +149,7 @@ def start_loop(
         task, text, overrides=loop.overrides, again=loop.again, schedule=loop.schedule,
         conflict_hint=CONFLICT_HINT, after=loop.after, priority=loop.priority,
         issue_run=issue is not None, owner=True,  # the command line of the config's user
-        admitted=loop.admitted,
+        admitted=loop.admitted, race=loop.race,
     )  # fmt: skip
     if generated:
         click.echo(f"run-agent: task id {task.task_id}", err=True)
@@ -162,6 +164,14 @@ def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) 
     if loop.one_run:  # started elsewhere as `job`, which says its single run itself
         once = replace(request.overrides, max_restarts=None)
         request = replace(request, command=Command.JOB, overrides=once)
+    if request.race is not None:  # through the door, which refuses it with an issue
+        if loop.detach:
+            dispatch(s, request, loop.quiet)
+        else:
+            from runagent.cli.foreground import foreground_race
+
+            foreground_race(s, service_for(s), request, loop)
+        return
     on_cluster = s.config.executor.type is not ExecutorType.LOCAL
     if on_cluster and issue is not None:
         raise UsageError(ISSUE_ON_CLUSTER)
@@ -196,6 +206,18 @@ def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
         number=args.number, repo=args.repo.resolve(), body=body, body_file=task.issue_body,
         url=args.url, setup=s.config.issues.setup,
     )  # fmt: skip
+
+
+def remembered_race(task: TaskPaths, loop: LoopArgs) -> RaceSpec | None:
+    """The race a race's task was started as, for a resume that names none (its racers race
+    again, each resuming its own loop); None for a task that is no race."""
+    if loop.one_run:
+        return None
+    try:
+        found = race.read(task)
+    except ValueError:
+        return None
+    return found.spec if found is not None else None
 
 
 def remembered_issue(s: Setup, task: TaskPaths) -> Issue | None:
@@ -247,6 +269,12 @@ def dispatch(s: Setup, request: StartRequest, quiet: bool = False) -> None:
     on_cluster = s.config.executor.type is not ExecutorType.LOCAL
     held = started.holder
     where = held.describe(host=on_cluster) if held is not None else f"pid {started.pid}"
+    if request.race is not None:
+        if not quiet:
+            click.echo(f"run-agent: race {task.label} started ({request.race.words()}, watcher "
+                       f"{where}); follow it with `run-agent status -p {task.project_id} -t "
+                       f"{task.task_id}`", err=True)  # fmt: skip
+        return
     if not quiet:
         click.echo(f"run-agent: task {task.label} started on {s.config.executor.type} "
                    f"(supervisor {where}); follow it with {watch}", err=True)  # fmt: skip

@@ -102,40 +102,50 @@ class Pruned:
 
 def issue_worktrees(root: Path, env: Mapping[str, str]) -> list[IssueWorktree]:
     """Every issue task's worktree under the runs root that has not been removed."""
-    found = []
-    for view in tasks.all_tasks(root, tasks.NO_QUEUE):
-        record = taskfolder.read_worktree_record(view.paths)
-        if not record.get("branch") or record.get("removed"):  # none made yet, or gone
-            continue
-        path, repo = view.paths.worktree, Path(str(record.get("repo")))
-        clone = bool(record.get("clone"))
-        try:
-            entry = None if clone else registration(repo, path, env)
-        except RunAgentError:  # the repository is gone
-            entry = None
-        known = view.paths.worktree_git.is_dir() if clone else entry is not None
-        exists = path.is_dir()
-        fork = str(record["fork"]) if record.get("fork") else None
-        ahead = dirty_ = None
-        if exists and known:
-            dirs = tree_dirs(view.paths, env)
-            dirty_ = dirty(path, dirs)
-            if fork:
-                ahead = int(git(path, "rev-list", "--count", f"{fork}..HEAD", env=env, dirs=dirs))
-        found.append(
-            IssueWorktree(
-                task=view,
-                path=path,
-                repo=repo,
-                branch=str(record.get("branch")) if record.get("branch") else None,
-                fork=fork,
-                registered=known,
-                locked=entry.locked if entry is not None else _held(view.paths) if clone else None,
-                ahead=ahead,
-                dirty=dirty_,
-            )
-        )
-    return found
+    found = [worktree_of(view, env) for view in tasks.all_tasks(root, tasks.NO_QUEUE)]
+    return [w for w in found if w is not None]
+
+
+def worktree_of(view: tasks.TaskView, env: Mapping[str, str]) -> IssueWorktree | None:
+    """The task's worktree, if it has one that was not removed (a race's task has none of its
+    own: its record names its winner's, which is listed as the winner's)."""
+    record = taskfolder.read_worktree_record(view.paths)
+    if not record.get("branch") or record.get("removed") or record.get("racer"):
+        return None
+    path, repo = view.paths.worktree, Path(str(record.get("repo")))
+    clone = bool(record.get("clone"))
+    try:
+        entry = None if clone else registration(repo, path, env)
+    except RunAgentError:  # the repository is gone
+        entry = None
+    known = view.paths.worktree_git.is_dir() if clone else entry is not None
+    exists = path.is_dir()
+    fork = str(record["fork"]) if record.get("fork") else None
+    ahead = dirty_ = None
+    if exists and known:
+        dirs = tree_dirs(view.paths, env)
+        dirty_ = dirty(path, dirs)
+        if fork:
+            ahead = int(git(path, "rev-list", "--count", f"{fork}..HEAD", env=env, dirs=dirs))
+    return IssueWorktree(
+        task=view,
+        path=path,
+        repo=repo,
+        branch=str(record.get("branch")) if record.get("branch") else None,
+        fork=fork,
+        registered=known,
+        locked=entry.locked if entry is not None else _held(view.paths) if clone else None,
+        ahead=ahead,
+        dirty=dirty_,
+    )
+
+
+def remove(task: TaskPaths, env: Mapping[str, str]) -> Pruned | None:
+    """Remove the worktree of a task whose loop has ended, whatever its status (a race's loser:
+    its uncommitted changes saved into its folder first, its branch kept unless merged); None
+    when it has none."""
+    w = worktree_of(tasks.view(task, tasks.NO_QUEUE), env)
+    return None if w is None else prune(w, env, every=True, force=True)
 
 
 def prune(worktree: IssueWorktree, env: Mapping[str, str], *, every: bool, force: bool) -> Pruned:

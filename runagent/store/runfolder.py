@@ -2,6 +2,7 @@
 
     <root>/<project>/<task>/
       TASK.md  DONE  .lock  supervisor.log  check.txt (what `run-agent check` printed last)
+      race.yaml  .race.lock                                 (a race's task: store/race.py)
       issue.yaml  ISSUE.md  worktree/  worktree-*.diff      (an issue run)
       runs/<run_id>/
         run-info.yaml  prompt.md  agent-stdout.txt  agent-stderr.txt  output.md  (DONE, archived)
@@ -70,6 +71,8 @@ SETUP_LOG = "setup.log"  # what an issue run's setup command printed
 SECCOMP = ".seccomp"  # in a task folder: the filter a sandboxed agent without network runs under
 SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (never read back)
 CLI_COPIES = ".cli"  # a sandboxed agent's private copies of its CLI's own files (never read back)
+RACE = "race.yaml"  # a race's task: its racers, its shared budget, its winner (store/race.py)
+RACE_LOCK = ".race.lock"  # held while race.yaml is read, changed and written
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 
 FILE_MODE = 0o600  # every file run-agent makes under a runs root
@@ -154,6 +157,14 @@ class TaskPaths:
     @property
     def worktree_record(self) -> Path:
         return self.folder / WORKTREE_RECORD
+
+    @property
+    def race(self) -> Path:
+        return self.folder / RACE
+
+    @property
+    def race_lock(self) -> Path:
+        return self.folder / RACE_LOCK
 
     @property
     def issue_body(self) -> Path:

@@ -47,6 +47,7 @@ class Reason(enum.StrEnum):
     STUCK = "stuck"  # the last of attempts in a row without progress; the loop stopped there
     BUDGET = "budget"  # the run crossed a budget (its message says which, and how much of what)
     CHECK_FAILED = "check_failed"  # it said it was done, and the task's check did not pass
+    LOST_RACE = "lost_race"  # stopped because another racer of its race completed first
 
 
 @record

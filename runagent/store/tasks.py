@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.record import record
-from runagent.store import runfolder, taskfolder
+from runagent.store import race, runfolder, taskfolder
 from runagent.store.host import foreign_alive, is_here
 from runagent.store.lock import Holder, live_holder
 from runagent.store.pids import is_alive
@@ -65,6 +66,95 @@ NO_QUEUE: Mapping[str, QueuePlace] = MappingProxyType({})
 
 
 @record
+class RacerView:
+    """One racer of a race, as the race's row shows it beside the others: its agent, attempt,
+    spend, last check, and why it is out of the race when it is."""
+
+    racer: race.Racer
+    view: TaskView
+    won: bool = False
+
+    @property
+    def attempt(self) -> int | None:
+        latest = self.view.latest
+        return latest.attempt if latest is not None and latest.attempt else None
+
+    @property
+    def last_check(self) -> int | None:
+        """The exit code of the check its latest run ran (None: none ran)."""
+        latest = self.view.latest
+        return getattr(latest, "check_exit_code", None) if latest is not None else None
+
+    @property
+    def reason(self) -> str | None:
+        """Why it is out of the race (as the race stopped it, else as its latest run ended);
+        None while it races, and for the winner."""
+        if self.won or self.view.status in _RACING:
+            return None
+        if self.racer.out is not None:
+            return self.racer.out
+        latest = self.view.latest
+        if latest is not None and latest.reason is not None:
+            return latest.reason.value
+        return self.view.status.value
+
+    @property
+    def message(self) -> str | None:
+        if self.won or self.view.status in _RACING:
+            return None
+        if self.racer.message:
+            return self.racer.message
+        latest = self.view.latest
+        return latest.describe() if latest is not None else None
+
+    @property
+    def agent(self) -> str | None:
+        latest = self.view.latest
+        return self.racer.agent or (latest.agent if latest is not None else None)
+
+    def to_dict(self) -> dict[str, Any]:
+        used = self.view.usage
+        return {
+            "task_id": self.view.paths.task_id,
+            "agent": self.agent,
+            "status": self.view.status.value,
+            "attempt": self.attempt,
+            "usage": used.to_dict() if used else None,
+            "last_check": self.last_check,
+            "won": self.won,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@record
+class RaceView:
+    """A race task's racers side by side, with its record (store/race.py)."""
+
+    record: race.Race
+    racers: tuple[RacerView, ...]
+
+    @property
+    def usage(self) -> Usage | None:
+        """What its racers used, summed (what its budget counts)."""
+        found = [r.view.usage for r in self.racers if r.view.usage is not None]
+        return sum(found[1:], found[0]) if found else None
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.record
+        used = self.usage
+        return {
+            "racers": [racer.to_dict() for racer in self.racers],
+            "started": r.started,
+            "winner": r.winner,
+            "outcome": r.outcome,
+            "message": r.message,
+            "budget": list(r.budget) or None,
+            "usage": used.to_dict() if used else None,
+        }
+
+
+@record
 class TaskView:
     paths: TaskPaths
     status: TaskStatus
@@ -73,6 +163,8 @@ class TaskView:
     supervisor: Holder | None
     usage: Usage | None = None  # what its runs used, summed as each ended
     queue: QueuePlace | None = None  # queued or blocked: where it stands
+    race: RaceView | None = None  # a race's task: its racers
+    unreadable: str | None = None  # why its race record cannot be read
 
     @property
     def label(self) -> str:
@@ -91,6 +183,8 @@ class TaskView:
             "folder": str(self.paths.folder),
             "usage": self.usage.to_dict() if self.usage else None,
             "queue": self.queue.to_dict() if self.queue else None,
+            **({"race": self.race.to_dict()} if self.race is not None else {}),
+            **({"unreadable": self.unreadable} if self.unreadable is not None else {}),
         }
 
 
@@ -175,7 +269,41 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
             status = TaskStatus.LOST
     used = taskfolder.read_task_usage(task)
-    return TaskView(task, status, len(run_ids), latest, holder, used, place)
+    found = TaskView(task, status, len(run_ids), latest, holder, used, place)
+    if runfolder.stat_in(task.fence, task.race) is not None:
+        return _race_view(found, places)
+    return found
+
+
+# A race's status once it is over (race.yaml's outcome), while nothing holds its task.
+_RACE_ENDED = {
+    race.Ending.COMPLETED: TaskStatus.COMPLETED,
+    race.Ending.FAILED: TaskStatus.FAILED,
+    race.Ending.STOPPED: TaskStatus.STOPPED,
+    race.Ending.BUDGET: TaskStatus.FAILED,
+}
+# A racer still in the race.
+_RACING = frozenset({TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.BLOCKED, TaskStatus.PENDING})
+
+
+def _race_view(found: TaskView, places: Mapping[str, QueuePlace]) -> TaskView:
+    """A race's task as it is: running while its watcher holds it, then as its record says it
+    ended (lost, when its watcher died before that), with its racers side by side."""
+    try:
+        record = race.read(found.paths)
+    except ValueError as exc:
+        return replace(found, status=TaskStatus.UNREADABLE, unreadable=str(exc))
+    if record is None:  # gone since it was seen
+        return found
+    racers = tuple(
+        RacerView(r, view(t, places), won=r.task_id == record.winner)
+        for r, t in zip(record.racers, record.tasks(found.paths), strict=True)
+    )
+    status = found.status
+    if found.supervisor is None:
+        ended = _RACE_ENDED.get(record.outcome or "")
+        status = ended if ended is not None else TaskStatus.LOST
+    return replace(found, status=status, race=RaceView(record, racers))
 
 
 def waited_on_by(task: TaskPaths, places: Mapping[str, QueuePlace]) -> list[str]:

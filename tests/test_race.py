@@ -1,0 +1,244 @@
+"""Races (`--race N`, `--agents a,b,c`), through the real command line, real git and real
+processes: the first racer to complete wins and the others are stopped (`lost_race`, their
+worktrees gone), a race where every racer gives up fails with each one's reason, and a race
+stopped by `stop`, by Ctrl-C of the command line that follows it, or by its shared budget
+stops every racer; no process outlives any of them (the `ws` fixture checks)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from runagent.errors import ExitCode
+from runagent.store import race
+from runagent.store.lock import live_holder
+from runagent.store.runinfo import Reason, RunStatus
+from tests.conftest import Workspace, wait_for
+from tests.gitrepo import GIT_ENV, git, make_repo
+
+WORK = ["--commit", "work of {attempt}"]
+
+
+def configure(ws: Workspace, agents: dict[str, list[str]], **extra: Any) -> Path:
+    """A repository, and a config whose agents (the first the default) run the fake agent with
+    their arguments, committing in their worktrees; the repository's folder."""
+    first, *_ = agents
+    ws.write_config(agents[first], agents=agents, env=GIT_ENV)
+    data = yaml.safe_load(ws.config.read_text())
+    data["defaults"]["agent"] = first
+    data["defaults"].update(extra)
+    ws.config.write_text(yaml.safe_dump(data))
+    return make_repo(ws.path / "repo")
+
+
+def cli(
+    ws: Workspace, folder: Path, *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), *args), cwd=folder,
+        env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
+
+
+def start(ws: Workspace, folder: Path, *args: str) -> subprocess.Popen[str]:
+    """`run-agent ARGS` in a session of its own (as a shell runs a foreground command)."""
+    return subprocess.Popen(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), *args), cwd=folder,
+        env={**os.environ, **GIT_ENV}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+
+
+def status(ws: Workspace, folder: Path, task: str = "t") -> dict[str, Any]:
+    done = cli(ws, folder, "status", "-p", "p", "-t", task, "--json")
+    assert done.returncode == 0, done.stderr
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+def racing(ws: Workspace, *racers: str) -> bool:
+    """Every racer's agent at work (its first run started)."""
+    return all(ws.runs("p", r) for r in racers)
+
+
+def test_the_second_racer_wins_and_the_others_are_stopped_with_their_worktrees_gone(
+    ws: Workspace,
+) -> None:
+    """--race 3: the agent waits for a word in its task folder; only t.2 is given it. It wins:
+    t.1 and t.3 are stopped (their runs `lost_race`), their worktrees removed, and the race's
+    task is completed with t.2's branch, which `merge` brings back."""
+    repo = configure(ws, {"fake": [*WORK, "--wait-in-task", "go"]})
+    follow = start(ws, repo, "-p", "p", "-t", "t", "--race", "3", "fix it")
+    try:
+        wait_for(lambda: racing(ws, "t.1", "t.2", "t.3"), 60, "three racers at work")
+        (ws.task("p", "t.2").folder / "go").touch()
+        _, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            os.killpg(follow.pid, signal.SIGKILL)
+            follow.wait(10)
+    assert follow.returncode == ExitCode.COMPLETED, err
+    assert "racer p/t.2 won race p/t" in err and "race p/t won by p/t.2" in err
+    record = race.read(ws.task())
+    assert record is not None and record.winner == "t.2" and record.outcome == "completed"
+    for loser in ("t.1", "t.3"):
+        (run,) = ws.runs("p", loser)
+        assert (run.status, run.reason) == (RunStatus.STOPPED, Reason.LOST_RACE)
+        assert run.message == "lost the race to p/t.2"
+        assert not ws.task("p", loser).worktree.exists()  # its tree gone
+        # Its branch held no work (merged, as pruning judges it): gone with its worktree.
+        assert not git(repo, "branch", "--list", f"run-agent/p/{loser}")
+    (won,) = ws.runs("p", "t.2")
+    assert won.status is RunStatus.COMPLETED and won.branch == "run-agent/p/t.2"
+    shown = status(ws, repo)
+    assert shown["status"] == "completed"
+    rows = {r["task_id"]: r for r in shown["race"]["racers"]}
+    assert rows["t.2"]["won"] and rows["t.2"]["reason"] is None
+    assert rows["t.1"]["reason"] == rows["t.3"]["reason"] == "lost_race"
+    assert live_holder(ws.task().lock) is None
+    merged = cli(ws, repo, "merge", "-p", "p", "-t", "t")
+    assert merged.returncode == 0, merged.stderr
+    assert "merged run-agent/p/t.2 into main" in merged.stdout
+    assert git(repo, "log", "-1", "--format=%s") == "work of 1"
+
+
+def test_the_second_agent_wins_on_its_second_attempt(ws: Workspace) -> None:
+    """--agents slow,quick: quick fails its first attempt and completes its second, while slow
+    is still at work: quick wins, slow loses."""
+    repo = configure(ws, {"slow": ["--wait-in-task", "never"],
+                          "quick": [*WORK, "--fail-first", "1"]})  # fmt: skip
+    done = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "slow,quick", "fix it")
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    record = race.read(ws.task())
+    assert record is not None and record.winner == "t.quick"
+    quick = ws.runs("p", "t.quick")
+    assert [r.status for r in quick] == [RunStatus.FAILED, RunStatus.COMPLETED]
+    (slow,) = ws.runs("p", "t.slow")
+    assert slow.reason is Reason.LOST_RACE and slow.agent == "slow"
+    assert not ws.task("p", "t.slow").worktree.exists()
+
+
+def test_a_race_where_every_racer_gives_up_fails_with_each_ones_reason(ws: Workspace) -> None:
+    repo = configure(ws, {"fake": ["--exit", "9"], "other": ["--exit", "1"]}, max_restarts=1)
+    done = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "fake,other", "fix it")
+    assert done.returncode == ExitCode.FAILED, done.stderr
+    assert "race p/t failed: every racer gave up" in done.stderr
+    assert "p/t.fake exit_code" in done.stderr and "p/t.other exit_code" in done.stderr
+    shown = status(ws, repo)
+    assert shown["status"] == "failed" and shown["race"]["outcome"] == "failed"
+    rows = {r["task_id"]: r for r in shown["race"]["racers"]}
+    assert rows["t.fake"]["message"] == "exited with code 9"
+    assert rows["t.other"]["status"] == "failed" and rows["t.other"]["attempt"] == 2
+    refused = cli(ws, repo, "merge", "-p", "p", "-t", "t")
+    assert refused.returncode == ExitCode.USAGE and "has no winner" in refused.stderr
+
+
+def test_stop_stops_every_racer_of_a_detached_race(ws: Workspace) -> None:
+    repo = configure(ws, {"fake": ["--wait-in-task", "never"]})
+    done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "--detach", "fix it")
+    assert done.returncode == 0, done.stderr
+    assert "race p/t started (2 racers, watcher pid" in done.stderr
+    wait_for(lambda: racing(ws, "t.1", "t.2"), 60, "both racers at work")
+    assert status(ws, repo)["status"] == "running"
+    stopped = cli(ws, repo, "stop", "-p", "p", "-t", "t")
+    assert stopped.returncode == 0, stopped.stderr
+    assert "task p/t stopped" in stopped.stdout
+    for racer in ("t.1", "t.2"):
+        assert live_holder(ws.task("p", racer).lock) is None
+        (run,) = ws.runs("p", racer)
+        assert run.status is RunStatus.STOPPED
+    record = race.read(ws.task())
+    assert record is not None and record.outcome == "stopped" and record.winner is None
+    assert status(ws, repo)["status"] == "stopped"
+    assert ws.task("p", "t.1").worktree.exists()  # no winner: the work is kept
+
+
+def test_ctrl_c_of_the_foreground_race_stops_every_racer(ws: Workspace) -> None:
+    repo = configure(ws, {"fake": ["--wait-in-task", "never"]})
+    follow = start(ws, repo, "-p", "p", "-t", "t", "--race", "2", "fix it")
+    try:
+        wait_for(lambda: racing(ws, "t.1", "t.2"), 60, "both racers at work")
+        os.killpg(follow.pid, signal.SIGINT)  # what the terminal sends its foreground group
+        _, err = follow.communicate(timeout=60)
+    finally:
+        if follow.poll() is None:
+            os.killpg(follow.pid, signal.SIGKILL)
+            follow.wait(10)
+    assert follow.returncode == ExitCode.STOPPED, err
+    assert "race p/t stopped" in err
+    for racer in ("t.1", "t.2"):
+        assert live_holder(ws.task("p", racer).lock) is None
+        (run,) = ws.runs("p", racer)
+        assert run.status is RunStatus.STOPPED
+    assert status(ws, repo)["race"]["outcome"] == "stopped"
+
+
+def test_the_racers_share_the_budget_and_crossing_it_stops_them_all(ws: Workspace) -> None:
+    """Each racer reports 1,000 tokens every half second: alone none would cross 5,000 tokens
+    for 3 seconds, but their sum does within about one; all are stopped (`budget`), exit 4."""
+    turns = ["--ignore-unknown", "--codex-usage", "1000", "--usage-lines", "40", "--interval",
+             "0.5"]  # fmt: skip
+    repo = configure(ws, {"fake": []})
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["spender"] = {"type": "codex", "command": ws.agent_argv(turns),
+                                 "env": GIT_ENV}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    done = cli(ws, repo, "-p", "p", "-t", "t", "--agent", "spender", "--race", "3",
+               "--budget", "5000tokens", "fix it")  # fmt: skip
+    assert done.returncode == ExitCode.BUDGET, done.stderr
+    assert "race p/t stopped by its budget: " in done.stderr
+    assert "of 5,000 tokens over its racers" in done.stderr
+    spent = 0
+    for racer in ("t.1", "t.2", "t.3"):
+        (run,) = ws.runs("p", racer)
+        assert (run.status, run.reason) == (RunStatus.FAILED, Reason.BUDGET), run
+        assert (run.tokens_in or 0) < 5000  # none reached the budget alone
+        spent += run.tokens_in or 0
+    assert spent > 5000
+    record = race.read(ws.task())
+    assert record is not None and record.outcome == "budget"
+    assert status(ws, repo)["status"] == "failed"
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--race", "1"], "--race: a race of 1 is no race"),
+        (["--race", "2", "--agents", "fake,other"], "--race and --agents do not go together"),
+        (["--agents", "fake,fake"], "--agents names fake twice"),
+        (["--agents", "fake,nobody"], "nobody"),
+        (["--race", "two"], "--race 'two' is not a whole number of racers"),
+    ],
+)
+def test_a_race_that_is_none_is_refused_before_anything_starts(
+    ws: Workspace, args: list[str], said: str
+) -> None:
+    repo = configure(ws, {"fake": [], "other": []})
+    done = cli(ws, repo, "-p", "p", "-t", "t", *args, "fix it")
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    assert not ws.task().folder.exists() and not (ws.root / "p").exists()
+
+
+def test_a_race_outside_a_repository_or_of_one_run_is_refused(ws: Workspace) -> None:
+    configure(ws, {"fake": []})
+    done = cli(ws, ws.path, "-p", "p", "-t", "t", "--race", "2", "fix it")
+    assert done.returncode == ExitCode.USAGE and "needs a git repository" in done.stderr
+    assert not (ws.root / "p").exists()
+    job = cli(ws, ws.path, "job", "-p", "p", "-t", "t", "--race", "2", "fix it")
+    assert job.returncode == ExitCode.USAGE and "--race does not apply here" in job.stderr
+
+
+@pytest.mark.xfail(reason="completed once --check (issue 35's first point) lands", strict=True)
+def test_a_race_without_a_check_is_refused(ws: Workspace) -> None:
+    repo = configure(ws, {"fake": []})
+    done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "fix it")
+    assert done.returncode == ExitCode.USAGE and "a race needs a check" in done.stderr
