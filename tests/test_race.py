@@ -136,6 +136,13 @@ def test_a_race_where_every_racer_gives_up_fails_with_each_ones_reason(ws: Works
     rows = {r["task_id"]: r for r in shown["race"]["racers"]}
     assert rows["t.fake"]["message"] == "exited with code 9"
     assert rows["t.other"]["status"] == "failed" and rows["t.other"]["attempt"] == 2
+    text = cli(ws, repo, "status", "-p", "p", "-t", "t")
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert "RACER    AGENT  STATUS  ATTEMPT  SPEND  CHECK  REASON" in lines
+    assert any(line.split()[:4] == ["t.fake", "fake", "failed", "2"]
+               and line.endswith("exit_code: exited with code 9") for line in lines)  # fmt: skip
+    assert any(line.startswith("ended") and "every racer gave up" in line for line in lines)
     refused = cli(ws, repo, "merge", "-p", "p", "-t", "t")
     assert refused.returncode == ExitCode.USAGE and "has no winner" in refused.stderr
 
@@ -158,6 +165,40 @@ def test_stop_stops_every_racer_of_a_detached_race(ws: Workspace) -> None:
     assert record is not None and record.outcome == "stopped" and record.winner is None
     assert status(ws, repo)["status"] == "stopped"
     assert ws.task("p", "t.1").worktree.exists()  # no winner: the work is kept
+
+
+def test_list_and_fleet_show_a_races_racers_side_by_side(ws: Workspace) -> None:
+    repo = configure(ws, {"fake": ["--wait-in-task", "never"], "other": ["--wait-in-task", "x"]})
+    done = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "fake,other", "--detach", "fix it")
+    assert done.returncode == 0, done.stderr
+    assert cli(ws, repo, "-p", "p", "-t", "solo", "--detach", "alone").returncode == 0
+    try:
+        wait_for(lambda: racing(ws, "t.fake", "t.other", "solo"), 60, "the racers at work")
+        listed = cli(ws, repo, "list")
+        assert listed.returncode == 0, listed.stderr
+        lines = listed.stdout.splitlines()
+        assert lines[0].split() == ["PROJECT", "TASK", "STATUS", "RUNS", "LATEST", "RUN", "RACE"]
+        (race_row,) = [line for line in lines if line.split()[:2] == ["p", "t"]]
+        assert race_row.split()[2] == "running" and race_row.endswith("2 racers, racing")
+        at = lines.index(race_row)  # its racers right under it, indented
+        assert [line.split()[1] for line in lines[at + 1 : at + 3]] == ["t.fake", "t.other"]
+        assert lines[at + 1].split()[2] == "running"
+        assert lines[at + 1].endswith("fake · attempt 1")
+        fleet = cli(ws, repo, "fleet")
+        assert fleet.returncode == 0, fleet.stderr
+        text = fleet.stdout.splitlines()
+        assert text[0].startswith("3 running (1 race) · 0 queued")  # t.fake, t.other, solo
+        at = text.index("races:")
+        assert text[at + 1].split() == ["p/t", "2", "racers,", "racing"]
+        assert text[at + 2].split()[:4] == ["t.fake", "fake", "running", "1"]
+        assert text[at + 3].split()[:4] == ["t.other", "other", "running", "1"]
+        shown = json.loads(cli(ws, repo, "fleet", "--json").stdout)
+        (entry,) = shown["races"]
+        assert [r["agent"] for r in entry["race"]["racers"]] == ["fake", "other"]
+        assert shown["counts"]["running"] == 3 and shown["counts"]["races"] == 1
+    finally:
+        assert cli(ws, repo, "stop", "-p", "p", "-t", "t").returncode == 0
+        assert cli(ws, repo, "stop", "-p", "p", "-t", "solo").returncode == 0
 
 
 def test_ctrl_c_of_the_foreground_race_stops_every_racer(ws: Workspace) -> None:

@@ -9,6 +9,7 @@ import click
 
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup
+from runagent.cli.show import RACER_HEADER, race_cell, racer_cells
 from runagent.fleet.overview import Overview, Spent, overview
 from runagent.store.tasks import TaskView
 
@@ -32,12 +33,25 @@ def describe(found: Overview) -> list[str]:
     c = found.counts
     cap = found.limits.max_running
     lines = [
-        f"{c['running']} running · {c['queued']} queued"
+        f"{c['running']} running"
+        + (f" ({c['races']} {'race' if c['races'] == 1 else 'races'})" if c.get("races") else "")
+        + f" · {c['queued']} queued"
         + (f" (max_running {cap})" if cap is not None else "")
         + f" · {c['blocked']} blocked"
         + (f" · {c['unreadable']} unreadable" if c["unreadable"] else "")
         + f" · {c['needs_person']} need a person · {c['tasks']} tasks"
     ]
+    if found.races:
+        lines.append("races:")
+        for view in found.races:
+            assert view.race is not None
+            lines.append(f"  {view.label}  {race_cell(view.race)}")
+            rows = [racer_cells(r) for r in view.race.racers]
+            widths = [max(len(row[i]) for row in rows) for i in range(len(RACER_HEADER))]
+            lines += [
+                "    " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                for row in rows
+            ]
     if found.queued:
         lines.append("queue, in the order it starts:")
         lines += [f"  {n}. {v.label}  {_waits(v)}" for n, v in enumerate(found.queued, 1)]

@@ -18,6 +18,7 @@ from runagent.store import runfolder, taskfolder, tasks
 from runagent.store.ids import validate_id
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus, Usage
+from runagent.store.tasks import RacerView, RaceView
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -71,19 +72,41 @@ def list_(
     if not views:
         click.echo(f"no tasks {s.where()}", err=True)
         return
-    rows = [
-        [
-            v.paths.project_id,
-            v.paths.task_id,
-            v.status.value,
-            str(v.run_count),
-            v.latest.run_id if v.latest else "",
-        ]
-        for v in views
-    ]
-    print_table(rows, ["PROJECT", "TASK", "STATUS", "RUNS", "LATEST RUN"])
+    racers = {r.view.label for v in views if v.race is not None for r in v.race.racers}
+    rows = []
+    for v in views:
+        if v.label in racers:  # listed under its race
+            continue
+        rows.append([v.paths.project_id, v.paths.task_id, v.status.value, str(v.run_count),
+                     v.latest.run_id if v.latest else "", race_cell(v.race)])  # fmt: skip
+        for r in v.race.racers if v.race is not None else ():  # side by side, under it
+            racer = r.view
+            rows.append([racer.paths.project_id, f"  {racer.paths.task_id}",
+                         "won" if r.won else racer.status.value, str(racer.run_count),
+                         racer.latest.run_id if racer.latest else "", _racer_cell(r)])  # fmt: skip
+    header = ["PROJECT", "TASK", "STATUS", "RUNS", "LATEST RUN", "RACE"]
+    if not racers:  # no race: no column for one
+        rows, header = [row[:-1] for row in rows], header[:-1]
+    print_table(rows, header)
     for project, used in sorted(tasks.project_usage(views).items()):
         click.echo(f"{project}: {describe_usage(used)}")
+
+
+def race_cell(race: RaceView | None) -> str:
+    """A race's cell in `list`: its racers, and its winner or how it ended."""
+    if race is None:
+        return ""
+    record = race.record
+    said = f"won by {record.winner}" if record.winner else record.outcome or "racing"
+    return f"{plural(len(race.racers), 'racer')}, {said}"
+
+
+def _racer_cell(racer: RacerView) -> str:
+    """A racer's cell in `list`: its agent, attempt, spend, last check, and why it is out."""
+    cells = racer_cells(racer)
+    parts = [cells[1], f"attempt {cells[3]}" if cells[3] else "", cells[4],
+             f"check {cells[5]}" if cells[5] else "", racer.reason or ""]  # fmt: skip
+    return " · ".join(part for part in parts if part)
 
 
 def describe_usage(used: Usage) -> str:
@@ -155,10 +178,48 @@ def status(
             ("pid", r.pid),
         ]
     rows += _git_rows(task, view.latest)
+    if view.race is not None:
+        rows += _race_rows(view.race)
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
         if value is not None:
             click.echo(f"{label:<{width}}  {value}")
+    if view.race is not None:  # its racers side by side
+        click.echo("")
+        print_table([racer_cells(r) for r in view.race.racers], RACER_HEADER)
+
+
+RACER_HEADER = ["RACER", "AGENT", "STATUS", "ATTEMPT", "SPEND", "CHECK", "REASON"]
+
+
+def racer_cells(racer: RacerView) -> list[str]:
+    """A racer's row: its task, agent, status, attempt, spend, last check, and why it is out."""
+    used = racer.view.usage
+    status = "won" if racer.won else racer.view.status.value
+    why = f"{racer.reason}: {racer.message}" if racer.reason and racer.message else racer.reason
+    return [racer.view.paths.task_id, racer.agent or "", status, _str(racer.attempt),
+            spend_words(used) if used else "", _str(racer.last_check), why or ""]  # fmt: skip
+
+
+def spend_words(used: Usage) -> str:
+    """`1,200 tokens, $0.01`."""
+    cost = f", ${used.cost_usd:.2f}" if used.cost_usd is not None else ""
+    return f"{used.tokens:,} tokens{cost}"
+
+
+def _race_rows(race: RaceView) -> list[tuple[str, object]]:
+    """A race's own rows in `status`: its racers in short, how it stands, its shared budget."""
+    record = race.record
+    rows: list[tuple[str, object]] = [
+        ("race", f"{plural(len(race.racers), 'racer')} since {record.started}"),
+        ("winner", record.winner),
+        ("ended", record.message),
+    ]
+    if record.budget:
+        used = race.usage
+        spent = f"{spend_words(used)} spent of " if used else ""
+        rows.append(("budget", f"{spent}{' and '.join(record.budget)} over its racers"))
+    return rows
 
 
 def _git_rows(task: TaskPaths, latest: RunInfo | None) -> list[tuple[str, object]]:

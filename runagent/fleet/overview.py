@@ -58,6 +58,7 @@ class Overview:
     limits: LimitsSettings
     day: str
     unreadable: tuple[TaskView, ...] = ()  # in the queue, its record unreadable: never started
+    races: tuple[TaskView, ...] = ()  # the races running, each with its racers side by side
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -67,6 +68,7 @@ class Overview:
             "spent": [s.to_dict() for s in self.spent],
             "needs": [n.to_dict() for n in self.needs],
             "limits": self.limits.to_record(),
+            "races": [v.to_dict() for v in self.races],
         }
 
 
@@ -84,8 +86,10 @@ def overview(
     queued = sorted((v for v in waiting if not _blocked(v)), key=_place)
     blocked = sorted((v for v in waiting if _blocked(v)), key=lambda v: v.label)
     unreadable = [v for v in views if v.queue is not None and v.queue.unreadable is not None]
-    counts = {
-        "running": sum(v.status is TaskStatus.RUNNING for v in views),
+    races = tuple(v for v in views if v.race is not None and v.status is TaskStatus.RUNNING)
+    counts = {  # a race's task is no loop of its own: its racers are, each counted
+        "running": sum(v.status is TaskStatus.RUNNING and v.race is None for v in views),
+        "races": len(races),
         "queued": len(queued),
         "blocked": len(blocked),
         "unreadable": len(unreadable),
@@ -97,7 +101,8 @@ def overview(
     if projects is not None:
         spent = tuple(s for s in spent if s.project in projects)
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
-                    limits or LimitsSettings(), today.isoformat(), tuple(unreadable))  # fmt: skip
+                    limits or LimitsSettings(), today.isoformat(), tuple(unreadable),
+                    races)  # fmt: skip
 
 
 def _blocked(view: TaskView) -> bool:

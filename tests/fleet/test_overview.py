@@ -46,7 +46,7 @@ def settle(ws: Workspace) -> None:
 
 
 def check(found: dict[str, Any]) -> None:
-    assert found["counts"] == {"running": 1, "queued": 2, "blocked": 1, "unreadable": 0,
+    assert found["counts"] == {"running": 1, "races": 0, "queued": 2, "blocked": 1, "unreadable": 0,
                                "needs_person": 1, "tasks": 5}  # fmt: skip
     queue = [(row["task_id"], row["status"]) for row in found["queue"]]
     assert queue == [("c", "queued"), ("b", "queued"), ("d", "blocked")]
