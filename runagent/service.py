@@ -512,9 +512,21 @@ class Service:
         """Start the task's loop on the executor as a detached supervisor, once admitted; a task
         folder this start made is gone again when the executor refuses it. A race starts its
         racers and its watcher (`_start_race`)."""
+        request = self.raced(request)
         if request.race is not None:
             return self.pinned()._start_race(request)
         return self.pinned()._start(request)
+
+    def raced(self, request: StartRequest) -> StartRequest:
+        """A resume of a race's task that names no race races it again as it was started
+        (each racer resuming its own loop); any other start as it is."""
+        if request.race is not None or request.command is not Command.RESUME:
+            return request
+        try:
+            found = race.read(request.task)
+        except ValueError as exc:
+            raise DamagedRecordError(str(exc)) from None
+        return replace(request, race=found.spec) if found is not None else request
 
     def _start(self, request: StartRequest, admission: Admission | None = None) -> Started:
         from runagent.executors import control
@@ -897,6 +909,7 @@ class Service:
             conflict_hint="use {datetime} in the schedule's task",
             after=config.after, priority=config.priority,
             issue=IssueStart(issue.number, issue.repo, prompt, issue.url) if issue else None,
+            race=config.race,
         )  # fmt: skip
         return self.start(request).pid
 

@@ -12,6 +12,7 @@ from runagent.errors import ForbiddenError, UsageError, shown
 from runagent.executors.local import Started
 from runagent.loop.context import validate_prompt
 from runagent.service import Command, IssueStart, StartRequest
+from runagent.store.race import RaceSpec
 from runagent.store.runfolder import TaskPaths, within
 from runagent.store.tokens import Grant, Scope
 
@@ -34,6 +35,17 @@ ISSUE: dict[str, Any] = {
     "required": ["number", "repo"],
     "additionalProperties": False,
 }  # fmt: skip
+RACE: dict[str, dict[str, Any]] = {
+    "race": {
+        "type": ["integer", "string"], "examples": [3],
+        "description": "Race this many loops of the agent on the task (2 or more), each in a git "
+        "worktree of its own: the first whose check passes wins, the others are stopped.",
+    },
+    "agents": {
+        "type": ["array", "string"], "items": {"type": "string"}, "examples": [["claude", "codex"]],
+        "description": "Race one loop of each of these agents on the task (as race).",
+    },
+}  # fmt: skip
 START: dict[str, Any] = {
     "task_id": {"type": "string", "description": "The task's id (default: a new one)."},
     "prompt": {"type": "string", "description": "What the agent should do."},
@@ -42,11 +54,11 @@ START: dict[str, Any] = {
 
 def start_schema() -> dict[str, dict[str, Any]]:
     """The properties a start takes: the task, the prompt, the loop options, its place."""
-    return {**START, **body_schema(), **PLACE, "issue": ISSUE}
+    return {**START, **body_schema(), **PLACE, **RACE, "issue": ISSUE}
 
 
 def resume_schema() -> dict[str, dict[str, Any]]:
-    return {**body_schema(), **PLACE}
+    return {**body_schema(), **PLACE, **RACE}
 
 
 def start_request(
@@ -69,7 +81,7 @@ def start_request(
     return StartRequest(
         task, prompt, overrides=overrides(body, workdir, confined),
         again=body.get("again") is True, issue=found, owner=grant.scope >= Scope.ADMIN,
-        **place(body, grant),
+        race=race(body), **place(body, grant),
     )  # fmt: skip
 
 
@@ -81,7 +93,8 @@ def resume_request(
     confined = workspaces if grant.scope < Scope.ADMIN else None
     return StartRequest(
         task, command=Command.RESUME, overrides=overrides(body, workdir, confined),
-        again=body.get("again") is True, owner=grant.scope >= Scope.ADMIN, **place(body, grant),
+        again=body.get("again") is True, owner=grant.scope >= Scope.ADMIN, race=race(body),
+        **place(body, grant),
     )  # fmt: skip
 
 
@@ -149,6 +162,12 @@ def place(body: dict[str, Any], grant: Grant) -> dict[str, Any]:
     return {"after": tuple(after), "priority": priority}
 
 
+def race(body: dict[str, Any]) -> RaceSpec | None:
+    """`race` (a number of loops) or `agents` (a list, or names separated by commas); a form's
+    empty fields are none."""
+    return RaceSpec.parse(body.get("race"), body.get("agents"), ("race", "agents"))
+
+
 def issue(given: object) -> IssueStart | None:
     """`issue`: `{"number", "repo", "url"?, "body"?}` (the prompt is the body unless one is
     given); None when it names none."""
@@ -194,4 +213,7 @@ def started(request: StartRequest, started: Started) -> dict[str, Any]:
         "host": started.holder.host if started.holder is not None else None,
         "queued": {"ahead": queued.ahead, "waits_for": queued.waits_for,
                    "blocked": queued.blocked} if queued is not None else None,
+        **({"racers": [f"{request.task.project_id}/{r.task_id}" for r in
+                       request.race.racers(request.task.task_id, None)]}
+           if request.race is not None else {}),
     }  # fmt: skip

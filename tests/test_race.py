@@ -283,3 +283,104 @@ def test_a_race_without_a_check_is_refused(ws: Workspace) -> None:
     repo = configure(ws, {"fake": []})
     done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "fix it")
     assert done.returncode == ExitCode.USAGE and "a race needs a check" in done.stderr
+
+
+def test_a_race_through_the_api_answers_its_racers_and_is_judged_the_same(ws: Workspace) -> None:
+    """POST a start with `race`: 202 naming the racers; the task's row carries them side by
+    side; the second racer wins as on the command line; a race that is none is a 400."""
+    from starlette.testclient import TestClient
+
+    from tests.server.test_server_schedules import app_for
+
+    repo = configure(ws, {"fake": [*WORK, "--wait-in-task", "go"]})
+    with app_for(ws, run_schedules=False) as client:
+        assert isinstance(client, TestClient)
+        for body, said in [
+            ({"race": 1}, "race: a race of 1 is no race"),
+            ({"race": 2, "agents": ["fake"]}, "race and agents do not go together"),
+            ({"agents": "fake,nobody"}, "nobody"),
+        ]:
+            refused = client.post("/api/projects/p/tasks",
+                                  json={"task_id": "t", "prompt": "fix it", "cwd": str(repo),
+                                        **body})  # fmt: skip
+            assert refused.status_code == 400 and said in refused.json()["error"], refused.text
+        assert not ws.task().folder.exists()
+        started = client.post("/api/projects/p/tasks", json={
+            "task_id": "t", "prompt": "fix it", "cwd": str(repo), "race": 2})  # fmt: skip
+        assert started.status_code == 202, started.text
+        assert started.json()["racers"] == ["p/t.1", "p/t.2"]
+        wait_for(lambda: racing(ws, "t.1", "t.2"), 60, "both racers at work")
+        row = client.get("/api/projects/p/tasks/t").json()
+        assert row["status"] == "running"
+        assert [r["task_id"] for r in row["race"]["racers"]] == ["t.1", "t.2"]
+        (ws.task("p", "t.2").folder / "go").touch()
+        wait_for(lambda: client.get("/api/projects/p/tasks/t").json()["status"] == "completed",
+                 60, "the race won")  # fmt: skip
+        row = client.get("/api/projects/p/tasks/t").json()
+        assert row["race"]["winner"] == "t.2"
+        merged = client.post("/api/projects/p/tasks/t/merge", json={})
+        assert merged.status_code == 200 and "run-agent/p/t.2" in merged.json()["done"]
+
+
+def test_a_race_over_mcp_starts_and_stops_its_racers(ws: Workspace) -> None:
+    import anyio
+
+    from tests.server.test_mcp import call, status_is, stdio
+
+    repo = configure(ws, {"fake": ["--wait-in-task", "never"], "other": ["--wait-in-task", "x"]})
+
+    async def main() -> None:
+        async with stdio(ws) as client:
+            started = await call(client, "start_task", project="p", task="t", prompt="fix it",
+                                 cwd=str(repo), agents=["fake", "other"])  # fmt: skip
+            assert started["racers"] == ["p/t.fake", "p/t.other"]
+            row = await status_is(client, "p", "t", "running")
+            assert [r["agent"] for r in row["race"]["racers"]] == ["fake", "other"]
+            await status_is(client, "p", "t.fake", "running")
+            await status_is(client, "p", "t.other", "running")
+            stopped = await call(client, "stop_task", project="p", task="t")
+            assert stopped["stopped"] is True and stopped["status"] == "stopped"
+
+    anyio.run(main)
+    for racer in ("t.fake", "t.other"):
+        assert live_holder(ws.task("p", racer).lock) is None
+
+
+def test_a_schedule_fires_a_race(ws: Workspace) -> None:
+    """`race: 2` in a schedule: its firing starts a race through the door, as `run --race`."""
+    from tests.server.test_server_schedules import app_for
+
+    repo = configure(ws, {"fake": ["--wait-in-task", "never"]})
+    data = yaml.safe_load(ws.config.read_text())
+    data["schedules"] = {"tick": {"cron": "@daily", "project": "p", "task": "fixed",
+                                  "prompt": "fix it", "cwd": str(repo), "race": 2}}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    with app_for(ws, run_schedules=False) as client:
+        fired = client.post("/api/schedules/tick/run", json={})
+        assert fired.status_code == 202, fired.text
+        wait_for(lambda: racing(ws, "fixed.1", "fixed.2"), 60, "both racers at work")
+        row = client.get("/api/projects/p/tasks/fixed").json()
+        assert row["status"] == "running" and len(row["race"]["racers"]) == 2
+        again = client.post("/api/schedules/tick/run", json={})
+        assert again.status_code == 409 and "still running" in again.json()["error"]
+        assert client.post("/api/projects/p/tasks/fixed/stop", json={}).status_code == 200
+    assert race.read(ws.task("p", "fixed")).outcome == "stopped"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("entry", "said"),
+    [
+        ({"race": 1}, "schedules.tick.race: a race of 1 is no race"),
+        ({"agents": ["fake", "nobody"]}, "schedules.tick.agents: unknown agent 'nobody'"),
+        ({"race": 2, "agents": ["fake"]}, "do not go together"),
+    ],
+)
+def test_a_schedule_whose_race_is_none_is_a_config_error(
+    ws: Workspace, entry: dict[str, Any], said: str
+) -> None:
+    configure(ws, {"fake": []})
+    data = yaml.safe_load(ws.config.read_text())
+    data["schedules"] = {"tick": {"cron": "@daily", "project": "p", "prompt": "x", **entry}}
+    ws.config.write_text(yaml.safe_dump(data))
+    done = ws.cli("schedule", "list")
+    assert done.returncode == ExitCode.USAGE and said in done.stderr, done.stderr

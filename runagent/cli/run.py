@@ -32,8 +32,7 @@ from runagent.loop.context import (
     validate_prompt,
 )
 from runagent.service import ISSUE_ON_CLUSTER, Command, StartRequest
-from runagent.store import race, taskfolder
-from runagent.store.race import RaceSpec
+from runagent.store import taskfolder
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # an issue run imports what it needs when one starts
@@ -126,9 +125,9 @@ def resume(
         task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
         schedule=loop.schedule, conflict_hint=CONFLICT_HINT, after=loop.after,
         priority=loop.priority, issue_run=issue is not None, owner=True, admitted=loop.admitted,
-        race=loop.race or remembered_race(task, loop),
+        race=loop.race,
     )  # fmt: skip
-    enter(s, request, loop, issue)
+    enter(s, service_for(s).raced(request), loop, issue)
 
 
 def start_loop(
@@ -206,18 +205,6 @@ def _issue(s: Setup, task: TaskPaths, args: IssueArgs, body: str) -> Issue:
         number=args.number, repo=args.repo.resolve(), body=body, body_file=task.issue_body,
         url=args.url, setup=s.config.issues.setup,
     )  # fmt: skip
-
-
-def remembered_race(task: TaskPaths, loop: LoopArgs) -> RaceSpec | None:
-    """The race a race's task was started as, for a resume that names none (its racers race
-    again, each resuming its own loop); None for a task that is no race."""
-    if loop.one_run:
-        return None
-    try:
-        found = race.read(task)
-    except ValueError:
-        return None
-    return found.spec if found is not None else None
 
 
 def remembered_issue(s: Setup, task: TaskPaths) -> Issue | None:

@@ -48,6 +48,7 @@ from runagent.config.settings import (
 from runagent.errors import ConfigError, UsageError
 from runagent.ops import Approvals
 from runagent.store.credentials import scrub_urls
+from runagent.store.race import RaceSpec
 from runagent.store.runfolder import within
 
 CONFIG_NAME = "config.yaml"
@@ -339,7 +340,7 @@ def _schedule(
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
            "keep", "after", "priority", "stuck_after", "budget", "worktree", "base",
-           "cwd", "issue", "check", "check_timeout")  # fmt: skip
+           "cwd", "issue", "check", "check_timeout", "race", "agents")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -367,6 +368,7 @@ def _schedule(
     if agent is not None and agent not in agents and agent not in backend_names:
         raise ConfigError(f"{s.key('agent')}: unknown agent {agent!r}")
     overlap = s.choice("overlap", Overlap, Overlap.SKIP)
+    race = _race(s, agents, backend_names)
     path = Path(prompt_file).expanduser() if prompt_file else None
     return ScheduleConfig(
         name=name,
@@ -395,7 +397,25 @@ def _schedule(
         issue=_schedule_issue(s.section("issue"), base_dir) if s.has("issue") else None,
         check=_command(s, "check"),
         check_timeout=_off_or_duration(s, "check_timeout"),
+        race=race,
     )
+
+
+def _race(
+    s: Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
+) -> RaceSpec | None:
+    """A schedule's race: `race: N` loops of its agent, or one loop of each of `agents:`."""
+    try:
+        race = RaceSpec.parse(s.get("race", None), s.get("agents", None),
+                              (s.key("race"), s.key("agents")))  # fmt: skip
+    except UsageError as exc:
+        raise ConfigError(str(exc)) from None
+    for name in race.agents if race is not None else ():
+        if name not in agents and name not in backend_names:
+            raise ConfigError(f"{s.key('agents')}: unknown agent {name!r}")
+    if race is not None and s.has("issue"):
+        raise ConfigError(f"{s.path}: a race does not go with issue: race a worktree task instead")
+    return race
 
 
 def _schedule_issue(s: Section, base_dir: Path) -> ScheduleIssue:

@@ -12,6 +12,7 @@ from typing import Any
 from runagent.errors import UsageError, shown
 from runagent.ops import Approvals
 from runagent.record import record
+from runagent.store.race import RaceSpec
 
 
 class Permissions(enum.StrEnum):
@@ -309,6 +310,7 @@ class ScheduleConfig:
     issue: ScheduleIssue | None = None  # each firing an issue run on this issue
     check: str | None = None  # what judges each firing's runs (None: as its agent's)
     check_timeout: float | None = None  # how long that may take (0: no bound; None: as its agent)
+    race: RaceSpec | None = None  # each firing a race (`race: N` or `agents: [a, b]`)
 
 
 @record
