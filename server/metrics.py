@@ -253,6 +253,7 @@ class RootCollector(Collector):
                        tokens)  # fmt: skip
         yield _counter("run_agent_cost_usd", "What the runs cost, in US dollars, by agent and "
                        "project.", ["agent", "project"], cost)  # fmt: skip
+        yield from _racers(views)
         yield from self._queue()
         yield _histogram("run_agent_queue_wait_seconds", "How long the starts that waited in a "
                          "queue (for a slot, for the tasks they run after, or for a host of a "
@@ -290,6 +291,37 @@ class RootCollector(Collector):
                                  "that has waited longest has waited (0: none waits).")  # fmt: skip
         wait.add_metric([], oldest)
         yield wait
+
+
+def _racers(views: list[tasks.TaskView]) -> Iterator[Metric]:
+    """The racers of the races running, side by side: each one's attempt, spend and last
+    check, labelled by its project, race, racer and agent."""
+    attempt: dict[tuple[str, ...], float] = {}
+    spent: dict[tuple[str, ...], float] = {}
+    cost: dict[tuple[str, ...], float] = {}
+    check: dict[tuple[str, ...], float] = {}
+    for view in views:
+        if view.race is None or view.status is not tasks.TaskStatus.RUNNING:
+            continue
+        for racer in view.race.racers:
+            key = (view.paths.project_id, view.paths.task_id, racer.view.paths.task_id,
+                   racer.agent or "unknown")  # fmt: skip
+            attempt[key] = racer.attempt or 0
+            used = racer.view.usage
+            spent[key] = used.tokens if used is not None else 0
+            if used is not None and used.cost_usd is not None:
+                cost[key] = used.cost_usd
+            if racer.last_check is not None:
+                check[key] = racer.last_check
+    labels = ["project", "race", "racer", "agent"]
+    yield _gauge("run_agent_racer_attempt", "The attempt each racer of a running race is at.",
+                 labels, attempt)  # fmt: skip
+    yield _gauge("run_agent_racer_tokens", "Tokens each racer of a running race used so far.",
+                 labels, spent)  # fmt: skip
+    yield _gauge("run_agent_racer_cost_usd", "What each racer of a running race cost so far, "
+                 "where its agent says.", labels, cost)  # fmt: skip
+    yield _gauge("run_agent_racer_last_check", "The exit code of the last check of each racer "
+                 "of a running race (0: it passed), once one ran.", labels, check)  # fmt: skip
 
 
 def _operations(events: Path) -> Counter[tuple[str, ...]]:

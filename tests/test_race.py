@@ -196,6 +196,13 @@ def test_list_and_fleet_show_a_races_racers_side_by_side(ws: Workspace) -> None:
         (entry,) = shown["races"]
         assert [r["agent"] for r in entry["race"]["racers"]] == ["fake", "other"]
         assert shown["counts"]["running"] == 3 and shown["counts"]["races"] == 1
+        from server.metrics import render
+
+        scraped = render(ws.root, 0).decode()
+        for racer, agent in (("t.fake", "fake"), ("t.other", "other")):
+            labels = f'agent="{agent}",project="p",race="t",racer="{racer}"'
+            assert f"run_agent_racer_attempt{{{labels}}} 1.0" in scraped
+            assert f"run_agent_racer_tokens{{{labels}}} 0.0" in scraped
     finally:
         assert cli(ws, repo, "stop", "-p", "p", "-t", "t").returncode == 0
         assert cli(ws, repo, "stop", "-p", "p", "-t", "solo").returncode == 0
