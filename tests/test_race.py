@@ -102,6 +102,9 @@ def test_the_second_racer_wins_and_the_others_are_stopped_with_their_worktrees_g
     rows = {r["task_id"]: r for r in shown["race"]["racers"]}
     assert rows["t.2"]["won"] and rows["t.2"]["reason"] is None
     assert rows["t.1"]["reason"] == rows["t.3"]["reason"] == "lost_race"
+    # Its git work is the winner's: its branch and commits, for the page's Merge.
+    assert shown["git"]["branch"] == "run-agent/p/t.2" and shown["git"]["ahead"] == 1
+    assert [c["subject"] for c in shown["git"]["commits"]] == ["work of 1"]
     assert live_holder(ws.task().lock) is None
     merged = cli(ws, repo, "merge", "-p", "p", "-t", "t")
     assert merged.returncode == 0, merged.stderr

@@ -465,6 +465,13 @@ def progress(
     branch, the commits since the base of its latest run, and whether one carries the ready
     marker (`COCODE_READY_MARKER` here, else the default). None for a task with no git work."""
     record = taskfolder.read_worktree_record(task)
+    racer = record.get("racer")
+    if isinstance(racer, str) and racer and racer != task.task_id:  # a race's: its winner's
+        from runagent.store.ids import validate_id
+
+        winner = TaskPaths(task.root, task.project_id, validate_id("racer's task", racer))
+        return progress(winner, None, env) if "racer" not in (
+            taskfolder.read_worktree_record(winner)) else None  # fmt: skip
     base = latest.base_commit if latest is not None else None
     if not base and record.get("fork"):
         base = str(record["fork"])
