@@ -6,7 +6,7 @@ import { pastePanel } from "./paste.js";
 import { refreshSchedulesSoon } from "./schedules.js";
 import { key, state } from "./state.js";
 import { renderTasks } from "./tasklist.js";
-import { onTaskChanged, refreshTask } from "./taskview.js";
+import { onTaskChanged, racerShown, refreshTask } from "./taskview.js";
 
 let eventsSource = null;
 
@@ -27,6 +27,7 @@ export function connectEvents() {
     refreshFleetSoon();
     refreshSchedulesSoon();
     if (state.task === key(row)) onTaskChanged(before, row);
+    else if (racerShown(key(row))) refreshTask(); // a racer of the race shown moved on
   });
   // A paste run's outbox, inbox or session changed (which changes no row): its panel reads it.
   eventsSource.addEventListener("paste", (e) => {

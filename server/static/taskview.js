@@ -62,6 +62,7 @@ export async function refreshTask() {
   resume.dataset.again = detail.status === "completed" ? "1" : "";
   renderSummary(detail);
   renderWaits(detail);
+  renderRace(detail);
   renderTimeline(detail.runs_list);
   renderRuns(detail.runs_list);
   renderGit(detail.git, detail.status);
@@ -112,6 +113,50 @@ function renderWaits(detail) {
   }
   box.append(...lines);
   box.hidden = lines.length === 0;
+}
+
+// A race's racers side by side (agent, status, attempt, spend, last check, why it is out), each
+// a link to its own task. A racer's row changing refreshes the race while it is shown.
+let raceTimer = null;
+function renderRace(detail) {
+  const section = $("#task-race");
+  const race = detail.race;
+  section.hidden = !race;
+  clearTimeout(raceTimer);
+  if (!race) return;
+  const said = race.winner ? `won by ${race.winner}` : race.outcome ? race.outcome : "racing";
+  const spent = race.usage ? ` · all racers: ${usageText(race.usage)}` : "";
+  const budget = race.budget ? ` (budget ${race.budget.join(" and ")})` : "";
+  $("#race-summary").textContent = `race of ${race.racers.length}: ${said}${spent}${budget}`;
+  const body = $("#race-racers");
+  body.replaceChildren();
+  for (const racer of race.racers) {
+    const tr = document.createElement("tr");
+    tr.dataset.racer = racer.task_id;
+    if (racer.won) tr.className = "won";
+    const reason = racer.reason ? `${racer.reason}${racer.message ? `: ${racer.message}` : ""}` : "";
+    const cells = [links([`${detail.project_id}/${racer.task_id}`]), [racer.agent || ""],
+      [badge(racer.won ? "won" : racer.status)], [racer.attempt == null ? "" : String(racer.attempt)],
+      [racer.usage ? usageText(racer.usage) : ""],
+      [racer.last_check == null ? "" : String(racer.last_check)], [reason]];
+    for (const parts of cells) {
+      const td = document.createElement("td");
+      td.append(...parts);
+      tr.append(td);
+    }
+    body.append(tr);
+  }
+  if (detail.status === "running") {
+    const shown = state.task;
+    raceTimer = setTimeout(() => { if (state.task === shown) refreshTask(); }, 3000);
+  }
+}
+
+// Whether `label` is a racer of the race shown: its row changing changes the race's view.
+export function racerShown(label) {
+  const detail = state.detail;
+  if (!detail || !detail.race || state.task !== `${detail.project_id}/${detail.task_id}`) return false;
+  return detail.race.racers.some((r) => `${detail.project_id}/${r.task_id}` === label);
 }
 
 function links(labels) {

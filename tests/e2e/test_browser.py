@@ -1426,3 +1426,57 @@ def test_a_paste_runs_command_that_needs_approval_is_answered_on_the_page(
 
 
 DONE_REPLY = "[DONE]\nremoved build\n[/DONE]\n"
+
+
+def test_the_form_starts_a_race_and_the_task_shows_its_racers_side_by_side(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """A race from the form: the race's task lists its racers (agent, status, attempt, spend,
+    check, reason), live; the second wins, the first loses, and Merge brings the winner's
+    branch back."""
+    from tests.gitrepo import GIT_ENV, git, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    ws.write_config(["--commit", "work", "--wait-in-task", "go"], env=GIT_ENV)
+    page.goto(server.url)
+    page.click("#new-task-button")
+    page.fill("input[name=project]", "p")
+    page.fill("input[name=task_id]", "duel")
+    page.fill("textarea[name=prompt]", "race for it")
+    page.fill("input[name=cwd]", "repo")
+    page.fill("input[name=agents]", "fake, fake")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#new-task-error")).to_contain_text("agents names fake twice")
+    assert not ws.task("p", "duel").folder.exists()
+    page.fill("input[name=agents]", "")
+    page.fill("input[name=race]", "2")
+    page.click("form#new-task button[type=submit]")
+    expect(page.locator("#task-title")).to_have_text("p/duel")
+    expect(page.locator("#task-status")).to_have_text("running")
+    rows = page.locator("#race-racers tr")
+    expect(rows).to_have_count(2)
+    for racer in ("duel.1", "duel.2"):
+        row = page.locator(f"#race-racers tr[data-racer='{racer}']")
+        expect(row.locator("td").nth(0)).to_have_text(f"p/{racer}")
+        expect(row.locator("td").nth(1)).to_have_text("fake")
+        expect(row.locator("td").nth(2)).to_have_text("running")
+        expect(row.locator("td").nth(3)).to_have_text("1")  # its attempt, once it started
+    expect(page.locator("#race-summary")).to_have_text("race of 2: racing")
+    shot(page, "race-running")
+    (ws.task("p", "duel.2").folder / "go").touch()
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+    expect(page.locator("#race-summary")).to_have_text("race of 2: won by duel.2")
+    won = page.locator("#race-racers tr[data-racer='duel.2']")
+    expect(won).to_have_class("won")
+    expect(won.locator("td").nth(2)).to_have_text("won")
+    lost = page.locator("#race-racers tr[data-racer='duel.1']")
+    expect(lost.locator("td").nth(2)).to_have_text("stopped")
+    expect(lost.locator("td").nth(6)).to_have_text("lost_race: lost the race to p/duel.2")
+    shot(page, "race-won")
+    expect(page.locator("#git-branch")).to_have_text("run-agent/p/duel.2")
+    page.click("#merge-button")
+    expect(page.locator("#git-ahead")).to_contain_text("merged into main (fast-forward)")
+    assert git(repo, "log", "-1", "--format=%s") == "work"
+    # A racer is a link to its own task.
+    lost.locator("td a").click()
+    expect(page.locator("#task-title")).to_have_text("p/duel.1")
