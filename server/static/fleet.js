@@ -42,6 +42,7 @@ export async function loadFleet() {
   $("#fleet-error").textContent = "";
   renderCounts(found);
   renderNeeds(found.needs);
+  renderRaces(found.races || []);
   renderQueue(found.queue, found.limits);
   renderSpent(found.day, found.spent);
 }
@@ -133,6 +134,31 @@ function action(need) {
     refreshFleetSoon();
   });
   return form;
+}
+
+// The races running, each with its racers side by side: the racer (a link), its agent, status,
+// attempt and last check.
+function renderRaces(races) {
+  const list = $("#fleet-races");
+  list.replaceChildren();
+  $("#fleet-races-box").hidden = races.length === 0;
+  for (const row of races) {
+    const li = document.createElement("li");
+    li.dataset.task = `${row.project_id}/${row.task_id}`;
+    const racers = document.createElement("ul");
+    racers.className = "racers";
+    for (const racer of row.race.racers) {
+      const item = document.createElement("li");
+      item.dataset.racer = racer.task_id;
+      const check = racer.last_check == null ? "" : ` · check ${racer.last_check}`;
+      const attempt = racer.attempt == null ? "" : ` · attempt ${racer.attempt}`;
+      item.append(taskAnchor(row.project_id, racer.task_id), ` ${racer.agent || ""} `,
+        badge(racer.won ? "won" : racer.status), `${attempt}${check}`);
+      racers.append(item);
+    }
+    li.append(taskAnchor(row.project_id, row.task_id), " ", badge(row.status), racers);
+    list.append(li);
+  }
 }
 
 function renderQueue(rows, limits) {

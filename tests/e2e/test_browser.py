@@ -1463,6 +1463,13 @@ def test_the_form_starts_a_race_and_the_task_shows_its_racers_side_by_side(
         expect(row.locator("td").nth(3)).to_have_text("1")  # its attempt, once it started
     expect(page.locator("#race-summary")).to_have_text("race of 2: racing")
     shot(page, "race-running")
+    # The fleet lists the race running, its racers under it.
+    page.goto(server.url + "/#")
+    race = page.locator("#fleet-races > li[data-task='p/duel']")
+    expect(race.locator("li[data-racer]")).to_have_count(2)
+    expect(race.locator("li[data-racer='duel.2']")).to_contain_text("fake running · attempt 1")
+    race.locator("> a").click()
+    expect(page.locator("#task-title")).to_have_text("p/duel")
     (ws.task("p", "duel.2").folder / "go").touch()
     expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
     expect(page.locator("#race-summary")).to_have_text("race of 2: won by duel.2")
