@@ -144,6 +144,12 @@ class RacerStart:
     admission: Admission
 
 
+# Why a race is not handed to a cluster: each racer works in a worktree made on this machine.
+RACE_ON_CLUSTER = (
+    "a race cannot go to the Ray cluster: each racer works in a git worktree of its own, made "
+    "from the repository on this machine, and its loop would run on another host; run it with "
+    "--executor local"
+)
 RACE_STOP_MARGIN = 5.0  # seconds a race waits for its stopped racers beyond their kill_grace
 
 
@@ -660,6 +666,8 @@ class Service:
             )
         if request.command is Command.JOB:
             raise UsageError("a race is of loops, and `job` runs the agent once; use run --race")
+        if self.executor is not None and self.executor.type is ExecutorType.RAY:
+            raise UsageError(RACE_ON_CLUSTER)
         remembered = LoopOverrides.remembered(task)
         racers = spec.racers(task.task_id, remembered.merged(request.overrides).agent)
         # The race's own task is admitted as a worktree run of its first racer's agent would be.

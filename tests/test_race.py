@@ -6,6 +6,7 @@ stops every racer; no process outlives any of them (the `ws` fixture checks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -16,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from runagent.config.settings import LoopSettings
 from runagent.errors import ExitCode
 from runagent.store import race
 from runagent.store.lock import live_holder
@@ -24,16 +26,23 @@ from tests.conftest import Workspace, wait_for
 from tests.gitrepo import GIT_ENV, git, make_repo
 
 WORK = ["--commit", "work of {attempt}"]
+# A race needs a check (--check, issue 35's first point): where run-agent has one, every race
+# here is judged by one that passes (`true`), so that its racers complete as their agents say.
+CHECKS = "check" in {f.name for f in dataclasses.fields(LoopSettings)}
+PASSING = {"check": "true"} if CHECKS else {}
 
 
-def configure(ws: Workspace, agents: dict[str, list[str]], **extra: Any) -> Path:
+def configure(
+    ws: Workspace, agents: dict[str, list[str]], check: bool = True, **extra: Any
+) -> Path:
     """A repository, and a config whose agents (the first the default) run the fake agent with
-    their arguments, committing in their worktrees; the repository's folder."""
+    their arguments, committing in their worktrees, judged by a check that passes; the
+    repository's folder."""
     first, *_ = agents
     ws.write_config(agents[first], agents=agents, env=GIT_ENV)
     data = yaml.safe_load(ws.config.read_text())
     data["defaults"]["agent"] = first
-    data["defaults"].update(extra)
+    data["defaults"].update({**(PASSING if check else {}), **extra})
     ws.config.write_text(yaml.safe_dump(data))
     return make_repo(ws.path / "repo")
 
@@ -280,17 +289,24 @@ def test_a_race_that_is_none_is_refused_before_anything_starts(
 
 
 def test_a_race_outside_a_repository_or_of_one_run_is_refused(ws: Workspace) -> None:
-    configure(ws, {"fake": []})
+    repo = configure(ws, {"fake": []})
     done = cli(ws, ws.path, "-p", "p", "-t", "t", "--race", "2", "fix it")
     assert done.returncode == ExitCode.USAGE and "needs a git repository" in done.stderr
     assert not (ws.root / "p").exists()
     job = cli(ws, ws.path, "job", "-p", "p", "-t", "t", "--race", "2", "fix it")
     assert job.returncode == ExitCode.USAGE and "--race does not apply here" in job.stderr
+    for detach in ([], ["--detach"]):  # refused before any cluster is asked for
+        ray = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "--executor", "ray", *detach,
+                  "fix it")  # fmt: skip
+        assert ray.returncode == ExitCode.USAGE, ray.stderr
+        assert "a race cannot go to the Ray cluster" in ray.stderr
+        assert len(ray.stderr.strip().splitlines()) == 1
+    assert not (ws.root / "p").exists()
 
 
 @pytest.mark.xfail(reason="completed once --check (issue 35's first point) lands", strict=True)
 def test_a_race_without_a_check_is_refused(ws: Workspace) -> None:
-    repo = configure(ws, {"fake": []})
+    repo = configure(ws, {"fake": []}, check=False)
     done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "fix it")
     assert done.returncode == ExitCode.USAGE and "a race needs a check" in done.stderr
 

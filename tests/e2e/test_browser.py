@@ -1437,7 +1437,9 @@ def test_the_form_starts_a_race_and_the_task_shows_its_racers_side_by_side(
     from tests.gitrepo import GIT_ENV, git, make_repo
 
     repo = make_repo(ws.path / "repo")
-    ws.write_config(["--commit", "work", "--wait-in-task", "go"], env=GIT_ENV)
+    from tests.test_race import PASSING
+
+    ws.write_config(["--commit", "work", "--wait-in-task", "go"], env=GIT_ENV, **PASSING)
     page.goto(server.url)
     page.click("#new-task-button")
     page.fill("input[name=project]", "p")
