@@ -675,12 +675,12 @@ class Service:
         own = replace(request, race=None,
                       overrides=replace(request.overrides, agent=first, worktree=True))  # fmt: skip
         admission = self._admit(own)
-        self._refuse_race_without_check(admission.overrides)
         starts = []
         for racer in racers:
             overrides = replace(
                 admission.overrides, agent=racer.agent or admission.overrides.agent, worktree=True
             )
+            self._refuse_race_without_check(overrides, racer.agent)
             start = StartRequest(
                 TaskPaths(task.root, task.project_id, racer.task_id), admission.prompt,
                 overrides=overrides, again=request.again, schedule=request.schedule,
@@ -690,20 +690,17 @@ class Service:
             starts.append(RacerStart(racer, start, self._admit(start)))
         return admission, tuple(starts)
 
-    def _refuse_race_without_check(self, overrides: LoopOverrides) -> None:
-        """A race needs a check (`--check`, an agent's `check:`): the first racer whose check
-        passes wins, and without one there is nothing to judge by (UsageError).
-
-        The check is LoopOverrides.check and LoopSettings.check (issue 35's first point, built
-        beside this one); until the settings have it, there is nothing to refuse by."""
-        settings = self._settings(overrides)
-        if not hasattr(settings, "check"):  # the check has not landed yet
+    def _refuse_race_without_check(self, overrides: LoopOverrides, agent: str | None) -> None:
+        """A race needs a check for each racer (`--check`, `check:` under `defaults:` or in the
+        racer's agent's entry): the first racer whose check passes wins, and without one there
+        is nothing to judge by (UsageError, naming the agent of `--agents` that has none)."""
+        if self._settings(overrides).check is not None:
             return
-        if getattr(settings, "check", None) is None:
-            raise UsageError(
-                "a race needs a check: the first racer whose check passes wins, and without one "
-                "there is nothing to judge by; give --check CMD (or check: in config.yaml)"
-            )
+        whose = f" (agent {agent} has none)" if agent is not None else ""
+        raise UsageError(
+            f"a race needs a check{whose}: the first racer whose check passes wins, and without "
+            "one there is nothing to judge by; give --check CMD (or check: in config.yaml)"
+        )
 
     def start_race(self, request: StartRequest) -> Started:
         """A race started detached: its racers, then its watcher (`python -m runagent.race`),

@@ -6,7 +6,6 @@ stops every racer; no process outlives any of them (the `ws` fixture checks)."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -17,7 +16,6 @@ from typing import Any
 import pytest
 import yaml
 
-from runagent.config.settings import LoopSettings
 from runagent.errors import ExitCode
 from runagent.store import race
 from runagent.store.lock import live_holder
@@ -26,10 +24,9 @@ from tests.conftest import Workspace, wait_for
 from tests.gitrepo import GIT_ENV, git, make_repo
 
 WORK = ["--commit", "work of {attempt}"]
-# A race needs a check (--check, issue 35's first point): where run-agent has one, every race
-# here is judged by one that passes (`true`), so that its racers complete as their agents say.
-CHECKS = "check" in {f.name for f in dataclasses.fields(LoopSettings)}
-PASSING = {"check": "true"} if CHECKS else {}
+# A race needs a check: every race here is judged by one that passes (`true`), so that its
+# racers complete as their agents say (a check that fails is the loop's: tests/loop/test_check.py).
+PASSING = {"check": "true"}
 
 
 def configure(
@@ -304,11 +301,27 @@ def test_a_race_outside_a_repository_or_of_one_run_is_refused(ws: Workspace) -> 
     assert not (ws.root / "p").exists()
 
 
-@pytest.mark.xfail(reason="completed once --check (issue 35's first point) lands", strict=True)
 def test_a_race_without_a_check_is_refused(ws: Workspace) -> None:
-    repo = configure(ws, {"fake": []}, check=False)
+    """Nothing to judge by: refused in one line before anything starts; with --agents, naming
+    the agent that has none (a check of an agent's own is that racer's)."""
+    repo = configure(ws, {"fake": [], "other": []}, check=False)
     done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "fix it")
-    assert done.returncode == ExitCode.USAGE and "a race needs a check" in done.stderr
+    assert done.returncode == ExitCode.USAGE, done.stderr
+    assert done.stderr.strip() == (
+        "run-agent: a race needs a check: the first racer whose check passes wins, and without "
+        "one there is nothing to judge by; give --check CMD (or check: in config.yaml)"
+    )
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["fake"]["check"] = "true"
+    ws.config.write_text(yaml.safe_dump(data))
+    mixed = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "fake,other", "fix it")
+    assert mixed.returncode == ExitCode.USAGE, mixed.stderr
+    assert "a race needs a check (agent other has none)" in mixed.stderr
+    assert not (ws.root / "p").exists()
+    given = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "fake,other", "--check", "true",
+                "--detach", "fix it")  # fmt: skip
+    assert given.returncode == 0, given.stderr
+    assert cli(ws, repo, "stop", "-p", "p", "-t", "t").returncode == 0
 
 
 def test_a_race_through_the_api_answers_its_racers_and_is_judged_the_same(ws: Workspace) -> None:
@@ -410,3 +423,27 @@ def test_a_schedule_whose_race_is_none_is_a_config_error(
     ws.config.write_text(yaml.safe_dump(data))
     done = ws.cli("schedule", "list")
     assert done.returncode == ExitCode.USAGE and said in done.stderr, done.stderr
+
+
+def test_the_racer_whose_check_passes_wins_though_all_say_they_are_done(ws: Workspace) -> None:
+    """Three agents each exit 0 at every attempt; the check passes only for the answer `right`
+    writes on its second attempt. Every other attempt fails as `check_failed`; right wins."""
+    check = "grep -qx 'edited by attempt 2' answer.txt"
+    agents = {"wrong": ["--edit", "other.txt"],
+              "right": ["--counter", "tries", "--edit", "answer.txt"],  # its attempt, counted
+              "late": ["--edit", "other.txt", "--sleep", "0.5"]}  # fmt: skip
+    repo = configure(ws, agents, check=False, max_restarts=5)
+    done = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "wrong,right,late", "--check", check,
+               "fix it")  # fmt: skip
+    assert done.returncode == ExitCode.COMPLETED, done.stderr
+    record = race.read(ws.task())
+    assert record is not None and record.winner == "t.right"
+    right = ws.runs("p", "t.right")
+    assert [(r.status, r.reason) for r in right] == [
+        (RunStatus.FAILED, Reason.CHECK_FAILED),
+        (RunStatus.COMPLETED, Reason.EXITED),
+    ]
+    for loser in ("t.wrong", "t.late"):
+        runs = ws.runs("p", loser)
+        assert all(r.reason in (Reason.CHECK_FAILED, Reason.LOST_RACE) for r in runs), runs
+        assert not any(r.status is RunStatus.COMPLETED for r in runs)
