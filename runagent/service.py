@@ -775,7 +775,8 @@ class Service:
         try:
             taskfolder.claim_task_prompt(task, admission.prompt, request.conflict_hint)
             remembered = admission.remembered.merged(request.overrides)
-            taskfolder.write_task_settings(task, {**remembered.to_record(), **spec.to_record()})
+            said = {"agents": ",".join(spec.agents)} if spec.agents else spec.to_record()
+            taskfolder.write_task_settings(task, {**remembered.to_record(), **said})
             if request.again:  # the race runs again: an earlier win is the record's no longer
                 task.done.unlink(missing_ok=True)
             budget = self._settings(admission.overrides).budget
