@@ -45,3 +45,14 @@ def test_the_check_bench_measures_a_checks_cost_beside_its_commands_own_time() -
     assert sum("difference of the medians" in line for line in lines) >= 2, done.stdout
     assert any("goal < 30 ms" in line for line in lines), done.stdout
     assert any(line.strip().startswith("check `true`") for line in lines), done.stdout
+
+
+def test_the_race_bench_measures_the_winner_the_losers_end_and_the_shared_budget() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "race.py"), "--quick"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "the racer whose check passes won" in done.stdout, done.stdout
+    assert "win to losers gone, median / max (s)" in done.stdout
+    assert "3 racers spent together, budget 5,000" in done.stdout
