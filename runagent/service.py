@@ -790,11 +790,16 @@ class Service:
                 self._start(start.request, start.admission)
                 started.append(start.request.task)
             yield record
-        except BaseException:
+        except BaseException as exc:
             if started:  # nothing is left racing for a race that did not start
                 self.stop_all(started, record.stop_wait if record else 0.0,
                               Reason.STOPPED, "")  # fmt: skip
-                race.end(task, race.Ending.FAILED, "it could not start all its racers")
+                interrupted = isinstance(exc, KeyboardInterrupt)
+                race.end(
+                    task, race.Ending.STOPPED if interrupted else race.Ending.FAILED,
+                    f"race {task.label} stopped" if interrupted
+                    else f"race {task.label} could not start all its racers: {exc}",
+                )  # fmt: skip
             elif created:
                 for path in (task.race, task.race_lock, task.folder / runfolder.TASK_SETTINGS):
                     path.unlink(missing_ok=True)

@@ -447,3 +447,23 @@ def test_the_racer_whose_check_passes_wins_though_all_say_they_are_done(ws: Work
         runs = ws.runs("p", loser)
         assert all(r.reason in (Reason.CHECK_FAILED, Reason.LOST_RACE) for r in runs), runs
         assert not any(r.status is RunStatus.COMPLETED for r in runs)
+
+
+def test_a_racer_that_cannot_start_leaves_no_other_racing(ws: Workspace) -> None:
+    """t.2 is already running as a task of its own: the race's start stops t.1, which it had
+    started, says why in one line (exit 75), and the race is recorded as failed."""
+    repo = configure(ws, {"fake": ["--wait-in-task", "never"]})
+    taken = cli(ws, repo, "-p", "p", "-t", "t.2", "--worktree", "--detach", "fix it")
+    assert taken.returncode == 0, taken.stderr
+    try:
+        done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "fix it")
+        assert done.returncode == ExitCode.ALREADY_RUNNING, done.stderr
+        assert "task p/t.2 is already running" in done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1
+        assert live_holder(ws.task("p", "t.1").lock) is None
+        assert live_holder(ws.task().lock) is None
+        record = race.read(ws.task())
+        assert record is not None and record.outcome == "failed"
+        assert "could not start all its racers" in (record.message or "")
+    finally:
+        assert cli(ws, repo, "stop", "-p", "p", "-t", "t.2").returncode == 0
