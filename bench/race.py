@@ -198,9 +198,13 @@ def main() -> None:
     )
     print(f"{'processes left':<44} {len(leftover):>22}  0")
     shown = ", ".join(f"{s:,}" for s in spent)
-    print(f"{'3 racers spent together, budget 5,000':<44} {shown:>22}  not above it")
-    print("  (a racer's spend so far is in its run-info.yaml once a second; the watcher sums")
-    print("  those records every 0.25 s and stops all once the sum is past the budget)")
+    print(
+        f"{'3 racers spent together, budget 5,000':<44} {shown:>22}  "
+        f"past it by no more than one report per racer ({5000 + 3 * 1000:,})"
+    )
+    print("  (each racer publishes its spend and reads its fellows' every 0.2 s, and the first")
+    print("  report that takes their sum past the budget stops the racer that makes it; what")
+    print("  the others reported meanwhile, already spent, counts too)")
     for line in leftover:
         print(f"  left: {line}")
 

@@ -258,7 +258,10 @@ def test_the_racers_share_the_budget_and_crossing_it_stops_them_all(ws: Workspac
         assert (run.status, run.reason) == (RunStatus.FAILED, Reason.BUDGET), run
         assert (run.tokens_in or 0) < 5000  # none reached the budget alone
         spent += run.tokens_in or 0
-    assert spent > 5000
+    # Each racer counts its fellows' spend in its own budget check: the sum stops past the
+    # budget by no more than what the racers reported at the moment it was crossed (one report
+    # each); judged by the race's watcher alone, it ran a second past it (9,000).
+    assert 5000 < spent <= 5000 + 3 * 1000
     record = race.read(ws.task())
     assert record is not None and record.outcome == "budget"
     assert status(ws, repo)["status"] == "failed"

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Protocol
 from runagent.config.settings import AgentSandbox
 from runagent.errors import ExitCode, MissingDependencyError, RunAgentError
 from runagent.loop.backend import Backend
-from runagent.loop.budget import Spending
+from runagent.loop.budget import SHARED_EVERY, Spending
 from runagent.loop.completion import CompletionRule, Verdict
 from runagent.loop.context import LoopRequest, RunContext, agent_environment, new_run_id
 from runagent.loop.events import Event, EventKind
@@ -141,17 +141,22 @@ class _LiveUsage:
             self.pending = used
 
     def recount(self, now: float) -> bool:
-        """Whether the day's other runs were read again (every DAILY_RECOUNT seconds, under a
-        daily budget): what they spent meanwhile counts."""
+        """Whether the day's other runs (every DAILY_RECOUNT seconds, under a daily budget) or
+        the fellow racers' (every SHARED_EVERY, under a race's) were read again: what they
+        spent meanwhile counts."""
         spending = self.attempt.spending
-        if spending is None or not spending.daily or now - self.counted_at < DAILY_RECOUNT:
+        if spending is None or not (spending.daily or spending.shared):
+            return False
+        if now - self.counted_at < (SHARED_EVERY if spending.shared else DAILY_RECOUNT):
             return False
         self.counted_at = now
         self.attempt.spending = spending.counted(self.attempt.info.run_id)
         return True
 
     def publish(self, now: float) -> None:
-        if self.pending is None or now - self.written_at < LIVE_USAGE_EVERY:
+        spending = self.attempt.spending
+        every = SHARED_EVERY if spending is not None and spending.shared else LIVE_USAGE_EVERY
+        if self.pending is None or now - self.written_at < every:
             return
         attempt, used = self.attempt, self.pending
         attempt.info = attempt.info.replace(

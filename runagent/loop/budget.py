@@ -9,7 +9,10 @@ yet cannot be counted: an agent that reports its cost only at its end (claude's 
 held to a cost budget when that line comes, and to a token budget as its messages report tokens.
 A budgeted run writes its usage so far into its run-info.yaml once a second, and a run under a
 daily budget reads the day's other runs again every few seconds: other tasks running at the same
-time count toward a daily budget while they run.
+time count toward a daily budget while they run. A racer counts against its race's budget too,
+with what its fellow racers spent so far: each publishes its spend and reads theirs every
+SHARED_EVERY seconds, so the first report that takes their sum past the budget stops the racer
+that makes it, and the others at their next look.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from dataclasses import replace
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from runagent.config.settings import Budget, BudgetSettings
+from runagent.config.settings import Budget, BudgetSettings, parse_budget
+from runagent.errors import UsageError
 from runagent.record import record
-from runagent.store import spend, taskfolder
+from runagent.store import race, spend, taskfolder, tasks
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, Usage
+
+SHARED_EVERY = 0.2  # seconds between a racer's publishing its spend and reading its fellows'
 
 
 @record
@@ -34,6 +40,7 @@ class Limit:
     budget: Budget
     before: Usage
     project: str | None = None  # a daily budget's: its project's runs count ("": every run)
+    fellows: tuple[TaskPaths, ...] = ()  # a race's: its racers (this one too), whose runs count
 
 
 @record
@@ -59,6 +66,9 @@ class Spending:
                 limits.append(Limit(what, project, Usage(), task.project_id))
             if daily.daily is not None:
                 limits.append(Limit("for the runs root today", daily.daily, Usage(), ""))
+        shared = _race_limit(task)
+        if shared is not None:
+            limits.append(shared)
         return cls(tuple(limits), task.root).counted() if limits else None
 
     def counted(self, run_id: str = "") -> Spending:
@@ -66,6 +76,7 @@ class Spending:
         running one's record carries its usage so far): other tasks count while they run."""
         today = datetime.now(UTC).date()
         limits = tuple(
+            _fellows_spent(limit, run_id) if limit.fellows else
             limit if limit.project is None else replace(limit, before=_spent(
                 (r for r in spend.runs(self.root, limit.project or None) if r.run_id != run_id),
                 today,
@@ -77,6 +88,11 @@ class Spending:
     @property
     def daily(self) -> bool:
         return any(limit.project is not None for limit in self.limits)
+
+    @property
+    def shared(self) -> bool:
+        """Whether it counts against a race's budget, with what its fellow racers spend."""
+        return any(limit.fellows for limit in self.limits)
 
     def crossed(self, live: Usage | None, strict: bool = True) -> str:
         """The first budget that `live` (this run's usage so far) takes past its bound (with
@@ -92,3 +108,38 @@ class Spending:
 def _spent(runs: Iterable[RunInfo], today: date) -> Usage:
     _, total = spend.summed(runs, (), today)
     return total.used
+
+
+def _race_limit(task: TaskPaths) -> Limit | None:
+    """The budget of the race `task` is a racer of (racers are named `RACE.N` or
+    `RACE.AGENT`, beside their race's task), with its fellow racers; None for any other task."""
+    name, dot, _ = task.task_id.rpartition(".")
+    if not dot or not name:
+        return None
+    owner = TaskPaths(task.root, task.project_id, name)
+    try:
+        found = race.read(owner)
+    except ValueError:  # its race cannot be read: the race's watcher says so
+        return None
+    if found is None or found.racer(task.task_id) is None or not found.budget:
+        return None
+    try:
+        budget = parse_budget(found.budget, f"the budget of race {owner.label}")
+    except UsageError:
+        return None
+    if budget is None:
+        return None
+    return Limit(
+        f"over race {owner.label}'s racers", budget, Usage(), fellows=tuple(found.tasks(owner))
+    )
+
+
+def _fellows_spent(limit: Limit, run_id: str) -> Limit:
+    """A race's limit with what its racers have spent so far, every run of each (a running
+    one's spend so far included), but `run_id`'s own, which the attempt counts live."""
+    used = Usage()
+    for fellow in limit.fellows:
+        for info in tasks.runs(fellow):
+            if info.usage is not None and info.run_id != run_id:
+                used = used + info.usage
+    return replace(limit, before=used)
