@@ -969,16 +969,29 @@ class Service:
         from runagent.store import cleanup
 
         doomed = cleanup.delete_plan(task, force)  # AlreadyRunningError while its loop runs
+        # A race's task goes with its racers (none of them running), as one.
+        plans = [doomed, *(cleanup.delete_plan(r, force) for r in self._racers(task))]
+        doomed = replace(doomed, size=sum(plan.size for plan in plans))
         if confirm is not None:
             confirm(doomed)
-        if self._queue_exists():  # a queued task is never started once deleted
-            from runagent.fleet import gate
-
-            gate.dequeue(task)
         from runagent.executors import control
 
-        control.withdraw(task, self.executor)  # nor once its actor waits in Ray's queue
-        return doomed, cleanup.carry_out([doomed], self.root)
+        for plan in plans:
+            if self._queue_exists():  # a queued task is never started once deleted
+                from runagent.fleet import gate
+
+                gate.dequeue(plan.task)
+            control.withdraw(plan.task, self.executor)  # nor once its actor waits in Ray's queue
+        return doomed, cleanup.carry_out(plans, self.root)
+
+    def _racers(self, task: TaskPaths) -> list[TaskPaths]:
+        """The racers' tasks of a race's task; none for any other task (or a race whose record
+        cannot be read: its racers are deleted one by one)."""
+        try:
+            found = race.read(task)
+        except ValueError:
+            return []
+        return found.tasks(task) if found is not None else []
 
     def merge(
         self, task: TaskPaths, *, push: str | None = None, into: str | None = None,

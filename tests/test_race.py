@@ -156,6 +156,25 @@ def test_a_race_where_every_racer_gives_up_fails_with_each_ones_reason(ws: Works
     assert refused.returncode == ExitCode.USAGE and "has no winner" in refused.stderr
 
 
+def test_deleting_a_race_deletes_its_racers_and_none_while_one_runs(ws: Workspace) -> None:
+    repo = configure(ws, {"fake": ["--exit", "9"], "other": ["--wait-in-task", "go"]},
+                     max_restarts=0)  # fmt: skip
+    started = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "fake,other", "--detach", "x")
+    assert started.returncode == 0, started.stderr
+    wait_for(lambda: racing(ws, "t.other"), 30, "the racers to run")
+    refused = cli(ws, repo, "delete", "-p", "p", "-t", "t", "--yes")
+    assert refused.returncode == ExitCode.ALREADY_RUNNING, refused.stderr
+    assert "t.other" in refused.stderr or "p/t " in refused.stderr
+    assert ws.task("p", "t.other").folder.is_dir() and ws.task().folder.is_dir()
+    (ws.task("p", "t.other").folder / "go").touch()
+    wait_for(lambda: status(ws, repo)["status"] in ("completed", "failed"), 60, "the race")
+    wait_for(lambda: live_holder(ws.task().lock) is None, 30, "its watcher to end")
+    deleted = cli(ws, repo, "delete", "-p", "p", "-t", "t", "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    for task in ("t", "t.fake", "t.other"):  # the race's task went with its racers
+        assert not ws.task("p", task).folder.exists(), task
+
+
 def test_stop_stops_every_racer_of_a_detached_race(ws: Workspace) -> None:
     repo = configure(ws, {"fake": ["--wait-in-task", "never"]})
     done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "--detach", "fix it")
