@@ -144,10 +144,11 @@ class RacerStart:
     admission: Admission
 
 
-# Why a race is not handed to a cluster: each racer works in a worktree made on this machine.
-RACE_ON_CLUSTER = (
-    "a race cannot go to the Ray cluster: each racer works in a git worktree of its own, made "
-    "from the repository on this machine, and its loop would run on another host; run it with "
+# Why a worktree run (a race's racers are) goes to a cluster only when its hosts share the
+# runs root: its worktree lies in the task's folder, made and used where the loop runs.
+WORKTREE_ON_CLUSTER = (
+    "a worktree run on the Ray cluster needs hosts that share the runs root (and the "
+    "repository's folder) with this machine, and executor.shared_root is false; run it with "
     "--executor local"
 )
 RACE_STOP_MARGIN = 5.0  # seconds a race waits for its stopped racers beyond their kill_grace
@@ -465,15 +466,21 @@ class Service:
             )
         return folder
 
+    def _check_worktree_on_cluster(self) -> None:
+        """A loop in a worktree of its own goes to the Ray cluster only where its hosts share the
+        runs root: the worktree lies in the task's folder, and is made where the loop runs,
+        from the repository at the same path (a shared filesystem), its branch brought back
+        there after each run."""
+        on_ray = self.executor is not None and self.executor.type is ExecutorType.RAY
+        if on_ray and self.executor is not None and not self.executor.shared_root:
+            raise UsageError(WORKTREE_ON_CLUSTER)
+
     def _check_worktree(self, overrides: LoopOverrides, base: str | None, wanted: bool) -> None:
         """A loop that is to work in a worktree of its own (as asked, as the task was started,
         or as its agent's config says) starts from a repository and a base that exist, with
         the runs root outside it; `--base` without a worktree is refused."""
-        if wanted and self.executor is not None and self.executor.type is ExecutorType.RAY:
-            raise UsageError(
-                "a worktree run needs its worktree made here, and a loop on the Ray cluster "
-                "runs on another host; run it with --executor local"
-            )
+        if wanted:
+            self._check_worktree_on_cluster()
         if not wanted:
             if base is not None:
                 raise UsageError(
@@ -666,8 +673,7 @@ class Service:
             )
         if request.command is Command.JOB:
             raise UsageError("a race is of loops, and `job` runs the agent once; use run --race")
-        if self.executor is not None and self.executor.type is ExecutorType.RAY:
-            raise UsageError(RACE_ON_CLUSTER)
+        self._check_worktree_on_cluster()
         remembered = LoopOverrides.remembered(task)
         racers = spec.racers(task.task_id, remembered.merged(request.overrides).agent)
         # The race's own task is admitted as a worktree run of its first racer's agent would be.

@@ -314,11 +314,13 @@ def test_a_race_outside_a_repository_or_of_one_run_is_refused(ws: Workspace) -> 
     assert not (ws.root / "p").exists()
     job = cli(ws, ws.path, "job", "-p", "p", "-t", "t", "--race", "2", "fix it")
     assert job.returncode == ExitCode.USAGE and "--race does not apply here" in job.stderr
+    data = yaml.safe_load(ws.config.read_text())
+    data["executor"] = {"type": "ray", "address": "127.0.0.1:9", "shared_root": False}
+    ws.config.write_text(yaml.safe_dump(data))
     for detach in ([], ["--detach"]):  # refused before any cluster is asked for
-        ray = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "--executor", "ray", *detach,
-                  "fix it")  # fmt: skip
+        ray = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", *detach, "fix it")
         assert ray.returncode == ExitCode.USAGE, ray.stderr
-        assert "a race cannot go to the Ray cluster" in ray.stderr
+        assert "needs hosts that share the runs root" in ray.stderr
         assert len(ray.stderr.strip().splitlines()) == 1
     assert not (ws.root / "p").exists()
 

@@ -817,3 +817,39 @@ def test_without_a_shared_root_a_loop_moved_by_a_dead_host_numbers_on(
             with contextlib.suppress(Exception):
                 control.stop(task, 20, settings)
             on_cluster.add_host(str(dead))
+
+
+def test_a_race_on_the_cluster_is_won_by_the_racer_whose_check_passes(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """Racers on the Ray cluster (the hosts share the runs root): each works in a worktree of
+    its own wherever Ray places it; the one that completes wins, the other is stopped where it
+    runs (lost_race, its worktree gone), and nothing is left."""
+    from runagent.store import race
+    from runagent.store.runinfo import Reason
+    from tests.gitrepo import GIT_ENV, make_repo
+
+    commit = ["--commit", "work of {attempt}"]
+    agents = {"slow": ["--wait-in-task", "never"], "quick": [*commit, "--fail-first", "1"]}
+    cluster_config(ws, on_cluster.settings, agents["slow"], max_restarts=2)
+    data = yaml.safe_load(ws.config.read_text())
+    for name, args in agents.items():
+        data["agents"][name] = {"type": "command", "command": ws.agent_argv(args), "env": GIT_ENV}
+    data["defaults"].update({"agent": "slow", "check": "true"})
+    ws.config.write_text(yaml.safe_dump(data))
+    repo = make_repo(ws.path / "repo")
+    done = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "-p", "p", "-t", "t",
+                    "--agents", "slow,quick", "fix it"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    record = race.read(ws.task())
+    assert record is not None and record.winner == "t.quick"
+    quick = ws.runs("p", "t.quick")
+    assert [r.status for r in quick] == [RunStatus.FAILED, RunStatus.COMPLETED]
+    assert {r.host for r in quick} <= set(HOSTS)  # run where Ray placed them
+    (slow,) = ws.runs("p", "t.slow")
+    assert slow.reason is Reason.LOST_RACE and slow.host in HOSTS
+    assert not ws.task("p", "t.slow").worktree.exists()
+    wait_for(lambda: not ws.leftovers(), 30, "nothing left")
