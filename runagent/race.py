@@ -223,6 +223,28 @@ def exit_code(finished: Finished) -> int:
     return int(finished.code)
 
 
+def ensure_watched(racer: TaskPaths) -> None:
+    """A racer's loop has ended: if its race is not over and nothing watches it (its watcher
+    was killed, or the command line that followed it), start a watcher, which judges the race
+    as it stands now (a racer that completed meanwhile wins, the others are stopped)."""
+    import subprocess
+
+    from runagent.store.lock import live_holder
+
+    found = race.race_of(racer)
+    if found is None or found[1].over or live_holder(found[0].lock) is not None:
+        return
+    owner = found[0]
+    try:
+        with open(runfolder.supervisor_log_path(owner), "ab", opener=runfolder.private) as out:
+            subprocess.Popen(
+                [sys.executable, *race.watcher_argv(owner)], cwd=owner.root,
+                stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
+            )  # fmt: skip
+    except OSError as exc:  # said where the race's words go; its racers' stop still stops it
+        _say(f"race {owner.label} has no watcher and none could be started: {exc}")
+
+
 def main(args: list[str]) -> int:
     """The watcher of a detached race: waits for the race's task (its starter lets go of it
     once this is started), judges the race, and exits with its code; SIGTERM stops it."""

@@ -724,8 +724,7 @@ class Service:
             env = credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
             with open(runfolder.supervisor_log_path(task), "ab", opener=runfolder.private) as out:
                 watcher = subprocess.Popen(
-                    [sys.executable, "-m", "runagent.race", str(task.root), task.project_id,
-                     task.task_id],
+                    [sys.executable, *race.watcher_argv(task)],
                     cwd=self.workdir.resolve(), env=dict(env), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=out, start_new_session=True,
                 )  # fmt: skip

@@ -175,6 +175,26 @@ def test_deleting_a_race_deletes_its_racers_and_none_while_one_runs(ws: Workspac
         assert not ws.task("p", task).folder.exists(), task
 
 
+def test_a_race_whose_watcher_was_killed_is_judged_when_a_racer_ends(ws: Workspace) -> None:
+    """The watcher of a detached race is SIGKILLed: the racers go on, and when one's loop ends
+    a new watcher is started, which finds it won and stops the other."""
+    repo = configure(ws, {"slow": ["--wait-in-task", "never"],
+                          "quick": [*WORK, "--wait-in-task", "go"]})  # fmt: skip
+    started = cli(ws, repo, "-p", "p", "-t", "t", "--agents", "slow,quick", "--detach", "x")
+    assert started.returncode == 0, started.stderr
+    wait_for(lambda: racing(ws, "t.slow", "t.quick"), 30, "the racers to run")
+    watcher = live_holder(ws.task().lock)
+    assert watcher is not None
+    os.kill(watcher.pid, signal.SIGKILL)
+    wait_for(lambda: live_holder(ws.task().lock) is None, 30, "the watcher gone")
+    (ws.task("p", "t.quick").folder / "go").touch()
+    wait_for(lambda: (r := race.read(ws.task())) is not None and r.over, 60, "the race judged")
+    record = race.read(ws.task())
+    assert record is not None and record.winner == "t.quick" and record.outcome == "completed"
+    wait_for(lambda: ws.runs("p", "t.slow")[0].reason is Reason.LOST_RACE, 30, "slow stopped")
+    wait_for(lambda: live_holder(ws.task().lock) is None, 30, "the new watcher to end")
+
+
 def test_stop_stops_every_racer_of_a_detached_race(ws: Workspace) -> None:
     repo = configure(ws, {"fake": ["--wait-in-task", "never"]})
     done = cli(ws, repo, "-p", "p", "-t", "t", "--race", "2", "--detach", "fix it")

@@ -88,6 +88,10 @@ def foreground_loop(
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    if "." in task.task_id:  # a racer's loop: its race stays watched whatever befell its watcher
+        from runagent.race import ensure_watched
+
+        ensure_watched(task)
     console.finish(result.message, result.outcome)
     if notifier is not None:
         notifier.drain(NOTIFY_DRAIN)

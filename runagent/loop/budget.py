@@ -111,27 +111,20 @@ def _spent(runs: Iterable[RunInfo], today: date) -> Usage:
 
 
 def _race_limit(task: TaskPaths) -> Limit | None:
-    """The budget of the race `task` is a racer of (racers are named `RACE.N` or
-    `RACE.AGENT`, beside their race's task), with its fellow racers; None for any other task."""
-    name, dot, _ = task.task_id.rpartition(".")
-    if not dot or not name:
+    """The budget of the race `task` is a racer of, with all its racers; None for any other
+    task, or a race without a budget."""
+    found = race.race_of(task)
+    if found is None or not found[1].budget:
         return None
-    owner = TaskPaths(task.root, task.project_id, name)
+    owner, record = found
     try:
-        found = race.read(owner)
-    except ValueError:  # its race cannot be read: the race's watcher says so
-        return None
-    if found is None or found.racer(task.task_id) is None or not found.budget:
-        return None
-    try:
-        budget = parse_budget(found.budget, f"the budget of race {owner.label}")
+        budget = parse_budget(record.budget, f"the budget of race {owner.label}")
     except UsageError:
         return None
     if budget is None:
         return None
-    return Limit(
-        f"over race {owner.label}'s racers", budget, Usage(), fellows=tuple(found.tasks(owner))
-    )
+    racers = tuple(record.tasks(owner))
+    return Limit(f"over race {owner.label}'s racers", budget, Usage(), fellows=racers)
 
 
 def _fellows_spent(limit: Limit, run_id: str) -> Limit:

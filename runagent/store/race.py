@@ -230,6 +230,28 @@ def is_race(task: TaskPaths) -> bool:
     return runfolder.stat_in(task.fence, task.race) is not None
 
 
+def race_of(racer: TaskPaths) -> tuple[TaskPaths, Race] | None:
+    """The race `racer` runs in (racers are named `RACE.N` or `RACE.AGENT`, beside their race's
+    task) and its record; None for a task that is no racer, or whose race cannot be read (its
+    watcher says why)."""
+    name, dot, _ = racer.task_id.rpartition(".")
+    if not dot or not name:
+        return None
+    owner = TaskPaths(racer.root, racer.project_id, name)
+    try:
+        found = read(owner)
+    except ValueError:
+        return None
+    if found is None or found.racer(racer.task_id) is None:
+        return None
+    return owner, found
+
+
+def watcher_argv(task: TaskPaths) -> list[str]:
+    """The command line (after the interpreter) of the race's watcher process."""
+    return ["-m", "runagent.race", str(task.root), task.project_id, task.task_id]
+
+
 def read(task: TaskPaths) -> Race | None:
     """The task's race record; None when it is not a race's. A record that cannot be read is
     a ValueError saying why (a race is never judged on a guess)."""
