@@ -44,10 +44,11 @@ from runagent.errors import (
 )
 from runagent.loop.context import validate_id, validate_prompt
 from runagent.record import record
-from runagent.store import credentials, race, runfolder, taskfolder, tasks
+from runagent.store import credentials, race, runfolder, steering, taskfolder, tasks
 from runagent.store.race import RaceSpec
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason
+from runagent.store.steering import Message
 
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
     from subprocess import Popen
@@ -119,6 +120,11 @@ class StartRequest:
     # A race: several loops on the task's prompt at once, each a task of its own in a worktree
     # of its own; the first to complete wins (runagent/store/race.py, runagent/race.py).
     race: RaceSpec | None = None
+    # A resume's message from a person, for the task's next attempt (store/steering.py); `now`
+    # ends the attempt that runs so the next starts with it. `sender` names the face.
+    message: str | None = None
+    now: bool = False
+    sender: str = ""
 
 
 @record
@@ -207,6 +213,7 @@ class Service:
 
     def _admit(self, request: StartRequest) -> Admission:
         task = request.task
+        self._check_message(request)
         prompt = request.prompt if request.command is not Command.RESUME else None
         if request.issue is not None:
             prompt = self._admit_issue(request.issue, prompt)
@@ -246,6 +253,45 @@ class Service:
         if agent is not None:
             self._check_budget_usage(merged, *agent)
         return Admission(prompt, remembered, merged, agent)
+
+    def steer(self, request: StartRequest) -> Message | None:
+        """A person's message to a task (a resume's `message`): while its loop runs, kept for
+        its next attempt (with `now`, the attempt that runs ends so the next starts with it)
+        and returned; None when no loop of it runs, for the start that follows to keep once
+        admitted. Raises UsageError for a message that cannot be one."""
+        self._check_message(request)
+        if request.message is None:
+            return None
+        from runagent.store.lock import live_holder
+
+        if live_holder(request.task.lock) is None:
+            return None
+        return self._keep_message(request)
+
+    def _check_message(self, request: StartRequest) -> None:
+        """A message goes with a resume of a task that is no race's, as text of a sane size."""
+        text = request.message
+        if text is None:
+            if request.now:
+                raise UsageError("--now ends the running attempt for a message: give --message")
+            return
+        if request.command is not Command.RESUME:
+            raise UsageError("a message goes to a task that exists: give it with resume")
+        validate_prompt(text, "the message")
+        if len(text) > steering.MAX_MESSAGE_CHARS:
+            raise UsageError(
+                f"the message is {len(text)} characters, over {steering.MAX_MESSAGE_CHARS}; "
+                "put the long text in a file the task can read and say where"
+            )
+        if request.race is not None or race.is_race(request.task):
+            raise UsageError(
+                f"task {request.task.label} is a race: send the message to one of its racers"
+            )
+
+    def _keep_message(self, request: StartRequest) -> Message:
+        assert request.message is not None
+        runfolder.make_task_folder(request.task)
+        return steering.add(request.task, request.message, now=request.now, by=request.sender)
 
     def _admitted(self, request: StartRequest) -> Admission:
         """What a loop the door admitted where it began runs with (`request.admitted`): its
@@ -551,6 +597,8 @@ class Service:
         created = not task.folder.exists()
         if not request.admitted:
             taskfolder.claim_task_prompt(task, prompt, request.conflict_hint)
+        if request.message is not None:  # admitted: its first attempt starts with it
+            self._keep_message(request)
         overrides = request.overrides
         if request.issue is not None:  # its loop takes the issue up as a resume of it does
             overrides = self._issue_task(task, request.issue, prompt, overrides)
@@ -639,6 +687,8 @@ class Service:
         try:
             if not request.admitted:
                 taskfolder.claim_task_prompt(task, admission.prompt, request.conflict_hint)
+            if request.message is not None:  # admitted: its first attempt starts with it
+                self._keep_message(request)
             agent = admission.agent[0].name if admission.agent else admission.overrides.agent
             waited = self.take_turn(request, agent or self._defaults(None)[0], tell)
             yield replace(admission, waited=waited)

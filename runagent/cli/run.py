@@ -113,21 +113,38 @@ def job(
 
 @cli.command()
 @task_option(required=True)
+@click.option("--message", "message", metavar="TEXT", default=None,
+              help="A person's words for the task's next attempt (a running task's waits for "
+              "it; `-` reads them from stdin).")  # fmt: skip
+@click.option("--now", is_flag=True, default=False,
+              help="With --message on a running task: end its current attempt and start the "
+              "next with the message (no failure counted).")  # fmt: skip
 @loop_options
 @common
 def resume(
-    project_id: str, task_id: str, loop: LoopArgs, config_path: Path | None, root: Path | None
-) -> None:
-    """Run a task's loop again from its TASK.md."""
+    project_id: str, task_id: str, message: str | None, now: bool, loop: LoopArgs,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Run a task's loop again from its TASK.md; or steer it with a person's --message."""
     s, task = existing_task(config_path, root, project_id, task_id)
     issue = remembered_issue(s, task)
+    if message == "-":
+        message = read_prompt("-", None)
     request = StartRequest(
         task, command=Command.RESUME, overrides=loop.overrides, again=loop.again,
         schedule=loop.schedule, conflict_hint=CONFLICT_HINT, after=loop.after,
         priority=loop.priority, issue_run=issue is not None, owner=True, admitted=loop.admitted,
-        race=loop.race,
+        race=loop.race, message=message, now=now, sender="command line",
     )  # fmt: skip
-    enter(s, service_for(s).raced(request), loop, issue)
+    service = service_for(s)
+    kept = service.steer(request)
+    if kept is not None:  # its loop runs: the message waits for it, or ends its attempt
+        then = ("its current attempt ends and the next starts with it" if now
+                else "its next attempt starts with it")  # fmt: skip
+        click.echo(f"run-agent: message {kept.number} kept for task {task.label}: {then}",
+                   err=True)  # fmt: skip
+        return
+    enter(s, service.raced(request), loop, issue)
 
 
 def start_loop(

@@ -29,7 +29,7 @@ from runagent.loop.prompt import compose
 from runagent.loop.redaction import Redactor
 from runagent.process import AgentProcess, LaunchSpec, SpawnError, start_reaper_early
 from runagent.record import record
-from runagent.store import runfolder, taskfolder
+from runagent.store import runfolder, steering, taskfolder
 from runagent.store.host import this_host
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus, Usage
@@ -193,11 +193,13 @@ class Attempt:
         a loop whose first attempt was number `first`."""
         req = lent.request
         run_id, paths = _new_run_folder(req.task)
+        messages = steering.pending(req.task)  # a person's words since the last attempt
         prompt = compose(
             req, lent.rule, lent.redactor, run_id=run_id, attempt=number, previous=previous,
-            first_attempt=first,
+            first_attempt=first, messages=messages,
         )  # fmt: skip
         runfolder.atomic_write(paths.prompt, prompt)
+        steering.hand(req.task, run_id, messages)
         env = agent_environment(
             base=req.base_env,
             agent_env=lent.backend.config.env,
@@ -263,7 +265,7 @@ class Attempt:
             if removed:
                 _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")
         verdict, diagnosis = self._judge(code, stopped_by)
-        if stopped_by is not Reason.STOPPED:
+        if stopped_by not in (Reason.STOPPED, Reason.STEERED):
             verdict = self._checked(verdict)
         self._finish(code, verdict)
         return Ended(self.info, clock() - started, diagnosis)
@@ -307,6 +309,7 @@ class Attempt:
         last_output = started
         sizes = (0, 0)
         live = _LiveUsage(self, started)
+        steered = steering.stamp(self.ctx.task)  # a message sent with --now ends it
         while True:
             now = clock()
             wait = tick if deadline is None else min(tick, deadline - now)
@@ -336,6 +339,11 @@ class Attempt:
                 if self.over_budget:
                     return process.stop(s.kill_grace), Reason.BUDGET
             live.publish(now)
+            sent = steering.stamp(self.ctx.task)
+            if sent != steered:
+                steered = sent
+                if steering.now_waiting(self.ctx.task) is not None:
+                    return process.stop(s.kill_grace), Reason.STEERED
             self.lent.on_event(
                 Event(EventKind.TICK, run=self.info, run_folder=self.folder, elapsed=now - started)
             )
@@ -354,6 +362,11 @@ class Attempt:
         s = self.lent.request.settings
         if stopped_by is Reason.STOPPED:
             return Verdict(RunStatus.STOPPED, Reason.STOPPED, "stopped on request")
+        if stopped_by is Reason.STEERED:
+            return Verdict(
+                RunStatus.STOPPED, Reason.STEERED,
+                "ended for a person's message (--now); the next attempt starts with it",
+            )  # fmt: skip
         if stopped_by is Reason.TIMEOUT:
             return Verdict(
                 RunStatus.TIMED_OUT, Reason.TIMEOUT, f"ran longer than timeout {s.timeout:g}s"

@@ -10,12 +10,14 @@ the agent's code), so it is redacted before it is shown again.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from runagent.loop.completion import CompletionRule
 from runagent.loop.context import LoopRequest
 from runagent.loop.redaction import Redactor
 from runagent.store import runfolder
 from runagent.store.runinfo import Reason, RunInfo
+from runagent.store.steering import Message
 
 TAIL_BYTES = 3000  # of the previous run's output and of its stderr
 
@@ -29,9 +31,12 @@ def compose(
     attempt: int,
     previous: RunInfo | None,
     first_attempt: int = 1,
+    messages: Sequence[Message] = (),
 ) -> str:
     """The prompt of run `run_id`, attempt number `attempt` of the loop `request` describes,
-    whose first attempt was number `first_attempt` (numbers go on across a task's loops)."""
+    whose first attempt was number `first_attempt` (numbers go on across a task's loops), with
+    the `messages` a person sent it since the last attempt (after the run before's tail: the
+    new text a continued session is given)."""
     task = request.task
     lines = [
         "# run-agent",
@@ -48,6 +53,8 @@ def compose(
     if previous is not None:
         later = attempt > first_attempt
         lines += ["", redactor("\n".join(_previous_section(request, later, previous)))]
+    if messages:
+        lines += ["", *steering_section(messages)]
     lines += ["", "## Task", "", request.prompt]
     return "\n".join(lines) + "\n"
 
@@ -78,6 +85,24 @@ def _previous_section(request: LoopRequest, later: bool, previous: RunInfo) -> l
         if text:
             fence = _fence(text)
             lines += ["", f"The end of its {title}:", "", fence, text, fence]
+    return lines
+
+
+def steering_section(messages: Sequence[Message]) -> list[str]:
+    """A person's words to this attempt, as they wrote them (a person, not the agent: shown
+    whole and not redacted)."""
+    many = len(messages) > 1
+    lines = [
+        "## From a person",
+        "",
+        f"A person overseeing this task sent {'these messages' if many else 'this message'} "
+        "for this attempt; follow them where they change what to do:",
+    ]
+    for message in messages:
+        text = message.text.strip("\n")
+        fence = _fence(text)
+        lines += ["", f"Sent {message.at}:" if many else f"(sent {message.at})", "", fence, text,
+                  fence]  # fmt: skip
     return lines
 
 

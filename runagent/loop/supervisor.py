@@ -199,6 +199,8 @@ class Supervisor:
         full disk fails the next run the same way), a stop, or the task done."""
         if info.reason is Reason.WRITE_ERROR:
             return Outcome.FAILED, f"run {info.run_id}: {info.message}; not restarting"
+        if info.reason is Reason.STEERED:  # ended for a person's message: the next one has it
+            return None
         if info.status is RunStatus.STOPPED:
             return Outcome.STOPPED, f"task {self.label} stopped"
         if not self._done(info):
@@ -220,6 +222,8 @@ class Supervisor:
     def _count(self, ended: Ended, tally: _Tally) -> _Ending | None:
         """Count a run that did not complete the task; how the loop ends if it now gives up."""
         s, info = self.settings, ended.info
+        if info.reason is Reason.STEERED:  # a person ended it: no failure of the agent's
+            return None
         if info.reason is Reason.RATE_LIMIT:
             # Waiting out a limit is not a failure of the agent: no restart is spent on it.
             tally.rate_limited += 1
@@ -327,7 +331,7 @@ class Supervisor:
         """Whether the loop stops as stuck after this run (which did not complete the task):
         `stuck_after` runs in a row failed the same way, or changed nothing."""
         info, n = ended.info, self.settings.stuck_after
-        if progress is None or not n or info.reason is Reason.RATE_LIMIT:
+        if progress is None or not n or info.reason in (Reason.RATE_LIMIT, Reason.STEERED):
             return None
         folder = self.task.run_folder(info.run_id)
         failure = stuck.signature(info, folder)
@@ -360,6 +364,8 @@ class Supervisor:
         """How long to wait before the next attempt, and a note saying why when it is not a
         plain backoff."""
         s = self.settings
+        if ended.info.reason is Reason.STEERED:
+            return 0.0, "a person's message (--now): the next attempt starts with it"
         if ended.info.reason is Reason.RATE_LIMIT:
             note = "rate limited: waiting for the limit to lift (no restart spent)"
             return self._rate_limit_wait(ended.diagnosis), note

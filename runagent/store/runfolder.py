@@ -73,6 +73,9 @@ SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (nev
 CLI_COPIES = ".cli"  # a sandboxed agent's private copies of its CLI's own files (never read back)
 RACE = "race.yaml"  # a race's task: its racers, its shared budget, its winner (store/race.py)
 RACE_LOCK = ".race.lock"  # held while race.yaml is read, changed and written
+MESSAGES = "messages.jsonl"  # a person's messages to the task's next attempt (store/steering.py)
+MESSAGES_READ = "messages-read.json"  # which run each message was handed to (its loop writes it)
+MESSAGES_LOCK = ".messages.lock"  # held while messages.jsonl is read, added to and written
 UNRECORDED = ".unrecorded"  # + ".ENOSPC" (the error's name): run-info.yaml could not be written
 
 FILE_MODE = 0o600  # every file run-agent makes under a runs root
@@ -165,6 +168,18 @@ class TaskPaths:
     @property
     def race_lock(self) -> Path:
         return self.folder / RACE_LOCK
+
+    @property
+    def messages(self) -> Path:
+        return self.folder / MESSAGES
+
+    @property
+    def messages_read(self) -> Path:
+        return self.folder / MESSAGES_READ
+
+    @property
+    def messages_lock(self) -> Path:
+        return self.folder / MESSAGES_LOCK
 
     @property
     def issue_body(self) -> Path:

@@ -48,6 +48,7 @@ class Reason(enum.StrEnum):
     BUDGET = "budget"  # the run crossed a budget (its message says which, and how much of what)
     CHECK_FAILED = "check_failed"  # it said it was done, and the task's check did not pass
     LOST_RACE = "lost_race"  # stopped because another racer of its race completed first
+    STEERED = "steered"  # ended for a person's message sent with --now; the next attempt has it
 
 
 @record
