@@ -106,6 +106,9 @@ class Actions:
         start = bodies.resume_request(
             body, task, self.settings.workdir, grant_of(request), self.settings.workspaces
         )
+        kept = await run_in_threadpool(self.service.steer, start)
+        if kept is not None:  # its loop runs: the message waits for its next attempt
+            return JSONResponse(bodies.steered(start, kept), status_code=202)
         return await self._start(start)
 
     async def agents(self, request: Request) -> Response:

@@ -14,6 +14,7 @@ from runagent.loop.context import validate_prompt
 from runagent.service import Command, IssueStart, StartRequest
 from runagent.store.race import RaceSpec
 from runagent.store.runfolder import TaskPaths, within
+from runagent.store.steering import Message
 from runagent.store.tokens import Grant, Scope
 
 PLACE: dict[str, dict[str, Any]] = {
@@ -57,8 +58,19 @@ def start_schema() -> dict[str, dict[str, Any]]:
     return {**START, **body_schema(), **PLACE, **RACE, "issue": ISSUE}
 
 
+STEER: dict[str, dict[str, Any]] = {
+    "message": {
+        "type": "string", "description": "A person's words for the task's next attempt: a "
+        "running task's next attempt gets them (it is not restarted), a stopped one starts with "
+        "them.",
+    },
+    "now": {"type": "boolean", "description": "With message, on a running task: end its current "
+            "attempt and start the next with the message (no failure counted)."},
+}  # fmt: skip
+
+
 def resume_schema() -> dict[str, dict[str, Any]]:
-    return {**body_schema(), **PLACE, **RACE}
+    return {**body_schema(), **PLACE, **RACE, **STEER}
 
 
 def start_request(
@@ -87,15 +99,29 @@ def start_request(
 
 def resume_request(
     body: dict[str, Any], task: TaskPaths, workdir: Path, grant: Grant,
-    workspaces: tuple[Path, ...] = (),
+    workspaces: tuple[Path, ...] = (), sender: str = "API",
 ) -> StartRequest:  # fmt: skip
+    """A resume from `body` (its keys: `resume_schema()`'s), with a person's `message` for the
+    next attempt when it has one (`sender` names the face it came through)."""
     refuse_unknown(body, resume_schema())
     confined = workspaces if grant.scope < Scope.ADMIN else None
+    message, now = body.get("message"), body.get("now", False)
+    if message is not None and not isinstance(message, str):
+        raise UsageError(f"message {shown(message)} is not text; say what the next attempt "
+                         "should know")  # fmt: skip
+    if not isinstance(now, bool):
+        raise UsageError(f"now {shown(now)} is not true or false")
     return StartRequest(
         task, command=Command.RESUME, overrides=overrides(body, workdir, confined),
         again=body.get("again") is True, owner=grant.scope >= Scope.ADMIN, race=race(body),
-        **place(body, grant),
+        message=message, now=now, sender=sender, **place(body, grant),
     )  # fmt: skip
+
+
+def steered(request: StartRequest, message: Message) -> dict[str, Any]:
+    """What a resume answers that kept a message for a running task's next attempt."""
+    return {"project_id": request.task.project_id, "task_id": request.task.task_id,
+            "steered": True, "message": message.to_dict()}  # fmt: skip
 
 
 def refuse_unknown(body: dict[str, Any], known: dict[str, Any], what: str = "a start") -> None:

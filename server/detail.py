@@ -12,7 +12,7 @@ from typing import Any
 from runagent import listing
 from runagent.issues import worktree
 from runagent.paste.session import Folders as PasteFolders
-from runagent.store import cleanup, runfolder, taskfolder, tasks
+from runagent.store import cleanup, runfolder, steering, taskfolder, tasks
 from runagent.store.runfolder import TaskPaths
 from server.tail import file_size, read_at
 
@@ -32,6 +32,8 @@ def of(task: TaskPaths, reaches: Callable[[str], bool] = lambda project: True) -
     row["loop_message"] = None if row["status"] == "running" else loop_message(task)
     row["disk_bytes"] = cleanup.folder_size(task.folder)
     row["paste"] = PasteFolders.of(task).root.is_dir()  # GET .../paste tells more
+    # A person's messages to it, each with the run it was handed to (None: waits for the next).
+    row["messages"] = [m.to_dict() for m in steering.messages(task)]
     waiting = tasks.waited_on_by(task, places)
     row["waited_on_by"] = [label for label in waiting if reaches(label.partition("/")[0])]
     return row

@@ -131,7 +131,8 @@ class Tools:
                  "queue; nothing restarts.", _TASK, ("project", "task"), self.stop),
             Tool("resume_task", Scope.OPERATE,
                  "Start a stopped or failed task's loop again, with its prompt and settings (any "
-                 "loop option given changes them).",
+                 "loop option given changes them); message gives its next attempt a person's "
+                 "words (a running task's next attempt, or with now its current one ended).",
                  {**_TASK, **bodies.resume_schema()}, ("project", "task"), self.resume),
             Tool("list_approvals", Scope.READ,
                  "The operations runs paused on an operation that needs a person's approval.",
@@ -171,9 +172,11 @@ class Tools:
     def resume(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
         task = self.task(grant, args)
         body = {k: v for k, v in args.items() if k not in _TOOL_KEYS}
-        return self._through_the_door(
-            bodies.resume_request(body, task, self.workdir, grant, self.workspaces)
-        )
+        start = bodies.resume_request(body, task, self.workdir, grant, self.workspaces, "MCP")
+        kept = self.service.steer(start)
+        if kept is not None:  # its loop runs: the message waits for its next attempt
+            return bodies.steered(start, kept)
+        return self._through_the_door(start)
 
     def _through_the_door(self, start: StartRequest) -> dict[str, Any]:
         try:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 
+import anyio
+import httpx
 import yaml
 
+from runagent import listing
 from runagent.errors import ExitCode
-from runagent.store import steering
+from runagent.store import steering, tokens
 from runagent.store.runinfo import Reason, RunInfo, RunStatus
-from tests.conftest import Workspace, wait_for
+from tests.conftest import Workspace, serving, wait_for
 from tests.loop.sandboxing import needs_bwrap, probes, sandboxed
+from tests.server.test_mcp import call, stdio
 
 
 def status(ws: Workspace, task: str = "t") -> str | None:
@@ -28,10 +32,9 @@ def prompt_of(ws: Workspace, run: RunInfo) -> str:
 def blocking_first(ws: Workspace, **defaults: object) -> None:
     """An agent whose first attempt waits (until `release` in the workspace, or its end), then
     fails; every later attempt exits 0."""
-    counter = ws.path / "attempts"
+    counter = '"$TASK_FOLDER/fake-attempts"'  # each task's own
     shell = f'[ "$(cat {counter})" -gt 1 ] || while [ ! -e {ws.path}/release ]; do sleep 0.05; done'
-    ws.write_config(["--counter", str(counter), "--fail-first", "1", "--lines", "1",
-                     "--shell", shell], **defaults)  # fmt: skip
+    ws.write_config(["--fail-first", "1", "--lines", "1", "--shell", shell], **defaults)
 
 
 def running(ws: Workspace) -> bool:
@@ -138,3 +141,62 @@ def test_a_sandboxed_agent_can_neither_forge_a_message_nor_mark_one_handed(ws: W
     last = ws.runs()[-1]
     assert [(m.text, m.run_id) for m in steering.messages(task)] == [("the real one", last.run_id)]
     assert json.loads(task.messages_read.read_text()) == {"1": last.run_id}
+
+
+def test_the_api_steers_a_running_task_and_a_token_only_its_own_projects(ws: Workspace) -> None:
+    blocking_first(ws, max_restarts=0)
+    assert ws.cli("run", "-p", "mine", "-t", "t", "go", "--detach").returncode == 0
+    assert ws.cli("run", "-p", "theirs", "-t", "t", "go", "--detach").returncode == 0
+    mine, theirs = ws.task("mine", "t"), ws.task("theirs", "t")
+    operate, _ = tokens.create(ws.root, tokens.Scope.OPERATE, ["mine"])
+    read, _ = tokens.create(ws.root, tokens.Scope.READ)
+    try:
+        wait_for(lambda: all(running_task(ws, t) for t in ("mine", "theirs")), 30, "both")
+        with serving(ws) as url, httpx.Client(base_url=url, timeout=30) as client:
+
+            def steer(project: str, secret: str, **body: object) -> httpx.Response:
+                return client.post(f"/api/projects/{project}/tasks/t/resume", json=body,
+                                   headers={"Authorization": f"Bearer {secret}"})  # fmt: skip
+
+            for project, secret in (("theirs", operate), ("mine", read)):
+                refused = steer(project, secret, message="sneak", now=True)
+                assert refused.status_code == 403, refused.text
+            for body, said in (({"message": 3}, "message 3 is not text"),
+                               ({"message": "x", "now": "yes"}, "now 'yes' is not true or false"),
+                               ({"now": True}, "give --message")):  # fmt: skip
+                bad = steer("mine", operate, **body)
+                assert bad.status_code == 400 and said in bad.json()["error"], bad.text
+            assert not mine.messages.exists() and not theirs.messages.exists()
+            kept = steer("mine", operate, message="over the API", now=True)
+            assert kept.status_code == 202, kept.text
+            assert kept.json()["steered"] is True and kept.json()["message"]["by"] == "API"
+            wait_for(lambda: listing.view(mine).status.value == "completed", 60, "mine")
+            detail = client.get("/api/projects/mine/tasks/t",
+                                headers={"Authorization": f"Bearer {read}"}).json()  # fmt: skip
+            (shown,) = detail["messages"]
+            assert shown["text"] == "over the API" and shown["run_id"] == ws.runs("mine")[-1].run_id
+        assert "over the API" in mine.run(ws.runs("mine")[-1].run_id).prompt.read_text()
+        assert listing.view(theirs).status.value == "running"  # never reached
+    finally:
+        ws.cli("stop", "-p", "theirs", "-t", "t")
+
+
+def test_mcp_resume_task_takes_a_message(ws: Workspace) -> None:
+    ws.write_config(["--counter", str(ws.path / "n"), "--fail-first", "1"], max_restarts=0)
+    assert ws.cli("run", "-p", "p", "-t", "t", "go").returncode == ExitCode.FAILED
+
+    async def main() -> None:
+        async with stdio(ws) as client:
+            resumed = await call(client, "resume_task", project="p", task="t",
+                                 message="through MCP")  # fmt: skip
+            assert resumed["supervisor_pid"]
+
+    anyio.run(main)
+    wait_for(lambda: listing.view(ws.task()).status.value == "completed", 60, "the resume")
+    assert "through MCP" in prompt_of(ws, ws.runs()[-1])
+    assert [m.by for m in steering.messages(ws.task())] == ["MCP"]
+
+
+def running_task(ws: Workspace, project: str) -> bool:
+    runs = ws.runs(project)
+    return bool(runs) and runs[-1].status is RunStatus.RUNNING and runs[-1].pid is not None

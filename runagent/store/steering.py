@@ -20,7 +20,6 @@ from runagent.store import runfolder
 from runagent.store.runfolder import TaskPaths
 
 MAX_MESSAGE_CHARS = 64 * 1024  # of one message: words for an attempt, not a document
-READ_LIMIT = 16 << 20  # bytes of messages.jsonl read; beyond, the oldest are not shown
 
 
 @record
@@ -99,13 +98,12 @@ def _with_run(message: Message, run_id: str | None) -> Message:
 
 def _sent(task: TaskPaths) -> list[Message]:
     """The messages of messages.jsonl; a line that cannot be read is left out."""
-    try:
-        with open(task.messages, "rb") as f:
-            data = f.read(READ_LIMIT)
-    except OSError:
+    try:  # a regular file of the task's project (a link swapped in leads nowhere)
+        text = runfolder.read_text_in(task.fence, task.messages)
+    except (OSError, UnicodeDecodeError):
         return []
     found = []
-    for line in data.decode("utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         try:
             item = json.loads(line)
             found.append(Message(int(item["number"]), str(item["at"]), str(item["text"]),
@@ -117,7 +115,7 @@ def _sent(task: TaskPaths) -> list[Message]:
 
 def _handed(task: TaskPaths) -> dict[int, str]:
     try:
-        data = json.loads(task.messages_read.read_text(encoding="utf-8"))
+        data = json.loads(runfolder.read_text_in(task.fence, task.messages_read))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
