@@ -1,7 +1,8 @@
 """The fleet at a glance: how many tasks run, wait for a slot, wait for other tasks or wait for a
 person; the queue in the order it will start; the tasks whose queue record cannot be read; what
 was spent today against each daily budget; and what each task that needs a person waits for,
-with the command that answers it. The page's first view and `run-agent fleet` show it; it only
+with the command that answers it (a task blocked by one it runs after that failed or was
+stopped among them). The page's first view and `run-agent fleet` show it; it only
 reads.
 """
 
@@ -13,10 +14,12 @@ from typing import Any
 
 from runagent import listing
 from runagent.config.settings import Budget, BudgetSettings, LimitsSettings
+from runagent.fleet import depends
 from runagent.loop import needs
 from runagent.loop.needs import Need
 from runagent.record import record
 from runagent.store import spend
+from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason, Usage
 from runagent.store.spend import GroupBy
 from runagent.store.tasks import TaskStatus, TaskView
@@ -134,4 +137,23 @@ def needs_of(view: TaskView) -> list[Need]:
     latest = view.latest
     if latest is not None and latest.reason in _STOPPED_FOR and view.status not in _NOT_WAITING:
         found.append(needs.stopped(task, _STOPPED_FOR[latest.reason], latest.message or ""))
+    if _blocked(view):
+        found.append(_blocked_by(view))
     return [need for need in found if need is not None]
+
+
+def _blocked_by(view: TaskView) -> Need | None:
+    """A blocked task that a task it runs after will never release (failed, stopped, deleted):
+    judged here, whether or not the queue has written it down yet."""
+    assert view.queue is not None
+    for label in view.queue.after:
+        kind, words = depends.state(view.paths.root, label)
+        if kind != "fail":
+            continue
+        project, _, name = label.partition("/")
+        other = TaskPaths(view.paths.root, project, name)
+        gone = not other.folder.is_dir()
+        latest = None if gone else listing.view(other).latest
+        episode = f"{label}: {latest.run_id if latest is not None else 'gone'}"
+        return needs.blocked(view.paths, label, words, gone=gone, episode=episode)
+    return None

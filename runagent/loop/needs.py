@@ -1,6 +1,7 @@
 """What a task waits for from a person, and the command that answers it: an operation held for
-approval, the chat's reply to a copy-paste run's outbox, or a look after its loop stopped on a
-budget or stuck. The notifiers tell it as it happens (`needs_input`); the fleet view lists it."""
+approval, the chat's reply to a copy-paste run's outbox, a look after its loop stopped on a
+budget or stuck, or a task it runs after (`--after`) that failed or was stopped, which blocks it.
+The notifiers tell it as it happens (`needs_input`); the fleet view lists it."""
 
 from __future__ import annotations
 
@@ -16,15 +17,16 @@ from runagent.store.runfolder import RunPaths, TaskPaths
 @record
 class Need:
     label: str  # P/T
-    waits_for: str  # approval, reply, budget, stuck
+    waits_for: str  # approval, reply, budget, stuck, blocked
     episode: str  # which wait this is: a notifier tells each one once
     message: str
     answer: str
+    on: str | None = None  # blocked: the task (P/T) it runs after that did not complete
 
     def to_dict(self) -> dict[str, Any]:
         project, _, task = self.label.partition("/")
         return {"project_id": project, "task_id": task, "waits_for": self.waits_for,
-                "message": self.message, "answer": self.answer}  # fmt: skip
+                "message": self.message, "answer": self.answer, "on": self.on}  # fmt: skip
 
 
 def approval(task: TaskPaths, run_folder: Path) -> Need | None:
@@ -60,6 +62,20 @@ def stopped(task: TaskPaths, why: str, message: str) -> Need:
     if why == "budget":
         answer += " --budget AMOUNT (a larger one)"
     return Need(task.label, why, message, message, answer)
+
+
+def blocked(task: TaskPaths, on: str, words: str, *, gone: bool, episode: str = "") -> Need:
+    """A task blocked because `on`, a task it runs after, failed or was stopped (`words` say
+    how): a person resumes that one, then this one. One whose task was deleted is taken out of
+    the queue and started again, without waiting for it."""
+    me = f"-p {task.project_id} -t {task.task_id}"
+    if gone:
+        answer = f"run-agent stop {me}, then run-agent resume {me} (it no longer waits for {on})"
+    else:
+        project, _, name = on.partition("/")
+        answer = f"run-agent resume -p {project} -t {name}, then run-agent resume {me}"
+    return Need(task.label, "blocked", episode or words, f"waits for {words}", answer,
+                on)  # fmt: skip
 
 
 def _pending_operation(run: RunPaths) -> str:

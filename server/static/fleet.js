@@ -9,7 +9,8 @@ import { $, badge } from "./dom.js";
 
 const COUNTS = [["running", "running"], ["queued", "queued"], ["blocked", "blocked"],
   ["unreadable", "unreadable"], ["needs_person", "need a person"]];
-const ACTIONS = { approval: "approve or deny", reply: "paste the reply", budget: "resume with", stuck: "resume" };
+const ACTIONS = { approval: "approve or deny", reply: "paste the reply", budget: "resume with", stuck: "resume",
+  blocked: "open" };
 
 let shown = false;
 let timer = null;
@@ -94,14 +95,16 @@ function renderNeeds(needs) {
 }
 
 // What the page can do about a need: resume a stuck task, resume one stopped by its budget with
-// a larger one; an approval or a reply is given in the task's own view.
+// a larger one; an approval or a reply is given in the task's own view; a task blocked by one it
+// runs after opens that one, which is resumed first.
 function action(need) {
   const label = `${need.project_id}/${need.task_id}`;
-  if (need.waits_for === "approval" || need.waits_for === "reply") {
+  if (need.waits_for === "approval" || need.waits_for === "reply" || need.waits_for === "blocked") {
+    const target = need.waits_for === "blocked" && need.on ? need.on : label;
     const open = document.createElement("button");
     open.type = "button";
-    open.textContent = ACTIONS[need.waits_for];
-    open.addEventListener("click", () => navigate(hashFor(label)));
+    open.textContent = need.waits_for === "blocked" ? `${ACTIONS.blocked} ${target}` : ACTIONS[need.waits_for];
+    open.addEventListener("click", () => navigate(hashFor(target)));
     return open;
   }
   const form = document.createElement("form");

@@ -106,3 +106,59 @@ def test_the_api_gives_the_same_fleet_and_a_task_its_waiters(ws: Workspace) -> N
             assert c.get("/api/projects/p/tasks/a").json()["waited_on_by"] == []
     finally:
         settle(ws)
+
+
+def test_a_task_blocked_by_one_it_runs_after_needs_a_person_and_their_command_unblocks_it(
+    ws: Workspace,
+) -> None:
+    """p/deploy runs after p/build, which fails, and after p/lint, which is stopped: deploy needs
+    a person, with the command that unblocks it; following it, deploy runs. A task it waits
+    for that was deleted: taken out of the queue and started again, without it."""
+    ws.write_config(["--counter", str(ws.path / "n"), "--fail-first", "1"], max_restarts=0,
+                    agents={"holder": ["--lines", "1", "--sleep", "60"]})  # fmt: skip
+    assert ws.cli("run", "-p", "p", "-t", "build", "go").returncode == 1  # its first run fails
+    waiting = ws.cli("run", "-p", "p", "-t", "deploy", "--after", "p/build", "go", "--detach")
+    assert waiting.returncode == 0 and "which failed" in waiting.stderr, waiting.stderr
+
+    def needs() -> list[dict[str, Any]]:
+        shown = ws.cli("fleet", "--json")
+        assert shown.returncode == 0, shown.stderr
+        found: list[dict[str, Any]] = json.loads(shown.stdout)["needs"]
+        return found
+
+    (need,) = needs()
+    assert need == {
+        "project_id": "p", "task_id": "deploy", "waits_for": "blocked", "on": "p/build",
+        "message": "waits for p/build, which failed",
+        "answer": "run-agent resume -p p -t build, then run-agent resume -p p -t deploy",
+    }  # fmt: skip
+    printed = ws.cli("fleet").stdout
+    assert "p/deploy  blocked: waits for p/build, which failed" in printed
+    assert "run-agent resume -p p -t build, then run-agent resume -p p -t deploy" in printed
+    for command in need["answer"].split(", then "):  # as a person types it
+        done = ws.cli(*command.split()[1:])
+        assert done.returncode == 0, done.stderr
+    assert listed(ws)["p/deploy"]["status"] == "completed" and needs() == []
+    # A task it waits for that is stopped (a holding loop, stopped by a person).
+    lint = ws.cli("run", "-p", "p", "-t", "lint", "--agent", "holder", "go", "--detach")
+    assert lint.returncode == 0, lint.stderr
+    wait_for(lambda: listed(ws)["p/lint"]["status"] == "running", what="p/lint running")
+    ship = ws.cli("run", "-p", "p", "-t", "ship", "--after", "p/lint", "go", "--detach")
+    assert ship.returncode == 0, ship.stderr
+    assert needs() == []  # it waits for a task that runs: nothing for a person yet
+    assert ws.cli("stop", "-p", "p", "-t", "lint").returncode == 0
+    (need,) = needs()
+    assert need["message"] == "waits for p/lint, which was stopped"
+    assert need["answer"] == "run-agent resume -p p -t lint, then run-agent resume -p p -t ship"
+    # The task it waits for deleted: the answer takes it out of the queue and starts it again.
+    assert ws.cli("delete", "-p", "p", "-t", "lint", "--yes").returncode == 0
+    (need,) = needs()
+    assert need["message"] == "waits for p/lint, which was deleted"
+    assert need["answer"] == (
+        "run-agent stop -p p -t ship, then run-agent resume -p p -t ship (it no longer waits "
+        "for p/lint)"
+    )
+    for command in need["answer"].split(" (")[0].split(", then "):
+        done = ws.cli(*command.split()[1:])
+        assert done.returncode == 0, done.stderr
+    assert listed(ws)["p/ship"]["status"] == "completed" and needs() == []
