@@ -63,7 +63,8 @@ export async function refreshTask() {
   renderSummary(detail);
   renderWaits(detail);
   renderRace(detail);
-  renderTimeline(detail.runs_list);
+  renderTimeline(detail.runs_list, detail.messages || []);
+  renderSteer(detail);
   renderRuns(detail.runs_list);
   renderGit(detail.git, detail.status);
   pastePanel.show(label, detail);
@@ -302,3 +303,38 @@ $("#stop-button").addEventListener("click", () => action("stop"));
 $("#resume-button").addEventListener("click", (event) =>
   action("resume", event.currentTarget.dataset.again ? { again: true } : {}));
 $("#delete-button").addEventListener("click", deleteTask);
+
+// The box under the log: a person's words for the task's next attempt (resume with a message).
+// A running task's next attempt gets them, or, with "now", its current attempt ends for them; a
+// stopped or failed task is resumed with them, a completed one run again.
+function renderSteer(detail) {
+  const running = detail.status === "running";
+  $("#steer-now").disabled = !running;
+  if (!running) $("#steer-now").checked = false;
+  $("#steer-send").textContent = running ? "Send to the next attempt"
+    : detail.status === "completed" ? "Run again with it" : "Resume with it";
+}
+
+$("#steer-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  const text = $("#steer-text");
+  const body = { message: text.value };
+  if ($("#steer-now").checked) body.now = true;
+  if (state.detail && state.detail.status === "completed") body.again = true;
+  $("#steer-error").textContent = "";
+  $("#steer-said").textContent = "";
+  const response = await fetch(`${taskUrl(state.task)}/resume`, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  if (!response.ok) {
+    $("#steer-error").textContent = (await response.json()).error;
+    return;
+  }
+  const answer = await response.json();
+  text.value = "";
+  $("#steer-now").checked = false;
+  $("#steer-said").textContent = answer.steered
+    ? `message ${answer.message.number} kept: ${answer.message.now ? "the current attempt ends and the next starts with it" : "the next attempt starts with it"}`
+    : "resumed with the message";
+  await refreshTask();
+});

@@ -695,6 +695,37 @@ def shots(page: Page, name: str) -> None:
     page.set_viewport_size({"width": 1280, "height": 800})
 
 
+def test_a_person_steers_a_running_task_from_the_box_under_the_log(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The box under the log sends a message with "now": the running attempt ends for it (no
+    failure counted), the next starts with it, and the timeline marks it."""
+    shell = '[ "$(cat "$TASK_FOLDER/fake-attempts")" -gt 1 ] || sleep 60'
+    ws.write_config(["--fail-first", "1", "--lines", "1", "--shell", shell], max_restarts=0)
+    assert ws.cli("run", "-p", "p", "-t", "steer", "go", "--detach").returncode == 0
+    wait_for(lambda: ws.runs("p", "steer") and ws.runs("p", "steer")[0].pid, 30, "attempt 1")
+    page.goto(f"{server.url}/#p/steer")
+    expect(page.locator("#steer-send")).to_have_text("Send to the next attempt")
+    page.fill("#steer-text", "Look at the failing test first.")
+    page.check("#steer-now")
+    page.click("#steer-send")
+    expect(page.locator("#steer-said")).to_contain_text("the current attempt ends")
+    wait_for(lambda: ws.runs("p", "steer")[-1].status.value == "completed", 60, "attempt 2")
+    first, second = ws.runs("p", "steer")
+    assert first.reason is not None and first.reason.value == "steered"
+    assert "Look at the failing test first." in (
+        ws.task("p", "steer").run(second.run_id).prompt.read_text()
+    )
+    page.reload()
+    mark = page.locator("#timeline .message-mark")
+    expect(mark).to_have_count(1)
+    expect(mark).to_have_attribute(
+        "title", re.compile(r"message 1 \(now\) .* handed to attempt 2: Look at the failing")
+    )
+    expect(page.locator("#steer-send")).to_have_text("Run again with it")
+    shots(page, "steer")
+
+
 def test_a_failed_runs_header_says_why_and_it_opens_on_its_stderr(
     ws: Workspace, server: Server, page: Page
 ) -> None:
