@@ -266,6 +266,11 @@ class Service:
 
         if live_holder(request.task.lock) is None:
             return None
+        if request.overrides != LoopOverrides() or request.after or request.priority:
+            raise UsageError(
+                f"task {request.task.label} is running: its loop goes on with its own options; "
+                "send the message alone (or stop the task and resume it with them)"
+            )
         return self._keep_message(request)
 
     def _check_message(self, request: StartRequest) -> None:

@@ -200,3 +200,17 @@ def test_mcp_resume_task_takes_a_message(ws: Workspace) -> None:
 def running_task(ws: Workspace, project: str) -> bool:
     runs = ws.runs(project)
     return bool(runs) and runs[-1].status is RunStatus.RUNNING and runs[-1].pid is not None
+
+
+def test_loop_options_with_a_message_to_a_running_task_are_refused(ws: Workspace) -> None:
+    """Its loop runs with its own options: a message with others would drop them unsaid."""
+    blocking_first(ws, max_restarts=0)
+    assert ws.cli("run", "-p", "p", "-t", "t", "go", "--detach").returncode == 0
+    try:
+        wait_for(lambda: running(ws), 30, "the first attempt to run")
+        refused = ws.cli("resume", "-p", "p", "-t", "t", "--message", "x", "--timeout", "5m")
+        assert refused.returncode == ExitCode.USAGE, refused.stderr
+        assert "is running: its loop goes on with its own options" in refused.stderr
+        assert not ws.task().messages.exists()
+    finally:
+        ws.cli("stop", "-p", "p", "-t", "t")

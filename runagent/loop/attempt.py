@@ -309,7 +309,7 @@ class Attempt:
         last_output = started
         sizes = (0, 0)
         live = _LiveUsage(self, started)
-        steered = steering.stamp(self.ctx.task)  # a message sent with --now ends it
+        steered: tuple[int, int] | None = (-1, -1)  # a message sent with --now ends it
         while True:
             now = clock()
             wait = tick if deadline is None else min(tick, deadline - now)
