@@ -340,3 +340,22 @@ def _text_of(content: Any) -> str:
     if isinstance(content, str):
         return content
     return str(content[0]["text"])
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_persons_message_reaches_the_model_in_the_next_attempt(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    """`resume --message`: the words a person gave are in what the CLI sends the provider."""
+    provider.scenario = "error"
+    work = configure(ws, cli, provider, max_restarts=0)
+    assert run(ws, work, private_cache).returncode == 1
+    provider.scenario = "text"
+    seen = len(provider.requests)
+    words = "Steer-7f3a: answer in one line."
+    resumed = ws.cli("resume", "-p", "p", "-t", "t", "--message", words,
+                     env={"XDG_CACHE_HOME": str(private_cache)}, timeout=180)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    sent = [json.dumps(r.body) for r in provider.requests[seen:]]
+    assert any(words in body for body in sent), "the message never reached the model"
+    assert not any(words in json.dumps(r.body) for r in provider.requests[:seen])
