@@ -94,6 +94,8 @@ def test_now_ends_the_running_attempt_and_the_next_starts_with_it_not_as_a_failu
     assert "person's message" in (first.message or "")
     assert "stop that; do X" in prompt_of(ws, second)
     assert second.status is RunStatus.COMPLETED
+    assert (first.last_attempt, second.last_attempt) == (1, 2)  # the steered one spent none
+    assert "attempt 2 of at most 2." in prompt_of(ws, second)
     log = json.loads(ws.task().messages_read.read_text())
     assert log == {"1": second.run_id}
     assert not (ws.path / "release").exists()  # nothing but the message ended the first

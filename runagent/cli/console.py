@@ -81,7 +81,9 @@ class Console:
         if self.echo and not self.quiet and event.run_folder is not None and ends:
             self._echo(event.run_folder)
         if event.kind is EventKind.RUN_STARTED and info is not None:
-            if self._last_attempt is None:  # numbers go on across loops: N of at most M
+            if info.last_attempt is not None:  # as the loop counts it (a steered run is free)
+                self._last_attempt = info.last_attempt
+            elif self._last_attempt is None:  # numbers go on across loops: N of at most M
                 self._last_attempt = info.attempt - 1 + self.max_attempts
             self.say(
                 f"attempt {info.attempt}/{self._last_attempt}: run {info.run_id} started "

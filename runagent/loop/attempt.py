@@ -187,16 +187,18 @@ class Attempt:
 
     @classmethod
     def prepare(
-        cls, lent: Supervision, number: int, previous: RunInfo | None, first: int = 1
-    ) -> Attempt:
+        cls, lent: Supervision, number: int, previous: RunInfo | None, first: int = 1,
+        spare: int = 0,
+    ) -> Attempt:  # fmt: skip
         """Attempt `number` of the task, after `previous` (the task's run before it, if any), in
-        a loop whose first attempt was number `first`."""
+        a loop whose first attempt was number `first`, where `spare` runs spent no restart (a
+        person's --now ended them): its last attempt comes that much later."""
         req = lent.request
         run_id, paths = _new_run_folder(req.task)
         messages = steering.pending(req.task)  # a person's words since the last attempt
         prompt = compose(
             req, lent.rule, lent.redactor, run_id=run_id, attempt=number, previous=previous,
-            first_attempt=first, messages=messages,
+            first_attempt=first, messages=messages, spare=spare,
         )  # fmt: skip
         runfolder.atomic_write(paths.prompt, prompt)
         steering.hand(req.task, run_id, messages)
@@ -218,7 +220,7 @@ class Attempt:
             project_id=ctx.project_id,
             task_id=ctx.task_id,
             attempt=number,
-            last_attempt=first + req.settings.max_restarts,
+            last_attempt=first + req.settings.max_restarts + spare,
             agent=req.agent_name,
             backend=lent.backend.name,
             start_time=runfolder.timestamp(),

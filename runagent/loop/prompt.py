@@ -32,18 +32,19 @@ def compose(
     previous: RunInfo | None,
     first_attempt: int = 1,
     messages: Sequence[Message] = (),
+    spare: int = 0,
 ) -> str:
     """The prompt of run `run_id`, attempt number `attempt` of the loop `request` describes,
     whose first attempt was number `first_attempt` (numbers go on across a task's loops), with
     the `messages` a person sent it since the last attempt (after the run before's tail: the
-    new text a continued session is given)."""
+    new text a continued session is given); `spare` attempts spent no restart."""
     task = request.task
     lines = [
         "# run-agent",
         "",
         f"You are running under run-agent: project `{task.project_id}`, task "
         f"`{task.task_id}`, run `{run_id}`, attempt {attempt} of at most "
-        f"{first_attempt + request.settings.max_restarts}.",
+        f"{first_attempt + request.settings.max_restarts + spare}.",
         f"- Task folder: {task.folder} (TASK.md there holds the task)",
         f"- Run folder: {task.run_folder(run_id)}",
         f"- Working folder: {request.working_dir}",

@@ -50,6 +50,7 @@ class _Tally:
     same_failure: int = 0  # runs in a row that failed the same way (stuck.signature)
     failure: str | None = None  # that failure's signature
     unchanged: int = 0  # runs in a row that changed nothing in the working folder
+    steered: int = 0  # runs a person's --now message ended: no restart spent, the last one later
 
 
 class Supervisor:
@@ -161,7 +162,8 @@ class Supervisor:
                 message = (f"task {self.label} has no budget left ({spent}); not starting "
                            f"attempt {number}")  # fmt: skip
                 return LoopResult(Outcome.BUDGET, message, tuple(runs))
-            attempt = Attempt.prepare(self._lent, number, previous, first=numbered + 1)
+            attempt = Attempt.prepare(self._lent, number, previous, first=numbered + 1,
+                                      spare=tally.steered)  # fmt: skip
             attempt.spending = spending
             ended = attempt.run()
             runs.append(ended.info)
@@ -223,6 +225,7 @@ class Supervisor:
         """Count a run that did not complete the task; how the loop ends if it now gives up."""
         s, info = self.settings, ended.info
         if info.reason is Reason.STEERED:  # a person ended it: no failure of the agent's
+            tally.steered += 1
             return None
         if info.reason is Reason.RATE_LIMIT:
             # Waiting out a limit is not a failure of the agent: no restart is spent on it.
