@@ -56,6 +56,7 @@ if TYPE_CHECKING:  # the executors are imported when a loop is started or stoppe
     from runagent.executors.local import Started
     from runagent.fleet.overview import Overview
     from runagent.fleet.queue import Turn, Waiting
+    from runagent.loop.attempt import StopSignal
     from runagent.loop.backend import Backend
     from runagent.loop.check import Result as CheckResult
     from runagent.schedule import Firing
@@ -624,7 +625,7 @@ class Service:
             # holds a start there only for the tasks it runs after, then hands it to Ray.
             if on_ray:
                 limits = LimitsSettings()
-            if self._gated(task, limits, after):
+            if self._gated(task, limits, after, self._agent_name(request, config)):
                 from runagent.fleet import gate
 
                 argv = control.loop_argv(
@@ -907,13 +908,30 @@ class Service:
         config = self.current_config()
         limits = config.limits if config is not None else LimitsSettings()
         after = self._after(request)
-        if not self._gated(request.task, limits, after):
+        if not self._gated(request.task, limits, after, agent):
             return None
         from runagent.fleet import gate
 
         return gate.take_turn(
             request.task, limits, agent, priority=request.priority, after=after, tell=tell,
         )  # fmt: skip
+
+    def pauser(self, request: StartRequest, agent: str) -> FleetPause:
+        """How a loop this process runs pauses its agent across the fleet when its provider
+        says it is limited, and waits the pause out without its slot (loop.supervisor.Pauser)."""
+        return FleetPause(self, request, agent)
+
+    def unpause(self, agent: str) -> str | None:
+        """Lift `agent`'s pause (`fleet unpause`, the API, MCP): the pause it lifted, in words;
+        None if the agent was not paused."""
+        from runagent.fleet import gate
+
+        lifted = gate.unpause(self.root, agent)
+        return lifted.words() if lifted is not None else None
+
+    def limits(self) -> LimitsSettings:
+        config = self.current_config()
+        return config.limits if config is not None else LimitsSettings()
 
     def release(self, task: TaskPaths) -> None:
         """The loop this process ran has ended: its slot is free for the next in the queue."""
@@ -925,13 +943,15 @@ class Service:
     def _queue_exists(self) -> bool:
         return (self.root / runfolder.FLEET).is_dir()
 
-    def _gated(self, task: TaskPaths, limits: LimitsSettings, after: tuple[str, ...]) -> bool:
+    def _gated(
+        self, task: TaskPaths, limits: LimitsSettings, after: tuple[str, ...], agent: str
+    ) -> bool:
         """Whether a start passes the fleet's gate (the fleet's code loads only then)."""
         if not (limits.active or after or self._queue_exists()):
             return False
         from runagent.fleet import gate
 
-        return gate.needed(task, limits, after)
+        return gate.needed(task, limits, after, agent)
 
     def _after(self, request: StartRequest) -> tuple[str, ...]:
         """The tasks a start waits for: as given, else (a resume of a blocked task) those its
@@ -996,12 +1016,20 @@ class Service:
             from runagent.fleet import gate
 
             left = gate.dequeue(task)
-            if left is not None:
+            if left is not None and not self._paused_loop(task, left):
                 return left
         withdrawn = control.withdraw(task, self.executor)  # from the cluster's queue
         if withdrawn is not None:
             return withdrawn
         return control.stop(task, wait, self.executor)
+
+    def _paused_loop(self, task: TaskPaths, left: Waiting) -> bool:
+        """Whether a record taken out of the queue was a loop's that waits out its agent's
+        pause holding its task: that loop is stopped too."""
+        from runagent.store.lock import live_holder
+
+        holder = live_holder(task.lock)
+        return left.waiter is not None and holder is not None
 
     def _stop_race(self, task: TaskPaths, wait: float | None) -> Holder | None:
         """Stop a race: its watcher (detached, or the command line that follows it) stops its
@@ -1124,3 +1152,25 @@ def _secret_variables(config: Config | None) -> tuple[str, ...]:
     named = [agent.token_env for agent in config.agents.values()]
     named.append(config.notify.secret_env if config.notify is not None else None)
     return tuple(name for name in named if name)
+
+
+class FleetPause:
+    """A loop's Pauser (loop.supervisor): its agent paused under the runs root, its slot given
+    back while the pause lasts, its turn taken again in the queue when it lifts."""
+
+    def __init__(self, service: Service, request: StartRequest, agent: str) -> None:
+        self.service, self.request, self.agent = service, request, agent
+
+    def pause(self, seconds: float, why: str) -> str:
+        from runagent.fleet import gate
+
+        return gate.pause(self.request.task, self.agent, seconds, why).words()
+
+    def wait_out(self, stop: StopSignal) -> bool:
+        from runagent.fleet import gate
+
+        limits = self.service.limits()
+        if self.service.executor is not None and self.service.executor.type is ExecutorType.RAY:
+            limits = LimitsSettings()  # the cluster's agent_slot is its cap
+        return gate.wait_out(self.request.task, limits, self.agent, stop.wait,
+                             priority=self.request.priority)  # fmt: skip

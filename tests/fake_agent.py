@@ -47,6 +47,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         default="codex",
         help="the usage lines as codex turns, or as claude assistant messages",
     )
+    p.add_argument(
+        "--rate-limited", type=float, default=None, help="as claude limited for this many "
+        "seconds: a rejected rate_limit_event with its reset time, an error result, exit 1"
+    )  # fmt: skip
+    p.add_argument("--limited-first", type=int, default=1, help="...on the first N attempts")
     p.add_argument("--claude-result", type=float, default=None, help="a claude result: its cost")
     p.add_argument("--hold-at", type=int, default=0, help="after this many lines, wait for...")
     p.add_argument("--hold-for", default=None, help="...this file to exist, then go on")
@@ -171,10 +176,19 @@ def main(argv: list[str]) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     record_pid(args)
     attempt = 1
-    if args.counter or args.fail_first or args.ready_from:
+    if args.counter or args.fail_first or args.ready_from or args.rate_limited is not None:
         counter = Path(args.counter or Path(os.environ["TASK_FOLDER"]) / "fake-attempts")
         attempt = int(counter.read_text()) + 1 if counter.exists() else 1
         counter.write_text(str(attempt))
+    if args.rate_limited is not None and attempt <= args.limited_first:
+        # As claude's stream-json says it (the shared samples of its stream): a rejected
+        # rate_limit_event with the reset time in epoch seconds, then the error result.
+        resets = int(time.time() + args.rate_limited)
+        info = {"status": "rejected", "resetsAt": resets, "rateLimitType": "five_hour"}
+        print(json.dumps({"type": "rate_limit_event", "rate_limit_info": info}), flush=True)
+        print(json.dumps({"type": "result", "subtype": "success", "is_error": True,
+                          "result": "You've hit your limit"}), flush=True)  # fmt: skip
+        return 1
     if args.echo_stdin:
         sys.stdout.write(sys.stdin.read())
     for name in args.echo_env:

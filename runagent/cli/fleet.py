@@ -14,12 +14,17 @@ from runagent.fleet.overview import Overview, Spent, overview
 from runagent.store.tasks import TaskView
 
 
-@cli.command()
+@cli.group(invoke_without_command=True)
 @json_option
 @common
-def fleet(as_json: bool, config_path: Path | None, root: Path | None) -> None:
+@click.pass_context
+def fleet(ctx: click.Context, as_json: bool, config_path: Path | None, root: Path | None) -> None:
     """The fleet at a glance: what runs, the queue in order, today's spend against each
-    budget, what needs a person."""
+    budget, what needs a person.
+
+    `fleet unpause AGENT` lifts the pause a provider's limit put an agent in."""
+    if ctx.invoked_subcommand is not None:
+        return
     s = setup(config_path, root)
     found = overview(s.root, s.config.limits, s.config.budgets)
     if as_json:
@@ -27,6 +32,19 @@ def fleet(as_json: bool, config_path: Path | None, root: Path | None) -> None:
         return
     for line in describe(found):
         click.echo(line)
+
+
+@fleet.command()
+@click.argument("agent")
+@common
+def unpause(agent: str, config_path: Path | None, root: Path | None) -> None:
+    """Lift AGENT's pause: its queued tasks start as their turns come, before the time its
+    provider said its limit lifts."""
+    from runagent.fleet import gate
+
+    s = setup(config_path, root)
+    lifted = gate.unpause(s.root, agent)
+    click.echo(f"lifted: {lifted.words()}" if lifted else f"agent {agent} is not paused")
 
 
 def describe(found: Overview) -> list[str]:
@@ -41,6 +59,7 @@ def describe(found: Overview) -> list[str]:
         + (f" · {c['unreadable']} unreadable" if c["unreadable"] else "")
         + f" · {c['needs_person']} need a person · {c['tasks']} tasks"
     ]
+    lines += [f"{p.words()} (`run-agent fleet unpause {p.agent}` lifts it)" for p in found.paused]
     if found.races:
         lines.append("races:")
         for view in found.races:

@@ -79,7 +79,10 @@ def foreground_loop(
             if notifier is not None:
                 notifier.on_event(event, task, loop.schedule)
 
-        supervisor = Supervisor(request, backend, on_event=on_event, redactor=redactor)
+        pauser = service.pauser(start, request.agent_name)  # a limit pauses the agent fleet-wide
+        supervisor = Supervisor(
+            request, backend, on_event=on_event, redactor=redactor, pauser=pauser
+        )
         previous = {
             sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS
         }

@@ -14,6 +14,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -22,19 +23,24 @@ from typing import Any
 from runagent.config.settings import LimitsSettings
 from runagent.errors import AlreadyRunningError, BlockedError, DamagedRecordError, StoppedError
 from runagent.fleet import depends
-from runagent.fleet.queue import Fleet, Turn, Waiting, decide, now
+from runagent.fleet.queue import Fleet, Pause, Turn, Waiting, decide, now
 from runagent.store.runfolder import TaskPaths, private
 
 POLL = 1.0  # seconds between looks when nothing under .fleet/ changed (a SIGKILLed holder)
 
 
-def needed(task: TaskPaths, limits: LimitsSettings, after: Sequence[str]) -> bool:
-    """Whether a start must pass the gate: limits are on, it waits for other tasks, or the task
-    is in the queue already (a resume of a blocked task)."""
+def needed(
+    task: TaskPaths, limits: LimitsSettings, after: Sequence[str], agent: str | None = None
+) -> bool:
+    """Whether a start must pass the gate: limits are on, it waits for other tasks, the task
+    is in the queue already (a resume of a blocked task), or its agent is paused."""
     if limits.active or after:
         return True
     fleet = Fleet(task.root)
-    return fleet.exists() and fleet.record_of(task) is not None
+    if not fleet.exists():
+        return False
+    return fleet.record_of(task) is not None or (agent is not None and agent in fleet.pauses(
+        clean=False))  # fmt: skip
 
 
 def submit(
@@ -69,7 +75,7 @@ def submit(
                 return Turn(False, 0, f"waits for {words}", blocked=True)
             waiting = replace(waiting, joined=True)
         eligible = [w for w in records if w.eligible]
-        turn = decide(limits, task.project_id, agent, eligible, fleet.holders())
+        turn = decide(limits, task.project_id, agent, eligible, fleet.holders(), fleet.pauses())
         if turn.go:
             fleet.drop(task)
             if limits.active:
@@ -96,7 +102,7 @@ def take_turn(
                 fleet.hold(task, agent)
                 fleet.drop(task)
                 return None
-    if not needed(task, limits, after):
+    if not needed(task, limits, after, agent):
         return None
     changes = None
     try:
@@ -140,12 +146,68 @@ def _my_turn(fleet: Fleet, task: TaskPaths, limits: LimitsSettings, agent: str) 
         if not mine.eligible:
             return False
         if not decide(limits, task.project_id, agent, fleet.ahead_of(mine, records),
-                      fleet.holders()).go:  # fmt: skip
+                      fleet.holders(), fleet.pauses()).go:  # fmt: skip
             return False
         fleet.drop(task)
         if limits.active:
             fleet.hold(task, agent)
         return True
+
+
+def pause(task: TaskPaths, agent: str, seconds: float, why: str) -> Pause:
+    """A run of `task` found `agent`'s provider limited for `seconds`: pause the agent across
+    the fleet until then (or the later time a pause it is in says). The pause in force."""
+    fleet = Fleet(task.root)
+    with fleet.locked():
+        return fleet.pause(Pause(agent, time.time() + seconds, why, task.label, now()))
+
+
+def unpause(root: Path, agent: str) -> Pause | None:
+    """Lift `agent`'s pause (`fleet unpause`): its queued tasks start as their turns come. The
+    pause it was in; None if it was in none."""
+    fleet = Fleet(root)
+    if not fleet.exists():
+        return None
+    with fleet.locked():
+        lifted = fleet.unpause(agent)
+        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
+    if detached:
+        ensure_keeper(root)
+    return lifted
+
+
+def wait_out(
+    task: TaskPaths, limits: LimitsSettings, agent: str, stopped: Callable[[float], bool],
+    *, priority: int = 0,
+) -> bool:  # fmt: skip
+    """A loop of this process whose agent is paused: give its slot back (the next in the queue
+    may take it) and wait in the queue as a record, like any foreground run, until the pause
+    lifts and its turn comes (its slot taken again). `stopped(seconds)` waits between looks and
+    says whether the loop was stopped meanwhile; False if it was, or the task was taken out of
+    the queue (`stop`)."""
+    fleet = Fleet(task.root)
+    with fleet.locked():
+        fleet.release(task)
+        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
+    if detached:
+        ensure_keeper(task.root)
+    turn = submit(task, limits, agent, priority=priority, waiter=True)
+    if turn.go:
+        return True
+    try:
+        while not _my_turn(fleet, task, limits, agent):
+            if stopped(LOOK):
+                with fleet.locked():
+                    mine = fleet.record_of(task)
+                    if mine is not None and mine.waiter == os.getpid():
+                        fleet.drop(task)
+                return False
+    except (StoppedError, BlockedError, DamagedRecordError):
+        return False
+    return True
+
+
+LOOK = 0.25  # seconds between a paused loop's looks at the queue (and at its own stop)
 
 
 def release(task: TaskPaths) -> None:

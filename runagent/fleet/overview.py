@@ -15,6 +15,7 @@ from typing import Any
 from runagent import listing
 from runagent.config.settings import Budget, BudgetSettings, LimitsSettings
 from runagent.fleet import depends
+from runagent.fleet.queue import Fleet, Pause
 from runagent.loop import needs
 from runagent.loop.needs import Need
 from runagent.record import record
@@ -62,6 +63,7 @@ class Overview:
     day: str
     unreadable: tuple[TaskView, ...] = ()  # in the queue, its record unreadable: never started
     races: tuple[TaskView, ...] = ()  # the races running, each with its racers side by side
+    paused: tuple[Pause, ...] = ()  # agents paused by their provider's limit, by name
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +74,7 @@ class Overview:
             "needs": [n.to_dict() for n in self.needs],
             "limits": self.limits.to_record(),
             "races": [v.to_dict() for v in self.races],
+            "paused": [{**p.to_json(), "words": p.words()} for p in self.paused],
         }
 
 
@@ -103,9 +106,10 @@ def overview(
     spent = _spent(root, budgets or BudgetSettings(), today)
     if projects is not None:
         spent = tuple(s for s in spent if s.project in projects)
+    paused = tuple(sorted(Fleet(root).pauses(clean=False).values(), key=lambda p: p.agent))
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
                     limits or LimitsSettings(), today.isoformat(), tuple(unreadable),
-                    races)  # fmt: skip
+                    races, paused)  # fmt: skip
 
 
 def _blocked(view: TaskView) -> bool:

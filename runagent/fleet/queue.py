@@ -14,6 +14,9 @@ lock, so the cap holds whichever process starts a task.
   It is judged, never trusted: it counts for nothing once the task holds its lock, a run of it
   has started since, or the cluster no longer has its group (a root a host cannot write to is
   never cleaned by that host, so the record cannot be relied on to be removed).
+- `paused/AGENT.json`: an agent paused across the fleet until its provider's limit lifts (a run of
+  it was rate limited, and said until when): no task of it starts before then, wherever it was
+  queued; `fleet unpause` lifts it sooner. One past its time counts for nothing.
 - `seq`: the counter that numbers places in the queue.
 - `lock`: held while any of these is read, decided on and written (a few milliseconds).
 
@@ -177,6 +180,55 @@ class Waiting:
         )  # fmt: skip
 
 
+@record
+class Pause:
+    """An agent paused across the fleet: until when (seconds since the epoch), why (the limit
+    its provider said), and which task's run found it."""
+
+    agent: str
+    until: float
+    why: str
+    by: str = ""  # P/T of the task whose run was limited
+    since: str = ""  # when it was paused (UTC, ISO 8601)
+
+    def words(self) -> str:
+        """`claude paused until 17:00 UTC: usage limit`."""
+        return f"{self.agent} paused until {clock(self.until)}: {self.why}"
+
+    def lifted(self, at: float | None = None) -> bool:
+        import time
+
+        return self.until <= (time.time() if at is None else at)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"agent": self.agent, "until": self.until, "until_utc": _stamp(self.until),
+                "why": self.why, "by": self.by, "since": self.since}  # fmt: skip
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Pause:
+        get = data.get
+        return cls(
+            agent=_text(get("agent"), "agent"), until=_number(get("until"), "until"),
+            why=_text(get("why", ""), "why"), by=_text(get("by", ""), "by"),
+            since=_text(get("since", ""), "since"),
+        )  # fmt: skip
+
+
+def clock(moment: float) -> str:
+    """A moment as a person reads it on a fleet's page: `17:00 UTC` today (seconds when it has
+    some), with its date another day."""
+    when = datetime.fromtimestamp(moment, UTC)
+    shown = when.strftime("%H:%M:%S" if when.second else "%H:%M")
+    if when.date() != datetime.now(UTC).date():
+        shown = f"{when.date().isoformat()} {shown}"
+    return f"{shown} UTC"
+
+
+def _stamp(moment: float) -> str:
+    when = datetime.fromtimestamp(moment, UTC).isoformat(timespec="seconds")
+    return when.replace("+00:00", "Z")
+
+
 def needs_words(needs: Mapping[str, Any]) -> str:
     """A Ray resource request in words: `agent_slot 1`."""
     return ", ".join(f"{name} {amount:g}" for name, amount in needs.items()) or "room"
@@ -196,6 +248,7 @@ def places(root: Path) -> dict[str, QueuePlace]:
     fleet = Fleet(root)
     records = fleet.waiting(clean=False)  # a listing reads; the queue's writers tidy it
     holders = fleet.holders(clean=False)
+    paused = fleet.pauses(clean=False)
     found = {}
     for waiting in records:
         if waiting.unreadable is not None:
@@ -208,7 +261,8 @@ def places(root: Path) -> dict[str, QueuePlace]:
         elif not waiting.joined:
             waits = f"waits for {', '.join(waiting.after)}"
         else:
-            turn = decide(waiting.limit_settings(), waiting.project, waiting.agent, ahead, holders)
+            turn = decide(waiting.limit_settings(), waiting.project, waiting.agent, ahead,
+                          holders, paused)  # fmt: skip
             waits = turn.waits_for or "its turn: a slot is free"
         found[waiting.label] = QueuePlace(
             len(ahead), waits, waiting.priority, waiting.after, waiting.start is not None,
@@ -242,12 +296,18 @@ def full_cap(limits: LimitsSettings, project: str, agent: str, holders: Sequence
 
 def decide(
     limits: LimitsSettings, project: str, agent: str, ahead: Sequence[Waiting],
-    holders: Sequence[Holder],
+    holders: Sequence[Holder], paused: Mapping[str, Pause] | None = None,
 ) -> Turn:  # fmt: skip
     """May a task start now, with `ahead` (eligible, in order) before it in the queue? Each of
-    them that fits is taken to have started first; the task then must fit what is left."""
+    them that fits is taken to have started first; the task then must fit what is left. A task
+    of a paused agent does not start, and takes no slot from those behind it."""
+    paused = paused or {}
+    if agent in paused:
+        return Turn(False, len(ahead), paused[agent].words())
     taken = list(holders)
     for waiting in ahead:
+        if waiting.agent in paused:
+            continue
         if not full_cap(limits, waiting.project, waiting.agent, taken):
             taken.append(Holder(waiting.project, waiting.task, waiting.agent, 0))
     cap = full_cap(limits, project, agent, taken)
@@ -272,6 +332,7 @@ class Fleet:
         self.slots = self.folder / "slots"
         self.queue = self.folder / "queue"
         self.cluster = self.folder / "cluster"
+        self.paused = self.folder / "paused"
 
     def exists(self) -> bool:
         return self.folder.is_dir()
@@ -326,6 +387,37 @@ class Fleet:
         holder = _read(path, _holder)
         if holder is not None and holder.pid == pid:
             path.unlink(missing_ok=True)
+
+    # Agents paused by their provider's limit.
+
+    def pauses(self, clean: bool = True) -> dict[str, Pause]:
+        """The agents paused now, by name; with `clean` (under the lock), the records of pauses
+        that have lifted are removed (one that cannot be read counts for nothing)."""
+        found = {}
+        for path in _files(self.paused):
+            pause = _read(path, Pause.from_json)
+            if pause is not None and not pause.lifted() and path.name == _agent_file(pause.agent):
+                found[pause.agent] = pause
+            elif clean:
+                path.unlink(missing_ok=True)
+        return found
+
+    def pause(self, pause: Pause) -> Pause:
+        """Pause an agent (under the lock): until the later of this and a pause it is in."""
+        path = self.paused / _agent_file(pause.agent)
+        held = _read(path, Pause.from_json)
+        if held is not None and held.agent == pause.agent and held.until >= pause.until:
+            return held
+        self.paused.mkdir(exist_ok=True, mode=0o700)
+        _write(path, pause.to_json())
+        return pause
+
+    def unpause(self, agent: str) -> Pause | None:
+        """Lift an agent's pause (under the lock); the pause it was in, if any."""
+        path = self.paused / _agent_file(agent)
+        held = _read(path, Pause.from_json)
+        path.unlink(missing_ok=True)
+        return held if held is not None and not held.lifted() else None
 
     # The queue.
 
@@ -429,6 +521,13 @@ class Fleet:
         """The eligible records before `waiting` in the queue's order."""
         key = (-waiting.priority, waiting.seq)
         return [w for w in records if w.eligible and (-w.priority, w.seq) < key]
+
+
+def _agent_file(agent: str) -> str:
+    """An agent's pause record's name: its name, quoted so that no name leaves the folder."""
+    from urllib.parse import quote
+
+    return f"{quote(agent, safe='')}.json"
 
 
 def _holder(data: Mapping[str, Any]) -> Holder:

@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from runagent.errors import ExitCode, RunAgentError
 from runagent.loop import completion, stuck
@@ -53,11 +53,24 @@ class _Tally:
     steered: int = 0  # runs a person's --now message ended: no restart spent, the last one later
 
 
+class Pauser(Protocol):
+    """How a loop's agent is paused across the fleet when its provider says it is limited, the
+    door's to hand in (the fleet stands above the loop): `pause` records it (for `seconds`,
+    saying `why`) and says it in words, `wait_out` gives the loop's slot back and waits, not
+    holding one, until the pause lifts and the loop's turn comes again (False: stopped)."""
+
+    def pause(self, seconds: float, why: str) -> str: ...
+
+    def wait_out(self, stop: StopSignal) -> bool: ...
+
+
 class Supervisor:
     """Runs one task's loop. Construct, then `run()`; `request_stop()` is safe from a signal.
 
     `start` (how an agent process is started) and `clock` (what durations and timeouts are
-    measured by) are seams: a test or another transport passes its own.
+    measured by) are seams: a test or another transport passes its own. With a `pauser`, a
+    rate limit pauses the agent across the fleet and the loop waits it out without its slot;
+    without one, it waits it out where it stands.
     """
 
     def __init__(
@@ -70,8 +83,10 @@ class Supervisor:
         redactor: Redactor | None = None,
         start: Start = AgentProcess.start,
         clock: Callable[[], float] = time.monotonic,
+        pauser: Pauser | None = None,
     ) -> None:
         self.request = request
+        self.pauser = pauser
         self.settings = request.settings
         self.task = request.task
         self.on_event = on_event or (lambda event: None)
@@ -177,6 +192,15 @@ class Supervisor:
             if ending is not None:
                 return LoopResult(*ending, tuple(runs))
             wait, note = self._next_wait(ended, tally)
+            if ended.info.reason is Reason.RATE_LIMIT and self.pauser is not None:
+                why = ended.diagnosis.message if ended.diagnosis else ended.info.message
+                paused = self.pauser.pause(wait, why or "rate limited")
+                note = f"rate limited: {paused}; its slot given back meanwhile (no restart spent)"
+                self.on_event(Event(EventKind.WAITING, run=ended.info, delay=wait, message=note))
+                if not self.pauser.wait_out(self.stop_signal):
+                    break
+                previous = ended.info
+                continue
             self.on_event(Event(EventKind.WAITING, run=ended.info, delay=wait, message=note))
             if self.stop_signal.wait(wait):
                 break

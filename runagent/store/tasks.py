@@ -251,9 +251,9 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
     holder = live_holder(task.lock)
     run_ids = task.run_ids()  # listed once, for the latest run and the count
     latest = latest_run(task, run_ids)
-    place = None
-    if holder is None:
-        place = places.get(task.label)
+    # A loop that holds its task yet waits in the queue (its agent paused by a provider's
+    # limit, its slot given back) is queued, saying what for.
+    place = places.get(task.label)
     if place is not None and place.unreadable is not None:
         status = TaskStatus.UNREADABLE  # its queue record: it waits for a person
     elif place is not None:

@@ -1,0 +1,132 @@
+"""A provider's limit pauses its agent across the fleet: a run of it that is rate limited, its
+agent saying until when, pauses the agent under the runs root; its queued tasks do not start, the
+limited loop gives its slot back and waits as a queue record, tasks of other agents take the
+slots, and no attempt is spent; `fleet unpause` lifts it. Real loops, a real queue and keeper,
+the fake agent speaking claude's stream."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import yaml
+
+from runagent.fleet.queue import Fleet, Pause, decide
+from runagent.service import StartRequest
+from runagent.store.runinfo import Reason
+from tests.conftest import Workspace, wait_for
+from tests.fleet.test_queue import HOLD, LIMITS, go, holder, keepers, listed, service, waiting
+
+LONG = 600  # seconds the limited agent says its limit lasts: far past any test
+
+
+def limited_fleet(ws: Workspace, limits: dict[str, Any], seconds: float = LONG) -> None:
+    """Agent `lim` (claude's stream) is limited on its first run in the fleet for `seconds`,
+    then works as `fake` does: a line, then it waits for `go` in its task folder."""
+    ws.write_config(HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["limits"] = limits
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", str(seconds), "--counter",
+         str(ws.path / "lim-runs"), *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+def paused(ws: Workspace) -> dict[str, Pause]:
+    return Fleet(ws.root).pauses(clean=False)
+
+
+def test_a_paused_agent_s_tasks_wait_and_take_no_slot_from_those_behind() -> None:
+    pause = Pause("fake", time.time() + 60, "rate limited")
+    turn = decide(LIMITS, "p", "fake", [], [], {"fake": pause})
+    assert not turn.go and turn.waits_for.startswith("fake paused until ")
+    assert turn.waits_for.endswith(" UTC: rate limited")
+    # One of a paused agent ahead does not take the one free slot.
+    other = waiting("q", "w", 1)
+    assert decide(LIMITS, "p", "codex", [other], [holder("p", "a")], {"fake": pause}).go
+    assert not decide(LIMITS, "p", "codex", [other], [holder("p", "a")]).go
+
+
+def test_a_limit_pauses_the_agent_its_loop_gives_the_slot_back_and_others_run(
+    ws: Workspace,
+) -> None:
+    limited_fleet(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go", overrides=_agent("lim")))
+    wait_for(lambda: "lim" in paused(ws), what="lim paused by a's limited run")
+    pause = paused(ws)["lim"]
+    assert pause.by == "p/a" and "five_hour" in pause.why
+    assert LONG - 30 < pause.until - time.time() <= LONG + 1
+    # a's loop waits in the queue, not in a slot; a second task of lim waits too.
+    wait_for(lambda: listed(ws)["p/a"].get("queue") is not None, what="a back in the queue")
+    door.start(StartRequest(ws.task("p", "b"), "go", overrides=_agent("lim")))
+    # A task of another agent takes the slot the limited loop gave back.
+    door.start(StartRequest(ws.task("p", "c"), "go"))
+    wait_for(lambda: listed(ws)["p/c"]["status"] == "running", what="c running")
+    rows = listed(ws)
+    for task in ("a", "b"):
+        assert rows[f"p/{task}"]["queue"]["waits_for"] == pause.words(), rows[f"p/{task}"]
+    assert len(ws.runs("p", "a")) == 1 and not ws.runs("p", "b")
+    (limited,) = ws.runs("p", "a")
+    assert limited.reason is Reason.RATE_LIMIT
+    holders = [h.label for h in Fleet(ws.root).holders(clean=False)]
+    assert holders == ["p/c"]
+    # Lifted by a person: the queue goes on (c still holds the one slot: a waits for it).
+    lifted = ws.cli("fleet", "unpause", "lim")
+    assert lifted.returncode == 0, lifted.stderr
+    assert lifted.stdout.strip() == f"lifted: {pause.words()}"
+    assert "lim" not in paused(ws)
+    again = ws.cli("fleet", "unpause", "lim")
+    assert again.returncode == 0 and again.stdout.strip() == "agent lim is not paused"
+    go(ws, "c")
+    wait_for(lambda: len(ws.runs("p", "a")) == 2, what="a's second attempt")
+    for task in ("a", "b"):
+        go(ws, task)
+    wait_for(lambda: all(listed(ws)[f"p/{t}"]["status"] == "completed" for t in "abc"),
+             timeout=60, what="all three to complete")  # fmt: skip
+    first, second = ws.runs("p", "a")
+    assert (first.attempt, second.attempt) == (1, 2)  # max_restarts 0: the limit spent none
+    assert second.reason is None or second.reason is not Reason.RATE_LIMIT
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+    assert not list(Fleet(ws.root).slots.iterdir())
+
+
+def test_a_pause_lifts_by_itself_when_its_time_comes(ws: Workspace) -> None:
+    limited_fleet(ws, {"max_running": 2}, seconds=2)
+    shown = ws.start_cli("-p", "p", "-t", "a", "--agent", "lim", "go")
+    wait_for(lambda: len(ws.runs("p", "a")) == 2, timeout=30, what="a's second attempt")
+    assert "lim" not in paused(ws)
+    go(ws, "a")
+    assert shown.wait(60) == 0
+    said = shown.stderr.read() if shown.stderr else ""
+    assert "rate limited: lim paused until " in said, said
+    assert "its slot given back meanwhile (no restart spent)" in said
+
+
+def test_a_stopped_loop_leaves_the_queue_while_its_agent_is_paused(ws: Workspace) -> None:
+    limited_fleet(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go", overrides=_agent("lim")))
+    wait_for(lambda: listed(ws)["p/a"].get("queue") is not None, what="a back in the queue")
+    stopped = ws.cli("stop", "-p", "p", "-t", "a")
+    assert stopped.returncode == 0, stopped.stderr
+    wait_for(lambda: listed(ws)["p/a"]["status"] not in ("running", "queued"), what="a's end")
+    said = (ws.task("p", "a").folder / "supervisor.log").read_text()
+    assert "task p/a stopped" in said, said
+    assert not Fleet(ws.root).waiting(clean=False)
+    assert "lim" in paused(ws)  # the agent stays paused: its limit is its provider's
+
+
+def test_unpause_names_an_agent_no_config_knows(ws: Workspace) -> None:
+    ws.write_config(HOLD)
+    done = ws.cli("fleet", "unpause", "nobody")
+    assert done.returncode == 0 and done.stdout.strip() == "agent nobody is not paused"
+    as_json = ws.cli("fleet", "--json")
+    assert json.loads(as_json.stdout)["paused"] == []
+
+
+def _agent(name: str) -> Any:
+    from runagent.config.overrides import LoopOverrides
+
+    return LoopOverrides(agent=name)
