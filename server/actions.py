@@ -53,6 +53,7 @@ class Actions:
             Route("/api/schedules", self.schedules),
             Route("/api/agents", self.agents),
             Route("/api/fleet", self.fleet),
+            Route("/api/fleet/unpause", self.unpause, methods=["POST"]),
             Route("/api/schedules/{name}/run", self.run_schedule, methods=["POST"]),
             Route("/api/gc", self.gc, methods=["POST"]),
             Route("/api/projects/{project}/tasks", self.start, methods=["POST"]),
@@ -68,6 +69,22 @@ class Actions:
         budget, and the tasks that need a person (the page's first view)."""
         found = await run_in_threadpool(self.service.fleet, grant_of(request).projects)
         return JSONResponse(found.to_dict())
+
+    async def unpause(self, request: Request) -> Response:
+        """`{"agent": NAME}`: lift the pause a provider's limit put the agent in, across the
+        runs root (so not for a token limited to some projects); `lifted` says the pause in
+        words, null when the agent was not paused."""
+        body = await self._body(request)
+        agent = body.get("agent")
+        if not isinstance(agent, str) or not agent.strip():
+            raise UsageError(
+                f'agent {shown(agent)} is not an agent\'s name; send {{"agent": NAME}}'
+            )
+        if grant_of(request).projects is not None:
+            raise HTTPException(403, "a pause holds across the runs root; this token reaches only "
+                                "some projects")  # fmt: skip
+        lifted = await run_in_threadpool(self.service.unpause, agent)
+        return JSONResponse({"agent": agent, "lifted": lifted})
 
     async def _body(self, request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
         """The JSON object a same-origin write sends; a body over `limit` bytes is a 413."""

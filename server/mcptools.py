@@ -33,7 +33,13 @@ from starlette.types import Receive, Send
 from starlette.types import Scope as Asgi
 
 from runagent import __version__, listing
-from runagent.errors import AlreadyCompletedError, NotFoundError, RunAgentError, UsageError
+from runagent.errors import (
+    AlreadyCompletedError,
+    ForbiddenError,
+    NotFoundError,
+    RunAgentError,
+    UsageError,
+)
 from runagent.fleet.queue import Waiting
 from runagent.loop.context import new_task_id, validate_id
 from runagent.ops.runs import ids
@@ -147,6 +153,11 @@ class Tools:
                   "operationHash": {"type": "string", "description": "The hash shown with it: "
                                     "refused if the operation changed since."}},
                  ("run", "operation", "decision"), self.answer),
+            Tool("unpause_agent", Scope.OPERATE,
+                 "Lift the pause a provider's limit put an agent in across the fleet: its queued "
+                 "tasks start as their turns come, before the reset its provider said.",
+                 {"agent": {"type": "string", "description": "The agent's name in config.yaml."}},
+                 ("agent",), self.unpause),
             Tool("paste_reply", Scope.OPERATE,
                  "Hand a paste task's run the chat's reply (the whole answer, as text).",
                  {**_TASK, "reply": {"type": "string"}}, ("project", "task", "reply"),
@@ -223,6 +234,14 @@ class Tools:
         holder = self.service.stop(task, STOP_WAIT)
         return {"stopped": holder is not None, "left_queue": isinstance(holder, Waiting),
                 "status": listing.view(task).status.value}  # fmt: skip
+
+    def unpause(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
+        agent = _text(args, "agent")
+        if grant.projects is not None:
+            raise ForbiddenError(
+                "a pause holds across the runs root; this token reaches only some projects"
+            )
+        return {"agent": agent, "lifted": self.service.unpause(agent)}
 
     def approvals(self, grant: Grant, args: dict[str, Any]) -> list[dict[str, Any]]:
         return pending_approvals(self.root, grant.reaches)

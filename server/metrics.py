@@ -291,6 +291,18 @@ class RootCollector(Collector):
                                  "that has waited longest has waited (0: none waits).")  # fmt: skip
         wait.add_metric([], oldest)
         yield wait
+        paused = GaugeMetricFamily(
+            "run_agent_agent_paused_until_seconds",
+            "The agents paused across the fleet by their provider's limit: when each pause "
+            "lifts (Unix time), and why.",
+            labels=["agent", "why"],
+        )
+        if (self.root / runfolder.FLEET).is_dir():
+            from runagent.fleet.queue import Fleet
+
+            for pause in Fleet(self.root).pauses(clean=False).values():
+                paused.add_metric([pause.agent, pause.why], pause.until)
+        yield paused
 
 
 def _racers(views: list[tasks.TaskView]) -> Iterator[Metric]:

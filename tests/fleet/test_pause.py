@@ -21,15 +21,17 @@ from tests.fleet.test_queue import HOLD, LIMITS, go, holder, keepers, listed, se
 LONG = 600  # seconds the limited agent says its limit lasts: far past any test
 
 
-def limited_fleet(ws: Workspace, limits: dict[str, Any], seconds: float = LONG) -> None:
-    """Agent `lim` (claude's stream) is limited on its first run in the fleet for `seconds`,
+def limited_fleet(
+    ws: Workspace, limits: dict[str, Any], seconds: float = LONG, first: int = 1
+) -> None:
+    """Agent `lim` (claude's stream) is limited on its `first` runs in the fleet for `seconds`,
     then works as `fake` does: a line, then it waits for `go` in its task folder."""
     ws.write_config(HOLD, max_restarts=0)
     data = yaml.safe_load(ws.config.read_text())
     data["limits"] = limits
     data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
-        ["--ignore-unknown", "--rate-limited", str(seconds), "--counter",
-         str(ws.path / "lim-runs"), *HOLD])}  # fmt: skip
+        ["--ignore-unknown", "--rate-limited", str(seconds), "--limited-first", str(first),
+         "--counter", str(ws.path / "lim-runs"), *HOLD])}  # fmt: skip
     ws.config.write_text(yaml.safe_dump(data))
 
 
@@ -116,6 +118,45 @@ def test_a_stopped_loop_leaves_the_queue_while_its_agent_is_paused(ws: Workspace
     assert "task p/a stopped" in said, said
     assert not Fleet(ws.root).waiting(clean=False)
     assert "lim" in paused(ws)  # the agent stays paused: its limit is its provider's
+
+
+def test_the_pause_shows_in_fleet_status_and_metrics_and_the_api_lifts_it(
+    ws: Workspace,
+) -> None:
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runagent.fleet import gate
+    from server import metrics
+    from tests.conftest import serving
+
+    limited_fleet(ws, {"max_running": 1}, first=0)
+    pause = gate.pause(ws.task("p", "x"), "lim", LONG, "rate limited (five_hour limit reached)")
+    assert pause.words().startswith("lim paused until ")
+    door = service(ws)
+    started = door.start(StartRequest(ws.task("p", "b"), "go", overrides=_agent("lim")))
+    assert started.queued is not None and started.queued.waits_for == pause.words()
+    text = ws.cli("fleet").stdout.splitlines()
+    assert f"{pause.words()} (`run-agent fleet unpause lim` lifts it)" in text, text
+    (shown,) = json.loads(ws.cli("fleet", "--json").stdout)["paused"]
+    assert (shown["agent"], shown["words"], shown["by"]) == ("lim", pause.words(), "p/x")
+    status = ws.cli("status", "-p", "p", "-t", "b").stdout
+    assert pause.words() in status, status
+    scraped = metrics.render(ws.root, 0).decode()
+    (sample,) = [s for f in text_string_to_metric_families(scraped) for s in f.samples
+                 if s.name == "run_agent_agent_paused_until_seconds"]  # fmt: skip
+    assert sample.labels == {"agent": "lim", "why": pause.why}
+    assert sample.value == pause.until
+    with serving(ws) as url:
+        bad = httpx.post(f"{url}/api/fleet/unpause", json={"agent": 7})
+        assert bad.status_code == 400 and "agent 7" in bad.json()["error"], bad.text
+        lifted = httpx.post(f"{url}/api/fleet/unpause", json={"agent": "lim"})
+        assert lifted.status_code == 200, lifted.text
+        assert lifted.json() == {"agent": "lim", "lifted": pause.words()}
+    wait_for(lambda: listed(ws)["p/b"]["status"] == "running", what="b started once lifted")
+    go(ws, "b")
+    wait_for(lambda: listed(ws)["p/b"]["status"] == "completed", what="b to complete")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
 
 
 def test_unpause_names_an_agent_no_config_knows(ws: Workspace) -> None:

@@ -31,7 +31,7 @@ from tests.server.test_server_paste import paste_session
 
 KEY = "k" * 40
 TOOLS = {"start_task", "list_tasks", "task_status", "run_output", "stop_task", "resume_task",
-         "list_approvals", "answer_approval", "paste_reply"}  # fmt: skip
+         "list_approvals", "answer_approval", "paste_reply", "unpause_agent"}  # fmt: skip
 READ_TOOLS = {"list_tasks", "task_status", "run_output", "list_approvals"}
 
 
@@ -335,7 +335,8 @@ def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
     _, ops = setup_root(ws)
     needs = {"start_task": tokens.Scope.OPERATE, "stop_task": tokens.Scope.OPERATE,
              "resume_task": tokens.Scope.OPERATE, "answer_approval": tokens.Scope.OPERATE,
-             "paste_reply": tokens.Scope.OPERATE}  # fmt: skip
+             "paste_reply": tokens.Scope.OPERATE,
+             "unpause_agent": tokens.Scope.OPERATE}  # fmt: skip
     credentials = [("api_key", KEY, tokens.Scope.ADMIN, False)]
     for scope in tokens.Scope:
         credentials.append((scope.word, tokens.create(ws.root, scope)[0], scope, False))
@@ -354,6 +355,7 @@ def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
             "list_approvals": {},
             "answer_approval": {"run": ops[project], "operation": "other", "decision": "denied"},
             "paste_reply": {"project": project, "task": "absent", "reply": "x"},
+            "unpause_agent": {"agent": "nobody"},  # a pause holds across the root
         }[tool]
 
     tried = 0
@@ -369,6 +371,8 @@ def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
                         where = f"{name}: {tool} on {project}: {said[:120]}"
                         if scope < needs.get(tool, tokens.Scope.READ):
                             assert result.is_error and "this token's scope is" in said, where
+                        elif limited and tool == "unpause_agent":
+                            assert result.is_error and "only some projects" in said, where
                         elif limited and project == THEIRS and tool != "list_approvals":
                             assert result.is_error and "does not reach project" in said, where
                         else:
