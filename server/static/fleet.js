@@ -1,7 +1,8 @@
 // The page's first view: the fleet at a glance (GET /api/fleet). How many tasks run, wait for a
 // slot, wait for other tasks or wait for a person; the tasks that need a person, each with its
 // action; the queue in the order it starts (and, after it, any task whose queue record cannot be
-// read, saying why); today's spend against each daily budget. It is read
+// read, saying why); the agents paused by their provider's limit, each with a button that lifts
+// the pause; today's spend against each daily budget. It is read
 // again whenever a task's row changes (the root event stream), so it stays live.
 
 import { hashFor, navigate, taskUrl } from "./address.js";
@@ -43,6 +44,7 @@ export async function loadFleet() {
   $("#fleet-error").textContent = "";
   renderCounts(found);
   renderNeeds(found.needs);
+  renderPaused(found.paused || []);
   renderRaces(found.races || []);
   renderQueue(found.queue, found.limits);
   renderSpent(found.day, found.spent);
@@ -137,6 +139,39 @@ function action(need) {
     refreshFleetSoon();
   });
   return form;
+}
+
+// The agents a provider's limit paused across the fleet ("claude paused until 17:00 UTC: ..."),
+// each with a button that lifts the pause (POST /api/fleet/unpause).
+function renderPaused(paused) {
+  const list = $("#fleet-paused");
+  list.replaceChildren();
+  $("#fleet-paused-box").hidden = paused.length === 0;
+  for (const pause of paused) {
+    const li = document.createElement("li");
+    li.dataset.agent = pause.agent;
+    const words = document.createElement("span");
+    words.className = "message";
+    words.textContent = pause.words;
+    const lift = document.createElement("button");
+    lift.type = "button";
+    lift.textContent = "unpause";
+    const error = document.createElement("span");
+    error.className = "error";
+    lift.addEventListener("click", async () => {
+      const response = await fetch("/api/fleet/unpause", {
+        method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ agent: pause.agent }),
+      });
+      if (!response.ok) {
+        error.textContent = (await response.json()).error;
+        return;
+      }
+      loadFleet();
+    });
+    li.append(words, " ", lift, " ", error);
+    list.append(li);
+  }
 }
 
 // The races running, each with its racers side by side: the racer (a link), its agent, status,

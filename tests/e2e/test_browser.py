@@ -575,6 +575,22 @@ def test_the_fleet_and_the_task_show_a_queue_record_that_cannot_be_read(
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
 
 
+def test_the_fleet_shows_a_paused_agent_and_lifts_its_pause(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from runagent.fleet import gate
+    from runagent.fleet.queue import Fleet
+
+    pause = gate.pause(ws.task("p", "x"), "claude", 600, "rate limited (five_hour limit reached)")
+    page.goto(server.url)
+    row = page.locator("#fleet-paused li[data-agent='claude']")
+    expect(row.locator(".message")).to_have_text(pause.words())
+    shot(page, "fleet-paused")
+    row.get_by_role("button", name="unpause").click()
+    expect(page.locator("#fleet-paused-box")).to_be_hidden()
+    assert "claude" not in Fleet(ws.root).pauses(clean=False)
+
+
 def test_a_completed_task_runs_again_from_the_page_only_by_its_own_button(
     ws: Workspace, server: Server, page: Page
 ) -> None:
