@@ -49,7 +49,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument(
         "--rate-limited", type=float, default=None, help="as claude limited for this many "
-        "seconds: a rejected rate_limit_event with its reset time, an error result, exit 1"
+        "seconds (negative: no reset time): a rejected rate_limit_event, an error result, exit 1"
     )  # fmt: skip
     p.add_argument("--limited-first", type=int, default=1, help="...on the first N attempts")
     p.add_argument("--claude-result", type=float, default=None, help="a claude result: its cost")
@@ -183,8 +183,9 @@ def main(argv: list[str]) -> int:
     if args.rate_limited is not None and attempt <= args.limited_first:
         # As claude's stream-json says it (the shared samples of its stream): a rejected
         # rate_limit_event with the reset time in epoch seconds, then the error result.
-        resets = int(time.time() + args.rate_limited)
-        info = {"status": "rejected", "resetsAt": resets, "rateLimitType": "five_hour"}
+        info: dict[str, object] = {"status": "rejected", "rateLimitType": "five_hour"}
+        if args.rate_limited >= 0:  # a negative one: a limit that says no reset time
+            info["resetsAt"] = int(time.time() + args.rate_limited)
         print(json.dumps({"type": "rate_limit_event", "rate_limit_info": info}), flush=True)
         print(json.dumps({"type": "result", "subtype": "success", "is_error": True,
                           "result": "You've hit your limit"}), flush=True)  # fmt: skip

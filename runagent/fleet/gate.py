@@ -158,8 +158,13 @@ def pause(task: TaskPaths, agent: str, seconds: float, why: str) -> Pause:
     """A run of `task` found `agent`'s provider limited for `seconds`: pause the agent across
     the fleet until then (or the later time a pause it is in says). The pause in force."""
     fleet = Fleet(task.root)
+    said = " ".join(why.split())  # one line, and short: a provider's error may be a JSON body
+    said = said if len(said) <= WHY_LIMIT else said[: WHY_LIMIT - 3] + "..."
     with fleet.locked():
-        return fleet.pause(Pause(agent, time.time() + seconds, why, task.label, now()))
+        return fleet.pause(Pause(agent, time.time() + seconds, said, task.label, now()))
+
+
+WHY_LIMIT = 160  # characters of a pause's reason kept
 
 
 def unpause(root: Path, agent: str) -> Pause | None:

@@ -193,8 +193,9 @@ class Supervisor:
                 return LoopResult(*ending, tuple(runs))
             wait, note = self._next_wait(ended, tally)
             if ended.info.reason is Reason.RATE_LIMIT and self.pauser is not None:
+                # Its words go to a record every start reads: redacted as the run's own are.
                 why = ended.diagnosis.message if ended.diagnosis else ended.info.message
-                paused = self.pauser.pause(wait, why or "rate limited")
+                paused = self.pauser.pause(wait, self._lent.redactor(why or "rate limited"))
                 note = f"rate limited: {paused}; its slot given back meanwhile (no restart spent)"
                 self.on_event(Event(EventKind.WAITING, run=ended.info, delay=wait, message=note))
                 if not self.pauser.wait_out(self.stop_signal):

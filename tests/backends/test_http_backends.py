@@ -93,6 +93,8 @@ def test_a_rate_limit_waits_and_does_not_spend_the_restart_budget(
     assert first.reason == "rate_limit" and "HTTP 429" in (first.message or "")
     assert second.status == "completed"  # with max_restarts 0: the rate limit cost nothing
     assert "rate limited" in proc.stderr and "no restart spent" in proc.stderr
+    # Its Retry-After paused the agent across the fleet, until then.
+    assert "rate limited: api paused until " in proc.stderr, proc.stderr
 
 
 def test_the_client_itself_retries_a_429_honouring_retry_after(

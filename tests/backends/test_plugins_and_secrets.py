@@ -261,3 +261,5 @@ def test_a_claude_agent_key_is_redacted_from_its_failure_reason(ws: Workspace) -
     assert ws.runs()[0].message == (
         "rate limited: rate limit exceeded for key [REDACTED] (exit code 1)"
     )
+    # The pause it put the agent in said why, redacted (the console's note quotes it).
+    assert "rate limited: leaky paused until " in proc.stderr, proc.stderr

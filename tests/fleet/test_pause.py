@@ -106,6 +106,20 @@ def test_a_pause_lifts_by_itself_when_its_time_comes(ws: Workspace) -> None:
     assert "its slot given back meanwhile (no restart spent)" in said
 
 
+def test_a_limit_that_says_no_reset_time_pauses_for_rate_limit_wait(ws: Workspace) -> None:
+    limited_fleet(ws, {"max_running": 1}, seconds=-1)
+    data = yaml.safe_load(ws.config.read_text())
+    data["defaults"]["rate_limit_wait"] = 300
+    ws.config.write_text(yaml.safe_dump(data))
+    before = time.time()
+    service(ws).start(StartRequest(ws.task("p", "a"), "go", overrides=_agent("lim")))
+    wait_for(lambda: "lim" in paused(ws), what="lim paused")
+    pause = paused(ws)["lim"]
+    assert before + 300 <= pause.until <= time.time() + 301
+    assert ws.cli("stop", "-p", "p", "-t", "a").returncode == 0
+    wait_for(lambda: listed(ws)["p/a"]["status"] not in ("running", "queued"), what="a's end")
+
+
 def test_a_stopped_loop_leaves_the_queue_while_its_agent_is_paused(ws: Workspace) -> None:
     limited_fleet(ws, {"max_running": 1})
     door = service(ws)
