@@ -51,6 +51,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--rate-limited", type=float, default=None, help="as claude limited for this many "
         "seconds (negative: no reset time): a rejected rate_limit_event, an error result, exit 1"
     )  # fmt: skip
+    p.add_argument("--limited-until", default=None, help="...while the epoch in this file is "
+                   "ahead (a provider's limit in time), for as long as it is")  # fmt: skip
     p.add_argument("--limited-first", type=int, default=1, help="...on the first N attempts")
     p.add_argument("--claude-result", type=float, default=None, help="a claude result: its cost")
     p.add_argument("--hold-at", type=int, default=0, help="after this many lines, wait for...")
@@ -180,6 +182,10 @@ def main(argv: list[str]) -> int:
         counter = Path(args.counter or Path(os.environ["TASK_FOLDER"]) / "fake-attempts")
         attempt = int(counter.read_text()) + 1 if counter.exists() else 1
         counter.write_text(str(attempt))
+    if args.limited_until and os.path.exists(args.limited_until):
+        until = float(Path(args.limited_until).read_text())
+        if until > time.time():
+            args.rate_limited, attempt, args.limited_first = until - time.time(), 1, 1
     if args.rate_limited is not None and attempt <= args.limited_first:
         # As claude's stream-json says it (the shared samples of its stream): a rejected
         # rate_limit_event with the reset time in epoch seconds, then the error result.

@@ -188,28 +188,33 @@ def wait_out(
     """A loop of this process whose agent is paused: give its slot back (the next in the queue
     may take it) and wait in the queue as a record, like any foreground run, until the pause
     lifts and its turn comes (its slot taken again). `stopped(seconds)` waits between looks and
-    says whether the loop was stopped meanwhile; False if it was, or the task was taken out of
-    the queue (`stop`)."""
+    says whether the loop was stopped meanwhile; False if it was (`stop` signals the loop as
+    well as taking its record out). A record taken out by another reader (one on another host
+    of a shared root, which cannot see this process) is put back."""
     fleet = Fleet(task.root)
     with fleet.locked():
         fleet.release(task)
         detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
     if detached:
         ensure_keeper(task.root)
-    turn = submit(task, limits, agent, priority=priority, waiter=True)
-    if turn.go:
-        return True
-    try:
-        while not _my_turn(fleet, task, limits, agent):
-            if stopped(LOOK):
-                with fleet.locked():
-                    mine = fleet.record_of(task)
-                    if mine is not None and mine.waiter == os.getpid():
-                        fleet.drop(task)
-                return False
-    except (StoppedError, BlockedError, DamagedRecordError):
-        return False
-    return True
+    while True:
+        try:
+            if _my_turn(fleet, task, limits, agent):
+                return True
+        except StoppedError:  # not in the queue (yet, or again): a stop signals the loop too
+            try:
+                if submit(task, limits, agent, priority=priority, waiter=True).go:
+                    return True
+            except AlreadyRunningError:
+                pass  # put back meanwhile
+        except (BlockedError, DamagedRecordError):
+            return False
+        if stopped(LOOK):
+            with fleet.locked():
+                mine = fleet.record_of(task)
+                if mine is not None and mine.waiter == os.getpid():
+                    fleet.drop(task)
+            return False
 
 
 LOOK = 0.25  # seconds between a paused loop's looks at the queue (and at its own stop)
