@@ -853,3 +853,44 @@ def test_a_race_on_the_cluster_is_won_by_the_racer_whose_check_passes(
     assert slow.reason is Reason.LOST_RACE and slow.host in HOSTS
     assert not ws.task("p", "t.slow").worktree.exists()
     wait_for(lambda: not ws.leftovers(), 30, "nothing left")
+
+
+def test_a_limit_found_on_a_host_pauses_the_agent_for_every_start_of_the_root(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A run on a host of the cluster limited by its provider pauses its agent under the shared
+    runs root: a start of the agent from here waits in this root's queue, saying so, and the
+    keeper hands it to the cluster once `fleet unpause` lifts the pause; the limited loop takes
+    its next attempt on its host then, the limit having spent no restart."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    first, second = ws.task("p", "first"), ws.task("p", "second")
+    started = ws.cli("run", "-p", "p", "-t", "first", "--agent", "lim", "-d", "--config",
+                     str(ws.config), "go")  # fmt: skip
+    assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
+    shown = wait_for(lambda: "lim paused until" in (s := ws.cli("fleet", "--config",
+                     str(ws.config)).stdout) and s, 60, "lim paused by the host's run")  # fmt: skip
+    words = next(line for line in shown.splitlines() if line.startswith("lim paused until"))
+    queued = ws.cli("run", "-p", "p", "-t", "second", "--agent", "lim", "-d", "--config",
+                    str(ws.config), "go")  # fmt: skip
+    assert queued.returncode == 0, queued.stderr
+    assert "queued: " in queued.stderr and "lim paused until" in queued.stderr, queued.stderr
+    assert second.run_ids() == [] and listed(ws)["p/second"]["status"] == "queued"
+    lifted = ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
+    assert lifted.returncode == 0 and lifted.stdout.startswith("lifted: lim paused until"), words
+    go(first)
+    go(second)
+    for task in (first, second):
+        row = wait_for(lambda t=task: (r := listed(ws)[t.label])["status"] == "completed" and r,
+                       90, f"{task.label} to complete on the cluster")  # fmt: skip
+        assert row["latest_run"]["host"] in HOSTS
+    limited, then = [read_run_info(first.run_folder(r)) for r in first.run_ids()]
+    assert limited is not None and limited.reason == "rate_limit"
+    assert then is not None and then.attempt == 2 and then.host == limited.host
+    for task in (first, second):
+        wait_for(lambda t=task: name_free(settings, t.label), 30, "its loop to end")
