@@ -173,6 +173,42 @@ def test_the_pause_shows_in_fleet_status_and_metrics_and_the_api_lifts_it(
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
 
 
+def test_without_limits_a_start_of_a_paused_agent_waits_and_goes_when_lifted(
+    ws: Workspace,
+) -> None:
+    from runagent.fleet import gate
+
+    limited_fleet(ws, {}, first=0)  # no cap at all: only the pause holds it
+    pause = gate.pause(ws.task("p", "x"), "lim", LONG, "rate limited")
+    shell = ws.start_cli("job", "-p", "p", "-t", "a", "--agent", "lim", "go")
+    wait_for(lambda: listed(ws).get("p/a", {}).get("status") == "queued", what="a queued")
+    assert listed(ws)["p/a"]["queue"]["waits_for"] == pause.words()
+    assert not ws.runs("p", "a")
+    assert ws.cli("fleet", "unpause", "lim").returncode == 0
+    wait_for(lambda: listed(ws)["p/a"]["status"] == "running", what="a running once lifted")
+    go(ws, "a")
+    assert shell.wait(60) == 0
+    said = shell.stderr.read() if shell.stderr else ""
+    assert said.count(f"task p/a queued: 0 ahead ({pause.words()})") == 1, said
+
+
+def test_a_pause_record_that_cannot_be_read_or_names_another_agent_counts_for_nothing(
+    ws: Workspace,
+) -> None:
+    from runagent.fleet import gate
+
+    gate.pause(ws.task("p", "x"), "lim", LONG, "rate limited")
+    fleet = Fleet(ws.root)
+    record = fleet.paused / "lim.json"
+    record.write_text('{"agent": "lim", "until": "soon"')  # half written
+    assert fleet.pauses(clean=False) == {}
+    other = json.dumps({"agent": "other", "until": time.time() + LONG, "why": "x"})
+    record.write_text(other)  # a record under another agent's name
+    assert fleet.pauses(clean=False) == {}
+    with fleet.locked():
+        assert fleet.pauses() == {} and not record.exists()  # a writer tidies it
+
+
 def test_unpause_names_an_agent_no_config_knows(ws: Workspace) -> None:
     ws.write_config(HOLD)
     done = ws.cli("fleet", "unpause", "nobody")
