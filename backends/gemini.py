@@ -28,6 +28,7 @@ from runagent.backend import (
     from_text,
     json_lines,
     retry_after,
+    session_token,
     tail,
 )
 
@@ -73,6 +74,8 @@ class GeminiBackend(Backend):
         if self.config.permissions is Permissions.BYPASS:
             argv.append("--yolo")
         argv.append("--skip-trust")
+        if ctx.session is not None:  # exactly that session, never "latest"
+            argv += ["--resume", ctx.session]
         if self.config.model:
             argv += ["-m", self.config.model]
         argv += self.config.args
@@ -93,6 +96,15 @@ class GeminiBackend(Backend):
                 stats = event["stats"]
                 found = Usage(count(stats, "input_tokens"), count(stats, "output_tokens"))
         return found
+
+    resumes_sessions = True
+
+    def session_id(self, ctx: RunContext) -> str | None:
+        """The `init` event's session id."""
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "init":
+                return session_token(event.get("session_id"))
+        return None
 
     def final_output(self, ctx: RunContext) -> str | None:
         parts: list[str] = []
