@@ -100,10 +100,15 @@ class GeminiBackend(Backend):
     resumes_sessions = True
 
     def session_id(self, ctx: RunContext) -> str | None:
-        """The `init` event's session id."""
+        """The `init` event's session id, once the model answered in it: gemini keeps no
+        session whose first request failed (resuming it is refused)."""
+        found = None
         for event in json_lines(ctx.stdout_path):
-            if event.get("type") == "init":
-                return session_token(event.get("session_id"))
+            kind = event.get("type")
+            if kind == "init" and found is None:
+                found = session_token(event.get("session_id")) or ""
+            elif found and (kind == "tool_use" or event.get("role") == "assistant"):
+                return found
         return None
 
     def final_output(self, ctx: RunContext) -> str | None:

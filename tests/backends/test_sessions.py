@@ -22,8 +22,9 @@ STARTED = {
     "codex-error": "01a20302-8a1e-74e1-aa5e-ab080c6cbe27",
     "gemini-text": "0647af10-0254-4480-bf3c-8d8570e5902f",
     "gemini-tool": "16120f7f-8931-41a2-aff7-2adb468d6d81",
-    "gemini-error": "b4fdac0e-6d9d-4eb3-be1f-b54ec3949e0d",
 }
+# gemini keeps no session whose first request failed: that one is not to be resumed.
+UNKEPT = ["gemini-error"]
 # The session each captured refusal was asked to resume, and the CLI's exit code.
 GONE = {
     "claude": ("77f3a8ed-8298-4c52-ace9-15ade212a001", 1),
@@ -37,6 +38,11 @@ def test_the_session_id_is_read_from_the_agents_own_events(tmp_path: Path, sampl
     name = sample.split("-")[0]
     assert backend(name).resumes_sessions
     assert backend(name).session_id(context_for(tmp_path, sample)) == STARTED[sample]
+
+
+@pytest.mark.parametrize("sample", UNKEPT)
+def test_a_session_the_cli_did_not_keep_is_not_recorded(tmp_path: Path, sample: str) -> None:
+    assert backend(sample.split("-")[0]).session_id(context_for(tmp_path, sample)) is None
 
 
 @pytest.mark.parametrize("name", sorted(GONE))
@@ -54,8 +60,9 @@ def test_a_resume_the_cli_refused_is_told_with_its_words(tmp_path: Path, name: s
 def test_a_resumed_run_that_failed_in_its_session_was_not_refused(
     tmp_path: Path, name: str
 ) -> None:
-    ctx = context_for(tmp_path, f"{name}-error")  # the API failed, in the session it started
-    ctx = dataclasses.replace(ctx, session=STARTED[f"{name}-error"])
+    sample = f"{name}-error" if name != "gemini" else "gemini-tool"
+    ctx = context_for(tmp_path, sample)  # it failed in the session it resumed
+    ctx = dataclasses.replace(ctx, session=STARTED[sample])
     assert backend(name).session_refused(ctx, 1) is None
     (tmp_path / "b").mkdir()
     fresh = dataclasses.replace(context_for(tmp_path / "b", f"{name}-resume-gone"), session=None)
