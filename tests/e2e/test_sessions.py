@@ -99,3 +99,24 @@ def test_a_session_that_is_gone_falls_back_to_a_fresh_attempt_said_in_the_log(
     assert fresh.status == "completed" and fresh.resumed_run_id is None
     prompt = ws.task().run(fresh.run_id).prompt.read_text()
     assert f"Run `{first.run_id}`" in prompt and "## Task" in prompt  # the failure's tail
+
+
+@pytest.mark.parametrize("cli", CLIS)
+def test_a_sandboxed_agent_continues_its_session_kept_in_the_tasks_own_copy(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    from runagent.ops.sandbox import Bwrap
+
+    if Bwrap(Path("/")).problem() is not None:
+        pytest.skip("bubblewrap cannot run here")
+    work = configure(ws, cli, provider, max_restarts=1, sandbox="bwrap")
+    # The CLI's folder as a user who ran it has it: a sandboxed run keeps its sessions in the
+    # task's copy of it (one the host lacks is made in the hidden home, for that run only).
+    for folder in (".claude", ".gemini"):
+        (ws.path / "home" / folder).mkdir(exist_ok=True)
+    proc = run_task(ws, work, private_cache)
+    assert proc.returncode == 0, proc.stderr
+    first, second = ws.runs()
+    assert second.resumed_run_id == first.run_id and second.status == "completed"
+    last = model_bodies(provider)[-1]
+    assert FIRST in last and "## Previous attempt" in last
