@@ -25,6 +25,7 @@ STARTED = {
 }
 # gemini keeps no session whose first request failed: that one is not to be resumed.
 UNKEPT = ["gemini-error"]
+UNKEPT_ID = "b4fdac0e-6d9d-4eb3-be1f-b54ec3949e0d"  # its id
 # The session each captured refusal was asked to resume, and the CLI's exit code.
 GONE = {
     "claude": ("77f3a8ed-8298-4c52-ace9-15ade212a001", 1),
@@ -60,10 +61,10 @@ def test_a_resume_the_cli_refused_is_told_with_its_words(tmp_path: Path, name: s
 def test_a_resumed_run_that_failed_in_its_session_was_not_refused(
     tmp_path: Path, name: str
 ) -> None:
-    sample = f"{name}-error" if name != "gemini" else "gemini-tool"
-    ctx = context_for(tmp_path, sample)  # it failed in the session it resumed
-    ctx = dataclasses.replace(ctx, session=STARTED[sample])
+    ctx = context_for(tmp_path, f"{name}-error")  # the API failed, in the session it resumed
+    ctx = dataclasses.replace(ctx, session=STARTED.get(f"{name}-error", UNKEPT_ID))
     assert backend(name).session_refused(ctx, 1) is None
+    assert backend(name).session_id(ctx) == ctx.session  # still the one to continue
     (tmp_path / "b").mkdir()
     fresh = dataclasses.replace(context_for(tmp_path / "b", f"{name}-resume-gone"), session=None)
     assert backend(name).session_refused(fresh, 1) is None  # it was asked to resume none
