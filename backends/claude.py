@@ -30,6 +30,7 @@ from runagent.backend import (
     from_status,
     from_text,
     json_lines,
+    session_token,
     tail,
 )
 
@@ -90,6 +91,8 @@ class ClaudeBackend(Backend):
             env["ANTHROPIC_BASE_URL"] = self.config.base_url
         argv = [*self.command(), "-p", "--output-format", "stream-json", "--verbose"]
         argv += self.permission_flags(env)
+        if ctx.session is not None:  # exactly that session, never `--continue`'s latest
+            argv += ["--resume", ctx.session]
         if self.config.model:
             argv += ["--model", self.config.model]
         argv += self.config.args
@@ -131,6 +134,16 @@ class ClaudeBackend(Backend):
         if found is None and messages:
             return Usage(sum(i for i, _ in messages.values()), sum(o for _, o in messages.values()))
         return found
+
+    resumes_sessions = True
+
+    def session_id(self, ctx: RunContext) -> str | None:
+        """The `system/init` event's: a resume that fails gives none (its `result` names the
+        session it was asked for)."""
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "system" and event.get("subtype") == "init":
+                return session_token(event.get("session_id"))
+        return None
 
     def final_output(self, ctx: RunContext) -> str | None:
         result = None

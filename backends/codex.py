@@ -25,6 +25,7 @@ from runagent.backend import (
     from_text,
     json_lines,
     retry_after,
+    session_token,
     tail,
 )
 
@@ -62,14 +63,20 @@ class CodexBackend(Backend):
         return (_codex_home(env) / "config.toml",)
 
     def launch(self, ctx: RunContext) -> LaunchSpec:
-        argv = [*self.command(), "exec", "--json", "--skip-git-repo-check"]
+        argv = [*self.command(), "exec"]
+        if ctx.session is not None:  # exactly that session, never `--last`
+            argv.append("resume")
+        argv += ["--json", "--skip-git-repo-check"]
         if self.config.permissions is Permissions.BYPASS:
             argv.append("--dangerously-bypass-approvals-and-sandbox")
         if self.config.model:
             argv += ["-m", self.config.model]
         if self.config.base_url:
             argv += self.provider_overrides(self.config.base_url)
-        argv += [*self.config.args, "-"]
+        argv += self.config.args
+        if ctx.session is not None:
+            argv.append(ctx.session)
+        argv.append("-")
         return LaunchSpec(tuple(argv), self.environment(ctx), ctx.working_dir, ctx.prompt_file)
 
     @staticmethod
@@ -92,6 +99,15 @@ class CodexBackend(Backend):
                 turn = Usage(count(used, "input_tokens"), count(used, "output_tokens"))
                 total = turn if total is None else total + turn
         return total
+
+    resumes_sessions = True
+
+    def session_id(self, ctx: RunContext) -> str | None:
+        """The `thread.started` event's thread id (codex's session)."""
+        for event in json_lines(ctx.stdout_path):
+            if event.get("type") == "thread.started":
+                return session_token(event.get("thread_id"))
+        return None
 
     def final_output(self, ctx: RunContext) -> str | None:
         answer = None

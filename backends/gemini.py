@@ -28,6 +28,7 @@ from runagent.backend import (
     from_text,
     json_lines,
     retry_after,
+    session_token,
     tail,
 )
 
@@ -73,6 +74,8 @@ class GeminiBackend(Backend):
         if self.config.permissions is Permissions.BYPASS:
             argv.append("--yolo")
         argv.append("--skip-trust")
+        if ctx.session is not None:  # exactly that session, never "latest"
+            argv += ["--resume", ctx.session]
         if self.config.model:
             argv += ["-m", self.config.model]
         argv += self.config.args
@@ -93,6 +96,28 @@ class GeminiBackend(Backend):
                 stats = event["stats"]
                 found = Usage(count(stats, "input_tokens"), count(stats, "output_tokens"))
         return found
+
+    resumes_sessions = True
+
+    def session_id(self, ctx: RunContext) -> str | None:
+        """The `init` event's session id, once the model answered in it (or it is the session
+        the run resumed, kept already): gemini keeps no session whose first request failed."""
+        found = None
+        for event in json_lines(ctx.stdout_path):
+            kind = event.get("type")
+            if kind == "init" and found is None:
+                found = session_token(event.get("session_id")) or ""
+                if found and found == ctx.session:
+                    return found
+            elif found and (kind == "tool_use" or event.get("role") == "assistant"):
+                return found
+        return None
+
+    def session_refused(self, ctx: RunContext, exit_code: int) -> str | None:
+        """Refused only when gemini started no session at all (no `init` event)."""
+        if any(event.get("type") == "init" for event in json_lines(ctx.stdout_path)):
+            return None
+        return super().session_refused(ctx, exit_code)
 
     def final_output(self, ctx: RunContext) -> str | None:
         parts: list[str] = []

@@ -42,6 +42,7 @@ from runagent.config.settings import (
     ScheduleIssue,
     ScheduleKeep,
     ServerSettings,
+    Session,
     Until,
     check_words,
 )
@@ -512,7 +513,8 @@ def _agent(
 ) -> AgentConfig:  # fmt: skip
     s.only("type", "command", "args", "env", "model", "base_url", "token", "token_file",
            "token_env", "permissions", "pass_env", "mode", "max_turns", "stuck_after",
-           "budget", "worktree", "sandbox", "network", "check", "check_timeout")  # fmt: skip
+           "budget", "worktree", "sandbox", "network", "check", "check_timeout",
+           "session")  # fmt: skip
     kind = s.string("type") or name
     if kind not in backend_names:
         key = "type" if s.has("type") else ""
@@ -547,6 +549,7 @@ def _agent(
         network=s.flag("network", True) if s.has("network") else None,
         check=_command(s, "check"),
         check_timeout=_off_or_duration(s, "check_timeout"),
+        session=s.choice("session", Session, Session.CONTINUE) if s.has("session") else None,
     )
 
 

@@ -13,6 +13,7 @@ from runagent.config.settings import (
     AgentSandbox,
     Budget,
     LoopSettings,
+    Session,
     Until,
     check_words,
     parse_budget,
@@ -91,6 +92,12 @@ OPTIONS: dict[str, Option] = {
     "check_timeout": Option(
         "Stop the check after this long, e.g. 10m (default 10m; 0: never).", _DURATION
     ),
+    "session": Option(
+        "continue: an attempt after another resumes the agent's session by its id (claude, "
+        "codex, gemini), told the failure's tail; fresh: it starts a new session, told the task "
+        "again (default continue).",
+        {"enum": [c.value for c in Session]},
+    ),
 }
 
 
@@ -120,6 +127,7 @@ class LoopOverrides:
     sandbox: AgentSandbox | None = None  # the agent's process under bubblewrap, or not
     check: str | None = None  # the command that judges a run that says it is done
     check_timeout: float | None = None  # how long the check may run (0: no bound)
+    session: Session | None = None  # an attempt continues the agent's session, or starts fresh
 
     @classmethod
     def parse(
@@ -160,6 +168,8 @@ class LoopOverrides:
                 changes[name] = _yes_no(value, where(name))
             elif name == "sandbox":
                 changes[name] = _choice(value, where(name), AgentSandbox)
+            elif name == "session":
+                changes[name] = _choice(value, where(name), Session)
             elif name == "check":
                 if not isinstance(value, str):
                     raise UsageError(f"{where(name)} {shown(value)} is not a command line")
@@ -198,6 +208,8 @@ class LoopOverrides:
             changes["sandbox"] = self.sandbox
         if self.check is not None:
             changes["check"] = self.check
+        if self.session is not None:
+            changes["session"] = self.session
         return dataclasses.replace(settings, **changes)
 
     def merged(self, given: LoopOverrides) -> LoopOverrides:
@@ -213,9 +225,8 @@ class LoopOverrides:
             if isinstance(value, Budget):
                 record[field.name] = value.to_args()
             elif value is not None:
-                record[field.name] = (
-                    str(value) if isinstance(value, Path | Until | AgentSandbox) else value
-                )
+                plain = isinstance(value, Path | Until | AgentSandbox | Session)
+                record[field.name] = str(value) if plain else value
         return record
 
     @classmethod

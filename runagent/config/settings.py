@@ -156,6 +156,13 @@ class AgentSandbox(enum.StrEnum):
     BWRAP = "bwrap"
 
 
+class Session(enum.StrEnum):
+    """Whether an attempt after another continues the agent's own session (`session:`)."""
+
+    CONTINUE = "continue"  # resume the previous run's session by its id, told the failure's tail
+    FRESH = "fresh"  # start a new session, told the task again and the failure's tail
+
+
 @record
 class AgentConfig:
     """One entry of `agents:`; `type` is the backend that runs it."""
@@ -184,6 +191,7 @@ class AgentConfig:
     network: bool | None = None  # whether it reaches the network when sandboxed (None: as defaults)
     check: str | None = None  # the command that judges its runs that say they are done
     check_timeout: float | None = None  # how long that may take (0: no bound; None: as defaults)
+    session: Session | None = None  # continue or fresh (None: as defaults)
 
     def loop_defaults(self, defaults: LoopSettings) -> LoopSettings:
         """The config's loop defaults with what this agent sets for itself in their place."""
@@ -201,6 +209,8 @@ class AgentConfig:
             defaults = replace(defaults, check=self.check)
         if self.check_timeout is not None:
             defaults = replace(defaults, check_timeout=self.check_timeout or None)
+        if self.session is not None:
+            defaults = replace(defaults, session=self.session)
         return defaults
 
 
@@ -230,6 +240,8 @@ class LoopSettings:
     # A command that judges a run that says it is done (runagent/loop/check.py): exit 0 passes.
     check: str | None = None
     check_timeout: float | None = 600.0  # how long the check may run (None: no bound)
+    # Whether the next attempt resumes the previous run's session where the agent's CLI can.
+    session: Session = Session.CONTINUE
 
 
 class Overlap(enum.StrEnum):

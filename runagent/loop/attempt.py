@@ -122,6 +122,9 @@ class Ended:
     info: RunInfo
     duration: float  # seconds from its start, by the supervision's clock
     diagnosis: Diagnosis | None = None
+    # Of a run told to resume a session its agent could not (gone, expired, refused): the
+    # agent's words. The loop starts the next attempt fresh, spending no restart on it.
+    refused: str = ""
 
 
 class _LiveUsage:
@@ -188,17 +191,20 @@ class Attempt:
     @classmethod
     def prepare(
         cls, lent: Supervision, number: int, previous: RunInfo | None, first: int = 1,
-        spare: int = 0,
+        spare: int = 0, session: str | None = None,
     ) -> Attempt:  # fmt: skip
         """Attempt `number` of the task, after `previous` (the task's run before it, if any), in
         a loop whose first attempt was number `first`, where `spare` runs spent no restart (a
-        person's --now ended them): its last attempt comes that much later."""
+        person's --now ended them): its last attempt comes that much later. It resumes the
+        agent's `session` (that of `previous`), told only what became of its run, or else
+        starts a new session."""
         req = lent.request
         run_id, paths = _new_run_folder(req.task)
+        session = session if previous is not None else None
         messages = steering.pending(req.task)  # a person's words since the last attempt
         prompt = compose(
             req, lent.rule, lent.redactor, run_id=run_id, attempt=number, previous=previous,
-            first_attempt=first, messages=messages, spare=spare,
+            first_attempt=first, messages=messages, spare=spare, continued=session is not None,
         )  # fmt: skip
         runfolder.atomic_write(paths.prompt, prompt)
         steering.hand(req.task, run_id, messages)
@@ -214,7 +220,7 @@ class Attempt:
         )
         if req.settings.idle_timeout:  # what a child that waits quietly must beat (heartbeats)
             env["RUN_AGENT_IDLE_TIMEOUT"] = f"{req.settings.idle_timeout:g}"
-        ctx = RunContext(run_id, req.task, prompt, req.working_dir, paths, env)
+        ctx = RunContext(run_id, req.task, prompt, req.working_dir, paths, env, session)
         info = RunInfo(
             run_id=ctx.run_id,
             project_id=ctx.project_id,
@@ -226,6 +232,7 @@ class Attempt:
             start_time=runfolder.timestamp(),
             cwd=str(ctx.working_dir),
             previous_run_id=previous.run_id if previous else None,
+            resumed_run_id=previous.run_id if previous is not None and session else None,
             parent_run_id=req.parent_run_id,
             supervisor_pid=lent.supervisor_pid,
             supervisor_start=lent.supervisor_start,
@@ -269,8 +276,11 @@ class Attempt:
         verdict, diagnosis = self._judge(code, stopped_by)
         if stopped_by not in (Reason.STOPPED, Reason.STEERED):
             verdict = self._checked(verdict)
+        refused = self._refused(code) if verdict.status is RunStatus.FAILED else ""
+        if refused:
+            _note(self.ctx.paths, f"session {self.ctx.session} could not be resumed: {refused}")
         self._finish(code, verdict)
-        return Ended(self.info, clock() - started, diagnosis)
+        return Ended(self.info, clock() - started, diagnosis, self.lent.redactor(refused))
 
     def _start(self) -> AgentProcess:
         backend = self.lent.backend
@@ -441,6 +451,22 @@ class Attempt:
             _note(self.ctx.paths, f"could not diagnose the failure ({type(exc).__name__}: {exc})")
             return None
 
+    def _refused(self, code: int) -> str:
+        if self.ctx.session is None or self.info.pid is None:  # none asked for, or never started
+            return ""
+        try:
+            return self.lent.backend.session_refused(self.ctx, code) or ""
+        except Exception as exc:  # a parser bug must not lose the run
+            _note(self.ctx.paths, f"could not read the session ({type(exc).__name__}: {exc})")
+            return ""
+
+    def _session(self) -> str | None:
+        try:
+            return self.lent.backend.session_id(self.ctx)
+        except Exception as exc:  # a parser bug must not lose the run
+            _note(self.ctx.paths, f"could not read the session ({type(exc).__name__}: {exc})")
+            return None
+
     def _usage(self) -> Usage | None:
         try:
             return self.lent.backend.usage(self.ctx)
@@ -477,6 +503,7 @@ class Attempt:
             tokens_in=used.tokens_in if used else None,
             tokens_out=used.tokens_out if used else None,
             cost_usd=used.cost_usd if used else None,
+            session_id=self._session(),
         )
         try:
             self._record()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import abc
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -57,6 +58,7 @@ __all__ = [
     "json_lines",
     "report_failure",
     "retry_after",
+    "session_token",
     "tail",
 ]
 
@@ -116,6 +118,28 @@ class Backend(abc.ABC):
     def final_output(self, ctx: RunContext) -> str | None:
         """The agent's final answer parsed from its output, or None to copy stdout."""
         return None
+
+    # Whether the agent's CLI resumes a session by its id: `session_id` reads the id from the
+    # run's events, and `launch` resumes `ctx.session` when it is set. Only then does an attempt
+    # after another continue its session (`session: continue`).
+    resumes_sessions: ClassVar[bool] = False
+
+    def session_id(self, ctx: RunContext) -> str | None:
+        """The id of the session the run's agent started or resumed, from its own events (passed
+        through `session_token`); None if it did not say."""
+        return None
+
+    def session_refused(self, ctx: RunContext, exit_code: int) -> str | None:
+        """Why a run told to resume `ctx.session` could not (the session gone, expired, or
+        refused), in the CLI's words; None if it did, or failed for another reason. The CLI
+        said so when it failed before it started any session (no id in its events)."""
+        if ctx.session is None or exit_code == 0 or self.session_id(ctx) is not None:
+            return None
+        lines = [ln.strip() for ln in tail(ctx.stderr_path, 4000).splitlines() if ln.strip()]
+        lines = [ln for ln in lines if not ln.startswith("run-agent:")]
+        naming = [ln for ln in lines if ctx.session in ln]  # the line that names the session
+        words = naming or lines
+        return (words[-1] if words else f"exit code {exit_code}")[:300]
 
     def diagnose(self, ctx: RunContext, exit_code: int) -> Diagnosis | None:
         """Why a run that exited `exit_code` failed, if the backend can tell; else None."""
@@ -307,6 +331,16 @@ def report_failure(reason: Reason, message: str, retry_after: float | None = Non
     print(f"error: {message}", file=sys.stderr)
     detail = {"reason": reason.value, "message": message, "retry_after": retry_after}
     print(json.dumps({ERROR_TAG: detail}), file=sys.stderr, flush=True)
+
+
+# What a session id may look like (the CLIs' are UUIDs): it goes on the agent's command line, so
+# nothing that could read as an option or hold a separator.
+_SESSION_ID = re.compile(r"[0-9A-Za-z][0-9A-Za-z_-]{7,127}")
+
+
+def session_token(value: object) -> str | None:
+    """`value` if it can be a session id run-agent hands back to the CLI; else None."""
+    return value if isinstance(value, str) and _SESSION_ID.fullmatch(value) else None
 
 
 def count(data: object, *keys: str) -> int:

@@ -91,6 +91,8 @@ class RunContext:
     working_dir: Path
     paths: RunPaths
     environment: Mapping[str, str]
+    # The agent's session this run resumes (an earlier run's `session_id`); None: a new one.
+    session: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "environment", MappingProxyType(dict(self.environment)))

@@ -3,8 +3,10 @@
 The text goes to the run's prompt.md: a preamble with the ids and folders, the completion rule's
 sentence, then, after a run of the same task, the end of that run's output and stderr (and, when
 it said it was done and the task's check failed, the check's command and the end of its output),
-and last the task itself. The earlier run's text is the agent's own output (and the check's, of
-the agent's code), so it is redacted before it is shown again.
+and last the task itself. An attempt that continues the agent's session (`session: continue`)
+is told all but the task, which its session holds already. The earlier run's text is the
+agent's own output (and the check's, of the agent's code), so it is redacted before it is shown
+again.
 """
 
 from __future__ import annotations
@@ -33,11 +35,13 @@ def compose(
     first_attempt: int = 1,
     messages: Sequence[Message] = (),
     spare: int = 0,
+    continued: bool = False,
 ) -> str:
     """The prompt of run `run_id`, attempt number `attempt` of the loop `request` describes,
     whose first attempt was number `first_attempt` (numbers go on across a task's loops), with
     the `messages` a person sent it since the last attempt (after the run before's tail: the
-    new text a continued session is given); `spare` attempts spent no restart."""
+    new text a continued session is given); `spare` attempts spent no restart; `continued`:
+    the run resumes `previous`'s session, so the task is not told again."""
     task = request.task
     lines = [
         "# run-agent",
@@ -51,12 +55,18 @@ def compose(
         rule.instruction,
         "If you cannot finish, exit with a non-zero code; you may be restarted with this note.",
     ]
+    if continued and previous is not None:
+        lines += [
+            f"This continues your session of run `{previous.run_id}`: the task is the one you "
+            "were given there (TASK.md holds it)."
+        ]
     if previous is not None:
         later = attempt > first_attempt
         lines += ["", redactor("\n".join(_previous_section(request, later, previous)))]
     if messages:
         lines += ["", *steering_section(messages)]
-    lines += ["", "## Task", "", request.prompt]
+    if not (continued and previous is not None):
+        lines += ["", "## Task", "", request.prompt]
     return "\n".join(lines) + "\n"
 
 

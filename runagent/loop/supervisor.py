@@ -16,10 +16,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
+from runagent.config.settings import Session
 from runagent.errors import ExitCode, RunAgentError
 from runagent.loop import completion, stuck
 from runagent.loop.attempt import Attempt, Ended, Start, StopSignal, Supervision
-from runagent.loop.backend import Backend
+from runagent.loop.backend import Backend, session_token
 from runagent.loop.budget import Spending
 from runagent.loop.context import LoopRequest
 from runagent.loop.events import Event, EventKind, LoopResult, Outcome
@@ -167,6 +168,7 @@ class Supervisor:
         numbered = previous.attempt if previous is not None else 0
         runs: list[RunInfo] = []
         tally = _Tally(delay=self.settings.restart_delay, first=numbered + 1)
+        session = self._session_of(previous)
         while not self.stop_signal.requested:  # a stop before an attempt began: do not begin it
             number = numbered + len(runs) + 1
             progress = self._progress()
@@ -178,17 +180,25 @@ class Supervisor:
                            f"attempt {number}")  # fmt: skip
                 return LoopResult(Outcome.BUDGET, message, tuple(runs))
             attempt = Attempt.prepare(self._lent, number, previous, first=numbered + 1,
-                                      spare=tally.steered)  # fmt: skip
+                                      spare=tally.steered, session=session)  # fmt: skip
             attempt.spending = spending
             ended = attempt.run()
             runs.append(ended.info)
             self._bring_back(ended)
-            ending = (
-                self._end(ended.info, attempt=ended.info.attempt)
-                or self._budget(ended, attempt.spending)  # as last counted while it ran
-                or self._count(ended, tally)
-                or self._stuck(ended, tally, progress)
+            ending = self._end(ended.info, attempt=ended.info.attempt) or self._budget(
+                ended,
+                attempt.spending,  # as last counted while it ran
             )
+            if ending is None and ended.refused:
+                # The session is gone: a fresh one, told the task and the earlier run's tail
+                # again (`previous` stays), no restart spent and no wait.
+                self.on_event(Event(EventKind.WAITING, run=ended.info, message=(
+                    f"run {ended.info.run_id} could not resume session {session} "
+                    f"({ended.refused}): the next attempt starts a fresh session"
+                )))  # fmt: skip
+                session = None
+                continue
+            ending = ending or self._count(ended, tally) or self._stuck(ended, tally, progress)
             if ending is not None:
                 return LoopResult(*ending, tuple(runs))
             wait, note = self._next_wait(ended, tally)
@@ -206,7 +216,22 @@ class Supervisor:
             if self.stop_signal.wait(wait):
                 break
             previous = ended.info
+            session = self._session_of(previous)
         return LoopResult(Outcome.STOPPED, f"task {self.label} stopped", tuple(runs))
+
+    def _session_of(self, info: RunInfo | None) -> str | None:
+        """The agent session the attempt after run `info` resumes: the one that run's agent
+        said it had, where `session: continue`, the agent's CLI resumes sessions by id, and
+        the run was of the same agent in the same folder (where its CLI keeps the session);
+        else None, a new session."""
+        backend = self._lent.backend
+        if info is None or self.settings.session is not Session.CONTINUE:
+            return None
+        if not backend.resumes_sessions or info.backend != backend.name:
+            return None
+        if info.agent != self.request.agent_name or info.cwd != str(self.request.working_dir):
+            return None
+        return session_token(info.session_id)  # the record lies in the task's folder
 
     def _prepare(self) -> RunInfo | None:
         """Before the first attempt: write down runs whose supervisor died, move a DONE left by

@@ -122,6 +122,11 @@ class RunInfo:
     check_command: str | None = None
     check_exit_code: int | None = None
     check_seconds: float | None = None
+    # The agent's own session (conversation) id, from its events, where its CLI resumes one by
+    # id: the next attempt of the task continues it (`session: continue`).
+    session_id: str | None = None
+    # Of a run that resumed an earlier run's session: that run.
+    resumed_run_id: str | None = None
     version: int = RUN_INFO_VERSION
 
     def replace(self, **changes: Any) -> RunInfo:
@@ -162,9 +167,10 @@ class RunInfo:
         return cls(**values)
 
 
-# Written only when known: a run's git checkout, how long its loop's start waited, its check.
+# Written only when known: a run's git checkout, how long its loop's start waited, its check,
+# its agent's session.
 _WHEN_KNOWN = ("repo", "branch", "base_commit", "head_commit", "queued_seconds", "check_command",
-               "check_exit_code", "check_seconds")  # fmt: skip
+               "check_exit_code", "check_seconds", "session_id", "resumed_run_id")  # fmt: skip
 
 
 # conductor-loop writes Go's zero time as the end of a running run, and 0 for a pid it lacks.

@@ -8,7 +8,7 @@ import pytest
 
 from runagent.cli.loopargs import LoopArgs
 from runagent.config.overrides import LoopOverrides
-from runagent.config.settings import LoopSettings, Until
+from runagent.config.settings import LoopSettings, Session, Until
 from runagent.errors import RunAgentError
 from runagent.executors import control
 from runagent.store.runfolder import TaskPaths
@@ -102,3 +102,32 @@ def test_a_check_is_parsed_once_applied_remembered_and_carried_to_a_detached_loo
     assert argv[at + 1] == "pytest -q 'tests/a b'" and argv[at + 2 : at + 4] == [
         "--check-timeout", "90"
     ]  # fmt: skip
+
+
+def test_session_is_parsed_once_applied_remembered_and_carried_to_a_detached_loop(
+    tmp_path: Path,
+) -> None:
+    assert LoopSettings().session is Session.CONTINUE  # the default
+    given = LoopOverrides.parse({"session": "fresh"})
+    assert given.apply(LoopSettings()).session is Session.FRESH
+    assert LoopOverrides.parse(given.to_record()) == given  # task.yaml, read back by a resume
+    argv = control.loop_argv("run", TaskPaths(tmp_path, "p", "t"), given, None)
+    assert argv[argv.index("--session") + 1] == "fresh"
+    with pytest.raises(RunAgentError, match=r"^session: 'sometimes' is not one of continue, fresh"):
+        LoopOverrides.parse({"session": "sometimes"}, where=lambda name: name)
+
+
+def test_an_agents_session_is_its_own_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    from runagent.config.file import load_config
+    from runagent.errors import ConfigError
+
+    path = tmp_path / "config.yaml"
+    path.write_text("agents:\n  claude: {session: fresh}\n  other: {type: claude}\n"
+                    "defaults: {session: continue}\n")  # fmt: skip
+    config = load_config(path, ["claude"], tmp_path)
+    assert config.defaults.session is Session.CONTINUE
+    assert config.agents["claude"].loop_defaults(config.defaults).session is Session.FRESH
+    assert config.agents["other"].loop_defaults(config.defaults).session is Session.CONTINUE
+    path.write_text("agents:\n  claude: {session: sometimes}\n")
+    with pytest.raises(ConfigError, match=r"agents.claude.session: .*sometimes.*continue, fresh"):
+        load_config(path, ["claude"], tmp_path)

@@ -75,7 +75,7 @@ def test_generated_task_ids_are_valid_and_distinct() -> None:
 
 def test_run_context_is_frozen_and_answers_every_protocol_field_once() -> None:
     names = [f.name for f in dataclasses.fields(RunContext)]
-    assert names == ["run_id", "task", "prompt", "working_dir", "paths", "environment"]
+    assert names == ["run_id", "task", "prompt", "working_dir", "paths", "environment", "session"]
     task = TaskPaths(Path("/runs"), "p", "t")
     ctx = RunContext("r", task, "x", Path("/w"), task.run("r"), {"A": "1"})
     protocol = {
