@@ -3,6 +3,7 @@ the figures; docs/performance.md quotes full runs)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -56,3 +57,29 @@ def test_the_race_bench_measures_the_winner_the_losers_end_and_the_shared_budget
     assert "the racer whose check passes won" in done.stdout, done.stdout
     assert "win to losers gone, median / max (s)" in done.stdout
     assert "3 racers spent together, budget 5,000" in done.stdout
+
+
+def test_the_pause_bench_measures_a_limited_agent_beside_another() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "pause.py"), "--tasks", "2", "--slots", "1", "--limit", "3"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "runs of lim that found the limit" in done.stdout, done.stdout
+    assert "most slots held by loops waiting the limit out" in done.stdout
+    assert "tasks completed" in done.stdout
+
+
+def test_the_session_bench_measures_a_continued_attempt_beside_a_fresh_one() -> None:
+    # The real claude CLI against the fake model provider (CI installs it, as for tests/e2e).
+    from tests.e2e.test_real_clis import BIN
+
+    if not (BIN / "claude").exists() and not os.environ.get("CI"):
+        pytest.skip(f"the real claude CLI is not installed in {BIN}")
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "session.py"), "--only", "claude"],
+        capture_output=True, text=True, timeout=240, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("claude")]
+    assert [row[1] for row in rows] == ["continue", "fresh"], done.stdout
