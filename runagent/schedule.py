@@ -9,7 +9,6 @@ reported, not run in a burst (with `catch_up: true`, the last missed one is run)
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -149,8 +148,7 @@ def locked_state(root: Path) -> Iterator[dict[str, ScheduleState]]:
     ends: every writer (the server's scheduler, `schedule run`, cron's `schedule now`) changes
     what is on disk now, never an older copy of it, so no one erases another's firing."""
     runfolder.make_folder(root)
-    with open(runfolder.schedule_lock_path(root), "a+b", opener=runfolder.private) as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with runfolder.exclusive(runfolder.schedule_lock_path(root)):
         state = load_state(root)
         yield state
         save_state(root, state)

@@ -32,7 +32,6 @@ of it that fits has started: one waiting on a full project does not hold back on
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -344,12 +343,8 @@ class Fleet:
         self.folder.mkdir(exist_ok=True, mode=0o700)  # records may hold an environment
         self.slots.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.queue.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(self.folder / "lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+        with runfolder.exclusive(self.folder / "lock"):
             yield self
-        finally:
-            os.close(fd)  # closing releases the lock
 
     # Slots.
 

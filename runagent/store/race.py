@@ -9,8 +9,6 @@ loops of one agent (`--race N`), `T.<agent>` for one loop per agent (`--agents a
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -276,12 +274,8 @@ def write(task: TaskPaths, race: Race) -> None:
 def locked(task: TaskPaths) -> Iterator[None]:
     """Held while the race record is read, changed and written (a win, an ending)."""
     runfolder.make_task_folder(task)
-    fd = runfolder.private(task.race_lock, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with runfolder.exclusive(task.race_lock):
         yield
-    finally:
-        os.close(fd)
 
 
 def begin(

@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import functools
 import itertools
 import os
 import resource
 import stat
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -460,6 +462,18 @@ def private(path: str | os.PathLike[str], flags: int) -> int:
     """An `opener` for `open()` that makes a new file FILE_MODE:
     `open(path, "ab", opener=private)`."""
     return os.open(path, flags | os.O_CLOEXEC, FILE_MODE)
+
+
+@contextlib.contextmanager
+def exclusive(path: Path) -> Iterator[None]:
+    """Hold the lock file `path` (made FILE_MODE if new) exclusively for the block, waiting for
+    it: the one way a record's readers and writers take turns (closing lets it go)."""
+    fd = private(path, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def touch(path: Path) -> None:

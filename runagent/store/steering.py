@@ -8,9 +8,7 @@ files lie in the task folder, which a sandboxed agent sees read-only (runagent/l
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -39,12 +37,8 @@ class Message:
 @contextmanager
 def _locked(task: TaskPaths) -> Iterator[None]:
     """Held while messages.jsonl is read, added to and written (two faces may send at once)."""
-    fd = runfolder.private(task.messages_lock, os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with runfolder.exclusive(task.messages_lock):
         yield
-    finally:
-        os.close(fd)
 
 
 def add(task: TaskPaths, text: str, *, now: bool = False, by: str = "") -> Message:

@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
-import fcntl
 import json
 import os
 import re
@@ -33,7 +32,7 @@ from runagent.errors import ForbiddenError, NotFoundError, UsageError, shown
 from runagent.record import record
 from runagent.store import jsonfile
 from runagent.store.credentials import TOKEN
-from runagent.store.runfolder import atomic_write
+from runagent.store.runfolder import atomic_write, exclusive
 
 FOLDER = ".tokens"
 FILE = "tokens.json"
@@ -197,9 +196,7 @@ def _changing(root: Path) -> Iterator[list[TokenRecord]]:
     folder = root / FOLDER
     folder.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(folder, 0o700)
-    fd = os.open(folder / "lock", os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with exclusive(folder / "lock"):
         records = read(root)  # one that cannot be read is never written over
         yield records
         text = json.dumps({"tokens": [r.to_dict() for r in records]}, indent=1)
@@ -210,8 +207,6 @@ def _changing(root: Path) -> Iterator[list[TokenRecord]]:
             )
         atomic_write(path(root), text)
         os.chmod(path(root), 0o600)
-    finally:
-        os.close(fd)
 
 
 def digest(token: str) -> str:
