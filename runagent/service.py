@@ -991,7 +991,7 @@ class Service:
             agent=config.agent, max_restarts=config.max_restarts, timeout=config.timeout,
             until=config.until, stuck_after=config.stuck_after, budget=config.budget,
             worktree=config.worktree, base=config.base, working_dir=config.cwd,
-            check=config.check, check_timeout=config.check_timeout,
+            check=config.check, check_timeout=config.check_timeout, session=config.session,
         )  # fmt: skip
         issue = config.issue
         request = StartRequest(

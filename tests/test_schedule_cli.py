@@ -220,3 +220,19 @@ def test_schedule_run_without_schedules_is_one_line(ws: Workspace) -> None:
     assert proc.returncode == 2
     assert "no schedules in the config; add a `schedules:` section" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_schedules_session_is_each_firings_and_a_bad_one_is_named(ws: Workspace) -> None:
+    """`session: fresh` in a schedule: each firing's task starts its attempts afresh, as its
+    task.yaml remembers; a value that is neither is a config error naming the key."""
+    from runagent.store import taskfolder
+
+    write_config(ws, [], session="fresh")
+    assert ws.cli("schedule", "now", "nightly").returncode == 0
+    wait_for(lambda: any(ws.task("p", t).done.exists() for t in _tasks(ws)), what="the firing")
+    (task,) = _tasks(ws)
+    assert taskfolder.read_task_settings(ws.task("p", task)).get("session") == "fresh"
+    write_config(ws, [], session="sometimes")
+    refused = ws.cli("schedule", "list")
+    assert refused.returncode == 2 and "schedules.nightly.session" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1

@@ -341,7 +341,7 @@ def _schedule(
     s.only("cron", "timezone", "project", "task", "agent", "prompt", "prompt_file", "overlap",
            "max_restarts", "timeout", "until", "enabled", "catch_up", "notify",
            "keep", "after", "priority", "stuck_after", "budget", "worktree", "base",
-           "cwd", "issue", "check", "check_timeout", "race", "agents")  # fmt: skip
+           "cwd", "issue", "check", "check_timeout", "race", "agents", "session")  # fmt: skip
     if not re.fullmatch(r"[A-Za-z0-9._-]{1,64}", name):
         raise ConfigError(f"{s.path}: schedule name {name!r} must be 1-64 letters, digits, . _ -")
     cron = s.string("cron")
@@ -399,6 +399,7 @@ def _schedule(
         check=_command(s, "check"),
         check_timeout=_off_or_duration(s, "check_timeout"),
         race=race,
+        session=s.choice("session", Session, Session.CONTINUE) if s.has("session") else None,
     )
 
 

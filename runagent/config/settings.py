@@ -323,6 +323,7 @@ class ScheduleConfig:
     check: str | None = None  # what judges each firing's runs (None: as its agent's)
     check_timeout: float | None = None  # how long that may take (0: no bound; None: as its agent)
     race: RaceSpec | None = None  # each firing a race (`race: N` or `agents: [a, b]`)
+    session: Session | None = None  # continue the agent's session or not (None: as its agent)
 
 
 @record
