@@ -115,11 +115,6 @@ class Supervisor:
     def completion(self) -> completion.CompletionRule:
         return self._lent.rule
 
-    def waited(self, since: str) -> None:
-        """Its start waited in a queue since `since` (ISO 8601): its first run records how long."""
-        self.request = replace(self.request, queued_since=since)
-        self._lent = replace(self._lent, request=replace(self._lent.request, queued_since=since))
-
     def _bind(self, checkout: Checkout | None) -> None:
         """Fix the loop's checkout: the rule reads it, and its runs record it."""
         r = self.request
