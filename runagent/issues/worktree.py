@@ -162,7 +162,8 @@ def open_worktree(
 ) -> Checkout:  # fmt: skip
     """The task's worktree, ready for a loop that holds the task's lock: its own worktree from
     an earlier loop is reused (the work goes on), else one is made on a fresh branch from the
-    tree's base. Submodules are initialised, the setup command run once, and the worktree
+    tree's base. Submodules are initialised in a worktree just made (never again on the
+    host: their git folders are then the agent's), the setup command run once, and the worktree
     locked; the checkout's base is its HEAD now, the loop's start."""
     repo = main_repository(tree.repo, env)
     repair(repo, env)
@@ -171,6 +172,7 @@ def open_worktree(
     path = task.worktree
     record = taskfolder.read_worktree_record(task)
     entry = None if record.get("clone") else registration(repo, path, env)
+    made = False
     if entry is not None:  # a linked worktree made before worktrees were clones: kept as it is
         if entry.locked is not None:  # a loop that died holding it: we hold the task lock now
             git(repo, "worktree", "unlock", str(path), env=env, check=False)
@@ -179,8 +181,12 @@ def open_worktree(
             if left.exists():
                 left.rename(left.with_name(f"{left.name}.stale-{_stamp()}"))
         _create(task, tree, repo, env, issue)
+        made = True
     dirs = tree_dirs(task, env)
-    if (path / ".gitmodules").exists():
+    # Only a worktree just made from the repository: in one an agent worked in, a submodule's
+    # git folder is the agent's to write, and its config (a filter, an update command) would
+    # run on the host. The agent updates its own submodules from then on.
+    if made and (path / ".gitmodules").exists():
         git(path, "submodule", "update", "--init", "--recursive", env=env, dirs=dirs)
     _setup(task, tree.setup, env, setup_timeout)
     if entry is not None:

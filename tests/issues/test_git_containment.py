@@ -237,3 +237,71 @@ true
     assert not ran.exists()
     assert git(remote, "rev-parse", "run-agent/p/t") == git(repo, "rev-parse", "run-agent/p/t")
     assert git(elsewhere, "for-each-ref") == ""
+
+
+def test_filters_a_worktree_agent_configures_never_run_on_the_host(ws_outside: Workspace) -> None:
+    """It tries to name clean, smudge and long-running filter programs in its clone's config
+    (read-only to it), applies them to every file by a `.gitattributes`, and leaves a file
+    changed at the same size (so git must read it to tell): `status`, `worktrees`, stuck
+    detection and `merge` read that tree on the host and run none of them."""
+    ws = ws_outside
+    runs = ws.path / "host-runs"
+    shell = (
+        planter(runs)
+        + """
+for field in clean smudge process; do
+  git config "filter.evil.$field" "$own/hooks/post-commit" 2>/dev/null
+done
+git config filter.evil.required true 2>/dev/null
+printf '* filter=evil\\n' > .gitattributes
+sleep 1
+f=$(git ls-files | head -n 1)
+tr 'a-z' 'b-za' < "$f" > .swap && cat .swap > "$f" && rm -f .swap
+true
+"""
+    )
+    repo = sandboxed_worktree(ws, shell)
+    host_commands(ws, repo)
+    assert not runs.exists(), runs.read_text()
+
+
+def test_a_submodule_a_worktree_agent_makes_runs_nothing_on_the_host(
+    ws_outside: Workspace,
+) -> None:
+    """It adds a submodule whose own git folder it writes (its clone's config is read-only to
+    it, that one is not): the submodule's config names a smudge filter and an update command,
+    and its checkout has moved on from the commit recorded. The task's next loop reopens the
+    worktree and runs neither on the host."""
+    ws = ws_outside
+    runs = ws.path / "host-runs"
+    shell = (
+        planter(runs)
+        + """
+if [ ! -d sub ]; then
+  git init -q sub
+  printf '* filter=evil\\n' > sub/.gitattributes && echo one > sub/file.txt
+  git -C sub add -A && git -C sub commit -q -m one
+  for field in clean smudge process; do
+    git -C sub config "filter.evil.$field" "$own/../host-program"
+  done
+  git -C sub config submodule.recurse false
+  git update-index --add --cacheinfo "160000,$(git -C sub rev-parse HEAD),sub"
+  printf '[submodule "sub"]\\n\\tpath = sub\\n\\turl = ./sub\\n' > .gitmodules
+  git add .gitmodules && git commit -q -m "a submodule"
+  echo two > sub/file.txt && git -C sub commit -q -a -m two
+fi
+true
+"""
+    )
+    repo = sandboxed_worktree(ws, shell)
+    program = ws.task("p", "t").folder / "host-program"
+    program.write_text(f'#!/bin/sh\necho "$0 $*" >> {runs}\ncat\n')
+    program.chmod(0o755)
+    again = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "--root", str(ws.root), "resume", "-p", "p",
+                    "-t", "t", "--again"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert "Traceback" not in again.stderr, again.stderr
+    assert again.returncode == ExitCode.COMPLETED, again.stderr
+    assert not runs.exists(), runs.read_text()
