@@ -38,6 +38,7 @@ from runagent.errors import (
     BudgetError,
     DamagedRecordError,
     ForbiddenError,
+    MissingDependencyError,
     NotFoundError,
     RunAgentError,
     UsageError,
@@ -56,6 +57,7 @@ if TYPE_CHECKING:  # the executors are imported when a loop is started or stoppe
     from runagent.executors.local import Started
     from runagent.fleet.overview import Overview
     from runagent.fleet.queue import Turn, Waiting
+    from runagent.issues.rebasing import Rebased
     from runagent.loop.attempt import StopSignal
     from runagent.loop.backend import Backend
     from runagent.loop.check import Result as CheckResult
@@ -1097,6 +1099,80 @@ class Service:
         config = self.current_config()
         mode = config.issues.merge if config is not None else MergeMode.FF
         return merging.merge(task, mode, os.environ, into=into, force=force).words(task.label)
+
+    def rebase(
+        self, task: TaskPaths, *, onto: str | None = None, abort: bool = False,
+        owner: bool = False, sender: str = "",
+    ) -> Rebased:  # fmt: skip
+        """Bring the branch a task's worktree work merges into (or `onto`) into its worktree
+        (runagent/issues/rebasing.py), by a merge run where its agent runs (under its sandbox
+        when it has one), holding the task meanwhile. Merged cleanly, the task's check (if it
+        has one) judges the result; conflicts, or a check that fails on it, are its agent's
+        to resolve: its loop is resumed, and completes only once they are. `abort` undoes a
+        merge stopped on conflicts."""
+        return self.pinned()._rebase(self.winner_of(task), onto, abort, owner, sender)
+
+    def _rebase(
+        self, task: TaskPaths, onto: str | None, abort: bool, owner: bool, sender: str
+    ) -> Rebased:
+        from runagent.issues import rebasing
+        from runagent.store.lock import TaskLock
+
+        remembered = LoopOverrides.remembered(task)
+        settings = self._settings(remembered)
+        env = dict(self.env if self.env is not None else os.environ)
+        lock = TaskLock(runfolder.confine(task).lock, task.label)
+        lock.acquire()  # AlreadyRunningError while a loop holds it
+        try:
+            if abort:
+                if rebasing.pending(task) is None:
+                    raise UsageError(f"task {task.label} has no rebase waiting to be undone")
+                self._in_tree(task, rebasing.abort_argv(task), env, settings)
+                return rebasing.aborted(task, env)
+            planned = rebasing.plan(task, env, onto)
+            if isinstance(planned, rebasing.Rebased):
+                return planned
+            argv, merge_env = rebasing.merge_argv(planned), rebasing.merge_env(planned, env)
+            code, said = self._in_tree(task, argv, merge_env, settings)
+            done = rebasing.conclude(planned, code, said, env)
+        finally:
+            lock.release()
+        if done.how == "merged" and settings.check is not None:
+            checked = self._recheck(task)
+            if not checked.passed:
+                rebasing.keep(task, rebasing.Rebase(done.onto, done.commit, rebasing.CHECK_FAILED,
+                                                    check=settings.check))  # fmt: skip
+                done = replace(done, how="check failed")
+        if rebasing.pending(task) is not None:  # its agent's to finish: its loop goes on
+            self.start(StartRequest(task, command=Command.RESUME, again=True, owner=owner,
+                                    sender=sender or "rebase"))  # fmt: skip
+            done = replace(done, resumed=True)
+        return done
+
+    def _in_tree(
+        self, task: TaskPaths, argv: list[str], env: Mapping[str, str], settings: LoopSettings
+    ) -> tuple[int, str]:
+        """Run run-agent's `argv` in the task's worktree where its agent runs (under its
+        sandbox when it has one: the worktree's git folder is the agent's to write); its exit
+        code and output (also in the task's rebase.txt)."""
+        from runagent.loop import check
+
+        output = runfolder.confine(task).folder / "rebase.txt"
+        output.unlink(missing_ok=True)
+        reach = None
+        if settings.sandbox is AgentSandbox.BWRAP:
+            from runagent.loop import sandbox
+
+            control = (self.config_path,) if self.config_path is not None else ()
+            reach = sandbox.Reach(task, None, control=control, network=False)
+        given = check.Check(argv[0], 600.0, settings.kill_grace, words=tuple(argv))
+        result = check.run(given, cwd=task.worktree, env=env, output=output, reach=reach)
+        if reach is not None:
+            for line in sandbox.after_check(reach, task.worktree, "rebase"):
+                runfolder.append_line(output, f"run-agent: {line}")
+        if result.unstarted:
+            raise MissingDependencyError(f"git cannot run in {task.worktree}: {result.unstarted}")
+        return result.exit_code, runfolder.tail(output, 4000)
 
     def winner_of(self, task: TaskPaths) -> TaskPaths:
         """The task whose branch is `task`'s to merge: a race's winner (its branch is the race's

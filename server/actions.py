@@ -23,6 +23,7 @@ from runagent.paste import state as paste_state
 from runagent.service import Service, StartRequest
 from runagent.store import cleanup
 from runagent.store.runfolder import TaskPaths
+from runagent.store.tokens import Scope
 from server import bodies
 from server.paths import Paths
 from server.schedules import ScheduleRunner
@@ -61,6 +62,7 @@ class Actions:
             Route(f"{task}/stop", self.stop, methods=["POST"]),
             Route(f"{task}/resume", self.resume, methods=["POST"]),
             Route(f"{task}/merge", self.merge, methods=["POST"]),
+            Route(f"{task}/rebase", self.rebase, methods=["POST"]),
             Route(f"{task}/paste", self.paste_reply, methods=["POST"]),
         ]
 
@@ -215,6 +217,24 @@ class Actions:
             lambda: self.service.merge(task, push=given["push"], into=given["into"], force=force)
         )
         return JSONResponse({"done": said})
+
+    async def rebase(self, request: Request) -> Response:
+        """`{"onto": BRANCH?, "abort": bool?}`: bring the branch the task's worktree work goes
+        back into (or BRANCH) into its worktree (Service.rebase); conflicts, or a check that
+        fails on the result, resume its loop. 409 while it runs, or on changes in the way."""
+        body = await self._body(request)
+        task = self.paths.task(request)
+        onto = body.get("onto")
+        if onto is not None and (not isinstance(onto, str) or not onto.strip()):
+            raise UsageError(f"onto {shown(onto)} is not a branch name; leave it out, or give one")
+        abort = body.get("abort", False)
+        if not isinstance(abort, bool):
+            raise UsageError(f"abort {shown(abort)} is not true or false")
+        owner = grant_of(request).scope >= Scope.ADMIN
+        done = await run_in_threadpool(
+            lambda: self.service.rebase(task, onto=onto, abort=abort, owner=owner, sender="api")
+        )
+        return JSONResponse({**done.to_dict(), "done": done.words(task.label)})
 
     async def paste_reply(self, request: Request) -> Response:
         """`{"reply": TEXT}`: the chat's answer into the task's paste inbox, where the run reads

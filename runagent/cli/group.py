@@ -72,6 +72,8 @@ LAZY: dict[str, Lazy] = {
     "output": Lazy("runagent.cli.show", "Print a run's output, stdout, stderr, prompt or check."),
     "paste": Lazy("runagent.cli.paste", "The copy-paste channel of `--agent paste` runs "
                   "(spec/copy-paste-protocol.md)."),
+    "rebase": Lazy("runagent.cli.issues", "Bring the branch a task's worktree merges into "
+                   "into its worktree; conflicts go to its agent."),
     "resume": Lazy("runagent.cli.run", "Run a task's loop again from its TASK.md; or steer it "
                    "with a person's --message."),
     "run": Lazy("runagent.cli.run", "Run a task in a loop: restart the agent until it completes "

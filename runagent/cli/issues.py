@@ -1,5 +1,5 @@
-"""merge, worktrees and cocode: tasks' git worktrees and the way back from them, and run-agent
-as a cocode agent."""
+"""merge, rebase, worktrees and cocode: tasks' git worktrees and the way back from them, and
+run-agent as a cocode agent."""
 
 from __future__ import annotations
 
@@ -68,6 +68,37 @@ def merge(
     """Bring a task's worktree branch back: merge it into the branch it started from, or push it."""
     s, task = existing_task(config_path, root, project_id, task_id)
     click.echo(f"run-agent: {service_for(s).merge(task, push=push, into=into, force=force)}")
+
+
+@cli.command()
+@task_option(required=True)
+@click.option(
+    "--onto", metavar="BRANCH", help="Bring in BRANCH (default: the branch it merges into)."
+)
+@click.option("--abort", is_flag=True, help="Undo a rebase whose conflicts are not resolved.")
+@json_option
+@common
+def rebase(
+    project_id: str, task_id: str, onto: str | None, abort: bool, as_json: bool,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Bring the branch a task's worktree merges into into its worktree; conflicts go to its agent.
+
+    It is brought in by a merge commit on the task's branch (then `merge` is a fast-forward).
+    Conflicts, or a check that fails on the result, resume the task's loop, which completes
+    only once they are resolved."""
+    if abort and onto is not None:
+        raise UsageError("--abort and --onto do not go together: undo the rebase, or make one")
+    s, task = existing_task(config_path, root, project_id, task_id)
+    done = service_for(s).rebase(task, onto=onto, abort=abort, owner=True,
+                                 sender="command line")  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(done.to_dict(), indent=2))
+        return
+    click.echo(f"run-agent: {done.words(task.label)}")
+    if done.resumed:
+        click.echo(f"run-agent: follow it with `run-agent watch -p {task.project_id} -t "
+                   f"{task.task_id}`")  # fmt: skip
 
 
 @cli.command()

@@ -83,7 +83,7 @@ def merge(
     if not git(repo, "rev-parse", "--verify", "--quiet", f"refs/heads/{target}", env=env,
                check=False):  # fmt: skip
         raise UsageError(f"branch {target!r} does not exist in {repo}; give --into BRANCH")
-    _refuse_dirty(task.worktree, f"task {task.label}'s worktree", env, untracked=True,
+    refuse_dirty(task.worktree, f"task {task.label}'s worktree", env, untracked=True,
                   dirs=tree_dirs(task, env))  # fmt: skip
     old = git(repo, "rev-parse", f"refs/heads/{target}", env=env)
     tip = git(repo, "rev-parse", f"refs/heads/{work.branch}", env=env)
@@ -99,7 +99,7 @@ def merge(
     message = f"Merge {work.branch} (run-agent task {task.label})"
     checkout = next((r.path for r in registrations(repo, env) if r.branch == target), None)
     if checkout is not None:
-        _refuse_dirty(checkout, f"the checkout of {target} at {checkout}", env)
+        refuse_dirty(checkout, f"the checkout of {target} at {checkout}", env)
         flags = {MergeMode.FF: [], MergeMode.FF_ONLY: ["--ff-only"], MergeMode.NO_FF: ["--no-ff"]}
         done = run_git(checkout, "merge", "--quiet", *flags[mode], "-m", message, work.branch,
                     env=env)  # fmt: skip
@@ -154,10 +154,11 @@ def _ready(task: TaskPaths, force: bool) -> Work:
     return work
 
 
-def _refuse_dirty(
+def refuse_dirty(
     folder: Path, what: str, env: Mapping[str, str], untracked: bool = False,
     dirs: GitDirs | None = None,
 ) -> None:  # fmt: skip
+    """ConflictError naming the first change, when `folder`'s checkout has uncommitted ones."""
     if not folder.is_dir():
         return
     shown = "all" if untracked else "no"
@@ -180,8 +181,9 @@ def _refuse_conflict(
         files = [line for line in done.stdout.splitlines()[1:] if line]
         raise ConflictError(
             f"task {task.label}: {branch} conflicts with {target} in {', '.join(files[:5])}"
-            f"{' ...' if len(files) > 5 else ''}; resolve it by hand (git merge {branch}), or "
-            "resume the task to rebase; nothing was changed"
+            f"{' ...' if len(files) > 5 else ''}; `run-agent rebase -p {task.project_id} -t "
+            f"{task.task_id}` brings {target} into the task's worktree for its agent to resolve "
+            f"(or resolve it by hand: git merge {branch}); nothing was changed"
         )
     if done.returncode != 0:
         raise RunAgentError(f"task {task.label}: git merge-tree failed: {_last_line(done)}")

@@ -527,7 +527,8 @@ def _branch_work(
     record: Mapping[str, object], folder: Path, env: Mapping[str, str], dirs: GitDirs | None
 ) -> dict[str, object]:
     """A worktree's branch against where it forked, for the page's merge: the branch it goes
-    back into, its commits since the fork, the diff stat, and whether it was merged or pushed."""
+    back into, its commits since the fork, those of that branch it lacks (`behind`), the diff
+    stat, whether it was merged or pushed, and its last rebase."""
     fork = str(record.get("fork") or "")
     ahead, stat = 0, ""
     if fork and folder.is_dir() and dirs is not None:
@@ -538,6 +539,18 @@ def _branch_work(
                    env=env, check=False, dirs=dirs).strip()  # fmt: skip
     return {
         "fork_commit": fork or None, "into": record.get("into"), "ahead": ahead,
-        "diffstat": stat, "merged": record.get("merged"), "pushed": record.get("pushed"),
+        "behind": _behind(record, env), "diffstat": stat, "merged": record.get("merged"),
+        "pushed": record.get("pushed"), "rebase": record.get("rebase"),
         "removed": bool(record.get("removed")),
     }  # fmt: skip
+
+
+def _behind(record: Mapping[str, object], env: Mapping[str, str]) -> int | None:
+    """How many commits the branch the work goes back into has that the task's branch (as last
+    brought back) has not, read in the repository: what `run-agent rebase` would bring in."""
+    repo, branch, into = record.get("repo"), record.get("branch"), record.get("into")
+    if not (repo and branch and into) or not Path(str(repo)).is_dir():
+        return None
+    count = git(Path(str(repo)), "rev-list", "--count", f"refs/heads/{branch}..refs/heads/{into}",
+                env=env, check=False)  # fmt: skip
+    return int(count) if count.isdigit() else None

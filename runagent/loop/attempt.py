@@ -275,7 +275,7 @@ class Attempt:
                 _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")
         verdict, diagnosis = self._judge(code, stopped_by)
         if stopped_by not in (Reason.STOPPED, Reason.STEERED):
-            verdict = self._checked(verdict)
+            verdict = self._checked(self._unconflicted(verdict))
         refused = self._refused(code) if verdict.status is RunStatus.FAILED else ""
         if refused:
             _note(self.ctx.paths, f"session {self.ctx.session} could not be resumed: {refused}")
@@ -397,6 +397,28 @@ class Attempt:
             return Verdict(RunStatus.FAILED, Reason.CRASH, f"killed by signal {code - 128}")
         return Verdict(RunStatus.FAILED, Reason.EXIT_CODE, f"exited with code {code}")
 
+    def _unconflicted(self, verdict: Verdict) -> Verdict:
+        """A run that says it is done while the conflicts of a `run-agent rebase` of its
+        worktree are not resolved (a conflict marker left, the merge not committed) fails
+        (`unresolved_conflict`), and a DONE it left is moved into its folder."""
+        req = self.lent.request
+        if req.worktree is None or verdict.reason is Reason.WRITE_ERROR:
+            return verdict
+        said = self.info.replace(status=verdict.status, reason=verdict.reason)
+        if not self.lent.rule.is_done(req.task, said):
+            return verdict
+        from runagent.issues import rebasing
+
+        checkout = self.lent.rule.checkout or req.checkout
+        why = rebasing.unresolved(req.task, self.ctx.working_dir,
+                                  checkout.dirs if checkout is not None else None)  # fmt: skip
+        if not why:
+            return verdict
+        with contextlib.suppress(OSError):
+            runfolder.archive_done(req.task, self.ctx.run_id)
+        return Verdict(RunStatus.FAILED, Reason.UNRESOLVED_CONFLICT,
+                       f"{why} (the agent {verdict.message})")  # fmt: skip
+
     def _checked(self, verdict: Verdict) -> Verdict:
         """A run that says it is done (by its completion rule), judged by the task's check when
         it has one: passed, the verdict stands; failed, the run fails (`check_failed`) and a
@@ -404,7 +426,10 @@ class Attempt:
         whose program cannot start fails it as a missing program (the loop gives up)."""
         req = self.lent.request
         settings = req.settings
-        if settings.check is None or verdict.reason is Reason.WRITE_ERROR:
+        if settings.check is None or verdict.reason in (
+            Reason.WRITE_ERROR,
+            Reason.UNRESOLVED_CONFLICT,
+        ):
             return verdict
         said = self.info.replace(status=verdict.status, reason=verdict.reason)
         if not self.lent.rule.is_done(req.task, said):

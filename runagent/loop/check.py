@@ -59,10 +59,11 @@ class Check:
     command: str
     timeout: float | None = None
     grace: float = 5.0
+    words: tuple[str, ...] = ()  # its words as given (a command of run-agent's, not a check's)
 
     @property
     def argv(self) -> tuple[str, ...]:
-        return check_words(self.command, "--check")
+        return self.words or check_words(self.command, "--check")
 
 
 @record

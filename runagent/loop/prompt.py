@@ -63,6 +63,8 @@ def compose(
     if previous is not None:
         later = attempt > first_attempt
         lines += ["", redactor("\n".join(_previous_section(request, later, previous)))]
+    if request.worktree is not None:  # a rebase its agent has to finish
+        lines += _rebase_section(request, redactor)
     if messages:
         lines += ["", *steering_section(messages)]
     if not (continued and previous is not None):
@@ -96,6 +98,44 @@ def _previous_section(request: LoopRequest, later: bool, previous: RunInfo) -> l
         if text:
             fence = _fence(text)
             lines += ["", f"The end of its {title}:", "", fence, text, fence]
+    return lines
+
+
+def _rebase_section(request: LoopRequest, redactor: Redactor) -> list[str]:
+    """What the attempt is told of a `run-agent rebase` of its worktree it has to finish: the
+    files git stopped on, or the check that fails on the merge (and the end of its output)."""
+    from runagent.issues import rebasing
+    from runagent.issues.repository import short
+
+    found = rebasing.pending(request.task)
+    if found is None:
+        return []
+    merged = f"The branch `{found.onto}` ({short(found.commit)}) was merged into this branch"
+    if found.state == rebasing.CONFLICT:
+        return [
+            "",
+            "## Conflicts to resolve",
+            "",
+            f"{merged}, and git stopped on conflicts in these files:",
+            "",
+            *(f"- `{name}`" for name in found.files),
+            "",
+            "Resolve each conflict (remove every `<<<<<<<`, `=======` and `>>>>>>>` marker, "
+            "keeping what both sides meant), then `git add` the files and `git commit` to "
+            "conclude the merge. The task is done only when no conflict marker is left and the "
+            "merge is committed, as well as by the completion rule above.",
+        ]
+    lines = [
+        "",
+        "## The check fails after a merge",
+        "",
+        f"{merged} without conflicts, but the task's check `{found.check}` fails on the "
+        "result: make it pass.",
+    ]
+    text = redactor(runfolder.tail(request.task.check, TAIL_BYTES).strip("\n"))
+    if text:
+        fence = _fence(text)
+        lines += ["", "The end of the check's output:", "", fence, text, fence]
     return lines
 
 

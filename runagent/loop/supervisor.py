@@ -254,6 +254,10 @@ class Supervisor:
             return None
         if not self.task.done.exists():  # the agent finished without saying so: say it for it
             runfolder.atomic_write(self.task.done, f"completed by run {info.run_id}\n")
+        if self.request.worktree is not None:  # a rebase it had to finish is finished
+            from runagent.issues import rebasing
+
+            rebasing.settle(self.task)
         return (
             Outcome.COMPLETED,
             f"task {self.label} completed by run {info.run_id} (attempt {attempt})",
@@ -262,7 +266,9 @@ class Supervisor:
     def _done(self, info: RunInfo) -> bool:
         """Whether the task is done after this run: its completion rule says so and, where the
         task has a check, the check passed on it (the attempt ran it: loop/check.py)."""
-        if not self.completion.is_done(self.task, info):
+        if info.reason is Reason.UNRESOLVED_CONFLICT or not self.completion.is_done(
+            self.task, info
+        ):
             return False
         return self.settings.check is None or info.check_exit_code == 0
 

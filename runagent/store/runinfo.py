@@ -47,6 +47,8 @@ class Reason(enum.StrEnum):
     STUCK = "stuck"  # the last of attempts in a row without progress; the loop stopped there
     BUDGET = "budget"  # the run crossed a budget (its message says which, and how much of what)
     CHECK_FAILED = "check_failed"  # it said it was done, and the task's check did not pass
+    # it said it was done, and a `run-agent rebase`'s conflicts were left unresolved
+    UNRESOLVED_CONFLICT = "unresolved_conflict"
     LOST_RACE = "lost_race"  # stopped because another racer of its race completed first
     STEERED = "steered"  # ended for a person's message sent with --now; the next attempt has it
 

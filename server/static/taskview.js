@@ -230,14 +230,27 @@ function renderWayBack(git, status) {
   if (line.hidden) return;
   const into = git.into ? ` → ${git.into}` : "";
   const what = `${git.ahead} commit${git.ahead === 1 ? "" : "s"} since the fork${git.diffstat ? ` · ${git.diffstat}` : ""}${into}`;
+  const behind = git.behind ? ` · ${git.into} has ${git.behind} commit${git.behind === 1 ? "" : "s"} it lacks` : "";
   const done = git.merged ? ` · merged into ${git.merged.into} (${git.merged.how})`
     : git.pushed ? ` · pushed to ${git.pushed.remote}` : "";
-  $("#git-ahead").textContent = what + done;
+  $("#git-ahead").textContent = what + behind + done + rebaseText(git.rebase);
   const button = $("#merge-button");
   button.hidden = status !== "completed" || !git.into || git.ahead === 0 || Boolean(git.merged);
+  const pending = git.rebase && ["conflict", "check_failed"].includes(git.rebase.state);
+  $("#rebase-button").hidden = !git.into || !git.behind || pending || Boolean(git.merged)
+    || ["running", "queued", "blocked"].includes(status);
+}
+
+// A rebase its agent has to finish, in words (none once it is merged or resolved).
+function rebaseText(rebase) {
+  if (!rebase) return "";
+  if (rebase.state === "conflict") return ` · rebase onto ${rebase.onto}: conflicts in ${rebase.files.join(", ")}, for its agent to resolve`;
+  if (rebase.state === "check_failed") return ` · rebase onto ${rebase.onto}: its check fails on the result, for its agent to fix`;
+  return "";
 }
 
 $("#merge-button").addEventListener("click", () => action("merge"));
+$("#rebase-button").addEventListener("click", () => action("rebase"));
 
 function renderRuns(runs) {
   const list = $("#runs");

@@ -1215,6 +1215,39 @@ def test_the_form_starts_a_task_in_a_worktree_of_its_own(
     assert git(repo, "rev-parse", "HEAD") == git(task.worktree, "rev-parse", "HEAD")
 
 
+def test_rebase_on_the_page_hands_a_conflict_to_the_agent_and_merge_follows(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    from tests.gitrepo import GIT_ENV, commit, git, make_repo
+
+    repo = make_repo(ws.path / "repo")
+    commit(repo, "the shared file", name="shared.txt", text="original\n")
+    ws.write_config(["--edit", "shared.txt", "--commit", "work"], env=GIT_ENV, max_restarts=0)
+    done = subprocess.run(
+        ws.cli_argv("--config", str(ws.config), "-p", "p", "-t", "t", "--worktree", "go"),
+        cwd=repo, env={**os.environ, **GIT_ENV}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    theirs = commit(repo, "main changed it too", name="shared.txt", text="main's line\n")
+    resolve = ('if [ -f "$(git rev-parse --git-dir)/MERGE_HEAD" ]; then printf "both\\n" > '
+               "shared.txt && git add shared.txt && git commit -q --no-edit; fi")  # fmt: skip
+    ws.write_config(["--shell", resolve], env=GIT_ENV, max_restarts=1)
+    page.goto(f"{server.url}/#p/t")
+    expect(page.locator("#git-ahead")).to_contain_text("main has 1 commit it lacks")
+    page.click("#merge-button")
+    expect(page.locator("#action-error")).to_contain_text("run-agent rebase -p p -t t")
+    page.click("#rebase-button")
+    expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
+    expect(page.locator("#merge-button")).to_be_visible(timeout=15000)
+    expect(page.locator("#rebase-button")).to_be_hidden()
+    expect(page.locator("#git-ahead")).not_to_contain_text("it lacks")
+    tree = ws.task("p", "t").worktree
+    assert (tree / "shared.txt").read_text() == "both\n"
+    assert git(tree, "rev-parse", "HEAD^2") == theirs
+    page.click("#merge-button")
+    expect(page.locator("#git-ahead")).to_contain_text("merged into main (fast-forward)")
+
+
 def test_the_form_starts_an_issue_run(ws: Workspace, server: Server, page: Page) -> None:
     from tests.gitrepo import GIT_ENV, make_repo
 
