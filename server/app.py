@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -105,6 +106,7 @@ def create_app(settings: Settings) -> Starlette:
         Route("/api/projects/{project}/tasks", api.project_tasks, methods=["GET"]),
         Route("/api/projects/{project}/tasks/{task}", api.task, methods=["GET"]),
         Route("/api/projects/{project}/tasks/{task}/paste", api.paste, methods=["GET"]),
+        Route("/api/projects/{project}/tasks/{task}/diff", api.diff, methods=["GET"]),
         Route("/api/projects/{project}/tasks/{task}/stream", api.task_stream),
         Route("/api/projects/{project}/tasks/{task}/runs", api.runs),
         Route("/api/projects/{project}/tasks/{task}/runs/{run}", api.run),
@@ -227,6 +229,15 @@ class Api:
     async def task(self, request: Request) -> Response:
         task = self.task_paths(request)
         return JSONResponse(await run_in_threadpool(detail.of, task, grant_of(request).reaches))
+
+    async def diff(self, request: Request) -> Response:
+        """A worktree task's branch against its fork, as a patch (the first 2 MiB, `truncated`
+        past that): what `merge` would bring back."""
+        task = self.task_paths(request)
+        from runagent.issues import worktree
+
+        found = await run_in_threadpool(worktree.diff, task, dict(os.environ))
+        return JSONResponse(found.to_dict())
 
     async def paste(self, request: Request) -> Response:
         """The task's paste session as a person needs it: the current outbox (name, sequence,

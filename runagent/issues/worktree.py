@@ -468,8 +468,9 @@ def progress(
     task: TaskPaths, latest: RunInfo | None, env: Mapping[str, str]
 ) -> dict[str, object] | None:
     """Where a task's git work stands, for `status --json`: the issue (for an issue run), the
-    branch, the commits since the base of its latest run, and whether one carries the ready
-    marker (`COCODE_READY_MARKER` here, else the default). None for a task with no git work."""
+    branch, the commits since the base of its latest run (a worktree's: since its fork), and
+    whether one since that base carries the ready marker (`COCODE_READY_MARKER` here, else the
+    default). None for a task with no git work."""
     record = taskfolder.read_worktree_record(task)
     racer = record.get("racer")
     if isinstance(racer, str) and racer and racer != task.task_id:  # a race's: its winner's
@@ -492,13 +493,21 @@ def progress(
     marker = env.get(READY_MARKER_VARIABLE) or DEFAULT_READY_MARKER
     commits: list[Commit] = []
     dirs: GitDirs | None = None
-    if base and folder.is_dir():
+    # A worktree's commits are listed since its fork, as its way back counts them; the ready
+    # marker counts only since the base of its latest loop, as the rule reads it.
+    fork = str(record.get("fork") or "") or None
+    since = fork or base
+    seen: Commit | None = None
+    if since and folder.is_dir():
         try:
             dirs = tree_dirs(task, env) if record else _recorded_dirs(latest)
-            commits = Checkout(folder, base, dirs=dirs).commits()
+            commits = Checkout(folder, since, dirs=dirs).commits()
+            if base and base != since:
+                seen = Checkout(folder, base, dirs=dirs).find(marker)
         except RunAgentError:  # the folder or the base is gone: nothing to show
             commits = []
-    seen = next((c for c in commits if marker in c.message), None)
+    if not (base and base != since):
+        seen = next((c for c in commits if marker in c.message), None)
     number = record.get("issue")
     issue = {"number": number, "url": record.get("url") or None} if number else None
     return {
@@ -554,3 +563,39 @@ def _behind(record: Mapping[str, object], env: Mapping[str, str]) -> int | None:
     count = git(Path(str(repo)), "rev-list", "--count", f"refs/heads/{branch}..refs/heads/{into}",
                 env=env, check=False)  # fmt: skip
     return int(count) if count.isdigit() else None
+
+
+DIFF_LIMIT = 2 * 1024 * 1024  # bytes of a worktree's diff shown at most
+
+
+@record
+class Diff:
+    """What a task's branch changed since its fork, as `merge` would bring it back."""
+
+    fork: str
+    tip: str
+    text: str
+    truncated: bool  # it was longer than DIFF_LIMIT: the text is its start
+
+    def to_dict(self) -> dict[str, object]:
+        return {"fork_commit": self.fork, "tip": self.tip, "diff": self.text,
+                "truncated": self.truncated}  # fmt: skip
+
+
+def diff(task: TaskPaths, env: Mapping[str, str], limit: int = DIFF_LIMIT) -> Diff:
+    """The task's branch against its fork, as a patch, read in the repository once the branch is
+    brought back (run-agent's git on the user's repository: no program of the worktree's runs,
+    neither an external diff nor a text conversion). UsageError for a task with no worktree."""
+    record = taskfolder.read_worktree_record(task)
+    fork, repo, branch = (str(record.get(k) or "") for k in ("fork", "repo", "branch"))
+    if not (fork and repo and branch):
+        raise UsageError(f"task {task.label} has no worktree of its own, so no diff to show")
+    with contextlib.suppress(RunAgentError):  # kept in its clone: the last one brought back
+        sync_branch(task, env)
+    tip = git(Path(repo), "rev-parse", "--verify", f"refs/heads/{branch}^{{commit}}", env=env)
+    text = git(Path(repo), "diff", "--no-ext-diff", "--no-textconv", "--no-color", "--stat",
+               "--patch", fork, tip, env=env)  # fmt: skip
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return Diff(fork, tip, text, False)
+    return Diff(fork, tip, data[:limit].decode("utf-8", "ignore"), True)

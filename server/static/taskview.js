@@ -227,6 +227,9 @@ function renderGit(git, status) {
 function renderWayBack(git, status) {
   const line = $("#git-way-back");
   line.hidden = !("fork_commit" in git) || git.removed;
+  const box = $("#git-diff-box");
+  box.hidden = line.hidden || git.ahead === 0;
+  if (box.open && box.dataset.tip !== git.commits[0]?.sha) loadDiff();
   if (line.hidden) return;
   const into = git.into ? ` → ${git.into}` : "";
   const what = `${git.ahead} commit${git.ahead === 1 ? "" : "s"} since the fork${git.diffstat ? ` · ${git.diffstat}` : ""}${into}`;
@@ -249,6 +252,22 @@ function rebaseText(rebase) {
   return "";
 }
 
+// The branch's changes since its fork, as `merge` would bring them back: loaded when opened
+// (and again when the branch moves), shown as text.
+async function loadDiff() {
+  const box = $("#git-diff-box");
+  const response = await fetch(`${taskUrl(state.task)}/diff`);
+  const body = await response.json();
+  if (!response.ok) {
+    $("#git-diff").textContent = body.error;
+    return;
+  }
+  box.dataset.tip = body.tip;
+  const cut = body.truncated ? "\n[the diff goes on: its first 2 MiB are shown]" : "";
+  $("#git-diff").textContent = body.diff + cut;
+}
+
+$("#git-diff-box").addEventListener("toggle", () => { if ($("#git-diff-box").open) loadDiff(); });
 $("#merge-button").addEventListener("click", () => action("merge"));
 $("#rebase-button").addEventListener("click", () => action("rebase"));
 

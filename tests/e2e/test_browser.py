@@ -1209,6 +1209,8 @@ def test_the_form_starts_a_task_in_a_worktree_of_its_own(
     expect(page.locator("#git-ahead")).to_contain_text("1 commit since the fork")
     expect(page.locator("#git-ahead")).to_contain_text("1 file changed")
     expect(page.locator("#git-ahead")).to_contain_text("→ main")
+    page.click("#git-diff-box summary")
+    expect(page.locator("#git-diff")).to_contain_text("+++ b/fake-agent-work.txt")
     page.click("#merge-button")
     expect(page.locator("#git-ahead")).to_contain_text("merged into main (fast-forward)")
     expect(page.locator("#merge-button")).to_be_hidden()

@@ -159,6 +159,35 @@ def test_the_api_merges_and_answers_a_conflict_with_409(ws: Workspace, server: S
     assert detail["git"]["merged"]["into"] == "main"
 
 
+def test_the_commits_listed_are_those_counted_and_the_diff_itself_is_shown(
+    ws: Workspace, server: Server
+) -> None:
+    """Two loops, a commit each: the page's list holds both commits its count says, and the
+    diff since the fork is there to read before a merge (not only its stat)."""
+    import httpx
+
+    repo = repository(ws)
+    worked(ws, repo)
+    again = cli(ws, repo, "resume", "-p", "p", "-t", "t", "--again")
+    assert again.returncode == ExitCode.COMPLETED, again.stderr
+    task = f"{server.url}/api/projects/p/tasks/t"
+    found = httpx.get(task, timeout=30).json()["git"]
+    assert found["ahead"] == 2 == len(found["commits"]), found
+    assert len({c["sha"] for c in found["commits"]}) == 2
+    diff = httpx.get(f"{task}/diff", timeout=30)
+    assert diff.status_code == 200, diff.text
+    body = diff.json()
+    assert body["fork_commit"] == found["fork_commit"] and not body["truncated"]
+    assert body["tip"] == git(repo, "rev-parse", "run-agent/p/t")
+    assert "+edited by attempt" in body["diff"] and "-original" in body["diff"]
+    assert " shared.txt " in body["diff"] and "2 files changed" in body["diff"]
+    plain = cli(ws, repo, "-p", "p", "-t", "plain", "go")
+    assert plain.returncode == 0, plain.stderr
+    refused = httpx.get(f"{server.url}/api/projects/p/tasks/plain/diff", timeout=30)
+    assert refused.status_code == 400 and "no worktree" in refused.json()["error"]
+    assert httpx.get(f"{server.url}/api/projects/p/tasks/nope/diff", timeout=30).status_code == 404
+
+
 SECRET = "pa55-never-printed"
 
 
