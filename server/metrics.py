@@ -36,15 +36,13 @@ from prometheus_client.registry import Collector
 from runagent import listing
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import RunPaths, TaskPaths
-from runagent.store.runinfo import Reason, RunInfo, RunStatus
+from runagent.store.runinfo import RunInfo, RunStatus
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 # Attempt durations, in seconds: from a quick job to a long night's attempt.
 BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
 # Queue waits, in seconds: from a slot freed at once to a night's wait for a budget or a host.
 WAIT_BUCKETS = (0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 43200.0)
-# A task's status, as the metrics name it: a stopped loop says why when its last run does.
-STOPPED_BY = {Reason.STUCK: "stuck", Reason.BUDGET: "over_budget"}
 OPERATION_EVENTS = {"createFile", "readFile", "editFile", "deleteFile", "shell"}
 VERDICTS = {"policyDenied": "denied", "approvalRequired": "approval_required", "error": "error"}
 
@@ -216,10 +214,7 @@ class RootCollector(Collector):
         tokens: Counter[tuple[str, ...]] = Counter()
         cost: dict[tuple[str, ...], float] = {}
         for view in views:
-            status = view.status.value
-            if view.latest is not None and view.latest.reason in STOPPED_BY:
-                status = STOPPED_BY[view.latest.reason]
-            by_status[status] += 1
+            by_status[view.status.value] += 1  # over_budget, stuck: as everywhere else
             for run in self.tally.runs(view.paths):
                 started[run.agent] += 1
                 restarts[run.agent] += run.restart

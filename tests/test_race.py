@@ -303,7 +303,7 @@ def test_the_racers_share_the_budget_and_crossing_it_stops_them_all(ws: Workspac
     assert 5000 < spent <= 5000 + 3 * 1000
     record = race.read(ws.task())
     assert record is not None and record.outcome == "budget"
-    assert status(ws, repo)["status"] == "failed"
+    assert status(ws, repo)["status"] == "over_budget"  # one word for it, as everywhere
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,8 @@ def describe(found: Overview) -> list[str]:
     if found.needs:
         lines.append("needs a person:")
         for need in found.needs:
-            lines += [f"  {need.label}  {need.waits_for}: {need.message}", f"    {need.answer}"]
+            said = f"blocked: {need.message}" if need.waits_for == "blocked" else need.message
+            lines += [f"  {need.label}  {said}", f"    {need.answer}"]
     return lines
 
 

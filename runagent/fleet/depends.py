@@ -20,6 +20,8 @@ from runagent.store.tasks import TaskStatus
 # What a task that will never complete by itself reads as, in "blocked: waits for P/T, which ...".
 ENDED = {
     TaskStatus.FAILED: "failed",
+    TaskStatus.OVER_BUDGET: "was stopped by its budget",
+    TaskStatus.STUCK: "was stopped as stuck",
     TaskStatus.TIMED_OUT: "timed out",
     TaskStatus.STOPPED: "was stopped",
     TaskStatus.LOST: "lost its supervisor",

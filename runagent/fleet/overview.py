@@ -26,7 +26,7 @@ from runagent.store.spend import GroupBy
 from runagent.store.tasks import TaskStatus, TaskView
 
 # A person answers these; a task whose latest run ended so, and that is not running again, waits.
-_STOPPED_FOR = {Reason.BUDGET: "budget", Reason.STUCK: "stuck"}
+_STOPPED_FOR = {Reason.BUDGET: needs.OVER_BUDGET, Reason.STUCK: needs.STUCK}
 _NOT_WAITING = {TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.BLOCKED, TaskStatus.COMPLETED}
 
 

@@ -17,6 +17,7 @@ that makes it, and the others at their next look.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, date, datetime
@@ -103,6 +104,27 @@ class Spending:
             if said:
                 return f"{said} {limit.what}"
         return ""
+
+
+# How `crossed` names a daily budget ("... for project p today", "... for the runs root today"):
+# no larger task budget lifts one, only config.yaml's `budgets:` or the next day (UTC).
+_DAILY = re.compile(r"\bfor (?:project \S+|the runs root) today\b")
+
+
+def lifts(said: str) -> str:
+    """What lets a loop stopped by the budget `crossed` named (`said`) go on, in words."""
+    if _DAILY.search(said):
+        return "a larger daily budget (budgets: in config.yaml), or tomorrow (UTC), lets it go on"
+    return "a larger --budget lets it go on"
+
+
+def answer(task: TaskPaths, said: str) -> str:
+    """The command (or the change) that answers a loop stopped by the budget `said` names."""
+    resume = f"run-agent resume -p {task.project_id} -t {task.task_id}"
+    if _DAILY.search(said):
+        return (f"raise the daily budget under budgets: in config.yaml (or wait for tomorrow, "
+                f"UTC), then {resume}")  # fmt: skip
+    return f"{resume} --budget AMOUNT (a larger one)"
 
 
 def _spent(runs: Iterable[RunInfo], today: date) -> Usage:

@@ -13,11 +13,14 @@ from runagent.record import record
 from runagent.store import runfolder
 from runagent.store.runfolder import RunPaths, TaskPaths
 
+OVER_BUDGET = "over_budget"  # one word for a loop its budget stopped, wherever it is shown
+STUCK = "stuck"
+
 
 @record
 class Need:
     label: str  # P/T
-    waits_for: str  # approval, reply, budget, stuck, blocked
+    waits_for: str  # approval, reply, over_budget, stuck, blocked
     episode: str  # which wait this is: a notifier tells each one once
     message: str
     answer: str
@@ -57,11 +60,16 @@ def reply(task: TaskPaths) -> Need | None:
 
 
 def stopped(task: TaskPaths, why: str, message: str) -> Need:
-    """A loop that stopped on a budget or stuck: a person looks, then resumes it."""
-    answer = f"run-agent resume -p {task.project_id} -t {task.task_id}"
-    if why == "budget":
-        answer += " --budget AMOUNT (a larger one)"
-    return Need(task.label, why, message, message, answer)
+    """A loop that stopped over its budget (`over_budget`) or stuck: a person looks, then
+    resumes it (past a daily budget: once the day's budget is raised, or the next day)."""
+    if why == OVER_BUDGET:
+        from runagent.loop import budget
+
+        said = message.removeprefix("budget: ")
+        return Need(task.label, why, message, f"stopped by its budget: {said}",
+                    budget.answer(task, said))  # fmt: skip
+    return Need(task.label, why, message, message,
+                f"run-agent resume -p {task.project_id} -t {task.task_id}")  # fmt: skip
 
 
 def blocked(task: TaskPaths, on: str, words: str, *, gone: bool, episode: str = "") -> Need:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from runagent.config.settings import Session
 from runagent.errors import ExitCode, RunAgentError
-from runagent.loop import completion, stuck
+from runagent.loop import budget, completion, stuck
 from runagent.loop.attempt import Attempt, Ended, Start, StopSignal, Supervision
 from runagent.loop.backend import Backend, session_token
 from runagent.loop.budget import Spending
@@ -337,9 +337,10 @@ class Supervisor:
             marked = info.replace(reason=Reason.BUDGET, message=f"budget: {said} ({info.message})")
             with contextlib.suppress(OSError):  # the loop ends either way
                 runfolder.write_run_info(self.task.run_folder(info.run_id), marked)
-        return Outcome.BUDGET, (
-            f"task {self.label} stopped by its budget: {said}; not restarting (a larger "
-            "--budget, or budgets: in config.yaml, lets it go on)"
+        lifts = budget.lifts(said)
+        return (
+            Outcome.BUDGET,
+            f"task {self.label} stopped by its budget: {said}; not restarting ({lifts})",
         )
 
     def _bring_back(self, ended: Ended) -> None:

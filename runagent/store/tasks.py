@@ -23,7 +23,7 @@ from runagent.store.host import foreign_alive, is_here
 from runagent.store.lock import Holder, live_holder
 from runagent.store.pids import is_alive
 from runagent.store.runfolder import RunPaths, TaskPaths
-from runagent.store.runinfo import RunInfo, RunStatus, Usage
+from runagent.store.runinfo import Reason, RunInfo, RunStatus, Usage
 
 
 class TaskStatus(enum.StrEnum):
@@ -41,6 +41,9 @@ class TaskStatus(enum.StrEnum):
     # Not running yet (runagent/fleet/):
     QUEUED = "queued"  # waiting for a slot under `limits:`
     BLOCKED = "blocked"  # waiting for the tasks it runs after (or one of them did not complete)
+    # Ended by run-agent for a person to look at (its latest run failed for that reason):
+    OVER_BUDGET = "over_budget"  # a budget stopped it (a run's reason `budget`, exit 4)
+    STUCK = "stuck"  # attempts in a row made no progress (a run's reason `stuck`, exit 5)
 
 
 @record
@@ -268,6 +271,8 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
         status = TaskStatus(latest.status.value)
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
             status = TaskStatus.LOST
+        elif status is TaskStatus.FAILED and latest.reason in _ENDED_FOR:
+            status = _ENDED_FOR[latest.reason]  # one word for why run-agent ended it, everywhere
     used = taskfolder.read_task_usage(task)
     found = TaskView(task, status, len(run_ids), latest, holder, used, place)
     if runfolder.stat_in(task.fence, task.race) is not None:
@@ -275,12 +280,15 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
     return found
 
 
+# A failed task's status when run-agent ended its loop for a person to look at.
+_ENDED_FOR = {Reason.BUDGET: TaskStatus.OVER_BUDGET, Reason.STUCK: TaskStatus.STUCK}
+
 # A race's status once it is over (race.yaml's outcome), while nothing holds its task.
 _RACE_ENDED = {
     race.Ending.COMPLETED: TaskStatus.COMPLETED,
     race.Ending.FAILED: TaskStatus.FAILED,
     race.Ending.STOPPED: TaskStatus.STOPPED,
-    race.Ending.BUDGET: TaskStatus.FAILED,
+    race.Ending.BUDGET: TaskStatus.OVER_BUDGET,
 }
 # A racer still in the race.
 _RACING = frozenset({TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.BLOCKED, TaskStatus.PENDING})

@@ -10,7 +10,7 @@ import { $, badge } from "./dom.js";
 
 const COUNTS = [["running", "running"], ["queued", "queued"], ["blocked", "blocked"],
   ["unreadable", "unreadable"], ["needs_person", "need a person"]];
-const ACTIONS = { approval: "approve or deny", reply: "paste the reply", budget: "resume with", stuck: "resume",
+const ACTIONS = { approval: "approve or deny", reply: "paste the reply", over_budget: "resume with", stuck: "resume",
   blocked: "open" };
 
 let shown = false;
@@ -97,7 +97,7 @@ function renderNeeds(needs) {
 }
 
 // What the page can do about a need: resume a stuck task, resume one stopped by its budget with
-// a larger one; an approval or a reply is given in the task's own view; a task blocked by one it
+// a larger one (one a daily budget stopped: say what lifts it, no button that cannot work); an approval or a reply is given in the task's own view; a task blocked by one it
 // runs after opens that one, which is resumed first.
 function action(need) {
   const label = `${need.project_id}/${need.task_id}`;
@@ -112,7 +112,13 @@ function action(need) {
   const form = document.createElement("form");
   form.className = "need-action";
   let budget = null;
-  if (need.waits_for === "budget") {
+  if (need.waits_for === "over_budget" && !need.answer.includes("--budget")) {
+    // A daily budget stopped it: no larger task budget can lift it, only config.yaml or tomorrow.
+    const said = document.createElement("span");
+    said.textContent = need.answer;
+    return said;
+  }
+  if (need.waits_for === "over_budget") {
     budget = document.createElement("input");
     budget.name = "budget";
     budget.required = true;

@@ -15,7 +15,7 @@ export const state = {
 };
 
 export const TABS = ["stdout", "stderr", "output", "prompt", "check"];
-export const FAILED = new Set(["failed", "timed_out", "lost"]);
+export const FAILED = new Set(["failed", "timed_out", "lost", "over_budget", "stuck"]);
 
 export const key = (row) => `${row.project_id}/${row.task_id}`;
 

@@ -57,8 +57,8 @@ def check(found: dict[str, Any]) -> None:
     assert q["used"]["cost_usd"] == 0.3 and q["words"] == "$0.50 and 100,000 tokens"
     assert spent["project p today"]["budget"] is None
     (need,) = found["needs"]
-    assert (need["project_id"], need["task_id"], need["waits_for"]) == ("q", "x", "budget")
-    assert need["message"] == "budget: $0.30 of $0.20 per task (exited with code 1)"
+    assert (need["project_id"], need["task_id"], need["waits_for"]) == ("q", "x", "over_budget")
+    assert need["message"] == "stopped by its budget: $0.30 of $0.20 per task (exited with code 1)"
     assert need["answer"] == "run-agent resume -p q -t x --budget AMOUNT (a larger one)"
     assert found["limits"]["projects"] == {"p": 1}
 
@@ -78,6 +78,12 @@ def test_the_command_line_shows_the_fleet_and_who_waits_on_a_task(ws: Workspace)
         assert "  p/d  waits for p/b" in lines
         assert "  project q today: 150 tokens, $0.30 of $0.50 and 100,000 tokens" in lines
         assert "    run-agent resume -p q -t x --budget AMOUNT (a larger one)" in lines
+        # One word for the state, and no "budget: budget:" (the kind, then the run's words).
+        assert "  q/x  stopped by its budget: $0.30 of $0.20 per task (exited with code 1)" in lines
+        assert "budget: budget" not in text.stdout
+        assert listed(ws)["q/x"]["status"] == "over_budget"
+        shown_status = ws.cli("status", "-p", "q", "-t", "x", "--json")
+        assert json.loads(shown_status.stdout)["status"] == "over_budget"
         status = ws.cli("status", "-p", "p", "-t", "b")
         assert "waited on by  p/d" in status.stdout, status.stdout
         assert json.loads(ws.cli("status", "-p", "p", "-t", "b", "--json").stdout)[

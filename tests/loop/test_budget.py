@@ -82,6 +82,26 @@ def test_a_project_whose_day_is_spent_refuses_a_new_start(ws: Workspace) -> None
     assert ws.cli("-p", "q", "-t", "c", "go").returncode == 0  # another project's day is its own
 
 
+def test_a_loop_a_daily_budget_stopped_is_told_what_lifts_it(ws: Workspace) -> None:
+    """No larger task budget lifts a project's daily budget: the loop, `fleet` and the page's
+    needs say what does (config.yaml's budgets:, or tomorrow), and the task reads over_budget
+    wherever it is shown."""
+    import json
+
+    configure(ws, "claude", ["--claude-result", "0.3", "--exit", "1"],
+              budgets={"projects": {"p": {"usd": 0.25}}})  # fmt: skip
+    stopped = ws.cli("-p", "p", "-t", "a", "go")
+    assert stopped.returncode == 4, stopped.stderr
+    assert "a larger daily budget (budgets: in config.yaml), or tomorrow (UTC)" in stopped.stderr
+    assert "a larger --budget" not in stopped.stderr
+    found = json.loads(ws.cli("fleet", "--json").stdout)
+    (need,) = found["needs"]
+    assert need["waits_for"] == "over_budget" and "--budget" not in need["answer"]
+    assert need["answer"].startswith("raise the daily budget under budgets: in config.yaml")
+    listed = json.loads(ws.cli("list", "--json").stdout)
+    assert [row["status"] for row in listed] == ["over_budget"]
+
+
 def test_tasks_running_at_once_count_toward_the_day_while_they_run(ws: Workspace) -> None:
     """Under a project's daily budget each run writes its usage so far into its run-info, so a
     task started meanwhile counts it from its start, and a task already running counts what the
