@@ -128,8 +128,6 @@ def loop_request(
         started_with = replace(started_with, max_restarts=admission.remembered.max_restarts)
     if loop.no_stuck:  # for this loop only
         started_with = replace(started_with, stuck_after=admission.remembered.stuck_after)
-    if loop.fresh:  # for this loop only
-        started_with = replace(started_with, session=admission.remembered.session)
     # Started by the queue's keeper or a cluster's host agent after it waited: since when. For
     # its first run's record, not for anything this process starts.
     queued_since = os.environ.pop(QUEUED_SINCE, None)
