@@ -1058,7 +1058,12 @@ class Service:
         from runagent.fleet import depends
 
         label = task.label if task is not None else None
-        for need in depends.untold(self.root, on=on.label if on else None, label=label):
+        try:
+            found = depends.untold(self.root, on=on.label if on else None, label=label)
+        except (RunAgentError, OSError) as exc:  # telling is never why a loop or a start fails
+            notifier.log(f"could not look for blocked tasks to tell of: {exc}")
+            found = []
+        for need in found:
             notifier.tell_need(need, schedule)
         if own:
             notifier.drain(notify.DRAIN)
