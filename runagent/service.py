@@ -30,6 +30,7 @@ from runagent.config.settings import (
     LimitsSettings,
     LoopSettings,
     MergeMode,
+    NotifyEvent,
     ServerSettings,
     Until,
 )
@@ -61,6 +62,7 @@ if TYPE_CHECKING:  # the executors are imported when a loop is started or stoppe
     from runagent.loop.attempt import StopSignal
     from runagent.loop.backend import Backend
     from runagent.loop.check import Result as CheckResult
+    from runagent.loop.notify import Notifier
     from runagent.schedule import Firing
     from runagent.store.cleanup import Doomed
     from runagent.store.lock import Holder
@@ -645,6 +647,8 @@ class Service:
                 )  # fmt: skip
                 if not turn.go:
                     gate.ensure_keeper(self.root, env)
+                    if turn.blocked:  # for good, when what it runs after will not complete
+                        self.tell_blocked(task=task, schedule=request.schedule)
                     return control.Started(0, None, turn)
                 gated = True
             return control.start_detached(
@@ -700,8 +704,11 @@ class Service:
             agent = admission.agent[0].name if admission.agent else admission.overrides.agent
             waited = self.take_turn(request, agent or self._defaults(None)[0], tell)
             yield replace(admission, waited=waited)
-        except (BlockedError, DamagedRecordError):
-            raise  # the task stays, blocked or unreadable, for `resume`
+        except BlockedError:
+            self.tell_blocked(task=task, schedule=request.schedule)
+            raise  # the task stays blocked, for `resume`
+        except DamagedRecordError:
+            raise  # the task stays unreadable, for `resume`
         except BaseException:
             if created:  # a task refused before it ever ran leaves nothing behind
                 taskfolder.discard_new_task(task)
@@ -1025,6 +1032,42 @@ class Service:
             return withdrawn
         return control.stop(task, wait, self.executor)
 
+    def tell_blocked(
+        self, on: TaskPaths | None = None, *, task: TaskPaths | None = None,
+        notifier: Notifier | None = None, schedule: str | None = None,
+    ) -> None:  # fmt: skip
+        """Tell a person (the notifiers' `needs_input`) of each task blocked for good, not told
+        yet: of those that run after `on` (a loop of it ended without completing, it was
+        deleted), or of `task` itself (a start found it blocked). Each blocking is told once,
+        by whoever finds it first (fleet.depends.untold). With no `notifier` (a loop's), the
+        config's (or `schedule`'s) is used, and waited for."""
+        if not self._queue_exists():
+            return
+        from runagent.loop import notify
+
+        own = notifier is None
+        if notifier is None:
+            from runagent.loop.redaction import Redactor
+
+            config = self.current_config()
+            if config is None:
+                return
+            notifier = notify.loop_notifier(config, schedule, lambda line: None, Redactor())
+        if notifier is None or not notifier.wants(NotifyEvent.NEEDS_INPUT):
+            return
+        from runagent.fleet import depends
+
+        label = task.label if task is not None else None
+        try:
+            found = depends.untold(self.root, on=on.label if on else None, label=label)
+        except (RunAgentError, OSError) as exc:  # telling is never why a loop or a start fails
+            notifier.log(f"could not look for blocked tasks to tell of: {exc}")
+            found = []
+        for need in found:
+            notifier.tell_need(need, schedule)
+        if own:
+            notifier.drain(notify.DRAIN)
+
     def _paused_loop(self, task: TaskPaths, left: Waiting) -> bool:
         """Whether a record taken out of the queue was a loop's that waits out its agent's
         pause holding its task: that loop is stopped too."""
@@ -1072,7 +1115,10 @@ class Service:
 
                 gate.dequeue(plan.task)
             control.withdraw(plan.task, self.executor)  # nor once its actor waits in Ray's queue
-        return doomed, cleanup.carry_out(plans, self.root)
+        freed = cleanup.carry_out(plans, self.root)
+        for plan in plans:  # the tasks that ran after it are blocked for good
+            self.tell_blocked(plan.task)
+        return doomed, freed
 
     def _racers(self, task: TaskPaths) -> list[TaskPaths]:
         """The racers' tasks of a race's task; none for any other task (or a race whose record

@@ -42,7 +42,7 @@ OUTCOME_EXIT = {
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
-NOTIFY_DRAIN = 30.0  # seconds a finished loop waits for its notifications to go out
+NOTIFY_DRAIN = notify.DRAIN  # seconds a finished loop waits for its notifications to go out
 
 
 def executable_dir() -> Path:
@@ -95,6 +95,8 @@ def foreground_loop(
         from runagent.race import ensure_watched
 
         ensure_watched(task)
+    if notifier is not None and result.outcome is not Outcome.COMPLETED:
+        service.tell_blocked(task, notifier=notifier)  # the tasks that ran after it need a person
     console.finish(result.message, result.outcome)
     if notifier is not None:
         notifier.drain(NOTIFY_DRAIN)
@@ -128,8 +130,6 @@ def loop_request(
         started_with = replace(started_with, max_restarts=admission.remembered.max_restarts)
     if loop.no_stuck:  # for this loop only
         started_with = replace(started_with, stuck_after=admission.remembered.stuck_after)
-    if loop.fresh:  # for this loop only
-        started_with = replace(started_with, session=admission.remembered.session)
     # Started by the queue's keeper or a cluster's host agent after it waited: since when. For
     # its first run's record, not for anything this process starts.
     queued_since = os.environ.pop(QUEUED_SINCE, None)

@@ -30,7 +30,6 @@ class LoopArgs:
     after: tuple[str, ...] = ()  # P/T of tasks that must complete first (`--after`)
     priority: int = 0  # its place among tasks that wait in the queue (`--priority`)
     no_stuck: bool = False  # `--no-stuck`: off for this loop, not remembered for the task
-    fresh: bool = False  # `--fresh`: this loop starts new sessions, not remembered for the task
     detach: bool = False  # `--detach`: start the loop where it runs and return
     admitted: bool = False  # the loop of a start the door admitted where it began
     race: RaceSpec | None = None  # `--race N` / `--agents a,b,c`: several loops race on the task
@@ -64,16 +63,12 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
             if raw.get("stuck_after") is not None:
                 raise UsageError("--no-stuck and --stuck-after contradict each other; give one")
             raw["stuck_after"] = 0
-        fresh = bool(kwargs.pop("fresh"))
-        if fresh:
-            if raw.get("session") not in (None, Session.FRESH.value):
-                raise UsageError("--fresh and --session continue contradict each other; give one")
-            raw["session"] = Session.FRESH.value
+        raw["fresh"] = raw["fresh"] or None  # a flag: given, or not
         overrides = LoopOverrides.parse(raw)
         loop = LoopArgs(
             overrides, kwargs.pop("quiet"), kwargs.pop("schedule"), kwargs.pop("again"),
             after=tuple(kwargs.pop("after")), priority=kwargs.pop("priority") or 0,
-            no_stuck=no_stuck, fresh=fresh, detach=bool(kwargs.pop("detach")),
+            no_stuck=no_stuck, detach=bool(kwargs.pop("detach")),
             admitted=bool(kwargs.pop("admitted")), race=race,
         )  # fmt: skip
         return f(*args, loop=loop, **kwargs)
@@ -107,9 +102,7 @@ def _loop_options(f: Callable[..., Any], without: tuple[str, ...]) -> Callable[.
         ("session", click.option(
             "--session", type=click.Choice([c.value for c in Session]),
             help=OPTIONS["session"].help)),
-        ("fresh", click.option(
-            "--fresh", is_flag=True, help="Start this loop's attempts in new sessions of the "
-            "agent (as --session fresh, for this loop only).")),
+        ("fresh", click.option("--fresh", is_flag=True, help=OPTIONS["fresh"].help)),
         ("race", click.option(
             "--race", metavar="N", help="Race N loops of the agent on the task, each in a "
             "worktree of its own: the first whose check passes wins, the others are stopped.")),
@@ -186,4 +179,4 @@ def issue_options(f: Callable[..., Any]) -> Callable[..., Any]:
 
 OVERRIDE_OPTIONS = ("agent", "working_dir", "max_restarts", "restart_delay", "timeout",
                     "idle_timeout", "until", "stuck_after", "budget", "worktree",
-                    "base", "sandbox", "check", "check_timeout", "session")  # fmt: skip
+                    "base", "sandbox", "check", "check_timeout", "session", "fresh")  # fmt: skip

@@ -98,7 +98,16 @@ OPTIONS: dict[str, Option] = {
         "again (default continue).",
         {"enum": [c.value for c in Session]},
     ),
+    "fresh": Option(
+        "Start this loop's attempts in new sessions of the agent (as session fresh, for this "
+        "loop only: not remembered for the task's next resume).",
+        {"type": "boolean"},
+    ),
 }
+
+# The overrides that hold for the one loop they were given to: carried on its command line (a
+# detached loop's too), never remembered in task.yaml for the loops after it.
+THIS_LOOP = ("fresh",)
 
 
 def body_schema() -> dict[str, dict[str, Any]]:
@@ -128,6 +137,7 @@ class LoopOverrides:
     check: str | None = None  # the command that judges a run that says it is done
     check_timeout: float | None = None  # how long the check may run (0: no bound)
     session: Session | None = None  # an attempt continues the agent's session, or starts fresh
+    fresh: bool | None = None  # this loop's attempts start fresh (THIS_LOOP: never remembered)
 
     @classmethod
     def parse(
@@ -166,6 +176,8 @@ class LoopOverrides:
                 changes[name] = Path(value)
             elif name == "worktree":
                 changes[name] = _yes_no(value, where(name))
+            elif name == "fresh":
+                changes[name] = _yes_no(value, where(name)) or None  # false: as if not given
             elif name == "sandbox":
                 changes[name] = _choice(value, where(name), AgentSandbox)
             elif name == "session":
@@ -183,6 +195,10 @@ class LoopOverrides:
                 raise UsageError(
                     f"{where(name)} {shown(value)} is empty; name one, or leave it out"
                 )
+        if changes.get("fresh") and changes.get("session") is Session.CONTINUE:
+            raise UsageError(
+                f"{where('fresh')} and {where('session')} continue contradict each other; give one"
+            )
         return cls(**changes)
 
     def apply(self, settings: LoopSettings) -> LoopSettings:
@@ -210,6 +226,8 @@ class LoopOverrides:
             changes["check"] = self.check
         if self.session is not None:
             changes["session"] = self.session
+        if self.fresh:
+            changes["session"] = Session.FRESH
         return dataclasses.replace(settings, **changes)
 
     def merged(self, given: LoopOverrides) -> LoopOverrides:
@@ -218,10 +236,13 @@ class LoopOverrides:
         return dataclasses.replace(self, **{k: v for k, v in changes.items() if v is not None})
 
     def to_record(self) -> dict[str, object]:
-        """The overrides that are set, as plain values (for the task's task.yaml)."""
+        """The overrides that are set, as plain values (for the task's task.yaml): those of
+        this loop alone (THIS_LOOP) are not."""
         record: dict[str, object] = {}
         for field in dataclasses.fields(self):
             value = getattr(self, field.name)
+            if field.name in THIS_LOOP:
+                continue
             if isinstance(value, Budget):
                 record[field.name] = value.to_args()
             elif value is not None:
@@ -242,7 +263,7 @@ class LoopOverrides:
             return cls()
         if found.sandbox is AgentSandbox.NONE:
             found = dataclasses.replace(found, sandbox=None)
-        return found
+        return dataclasses.replace(found, **dict.fromkeys(THIS_LOOP))  # never one to remember
 
     def to_args(self) -> list[str]:
         """The same overrides as `run-agent run` options, for a detached supervisor."""
@@ -252,6 +273,9 @@ class LoopOverrides:
             if value is None:
                 continue
             option = "--cwd" if field.name == "working_dir" else flag(field.name)
+            if field.name in THIS_LOOP:  # flags of this loop, given or not
+                args += [option] if value else []
+                continue
             if isinstance(value, bool):
                 args.append(option if value else f"--no-{option.removeprefix('--')}")
                 continue

@@ -1,7 +1,8 @@
 """Tasks that run after others (`--after P/T`): named at submission, checked there (the tasks
 exist, and none would wait for itself), and judged while the task waits: once every one has
 completed, it joins the queue; when one fails, is stopped or is deleted, it stays blocked with
-that reason and never starts (a `resume` once the other has completed starts it).
+that reason and never starts (a `resume` once the other has completed starts it). A task so
+blocked needs a person (`need`), which the notifiers tell once for each blocking (`untold`).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from runagent import listing
 from runagent.errors import UsageError
 from runagent.fleet.queue import Fleet, Waiting, order
+from runagent.loop import needs
+from runagent.loop.needs import Need
 from runagent.store.ids import validate_id
 from runagent.store.runfolder import TaskPaths
 from runagent.store.tasks import TaskStatus
@@ -118,3 +121,43 @@ def refresh(fleet: Fleet, records: Sequence[Waiting]) -> list[Waiting]:
                 fleet.put(waiting)
         out.append(waiting)
     return order(out)
+
+
+def need(task: TaskPaths, after: Sequence[str]) -> Need | None:
+    """What a person does for a task that a task it runs after will never release (failed,
+    stopped, deleted), judged now whether or not the queue has written it down yet; None
+    while each may yet complete. Its episode names the blocking: that task and its latest
+    run (or `gone`), so a new failure or a deletion is a blocking of its own."""
+    for label in after:
+        kind, words = state(task.root, label)
+        if kind != "fail":
+            continue
+        project, _, name = label.partition("/")
+        other = TaskPaths(task.root, project, name)
+        gone = not other.folder.is_dir()
+        latest = None if gone else listing.view(other).latest
+        episode = f"{label}: {latest.run_id if latest is not None else 'gone'}"
+        return needs.blocked(task, label, words, gone=gone, episode=episode)
+    return None
+
+
+def untold(root: Path, *, on: str | None = None, label: str | None = None) -> list[Need]:
+    """The blockings no notifier has told yet, judged now under the queue's lock: of the tasks
+    that run after task `on`, or of task `label` (each, given). Each is marked told in its
+    record as it is returned, so whichever process finds it first tells it, and once."""
+    fleet = Fleet(root)
+    if not fleet.exists():
+        return []
+    found: list[Need] = []
+    with fleet.locked():
+        for waiting in refresh(fleet, fleet.waiting()):
+            if waiting.blocked is None or waiting.unreadable is not None:
+                continue
+            if (on is not None and on not in waiting.after) or label not in (None, waiting.label):
+                continue
+            said = need(TaskPaths(root, waiting.project, waiting.task), waiting.after)
+            if said is None or said.episode == waiting.told:
+                continue
+            fleet.put(replace(waiting, told=said.episode))
+            found.append(said)
+    return found

@@ -20,7 +20,6 @@ from runagent.loop import needs
 from runagent.loop.needs import Need
 from runagent.record import record
 from runagent.store import spend
-from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason, Usage
 from runagent.store.spend import GroupBy
 from runagent.store.tasks import TaskStatus, TaskView
@@ -142,22 +141,6 @@ def needs_of(view: TaskView) -> list[Need]:
     if latest is not None and latest.reason in _STOPPED_FOR and view.status not in _NOT_WAITING:
         found.append(needs.stopped(task, _STOPPED_FOR[latest.reason], latest.message or ""))
     if _blocked(view):
-        found.append(_blocked_by(view))
+        assert view.queue is not None
+        found.append(depends.need(view.paths, view.queue.after))
     return [need for need in found if need is not None]
-
-
-def _blocked_by(view: TaskView) -> Need | None:
-    """A blocked task that a task it runs after will never release (failed, stopped, deleted):
-    judged here, whether or not the queue has written it down yet."""
-    assert view.queue is not None
-    for label in view.queue.after:
-        kind, words = depends.state(view.paths.root, label)
-        if kind != "fail":
-            continue
-        project, _, name = label.partition("/")
-        other = TaskPaths(view.paths.root, project, name)
-        gone = not other.folder.is_dir()
-        latest = None if gone else listing.view(other).latest
-        episode = f"{label}: {latest.run_id if latest is not None else 'gone'}"
-        return needs.blocked(view.paths, label, words, gone=gone, episode=episode)
-    return None

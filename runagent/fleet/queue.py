@@ -93,6 +93,7 @@ class Waiting:
     after: tuple[str, ...] = ()  # P/T of the tasks it runs after
     joined: bool = True  # False while it waits for the tasks it runs after
     blocked: str | None = None  # why it will not start: a task it runs after did not complete
+    told: str | None = None  # the blocking a notifier told a person of (its episode): told once
     waiter: int | None = None  # the pid of a foreground run waiting in its own process
     waiter_started: float | None = None
     start: Mapping[str, Any] | None = None  # a detached start: {argv, cwd, env, withheld}
@@ -151,7 +152,8 @@ class Waiting:
         return {
             "project": self.project, "task": self.task, "agent": self.agent, "seq": self.seq,
             "priority": self.priority, "submitted": self.submitted, "after": list(self.after),
-            "joined": self.joined, "blocked": self.blocked, "waiter": self.waiter,
+            "joined": self.joined, "blocked": self.blocked, "told": self.told,
+            "waiter": self.waiter,
             "waiter_started": self.waiter_started,
             "start": dict(self.start) if self.start is not None else None,
             "limits": self.limits.to_record() if self.limits is not None else None,
@@ -171,6 +173,7 @@ class Waiting:
             after=tuple(_texts(get("after", []), "after")),
             joined=_flag(get("joined", True), "joined"),
             blocked=_maybe(_text, get("blocked"), "blocked"),
+            told=_maybe(_text, get("told"), "told"),
             waiter=_maybe(_whole, get("waiter"), "waiter"),
             waiter_started=_maybe(_number, get("waiter_started"), "waiter_started"),
             start=_maybe(_start, get("start"), "start"),

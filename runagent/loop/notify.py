@@ -28,6 +28,7 @@ SIGNATURE_HEADER = "X-Run-Agent-Signature"
 ATTEMPTS = 4
 BACKOFF = 1.0
 TIMEOUT = 15.0
+DRAIN = 30.0  # seconds a process that ends waits for its notifications to go out
 
 
 def signature(secret: str, body: bytes) -> str:
@@ -57,7 +58,7 @@ class Notifier:
         self.sleep = sleep
         self.page = page
         self._threads: list[threading.Thread] = []
-        self._asked: set[tuple[str, str]] = set()  # needs_input episodes told already
+        self._asked: set[tuple[str, str, str]] = set()  # needs_input episodes told already
 
     def send(self, event: NotifyEvent, payload: Mapping[str, Any]) -> None:
         if event not in self.config.events:
@@ -130,10 +131,20 @@ class Notifier:
             if need is not None:
                 self._ask(base, need)
 
+    def wants(self, event: NotifyEvent) -> bool:
+        """Whether this notifier sends `event` (`notify.events`)."""
+        return event in self.config.events
+
+    def tell_need(self, need: needs.Need, schedule: str | None = None) -> None:
+        """Tell, once, what a task waits for from a person that its own loop does not see (a
+        task blocked by one it runs after: told by whoever finds it first)."""
+        project, _, task = need.label.partition("/")
+        self._ask({"project_id": project, "task_id": task, "schedule": schedule}, need)
+
     def _ask(self, base: Mapping[str, Any], need: needs.Need) -> None:
-        if (need.waits_for, need.episode) in self._asked:
+        if (need.label, need.waits_for, need.episode) in self._asked:
             return
-        self._asked.add((need.waits_for, need.episode))
+        self._asked.add((need.label, need.waits_for, need.episode))
         link = f"{self.page}/#{need.label}" if self.page else None
         self.send(NotifyEvent.NEEDS_INPUT, {**base, "waits_for": need.waits_for,
                                             "message": need.message, "answer": need.answer,

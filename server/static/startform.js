@@ -25,7 +25,7 @@ export async function loadAgents() {
 
 const FORM_FIELDS = ["task_id", "agent", "cwd", "timeout", "idle_timeout", "max_restarts", "until",
   "after", "priority", "budget", "stuck_after", "worktree", "base", "check", "check_timeout",
-  "race", "agents"];
+  "session", "race", "agents"];
 
 $("#new-task-button").addEventListener("click", () => navigate("#new"));
 $("#cancel-new").addEventListener("click", () => {

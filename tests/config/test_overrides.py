@@ -131,3 +131,16 @@ def test_an_agents_session_is_its_own_and_a_bad_one_is_named(tmp_path: Path) -> 
     path.write_text("agents:\n  claude: {session: sometimes}\n")
     with pytest.raises(ConfigError, match=r"agents.claude.session: .*sometimes.*continue, fresh"):
         load_config(path, ["claude"], tmp_path)
+
+
+def test_fresh_travels_on_the_loops_command_line_and_is_never_remembered(tmp_path: Path) -> None:
+    task = TaskPaths(tmp_path, "p", "t")
+    given = LoopOverrides.parse({"fresh": True, "agent": "fake"})
+    assert given.apply(LoopSettings()).session is Session.FRESH
+    argv = control.loop_argv("resume", task, given, None)
+    assert "--fresh" in argv and "--session" not in argv
+    assert given.to_record() == {"agent": "fake"}  # task.yaml: never for the loops after it
+    assert LoopOverrides.parse({"fresh": False}) == LoopOverrides()
+    assert "--fresh" not in control.loop_argv("resume", task, LoopOverrides(), None)
+    with pytest.raises(RunAgentError, match=r"^--fresh and --session continue contradict"):
+        LoopOverrides.parse({"fresh": True, "session": "continue"})

@@ -982,6 +982,33 @@ def test_the_form_offers_the_configured_agents_and_the_loop_settings(
     expect(page.locator("#new-task")).to_be_hidden()
 
 
+def test_the_form_asks_whether_attempts_continue_the_agents_session(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """The form's Session: fresh starts each attempt of the task in a new session (remembered
+    for its resumes, as --session fresh is); the API names a value that is neither."""
+    import httpx
+
+    from runagent.store import taskfolder
+
+    replay(ws, "claude", "claude-text.stdout.jsonl", exit_code=1)  # a session, then a failure
+    page.goto(server.url)
+    page.click("#new-task-button")
+    choices = page.locator("select[name=session] option")
+    expect(choices).to_have_text(["config default", "continue", "fresh"])
+    page.select_option("select[name=session]", "fresh")
+    start_from_form(page, "cold", "start cold each time", max_restarts="1")
+    expect(page.locator("#task-status")).to_have_text("failed", timeout=30000)
+    first, second = ws.runs("p", "cold")
+    assert first.session_id and second.resumed_run_id is None  # not continued: fresh
+    assert taskfolder.read_task_settings(ws.task("p", "cold"))["session"] == "fresh"
+    bad = httpx.post(f"{server.url}/api/projects/p/tasks", timeout=30,
+                     json={"task_id": "odd", "prompt": "x", "session": "warm"})  # fmt: skip
+    assert bad.status_code == 400
+    assert bad.json()["error"] == "session: 'warm' is not one of continue, fresh"
+    assert not ws.task("p", "odd").folder.exists()
+
+
 def test_a_finished_task_is_deleted_from_the_page_and_shows_its_disk_use(
     ws: Workspace, server: Server, page: Page
 ) -> None:

@@ -118,3 +118,72 @@ def test_the_session_fields_are_written_only_when_known() -> None:
     assert not {"session_id", "resumed_run_id"} & set(info.to_dict())  # conductor-loop's shape
     known = info.replace(session_id="c05eb71d-26d5", resumed_run_id="q")
     assert RunInfo.from_dict(known.to_dict()) == known
+
+
+def replay_claude(ws: Workspace) -> None:
+    """A config whose agent is of type claude, replaying a captured claude stream (its session
+    id in its first event) and failing: each run's record says which session it started or
+    resumed, with real detached loops."""
+    import yaml
+
+    from tests.conftest import REPO, TEST_DEFAULTS
+
+    chunks = (REPO / "tests" / "samples" / "claude-text.stdout.jsonl").read_bytes().hex()
+    argv = ws.agent_argv(["--ignore-unknown", "--chunks", chunks, "--exit", "1"])
+    ws.config.write_text(yaml.safe_dump({
+        "agents": {"replay": {"type": "claude", "permissions": "none", "command": argv}},
+        "defaults": {"agent": "replay", **TEST_DEFAULTS, "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }))  # fmt: skip
+
+
+def test_fresh_on_a_detached_resume_starts_that_loop_fresh_and_only_that_one(
+    ws: Workspace,
+) -> None:
+    from runagent.store.lock import live_holder
+    from tests.conftest import wait_for
+
+    replay_claude(ws)
+    assert ws.cli("-p", "p", "-t", "t", "go").returncode == 1
+    (first,) = ws.runs()
+    assert first.session_id
+    started = ws.cli("resume", "-p", "p", "-t", "t", "--fresh", "--detach")
+    assert started.returncode == 0, started.stderr
+    wait_for(lambda: len(ws.runs()) == 2 and ws.runs()[1].status != "running"
+             and live_holder(ws.task().lock) is None, what="the detached loop to end")  # fmt: skip
+    second = ws.runs()[1]
+    assert second.resumed_run_id is None and "--resume" not in (second.commandline or "")
+    assert "session" not in taskfolder.read_task_settings(ws.task())  # this loop only
+    again = ws.cli("resume", "-p", "p", "-t", "t", "--detach")  # continues its session again
+    assert again.returncode == 0, again.stderr
+    wait_for(lambda: len(ws.runs()) == 3 and ws.runs()[2].status != "running"
+             and live_holder(ws.task().lock) is None, what="the next loop to end")  # fmt: skip
+    assert ws.runs()[2].resumed_run_id == second.run_id
+
+
+def test_fresh_in_an_api_resume_starts_that_loop_fresh_and_a_bad_one_is_named(
+    ws: Workspace,
+) -> None:
+    from starlette.testclient import TestClient
+
+    from runagent.store.lock import live_holder
+    from server.app import Settings, create_app
+    from tests.conftest import LOCAL, wait_for
+
+    replay_claude(ws)
+    assert ws.cli("-p", "p", "-t", "t", "go").returncode == 1
+    app = create_app(Settings(root=ws.root, config_path=ws.config, workdir=ws.path))
+    with TestClient(app, base_url=LOCAL) as c:
+        url = "/api/projects/p/tasks/t/resume"
+        bad = c.post(url, json={"fresh": "maybe"})
+        assert bad.status_code == 400
+        assert bad.json()["error"] == "fresh: 'maybe' is not true or false"
+        both = c.post(url, json={"fresh": True, "session": "continue"})
+        assert both.status_code == 400
+        assert both.json()["error"] == "fresh and session continue contradict each other; give one"
+        assert c.post(url, json={"fresh": True}).status_code == 202
+        wait_for(lambda: len(ws.runs()) == 2 and live_holder(ws.task().lock) is None,
+                 what="the resumed loop to end")  # fmt: skip
+    first, second = ws.runs()
+    assert first.session_id and second.resumed_run_id is None
+    assert "session" not in taskfolder.read_task_settings(ws.task())
