@@ -53,3 +53,18 @@ def _seconds(value: object) -> float | None:
         except ValueError:
             return None
     return None
+
+
+def words(seconds: float) -> str:
+    """A time span as a person reads it: "45s", "12m 3s", "3h 20m", "2d 4h"."""
+    whole = int(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}d {hours}h"
+    if hours:
+        return f"{hours}h {minutes}m"
+    if minutes:
+        return f"{minutes}m {secs}s"
+    return f"{secs}s"

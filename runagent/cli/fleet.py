@@ -7,10 +7,11 @@ from pathlib import Path
 
 import click
 
+from runagent import duration
 from runagent.cli.group import cli
 from runagent.cli.options import common, json_option, setup
 from runagent.cli.show import RACER_HEADER, race_cell, racer_cells
-from runagent.fleet.overview import Overview, Spent, overview
+from runagent.fleet.overview import Overview, Running, Spent, overview
 from runagent.store.tasks import TaskView
 
 
@@ -60,6 +61,9 @@ def describe(found: Overview) -> list[str]:
         + f" · {c['needs_person']} need a person · {c['tasks']} tasks"
     ]
     lines += [f"{p.words()} (`run-agent fleet unpause {p.agent}` lifts it)" for p in found.paused]
+    if found.running:
+        lines.append("running:")
+        lines += [f"  {running_words(r)}" for r in found.running]
     if found.races:
         lines.append("races:")
         for view in found.races:
@@ -88,6 +92,38 @@ def describe(found: Overview) -> list[str]:
             said = f"blocked: {need.message}" if need.waits_for == "blocked" else need.message
             lines += [f"  {need.label}  {said}", f"    {need.answer}"]
     return lines
+
+
+LINE_WIDTH = 100  # characters of a running task's last line the fleet prints
+
+
+def running_words(running: Running) -> str:
+    """`p/a  claude · attempt 2 · 12m 3s  <its last line, read as the page reads it>`."""
+    latest = running.view.latest
+    said = [running.view.label]
+    if latest is not None:
+        said.append(f"{latest.agent} · attempt {latest.attempt}")
+    if running.seconds is not None:
+        said[-1] += f" · {duration.words(running.seconds)}"
+    last = last_line(running)
+    if last:
+        said.append(last if len(last) <= LINE_WIDTH else last[: LINE_WIDTH - 1] + "…")
+    return "  ".join(said)
+
+
+def last_line(running: Running) -> str:
+    """The last of a running task's stdout lines that reads as something, as the page reads it
+    (its backend's rules: runagent/loop/lines.py)."""
+    import backends
+    from runagent.loop import lines
+
+    latest = running.view.latest
+    rules = backends.lines_of(latest.backend) if latest is not None and latest.backend else ()
+    for line in reversed(running.last_lines):
+        text = " ".join(lines.read(line, rules).split())
+        if text:
+            return text
+    return ""
 
 
 def spent_words(spent: Spent) -> str:

@@ -19,7 +19,7 @@ from runagent.fleet.queue import Fleet, Pause
 from runagent.loop import needs
 from runagent.loop.needs import Need
 from runagent.record import record
-from runagent.store import spend
+from runagent.store import runfolder, spend
 from runagent.store.runinfo import Reason, Usage
 from runagent.store.spend import GroupBy
 from runagent.store.tasks import TaskStatus, TaskView
@@ -51,6 +51,44 @@ class Spent:
                 "words": b.words() if b else None, "spent": self.spent}  # fmt: skip
 
 
+LAST_LINES = 20  # of a running task's stdout, the tail a reader picks its last readable line in
+
+
+@record
+class Running:
+    """A loop that runs, as the fleet lists it first: its task, agent, attempt, since when,
+    and the end of its stdout (its last lines, raw: a face reads them by the backend's rules)."""
+
+    view: TaskView
+    started: str | None  # its run's start (UTC, as run-info.yaml writes it)
+    seconds: float | None  # how long that run has run
+    last_lines: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        latest = self.view.latest
+        return {
+            "project_id": self.view.paths.project_id, "task_id": self.view.paths.task_id,
+            "agent": latest.agent if latest else None,
+            "backend": latest.backend if latest else None,
+            "attempt": latest.attempt if latest else None,
+            "run_id": latest.run_id if latest else None,
+            "started": self.started, "seconds": self.seconds, "last_lines": list(self.last_lines),
+        }  # fmt: skip
+
+
+def running(view: TaskView, now: datetime | None = None) -> Running:
+    """The running task `view` as the fleet lists it."""
+    latest = view.latest
+    if latest is None:
+        return Running(view, None, None)
+    now = now or datetime.now(UTC)
+    seconds = runfolder.seconds_between(latest.start_time, now.isoformat())
+    tail = runfolder.tail(view.paths.run(latest.run_id).stdout, 8192, view.paths.fence)
+    kept = [line[:2000] for line in tail.splitlines() if line.strip()][-LAST_LINES:]
+    return Running(view, latest.start_time, None if seconds is None else round(seconds, 1),
+                   tuple(kept))  # fmt: skip
+
+
 @record
 class Overview:
     counts: dict[str, int]
@@ -63,11 +101,13 @@ class Overview:
     unreadable: tuple[TaskView, ...] = ()  # in the queue, its record unreadable: never started
     races: tuple[TaskView, ...] = ()  # the races running, each with its racers side by side
     paused: tuple[Pause, ...] = ()  # agents paused by their provider's limit, by name
+    running: tuple[Running, ...] = ()  # the loops that run, longest running first
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "day": self.day,
             "counts": self.counts,
+            "running": [r.to_dict() for r in self.running],
             "queue": [v.to_dict() for v in (*self.queued, *self.blocked, *self.unreadable)],
             "spent": [s.to_dict() for s in self.spent],
             "needs": [n.to_dict() for n in self.needs],
@@ -106,9 +146,11 @@ def overview(
     if projects is not None:
         spent = tuple(s for s in spent if s.project in projects)
     paused = tuple(sorted(Fleet(root).pauses(clean=False).values(), key=lambda p: p.agent))
+    loops = [running(v) for v in views if v.status is TaskStatus.RUNNING and v.race is None]
+    loops.sort(key=lambda r: (r.started or "~", r.view.label))
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
                     limits or LimitsSettings(), today.isoformat(), tuple(unreadable),
-                    races, paused)  # fmt: skip
+                    races, paused, tuple(loops))  # fmt: skip
 
 
 def _blocked(view: TaskView) -> bool:

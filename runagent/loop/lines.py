@@ -114,3 +114,58 @@ def _path(path: object, where: str) -> str:
     if not isinstance(path, str) or not all(re.fullmatch(FIELD, f) for f in path.split(".")):
         raise _Fault(f"{where}: {path!r} is not a PATH (field names joined by dots)")
     return path
+
+
+def read(line: str, rules: Sequence[Mapping[str, Any]]) -> str:
+    """`line` in words, as the page draws it (server/static/lines.js, the same rules): the
+    parts' texts of the first rule its JSON object matches, joined; the line as it is when it is
+    no JSON object or no rule matches; "" when a rule shows nothing of it."""
+    import json
+
+    try:
+        event = json.loads(line)
+    except ValueError:
+        return line
+    parts = _describe(event, rules) if isinstance(event, dict) else None
+    if parts is None:
+        return line
+    return " ".join(" ".join(text.split()) for _, text in parts if text.strip())
+
+
+def _at(value: Any, path: str) -> Any:
+    for name in path.split("."):
+        if not isinstance(value, dict) or name not in value:
+            return None
+        value = value[name]
+    return value
+
+
+def _fill(text: str, event: Any) -> str:
+    def value(found: re.Match[str]) -> str:
+        for path in found.group(1).split("|"):
+            got = _at(event, path)
+            if got is not None:
+                import json
+
+                return got if isinstance(got, str) else json.dumps(got)
+        return ""
+
+    return re.sub(PLACE, value, text)
+
+
+def _describe(event: Any, rules: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]] | None:
+    for rule in rules:
+        when, has = rule.get("when", {}), rule.get("has", ())
+        if not all(_at(event, p) == v for p, v in when.items()):
+            continue
+        if not all(_at(event, p) is not None for p in has):
+            continue
+        if "show" in rule:
+            return [(kind, _fill(text, event)) for kind, text in rule["show"]]
+        found = _at(event, rule["each"])
+        if found is None:
+            return []
+        if not isinstance(found, list):
+            return None
+        return [part for item in found for part in (_describe(item, rule["rules"]) or [])]
+    return None

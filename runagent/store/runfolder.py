@@ -831,10 +831,12 @@ def open_regular(path: Path | str, fence: str | None = None) -> BinaryIO:
 NOT_THERE = frozenset({errno.ENOENT, errno.ELOOP, errno.EINVAL, errno.EXDEV})
 
 
-def tail(path: Path, max_bytes: int = 4096) -> str:
-    """The last `max_bytes` of a file as text, starting at a line boundary where possible."""
+def tail(path: Path, max_bytes: int = 4096, fence: str | None = None) -> str:
+    """The last `max_bytes` of a file as text, starting at a line boundary where possible; ""
+    for what is no regular file (a link, a FIFO: never followed nor waited on) or is not there
+    (or leads out of `fence`, where one is given)."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path, fence) as f:
             size = f.seek(0, os.SEEK_END)
             f.seek(max(0, size - max_bytes))
             data = f.read(max_bytes)

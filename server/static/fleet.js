@@ -7,6 +7,7 @@
 
 import { hashFor, navigate, taskUrl } from "./address.js";
 import { $, badge } from "./dom.js";
+import { describe, rulesOf } from "./lines.js";
 
 const COUNTS = [["running", "running"], ["queued", "queued"], ["blocked", "blocked"],
   ["unreadable", "unreadable"], ["needs_person", "need a person"]];
@@ -43,6 +44,7 @@ export async function loadFleet() {
   }
   $("#fleet-error").textContent = "";
   renderCounts(found);
+  renderRunning(found.running || []);
   renderNeeds(found.needs);
   renderPaused(found.paused || []);
   renderRaces(found.races || []);
@@ -63,6 +65,54 @@ function renderCounts(found) {
     if (name === "queued" && found.limits.max_running != null) li.append(` (max_running ${found.limits.max_running})`);
     list.append(li);
   }
+}
+
+// The loops running, longest first: agent, attempt, how long, and the last line of its stdout
+// that reads as something (by its backend's rules, as the log reads it).
+function renderRunning(running) {
+  const list = $("#fleet-running");
+  list.replaceChildren();
+  $("#fleet-running-box").hidden = running.length === 0;
+  for (const loop of running) {
+    const li = document.createElement("li");
+    li.dataset.task = `${loop.project_id}/${loop.task_id}`;
+    const what = document.createElement("span");
+    what.className = "meta";
+    const since = loop.seconds == null ? "" : ` · ${spanWords(loop.seconds)}`;
+    what.textContent = `${loop.agent ?? ""} · attempt ${loop.attempt ?? "?"}${since}`;
+    const last = document.createElement("span");
+    last.className = "last-line";
+    li.append(taskAnchor(loop.project_id, loop.task_id), " ", what, " ", last);
+    list.append(li);
+    lastLine(loop).then((text) => { last.textContent = text; });
+  }
+}
+
+async function lastLine(loop) {
+  const rules = loop.backend ? await rulesOf(loop.backend) : null;
+  for (const line of [...loop.last_lines].reverse()) {
+    let text = line;
+    if (rules) {
+      try {
+        const parts = describe(JSON.parse(line), rules);
+        if (parts) text = parts.map(([, t]) => t).join(" ");
+      } catch { /* not JSON: as written */ }
+    }
+    text = text.replace(/\s+/g, " ").trim();
+    if (text) return text.length > 160 ? `${text.slice(0, 159)}…` : text;
+  }
+  return "";
+}
+
+// "45s", "12m 3s", "3h 20m", "2d 4h" (as runagent/duration.py words it).
+function spanWords(seconds) {
+  const whole = Math.floor(seconds);
+  const [d, h, m, s] = [Math.floor(whole / 86400), Math.floor(whole % 86400 / 3600),
+    Math.floor(whole % 3600 / 60), whole % 60];
+  if (d) return `${d}d ${h}h`;
+  if (h) return `${h}h ${m}m`;
+  if (m) return `${m}m ${s}s`;
+  return `${s}s`;
 }
 
 function taskAnchor(projectId, taskId) {

@@ -61,6 +61,11 @@ def check(found: dict[str, Any]) -> None:
     assert need["message"] == "stopped by its budget: $0.30 of $0.20 per task (exited with code 1)"
     assert need["answer"] == "run-agent resume -p q -t x --budget AMOUNT (a larger one)"
     assert found["limits"]["projects"] == {"p": 1}
+    # The loops running come first, each with its agent, attempt, time and last lines.
+    (loop,) = found["running"]
+    assert (loop["project_id"], loop["task_id"], loop["agent"], loop["attempt"]) == (
+        "p", "a", "fake", 1)  # fmt: skip
+    assert loop["last_lines"][-1] == "line 1" and loop["seconds"] >= 0
 
 
 def test_the_command_line_shows_the_fleet_and_who_waits_on_a_task(ws: Workspace) -> None:
@@ -73,6 +78,8 @@ def test_the_command_line_shows_the_fleet_and_who_waits_on_a_task(ws: Workspace)
         assert text.returncode == 0, text.stderr
         lines = text.stdout.splitlines()
         assert lines[0] == "1 running · 2 queued · 1 blocked · 1 need a person · 5 tasks"
+        assert lines[1] == "running:" and lines[2].startswith("  p/a  fake · attempt 1 · ")
+        assert lines[2].endswith("s  line 1"), lines[2]
         queue = lines.index("queue, in the order it starts:")
         assert lines[queue + 1].startswith("  1. p/c  ") and lines[queue + 2].startswith("  2. p/b")
         assert "  p/d  waits for p/b" in lines
