@@ -29,3 +29,19 @@ def view(task: TaskPaths) -> TaskView:
 def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
     """Every task under `root` (or one project's), queued or blocked included."""
     return tasks.all_tasks(root, places(root), project_id)
+
+
+def in_order(views: list[TaskView]) -> list[TaskView]:
+    """Tasks as a listing shows them: by project, each project's tasks by name as a person
+    counts (q2 before q10), then those that wait, in the order they start (the blocked last)."""
+    import re
+
+    def natural(name: str) -> tuple[tuple[int, int | str], ...]:
+        return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
+
+    def place(v: TaskView) -> tuple[object, ...]:
+        waiting = v.queue is not None and v.queue.unreadable is None
+        where = (1 + v.queue.blocked, v.queue.ahead) if waiting and v.queue else (0, 0)
+        return (v.paths.project_id, *where, natural(v.paths.task_id))
+
+    return sorted(views, key=place)

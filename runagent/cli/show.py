@@ -65,7 +65,7 @@ def list_(
         validate_id("project", project_id)
         if not (s.root / project_id).is_dir():
             raise NotFoundError(f"project {project_id!r} not found {s.where()}")
-    views = listing.all_tasks(s.root, project_id)
+    views = listing.in_order(listing.all_tasks(s.root, project_id))
     if as_json:
         click.echo(json.dumps([v.to_dict() for v in views], indent=2))
         return
@@ -77,7 +77,7 @@ def list_(
     for v in views:
         if v.label in racers:  # listed under its race
             continue
-        rows.append([v.paths.project_id, v.paths.task_id, v.status.value, str(v.run_count),
+        rows.append([v.paths.project_id, v.paths.task_id, v.status_words, str(v.run_count),
                      v.latest.run_id if v.latest else "", race_cell(v.race)])  # fmt: skip
         for r in v.race.racers if v.race is not None else ():  # side by side, under it
             racer = r.view
@@ -146,7 +146,7 @@ def status(
         ("folder", task.folder),
     ]
     if view.queue is not None:
-        rows.append(("waits", view.queue.waits_for))
+        rows.append(("waits", view.status_words.partition(": ")[2] or view.queue.waits_for))
     waited_on_by = tasks.waited_on_by(task, places)
     if waited_on_by:
         rows.append(("waited on by", ", ".join(waited_on_by)))

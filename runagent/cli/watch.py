@@ -23,14 +23,14 @@ HOME_AND_CLEAR = "\x1b[H\x1b[2J"
 
 def screen(s: Setup, project: str | None) -> list[str]:
     """The lines of one frame: a row per task with its latest run and why it ended."""
-    views = listing.all_tasks(s.root, project)
+    views = listing.in_order(listing.all_tasks(s.root, project))
     if not views:
         return [f"no tasks {s.where()}"]
     rows = [["TASK", "STATUS", "RUNS", "LATEST RUN", "ENDED", "WHY"]]
     for v in views:
         latest = v.latest
         rows.append([
-            v.label, v.status.value, str(v.run_count), latest.run_id if latest else "",
+            v.label, v.status_words, str(v.run_count), latest.run_id if latest else "",
             (latest.end_time or "")[:19].replace("T", " ") if latest else "",
             (latest.message or "") if latest else "",
         ])  # fmt: skip

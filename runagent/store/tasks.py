@@ -173,6 +173,18 @@ class TaskView:
     def label(self) -> str:
         return self.paths.label
 
+    @property
+    def status_words(self) -> str:
+        """Its status as a listing shows it: a queued task with how many start before it and
+        what it waits for ("queued: 3 ahead (max_running 4)"), a blocked one with the tasks it
+        waits for ("blocked: waits for p/b")."""
+        place = self.queue
+        if place is None or place.unreadable is not None:
+            return self.status.value
+        if self.status is TaskStatus.BLOCKED:
+            return f"blocked: {place.waits_for}"
+        return f"queued: {place.ahead} ahead ({place.waits_for})"
+
     def to_dict(self) -> dict[str, Any]:
         """The task's row, as `list --json`, `status --json` and the API give it."""
         return {

@@ -85,6 +85,12 @@ function taskLink(row, prefix = "") {
   const status = badge(shownStatus(row));
   if (row.queue) status.title = row.queue.waits_for; // queued or blocked: what it waits for
   a.append(name, status);
+  if (row.status === "queued" && row.queue && !row.queue.unreadable) {
+    const ahead = document.createElement("span");
+    ahead.className = "ahead";
+    ahead.textContent = ` ${row.queue.ahead} ahead`;
+    a.append(ahead);
+  }
   return a;
 }
 

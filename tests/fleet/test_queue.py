@@ -703,3 +703,44 @@ def test_a_foreground_run_whose_queue_record_is_damaged_ends_saying_so(ws: Works
     go(ws, "a")
     assert first.wait(60) == 0
     assert listed(ws)["p/b"]["status"] == "unreadable" and not ws.runs("p", "b")
+
+
+def test_listings_show_the_queue_in_its_order_with_how_many_are_ahead(ws: Workspace) -> None:
+    """`list`, `status` and `watch` show a queued task with how many start before it and what it
+    waits for, the queue in the order it starts (not by name: q10 was submitted first), and
+    the other tasks by name as a person counts (t2 before t10)."""
+    from runagent.cli.options import setup
+    from runagent.cli.watch import screen
+
+    configure(ws, {"max_running": 1}, ["--exit", "0"])
+    for name in ("t10", "t2"):
+        assert ws.cli("job", "-p", "p", "-t", name, "go").returncode == 0
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    wait_for(lambda: running(ws, "a"), what="a running")
+    for name in ("q10", "q2", "q1"):
+        door.start(StartRequest(ws.task("p", name), "go"))
+    try:
+        shown = ws.cli("list")
+        assert shown.returncode == 0, shown.stderr
+        rows = [line.split(None, 2) for line in shown.stdout.splitlines()[1:] if line.strip()]
+        names = [row[1] for row in rows if row[0] == "p"]
+        assert names == ["a", "t2", "t10", "q10", "q2", "q1"], shown.stdout
+        by_name = {row[1]: row[2] for row in rows if row[0] == "p"}
+        assert by_name["q10"].startswith("queued: 0 ahead (max_running 1)")
+        assert by_name["q1"].startswith("queued: 2 ahead (max_running 1)")
+        in_json = [r["task_id"] for r in json.loads(ws.cli("list", "--json").stdout)]
+        assert in_json == names
+        status = ws.cli("status", "-p", "p", "-t", "q2")
+        assert "1 ahead (max_running 1)" in status.stdout, status.stdout
+        frame = screen(setup(ws.config, ws.root), "p")
+        assert [line.split()[0] for line in frame[1:]] == [f"p/{n}" for n in names]
+        assert "queued: 1 ahead (max_running 1)" in frame[5]
+    finally:
+        for name in ("a", "q10", "q2", "q1"):
+            go(ws, name)
+        wait_for(lambda: all(listed(ws)[f"p/{t}"]["status"] == "completed"
+                             for t in ("a", "q10", "q2", "q1")), timeout=90,
+                 what="the queue to empty")  # fmt: skip
+        wait_for(lambda: not keepers(ws), what="the keeper to exit")
