@@ -32,6 +32,9 @@ def busy_fleet(ws: Workspace) -> None:
     door = service(ws)
     door.start(StartRequest(ws.task("p", "a"), "go"))
     wait_for(lambda: listed(ws)["p/a"]["status"] == "running", what="p/a running")
+    wait_for(lambda: any("line 1" in p.read_text() for p in
+                         ws.task("p", "a").folder.glob("runs/*/agent-stdout.txt")),
+             what="p/a's first line")  # fmt: skip
     door.start(StartRequest(ws.task("p", "b"), "go"))
     door.start(StartRequest(ws.task("p", "c"), "go", priority=5))
     door.start(StartRequest(ws.task("p", "d"), "go", after=("p/b",)))
