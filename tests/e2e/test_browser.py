@@ -493,6 +493,9 @@ def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
     first = ws.start_cli("job", "-p", "p", "-t", "a", "first")
     shells.append(first)
     wait_for(lambda: len(ws.agent_pids()) == 2, what="a's agent")  # a holds p's one slot
+    wait_for(lambda: any("line 1" in p.read_text() for p in
+                         ws.task("p", "a").folder.glob("runs/*/agent-stdout.txt")),
+             what="a's first line")  # fmt: skip
     second = ws.start_cli("job", "-p", "p", "-t", "b", "second")
     shells.append(second)
 
