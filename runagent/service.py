@@ -1026,6 +1026,13 @@ class Service:
 
             left = gate.dequeue(task)
             if left is not None and not self._paused_loop(task, left):
+                if not task.run_ids():  # it never ran: say what became of it
+                    runfolder.atomic_write(
+                        runfolder.confine(task).left_queue,
+                        runfolder.dump_yaml(
+                            {"at": runfolder.timestamp(), "left": "stopped before it started"}
+                        ),
+                    )
                 return left
         withdrawn = control.withdraw(task, self.executor)  # from the cluster's queue
         if withdrawn is not None:

@@ -115,6 +115,16 @@ def describe_usage(used: Usage) -> str:
     return f"{used.tokens_in} tokens in, {used.tokens_out} out{cost}"
 
 
+def _left_queue(task: TaskPaths) -> str:
+    """When a task that never ran was taken out of the queue, in words."""
+    try:
+        data = runfolder.load_yaml(runfolder.read_text_in(task.fence, task.left_queue))
+    except (OSError, ValueError):
+        return "stopped before it started"
+    at = data.get("at") if isinstance(data, dict) else None
+    return f"{at}: stopped before it started" if at else "stopped before it started"
+
+
 def _str(value: object) -> str:
     return "" if value is None else str(value)
 
@@ -147,6 +157,8 @@ def status(
     ]
     if view.queue is not None:
         rows.append(("waits", view.status_words.partition(": ")[2] or view.queue.waits_for))
+    elif view.run_count == 0 and view.status is tasks.TaskStatus.STOPPED:
+        rows.append(("left the queue", _left_queue(task)))
     waited_on_by = tasks.waited_on_by(task, places)
     if waited_on_by:
         rows.append(("waited on by", ", ".join(waited_on_by)))

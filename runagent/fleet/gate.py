@@ -54,7 +54,8 @@ def submit(
         old = fleet.record_of(task)  # one that cannot be read is replaced by this start
         if old is not None and not old.abandoned() and old.blocked is None and not old.unreadable:
             raise AlreadyRunningError(
-                f"task {task.label} is already in the queue; `run-agent stop` takes it out"
+                f"task {task.label} is already in the queue; stopping it takes it out "
+                "(`run-agent stop`, or Leave the queue on the page)"
             )
         records = [w for w in depends.refresh(fleet, fleet.waiting()) if w.label != task.label]
         depends.refuse_cycle(records, task.label, after)

@@ -75,6 +75,7 @@ SANDBOX_VIEW = ".sandbox"  # what a sandboxed agent sees as its task folder (nev
 CLI_COPIES = ".cli"  # a sandboxed agent's private copies of its CLI's own files (never read back)
 RACE = "race.yaml"  # a race's task: its racers, its shared budget, its winner (store/race.py)
 RACE_LOCK = ".race.lock"  # held while race.yaml is read, changed and written
+LEFT_QUEUE = "left-queue.yaml"  # a task taken out of the queue before it ever ran: when, by what
 MESSAGES = "messages.jsonl"  # a person's messages to the task's next attempt (store/steering.py)
 MESSAGES_READ = "messages-read.json"  # which run each message was handed to (its loop writes it)
 MESSAGES_LOCK = ".messages.lock"  # held while messages.jsonl is read, added to and written
@@ -166,6 +167,10 @@ class TaskPaths:
     @property
     def race(self) -> Path:
         return self.folder / RACE
+
+    @property
+    def left_queue(self) -> Path:
+        return self.folder / LEFT_QUEUE
 
     @property
     def race_lock(self) -> Path:

@@ -277,8 +277,10 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
         status = TaskStatus.RUNNING
     elif runfolder.stat_in(task.fence, task.done) is not None:
         status = TaskStatus.COMPLETED
-    elif latest is None:
-        status = operations_status(task) or TaskStatus.PENDING
+    elif latest is None:  # never ran: a task taken out of the queue before it did is stopped
+        status = operations_status(task) or (
+            TaskStatus.STOPPED if runfolder.stat_in(task.fence, task.left_queue) else
+            TaskStatus.PENDING)  # fmt: skip
     else:
         status = TaskStatus(latest.status.value)
         if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock

@@ -53,10 +53,13 @@ export async function refreshTask() {
   $("#task-title").textContent = label;
   setTaskStatus(detail.status);
   $("#task-prompt").textContent = detail.prompt || "";
-  $("#stop-button").disabled = detail.status !== "running";
+  // A queued or blocked task is taken out of the queue by Stop, as `run-agent stop` does.
+  const waiting = detail.status === "queued" || detail.status === "blocked";
+  $("#stop-button").disabled = detail.status !== "running" && !waiting;
+  $("#stop-button").textContent = waiting ? "Leave the queue" : "Stop";
   $("#delete-button").disabled = detail.status === "running";
   const resume = $("#resume-button");
-  resume.disabled = detail.status === "running";
+  resume.disabled = detail.status === "running" || waiting;
   // A completed task runs again only when asked to, in so many words (the CLI's --again).
   resume.textContent = detail.status === "completed" ? "Run again" : "Resume";
   resume.dataset.again = detail.status === "completed" ? "1" : "";

@@ -558,6 +558,38 @@ def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
     expect(page.locator("#fleet-queue-empty")).to_be_visible()
 
 
+def test_a_queued_task_leaves_the_queue_from_its_own_view(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """Its Stop reads "Leave the queue" and works (it was disabled, and Resume answered 409
+    naming a command); then it reads stopped, not pending, and says it never started."""
+    from runagent.service import StartRequest
+    from tests.fleet.test_queue import configure, go, keepers, listed, running, service
+
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    wait_for(lambda: running(ws, "a"), what="a running")
+    door.start(StartRequest(ws.task("p", "b"), "go"))
+    try:
+        page.goto(f"{server.url}/#p/b")
+        expect(page.locator("#task-status")).to_have_text("queued")
+        expect(page.locator("#resume-button")).to_be_disabled()
+        leave = page.locator("#stop-button")
+        expect(leave).to_have_text("Leave the queue")
+        leave.click()
+        expect(page.locator("#task-status")).to_have_text("stopped")
+        expect(page.locator("#stop-button")).to_be_disabled()
+        assert listed(ws)["p/b"]["status"] == "stopped"
+        said = ws.cli("status", "-p", "p", "-t", "b")
+        assert "p/b: stopped (0 runs)" in said.stdout, said.stdout
+        assert "stopped before it started" in said.stdout
+    finally:
+        go(ws, "a")
+        wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", what="a to complete")
+        wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
 def test_the_fleet_and_the_task_show_a_queue_record_that_cannot_be_read(
     ws: Workspace, server: Server, page: Page
 ) -> None:
