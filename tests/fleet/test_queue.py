@@ -333,7 +333,7 @@ def test_a_queued_detached_task_is_stopped_before_it_starts(ws: Workspace) -> No
     assert queued.queued is not None and queued.pid == 0
     left = door.stop(ws.task("p", "b"), 5)
     assert isinstance(left, Waiting) and left.label == "p/b"
-    assert listed(ws)["p/b"]["status"] == "pending"
+    assert listed(ws)["p/b"]["status"] == "stopped"  # before it ever started, and said so
     go(ws, "a")
     wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", what="a to complete")
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
@@ -678,7 +678,7 @@ def test_a_person_resumes_stops_or_deletes_a_task_whose_queue_record_is_unreadab
     assert stopped.returncode == 0 and "left the queue" in stopped.stdout, stopped
     assert "could not be read" in stopped.stdout
     assert not Fleet(ws.root).record_path("p", "c").exists()
-    assert listed(ws)["p/c"]["status"] == "pending"
+    assert listed(ws)["p/c"]["status"] == "stopped"  # it left the queue before it ever ran
     assert ws.cli("delete", "-p", "p", "-t", "d", "--yes").returncode == 0
     assert not Fleet(ws.root).record_path("p", "d").exists() and "p/d" not in listed(ws)
     go(ws, "a")
