@@ -74,7 +74,7 @@ def check_agent(agent: AgentConfig, create: Callable[[AgentConfig], Backend]) ->
     except RunAgentError as exc:
         return Section(title, (Finding(False, str(exc)),))
     findings = backend.check()
-    if backend.default_command and backend.executable():
+    if backend.tells_version() and backend.executable():
         version = backend.version()
         findings.append(
             Finding(True, f"version {version}")

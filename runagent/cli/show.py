@@ -13,7 +13,7 @@ import click
 from runagent import listing
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
-from runagent.errors import NotFoundError, UsageError
+from runagent.errors import NotFoundError, UsageError, spelled
 from runagent.store import runfolder, taskfolder, tasks
 from runagent.store.ids import validate_id
 from runagent.store.runfolder import TaskPaths
@@ -154,7 +154,7 @@ def status(
         rows.append(("usage", describe_usage(used)))
     started = taskfolder.read_task_settings(task)
     if started:
-        rows.append(("started with", ", ".join(f"{k} {v}" for k, v in started.items())))
+        rows.append(("started with", ", ".join(f"{k} {spelled(v)}" for k, v in started.items())))
     if view.supervisor:
         rows.append(("supervisor", f"{view.supervisor.describe()} since {view.supervisor.since}"))
     if view.latest:

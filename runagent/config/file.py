@@ -46,7 +46,7 @@ from runagent.config.settings import (
     Until,
     check_words,
 )
-from runagent.errors import ConfigError, UsageError
+from runagent.errors import ConfigError, UsageError, shown
 from runagent.ops import Approvals
 from runagent.store.credentials import scrub_urls
 from runagent.store.race import RaceSpec
@@ -236,7 +236,7 @@ def _metrics(s: Section) -> MetricsSettings:
     s.only("public")
     public = s.data.get("public", False)
     if not isinstance(public, bool):
-        raise ConfigError(f"{s.key('public')}: {public!r} is not true or false")
+        raise ConfigError(f"{s.key('public')}: {shown(public)} is not true or false")
     return MetricsSettings(public=public)
 
 
@@ -273,11 +273,15 @@ def _ops(s: Section) -> OpsSettings:
     s.only("policy", "rules", "approvals", "sandbox")
     rules = s.data.get("rules") or {}
     if not isinstance(rules, dict):
-        raise ConfigError(f"{s.key('rules')}: {rules!r} is not a mapping such as {{deny: [sudo]}}")
+        raise ConfigError(
+            f"{s.key('rules')}: {shown(rules)} is not a mapping such as {{deny: [sudo]}}"
+        )
     try:
         json.dumps(rules)  # handed to the agent process as JSON
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{s.key('rules')}: {rules!r} holds a value that is not plain") from exc
+        raise ConfigError(
+            f"{s.key('rules')}: {shown(rules)} holds a value that is not plain"
+        ) from exc
     policy = s.string("policy") or "standard"
     Policy.from_config({"policy": policy, "rules": rules})  # its errors name ops.policy/ops.rules
     return OpsSettings(
@@ -292,7 +296,7 @@ def _executor(s: Section) -> ExecutorSettings:
     s.only("type", "address", "namespace", "resources", "max_restarts", "shared_root")
     address = s.string("address") or "auto"
     if address != "auto" and not re.fullmatch(r"(ray://)?[A-Za-z0-9.:\[\]-]+:\d{1,5}", address):
-        raise ConfigError(f"{s.key('address')}: {address!r} is not auto or HOST:PORT")
+        raise ConfigError(f"{s.key('address')}: {shown(address)} is not auto or HOST:PORT")
     namespace = s.string("namespace") or "run-agent"
     resources = s.data.get("resources", {"agent_slot": 1})
     if (
@@ -304,7 +308,7 @@ def _executor(s: Section) -> ExecutorSettings:
         )
     ):
         raise ConfigError(
-            f"{s.key('resources')}: {resources!r} is not a mapping of resource names to "
+            f"{s.key('resources')}: {shown(resources)} is not a mapping of resource names to "
             "amounts > 0, such as {agent_slot: 1}"
         )
     return ExecutorSettings(
@@ -424,7 +428,7 @@ def _schedule_issue(s: Section, base_dir: Path) -> ScheduleIssue:
     s.only("number", "repo", "url")
     number = s.get("number", None)
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ConfigError(f"{s.key('number')}: {number!r} is not an issue number (1 or more)")
+        raise ConfigError(f"{s.key('number')}: {shown(number)} is not an issue number (1 or more)")
     repo = _folder(s, "repo", base_dir)
     if repo is None:
         raise ConfigError(f"{s.key('repo')}: missing; name the issue's repository folder")
@@ -443,7 +447,7 @@ def _folder(s: Section, name: str, base_dir: Path) -> Path | None:
 def _priority(s: Section) -> int:
     value = s.get("priority", 0)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{s.key('priority')}: {value!r} is not a whole number")
+        raise ConfigError(f"{s.key('priority')}: {shown(value)} is not a whole number")
     return value
 
 
@@ -483,7 +487,7 @@ def _server(s: Section, base_dir: Path) -> ServerSettings:
     given = s.data.get("ops_workspaces") or []
     if not isinstance(given, list) or not all(isinstance(f, str) and f for f in given):
         raise ConfigError(
-            f"{s.key('ops_workspaces')}: {given!r} is not a list of folders; write e.g. "
+            f"{s.key('ops_workspaces')}: {shown(given)} is not a list of folders; write e.g. "
             "['~/projects/demo']"
         )
     folders = [Path(f).expanduser() for f in given]
@@ -496,7 +500,7 @@ def _server(s: Section, base_dir: Path) -> ServerSettings:
     for host in hosts if isinstance(hosts, list) else [hosts]:
         if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
             raise ConfigError(
-                f"{s.key('allowed_hosts')}: {host!r} is not a host name; write names such as "
+                f"{s.key('allowed_hosts')}: {shown(host)} is not a host name; write names such as "
                 "'runs.example.org' or '192.0.2.7', without a scheme or port"
             )
     return ServerSettings(
@@ -565,7 +569,9 @@ def _command(s: Section, name: str) -> str | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = shlex.join(value)
     if not isinstance(value, str):
-        raise ConfigError(f"{s.key(name)}: {value!r} is not a command line such as 'pytest -q'")
+        raise ConfigError(
+            f"{s.key(name)}: {shown(value)} is not a command line such as 'pytest -q'"
+        )
     try:
         check_words(value, s.key(name))
     except UsageError as exc:
@@ -584,10 +590,12 @@ def _budget(s: Section, name: str) -> Budget | None:
     section.only("usd", "tokens")
     usd, tokens = section.data.get("usd"), section.data.get("tokens")
     if usd is not None and (isinstance(usd, bool) or not isinstance(usd, int | float) or usd <= 0):
-        raise ConfigError(f"{section.key('usd')}: {usd!r} is not a cost in USD above 0")
+        raise ConfigError(f"{section.key('usd')}: {shown(usd)} is not a cost in USD above 0")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
                                or tokens <= 0):  # fmt: skip
-        raise ConfigError(f"{section.key('tokens')}: {tokens!r} is not a number of tokens above 0")
+        raise ConfigError(
+            f"{section.key('tokens')}: {shown(tokens)} is not a number of tokens above 0"
+        )
     if usd is None and tokens is None:
         return None
     return Budget(float(usd) if usd is not None else None, tokens)
@@ -656,7 +664,7 @@ def _exit_codes(s: Section, base: LoopSettings) -> frozenset[int]:
     if isinstance(codes, list) and all(_is_exit_code(c) for c in codes):
         return frozenset(codes)
     raise ConfigError(
-        f"{s.key('non_retryable_exit_codes')}: {codes!r} is not a list of exit codes "
+        f"{s.key('non_retryable_exit_codes')}: {shown(codes)} is not a list of exit codes "
         "(whole numbers 1-255, e.g. [2, 3, 126, 127])"
     )
 

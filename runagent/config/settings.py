@@ -93,8 +93,8 @@ def parse_budget(values: Collection[object], where: str) -> Budget | None:
             tokens = int(float(count.group(1)) * scale)
         else:
             raise UsageError(
-                f"{where} {value!r} is not a budget; give a cost such as 0.50usd or a number of "
-                "tokens such as 200k-tokens"
+                f"{where} {shown(value)} is not a budget; give a cost such as 0.50usd or a number "
+                "of tokens such as 200k-tokens"
             )
     if usd is None and tokens is None:
         return None

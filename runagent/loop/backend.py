@@ -254,10 +254,16 @@ class Backend(abc.ABC):
         argv = self.command()
         return resolve_executable(argv[0], os.environ, Path.cwd()) if argv else None
 
+    def tells_version(self) -> bool:
+        """Whether `EXECUTABLE --version` says the agent's version: for a CLI's own executable
+        alone, not a command of several words (`python3 fake.py`, `npx codex`), whose first
+        word's version is the interpreter's."""
+        return bool(self.default_command) and len(self.command()) == 1
+
     def version(self) -> str | None:
         """The agent's version (its `--version`), cached per executable; None if unknown."""
-        exe = self.executable()
-        return cached_version(Path(exe)) if exe and self.default_command else None
+        exe = self.executable() if self.tells_version() else None
+        return cached_version(Path(exe)) if exe else None
 
     def check(self) -> list[Finding]:
         """Whether this agent can run here: its executable and its credentials."""

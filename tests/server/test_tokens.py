@@ -547,7 +547,7 @@ def _padded(text: str) -> bytes:
 BAD_TOKEN_FILES: dict[str, tuple[Callable[[str], bytes], str]] = {
     "expires without a zone": (_with("expires", "2099-01-01T00:00:00"), "has no time zone"),
     "expires garbage": (_with("expires", "next tuesday"), "'next tuesday' is not a time"),
-    "scope garbage": (_with("scope", ["root"]), "scope ['root'] is not"),
+    "scope garbage": (_with("scope", ["root"]), "scope [root] is not"),
     "tokens not a list": (lambda text: b'{"tokens": "all"}', "tokens 'all' is not a list"),
     "not JSON": (lambda text: b"\x00\x01garbage{{", "not JSON"),
     "deep nesting": (lambda text: b'{"tokens": ' + b"[" * DEEP + b"]" * DEEP + b"}", "too deep"),

@@ -1,0 +1,68 @@
+"""What a new user meets in the first steps (issue 37, 8 to 13): `{config_dir}` wherever a
+command is given, the prompt guard, `doctor` naming the agents that are missing, `serve` with
+tokens, values spelled as config.yaml and JSON spell them, and `token list`'s header."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from runagent.errors import ExitCode
+from tests.conftest import Workspace
+
+
+def configure(ws: Workspace, kind: str, args: list[str], **extra: Any) -> None:
+    """An agent `spender` of backend `kind` whose command is the fake agent run by python3."""
+    ws.write_config([], max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["spender"] = {"type": kind, "command": ws.agent_argv(["--ignore-unknown",
+                                                                        *args])}  # fmt: skip
+    data["defaults"]["agent"] = "spender"
+    data.update(extra)
+    ws.config.write_text(yaml.safe_dump(data))
+
+
+# 12: Python spellings never reach a person ------------------------------------------------------
+
+
+def test_values_are_shown_as_config_yaml_and_json_write_them() -> None:
+    from runagent.errors import shown, spelled
+
+    assert [shown(v) for v in (True, False, None, 3, 1.5, "x")] == [
+        "true", "false", "null", "3", "1.5", "'x'"
+    ]  # fmt: skip
+    assert shown(["sh", "-c", "echo hi"]) == '[sh, -c, "echo hi"]'
+    assert shown({"a": [1, None], "b": "yes"}) == '{a: [1, null], b: "yes"}'
+    assert shown(["1.5", "0x1f", "true", "", "{config_dir}/x"]) == (
+        '["1.5", "0x1f", "true", "", "{config_dir}/x"]'
+    )
+    assert yaml.safe_load(shown(["1.5", "-c", "a b", "true", "~"])) == ["1.5", "-c", "a b",
+                                                                        "true", "~"]  # fmt: skip
+    assert spelled(["0.5usd", "5000tokens"]) == "0.5usd 5000tokens" and spelled(True) == "true"
+
+
+def test_status_says_how_the_task_was_started_without_python_spellings(ws: Workspace) -> None:
+    configure(ws, "codex", ["--codex-usage", "10", "--usage-lines", "1"])
+    done = ws.cli("-p", "p", "-t", "t", "--budget", "5000tokens", "go")
+    assert done.returncode == 0, done.stderr
+    status = ws.cli("status", "-p", "p", "-t", "t").stdout
+    (line,) = [row for row in status.splitlines() if row.startswith("started with")]
+    assert "budget 5000tokens" in line, line
+    assert "[" not in line and "'" not in line and "True" not in line
+
+
+def test_an_agent_run_by_an_interpreter_is_not_given_the_interpreters_version(
+    ws: Workspace,
+) -> None:
+    configure(ws, "codex", ["--codex-usage", "10", "--usage-lines", "1"])
+    assert ws.cli("-p", "p", "-t", "t", "go").returncode == 0
+    (run,) = ws.runs()
+    assert run.agent == "spender" and run.agent_version is None, run.agent_version
+
+
+def test_a_string_command_is_refused_with_the_list_it_means(ws: Workspace) -> None:
+    ws.config.write_text('agents:\n  a:\n    type: command\n    command: sh -c "echo hi"\n')
+    proc = ws.invoke("list")
+    assert proc.returncode == ExitCode.USAGE
+    assert proc.stderr.rstrip().endswith('write the command as a list, e.g. [sh, -c, "echo hi"]')
