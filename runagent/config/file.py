@@ -221,7 +221,7 @@ def parse_config(
                 for name, section in top.section("schedules").items_as_sections()
             }
         ),
-        notify=_notify(top.section("notify")) if top.has("notify") else None,
+        notify=_notify(top.section("notify"), base_dir) if top.has("notify") else None,
         issues=_issues(top.section("issues")),
         ops=ops,
         executor=_executor(top.section("executor")),
@@ -390,7 +390,7 @@ def _schedule(
         until=s.choice("until", Until, Until.EXIT) if s.has("until") else None,
         enabled=s.flag("enabled", True),
         catch_up=s.flag("catch_up", False),
-        notify=_notify(s.section("notify")) if s.has("notify") else None,
+        notify=_notify(s.section("notify"), base_dir) if s.has("notify") else None,
         keep=_keep(s.section("keep")) if s.has("keep") else None,
         after=s.argv("after"),
         priority=_priority(s),
@@ -465,13 +465,13 @@ def _keep(s: Section) -> ScheduleKeep:
     return keep
 
 
-def _notify(s: Section) -> NotifyConfig:
+def _notify(s: Section, base_dir: Path) -> NotifyConfig:
     s.only("command", "webhook", "secret_env", "on")
     webhook = s.string("webhook")
     if webhook is not None and not re.match(r"https?://", webhook):
         raise ConfigError(f"{s.key('webhook')}: {scrub_urls(webhook)!r} is not an http(s) URL")
     return NotifyConfig(
-        command=s.argv("command"),
+        command=in_config_dir(s.argv("command"), base_dir),
         webhook=webhook,
         secret_env=s.string("secret_env"),
         events=frozenset(s.choices("on", NotifyEvent) or NotifyEvent),
@@ -532,8 +532,8 @@ def _agent(
     return AgentConfig(
         name=name,
         type=kind,
-        command=s.argv("command"),
-        args=s.argv("args"),
+        command=in_config_dir(s.argv("command"), base_dir),
+        args=in_config_dir(s.argv("args"), base_dir),
         env=MappingProxyType(s.string_map("env")),
         model=s.string("model"),
         base_url=s.string("base_url"),
@@ -542,7 +542,6 @@ def _agent(
         token_env=s.string("token_env"),
         permissions=s.choice("permissions", Permissions, Permissions.BYPASS),
         pass_env=s.argv("pass_env"),
-        config_dir=base_dir,
         mode=s.choice("mode", Mode, Mode.ANSWER),
         max_turns=_max_turns(s),
         ops=ops,
@@ -556,6 +555,15 @@ def _agent(
         check_timeout=_off_or_duration(s, "check_timeout"),
         session=s.choice("session", Session, Session.CONTINUE) if s.has("session") else None,
     )
+
+
+CONFIG_DIR = "{config_dir}"
+
+
+def in_config_dir(words: tuple[str, ...], base_dir: Path) -> tuple[str, ...]:
+    """Command words (an agent's `command:` and `args:`, for every backend, and `notify.command`)
+    with `{config_dir}` made the config file's folder, in every word, the executable too."""
+    return tuple(word.replace(CONFIG_DIR, str(base_dir)) for word in words)
 
 
 def _command(s: Section, name: str) -> str | None:

@@ -179,7 +179,6 @@ class AgentConfig:
     token_env: str | None = None
     permissions: Permissions = Permissions.BYPASS
     pass_env: tuple[str, ...] = ()
-    config_dir: Path | None = None  # the folder of the config file that defined the agent
     mode: Mode = Mode.ANSWER
     max_turns: int = DEFAULT_MAX_TURNS  # agent mode: model replies before the run fails
     ops: OpsSettings = field(default_factory=OpsSettings)  # the config's `ops:` section

@@ -66,3 +66,48 @@ def test_a_string_command_is_refused_with_the_list_it_means(ws: Workspace) -> No
     proc = ws.invoke("list")
     assert proc.returncode == ExitCode.USAGE
     assert proc.stderr.rstrip().endswith('write the command as a list, e.g. [sh, -c, "echo hi"]')
+
+
+# 8: {config_dir} wherever a command is given -----------------------------------------------------
+
+# A codex of its own kept beside the config: it writes down its words, then says it is done.
+FAKE_CODEX = """#!/bin/sh
+printf '%s\\n' "$@" > "$0.argv"
+cat > /dev/null
+echo '{"type": "thread.started", "thread_id": "0123456789abcdef"}'
+echo '{"type": "item.completed", "item": {"type": "agent_message", "text": "done"}}'
+"""
+
+
+def test_config_dir_stands_for_the_configs_folder_in_every_word_of_every_agents_command(
+    ws: Workspace,
+) -> None:
+    beside = ws.path / "kept beside"  # a space in its name: each word stays one word
+    beside.mkdir()
+    for name in ("codex", "agent.sh"):
+        (beside / name).write_text(FAKE_CODEX)
+        (beside / name).chmod(0o755)
+    config = beside / "config.yaml"
+    config.write_text(yaml.safe_dump({
+        "agents": {
+            "mine": {"type": "command", "command": ["{config_dir}/agent.sh", "{config_dir}/in"],
+                     "args": ["{prompt}"]},
+            "cx": {"type": "codex", "command": ["{config_dir}/codex"],
+                   "args": ["--note", "{config_dir}/notes"]},
+        },
+        "defaults": {"agent": "mine", "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }))  # fmt: skip
+    at = ["--config", str(config)]
+    mine = ws.cli(*at, "-p", "p", "-t", "mine", "say {model} and {config_dir}")
+    assert mine.returncode == 0, mine.stderr
+    first, *prompt = (beside / "agent.sh.argv").read_text().splitlines()
+    assert first == f"{beside}/in"
+    assert "say {model} and {config_dir}" in prompt  # what is put in is not read again
+    cx = ws.cli(*at, "-p", "p", "-t", "cx", "--agent", "cx", "go")
+    assert cx.returncode == 0, cx.stderr
+    words = (beside / "codex.argv").read_text().splitlines()
+    assert words[0] == "exec" and words[words.index("--note") + 1] == f"{beside}/notes"
+    for command in ("doctor", "backends"):
+        said = ws.cli(*at, command).stdout
+        assert f"codex found at {beside}/codex" in said and "{config_dir}" not in said, said
