@@ -521,7 +521,8 @@ def test_a_prompt_in_task_md_with_a_nul_byte_starts_no_agent(ws: Workspace) -> N
         (["staus", "-p", "p", "-t", "t"], "did you mean `run-agent status`"),
         (["lsit"], "did you mean `run-agent list`"),
         (["-p", "p", "-t", "t", "status"], "looks like the command `status`"),
-        (["-p", "p", "-t", "t", "lsit"], "looks like the command `list`"),
+        (["-p", "p", "lsit"], "looks like the command `list`"),  # no -t: a typo, maybe
+        (["-p", "p", "-t", "t", "Stop"], "looks like the command `stop`"),
         (["--root", "elsewhere", "-p", "p", "-t", "t", "stop"], "looks like the command `stop`"),
         (["hello", "-p", "p"], "unknown command 'hello'"),
         (

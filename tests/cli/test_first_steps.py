@@ -111,3 +111,19 @@ def test_config_dir_stands_for_the_configs_folder_in_every_word_of_every_agents_
     for command in ("doctor", "backends"):
         said = ws.cli(*at, command).stdout
         assert f"codex found at {beside}/codex" in said and "{config_dir}" not in said, said
+
+
+# 9: the prompt guard trips on the command names themselves ---------------------------------------
+
+
+def test_a_one_word_prompt_of_a_named_task_runs_unless_it_is_a_commands_name(
+    ws: Workspace,
+) -> None:
+    ws.write_config()
+    for word in ("Release", "Lint", "lsit", "Restart"):  # close to resume, list, list, start
+        proc = ws.invoke("-p", "p", "-t", word.lower(), word)
+        assert proc.returncode == 0, proc.stderr
+    for args in (["-p", "p", "-t", "x", "Status"], ["-p", "p", "Lint"], ["-t", "y", "Lint"]):
+        proc = ws.invoke(*args)
+        assert proc.returncode == ExitCode.USAGE and "looks like the command" in proc.stderr
+    assert {t.name for t in (ws.root / "p").iterdir()} == {"release", "lint", "lsit", "restart"}
