@@ -10,6 +10,7 @@ import click
 
 from runagent.cli.group import cli
 from runagent.cli.options import common, setup
+from runagent.cli.show import print_table
 from runagent.duration import parse_duration
 from runagent.errors import UsageError
 from runagent.loop.context import validate_id
@@ -72,11 +73,11 @@ def list_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
     if not rows:
         click.echo("no tokens; make one with `run-agent token create --scope read`")
         return
-    for r in rows:
-        projects = ",".join(r.projects) or "*"
-        note = f"  {r.note}" if r.note else ""
-        click.echo(f"{r.id}  {r.scope.word:8} {projects:20} {r.created}  "
-                   f"{r.expires or 'no expiry':25} {r.state(now):8}{note}")  # fmt: skip
+    print_table(
+        [[r.id, r.scope.word, ",".join(r.projects) or "*", r.created,
+          r.expires or "no expiry", r.state(now), r.note] for r in rows],
+        ["ID", "SCOPE", "PROJECTS", "CREATED", "EXPIRES", "STATE", "NOTE"],
+    )  # fmt: skip
 
 
 @token.command()

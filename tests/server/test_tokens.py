@@ -344,6 +344,9 @@ def test_token_commands(ws: Workspace) -> None:
     listed = ws.invoke("token", "list")
     assert record.id in listed.stdout and "active" in listed.stdout and secret not in listed.stdout
     assert "CI of app" in listed.stdout
+    header, row = listed.stdout.splitlines()  # a header row, as `list` has
+    assert header.split() == ["ID", "SCOPE", "PROJECTS", "CREATED", "EXPIRES", "STATE", "NOTE"]
+    assert row.split()[:3] == [record.id, "operate", "app"] and row.endswith("active  CI of app")
     (shown,) = json.loads(ws.invoke("token", "list", "--json").stdout)
     assert shown["id"] == record.id and shown["state"] == "active" and "sha256" not in shown
     assert shown["scope"] == "operate" and shown["projects"] == ["app"] and shown["expires"]
