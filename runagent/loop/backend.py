@@ -84,6 +84,7 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     # The executable when `command` is not configured (CLI backends).
     default_command: ClassVar[tuple[str, ...]] = ()
+    package: ClassVar[str] = ""  # the npm package its CLI comes in, for the install hint
     # Prefixes of the provider variables (keys, endpoints) that are this agent's, and of those
     # that are other agents'. The registry sets both from its lines; a backend from another
     # package states its own here, on the class its entry point names.
@@ -295,7 +296,8 @@ class Backend(abc.ABC):
         )
 
     def install_hint(self) -> str:
-        return f"install it, or set agents.{self.config.name}.command"
+        how = f" (npm install -g {self.package})" if self.package else ""
+        return f"install it{how}, or set agents.{self.config.name}.command"
 
     def login_hint(self) -> str:
         return f"or set {self.token_variable} / agents.{self.config.name}.token_env"

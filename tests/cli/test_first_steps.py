@@ -4,8 +4,10 @@ tokens, values spelled as config.yaml and JSON spell them, and `token list`'s he
 
 from __future__ import annotations
 
+import shutil
 from typing import Any
 
+import pytest
 import yaml
 
 from runagent.errors import ExitCode
@@ -127,3 +129,29 @@ def test_a_one_word_prompt_of_a_named_task_runs_unless_it_is_a_commands_name(
         proc = ws.invoke(*args)
         assert proc.returncode == ExitCode.USAGE and "looks like the command" in proc.stderr
     assert {t.name for t in (ws.root / "p").iterdir()} == {"release", "lint", "lsit", "restart"}
+
+
+# 10: doctor says which agents are missing ---------------------------------------------------------
+
+
+def test_doctor_names_the_agent_clis_that_are_missing_without_failing(ws: Workspace) -> None:
+    ws.write_config()
+    bin_dir = ws.path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "codex").write_text("#!/bin/sh\necho 'codex-cli 0.9.0'\n")
+    (bin_dir / "codex").chmod(0o755)
+    path = f"{bin_dir}:/usr/bin:/bin"
+    if shutil.which("claude", path=path) or shutil.which("gemini", path=path):
+        pytest.skip("claude or gemini is installed in /usr/bin here")
+    proc = ws.cli("doctor", "--port", "0", env={"PATH": path})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = proc.stdout.splitlines()
+    assert "note  backends no agent of the config uses (`--agent NAME` runs one that can)" in lines
+    assert (
+        "      ✗ claude: 'claude' not found on PATH — install it (npm install -g "
+        "@anthropic-ai/claude-code), or set agents.claude.command"
+    ) in lines
+    assert f"      ✓ codex: codex found at {bin_dir}/codex" in lines
+    last = lines[-1]
+    assert last.startswith("everything the configured agents need is in place; not usable here:")
+    assert "claude" in last and "gemini" in last and "codex" not in last
