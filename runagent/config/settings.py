@@ -351,6 +351,15 @@ class ServerSettings:
     def api_key(self, env: Mapping[str, str]) -> str | None:
         return env.get(self.api_key_env) or None
 
+    def page(self, host: str | None = None, port: int | None = None) -> str:
+        """The page's address for a browser: `serve`'s host (a name it is reached by, where it
+        listens on every address) and port, or these settings' own."""
+        host = host or self.host
+        if host in ("0.0.0.0", "::", ""):  # every address: the first name given, else loopback
+            host = self.allowed_hosts[0] if self.allowed_hosts else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"http://{shown}:{port or self.port}/"
+
 
 class MergeMode(enum.StrEnum):
     """How `run-agent merge` brings a task's branch back (`issues.merge`)."""

@@ -5,6 +5,7 @@ tokens, values spelled as config.yaml and JSON spell them, and `token list`'s he
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,3 +156,56 @@ def test_doctor_names_the_agent_clis_that_are_missing_without_failing(ws: Worksp
     last = lines[-1]
     assert last.startswith("everything the configured agents need is in place; not usable here:")
     assert "claude" in last and "gemini" in last and "codex" not in last
+
+
+# 11: serve with tokens says how to open the page, and a browser gets one -------------------------
+
+BROWSER = {"Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8"}
+
+
+def test_serve_says_how_to_open_the_page_and_never_prints_the_key(ws: Workspace) -> None:
+    from tests.conftest import serving
+
+    ws.write_config()
+    key = "k" * 40
+    log = ws.path / "serve.log"
+    with serving(ws, env={"RUN_AGENT_API_KEY": key}, log=log) as url:
+        pass
+    said = log.read_text()
+    assert (
+        f"run-agent: the page asks for a key: open {url}/?key=KEY once, with the API key "
+        "(RUN_AGENT_API_KEY) or a token; `run-agent token create --scope operate --link`" in said
+    )
+    assert key not in said
+    made = ws.invoke("token", "create", "--scope", "read", "--link")
+    assert made.returncode == 0, made.stderr
+    secret = made.stdout.strip().rpartition("?key=")[2]
+    assert made.stdout.strip() == f"http://127.0.0.1:14355/?key={secret}" and secret
+    assert "open the address once in a browser" in made.stderr and secret not in made.stderr
+    log.write_text("")
+    with serving(ws, env={"RUN_AGENT_API_KEY": ""}, log=log):  # a token alone: said too
+        pass
+    assert "the page asks for a key" in log.read_text() and secret not in log.read_text()
+
+
+def test_a_browser_without_a_key_gets_a_page_that_takes_one(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from runagent.store import tokens
+    from server.app import Settings, create_app
+
+    secret, _ = tokens.create(tmp_path, tokens.Scope.READ)
+    app = create_app(Settings(root=tmp_path, run_schedules=False))
+    with TestClient(app, base_url="http://127.0.0.1", follow_redirects=False) as client:
+        page = client.get("/", headers=BROWSER)
+        assert page.status_code == 401 and page.headers["content-type"].startswith("text/html")
+        assert '<form method="get" action="/">' in page.text and 'name="key"' in page.text
+        assert "run-agent token create --scope read --link" in page.text
+        api = client.get("/api/tasks")  # a script, or the page's own requests: JSON
+        assert api.status_code == 401 and "Bearer" in api.json()["error"]
+        wrong = client.get("/?key=rat_wrong", headers=BROWSER)
+        assert wrong.status_code == 401 and "was refused" in wrong.text
+        client.cookies.set("run_agent_key", "rat_stale")  # a revoked token's cookie
+        opened = client.get(f"/?key={secret}", headers=BROWSER)  # the form's address
+        assert opened.status_code == 303 and opened.headers["location"] == "/"
+        assert client.get("/", headers=BROWSER).status_code == 200
