@@ -210,7 +210,7 @@ class Actions:
         for name in ("push", "into"):
             value = body.get(name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise UsageError(f"{name} {value!r} is not a name; leave it out, or give one")
+                raise UsageError(f"{name} {shown(value)} is not a name; leave it out, or give one")
             given[name] = value
         force = body.get("force") is True
         said = await run_in_threadpool(

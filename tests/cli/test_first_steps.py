@@ -209,3 +209,13 @@ def test_a_browser_without_a_key_gets_a_page_that_takes_one(tmp_path: Path) -> N
         opened = client.get(f"/?key={secret}", headers=BROWSER)  # the form's address
         assert opened.status_code == 303 and opened.headers["location"] == "/"
         assert client.get("/", headers=BROWSER).status_code == 200
+
+
+def test_a_damaged_run_record_is_named_in_configs_spelling(ws: Workspace) -> None:
+    ws.write_config()
+    assert ws.invoke("-p", "p", "-t", "t", "go").returncode == 0
+    (run,) = ws.runs()
+    info = ws.task().run_folder(run.run_id) / "run-info.yaml"
+    info.write_text(info.read_text().replace(f"attempt: {run.attempt}", "attempt: true"))
+    listed = ws.invoke("list", "-p", "p", "-t", "t").stdout
+    assert "attempt is true, not an int" in listed and "True" not in listed, listed
