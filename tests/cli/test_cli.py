@@ -649,7 +649,7 @@ def test_resume_runs_the_task_as_it_was_started_and_remembers_what_it_changes(
     second = ws.runs()[1]
     assert second.agent == "ticker" and second.cwd == str(elsewhere)
     status = ws.invoke("status", "-p", "p", "-t", "t").stdout
-    assert f"started with  agent ticker, working_dir {elsewhere}, timeout 300" in status
+    assert f"started with  agent ticker, cwd {elsewhere}, timeout 300" in status
     # An option given to resume wins, and is remembered for the next one.
     assert ws.invoke("resume", "-p", "p", "-t", "t", "--agent", "fake").returncode == 1
     assert ws.invoke("resume", "-p", "p", "-t", "t").returncode == 1

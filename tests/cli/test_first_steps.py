@@ -51,8 +51,8 @@ def test_status_says_how_the_task_was_started_without_python_spellings(ws: Works
     assert done.returncode == 0, done.stderr
     status = ws.cli("status", "-p", "p", "-t", "t").stdout
     (line,) = [row for row in status.splitlines() if row.startswith("started with")]
-    assert "budget 5000tokens" in line, line
-    assert "[" not in line and "'" not in line and "True" not in line
+    assert "budget 5000tokens" in line and f"cwd {ws.path}" in line, line
+    assert "[" not in line and "'" not in line and "True" not in line and "working_dir" not in line
 
 
 def test_an_agent_run_by_an_interpreter_is_not_given_the_interpreters_version(
