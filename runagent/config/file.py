@@ -202,7 +202,7 @@ def parse_config(
         name: _agent(name, section, backend_names, base_dir, ops, paste)
         for name, section in top.section("agents").items_as_sections()
     }
-    defaults = _defaults(top.section("defaults"), agents, backend_names)
+    defaults = _defaults(top.section("defaults"), agents, backend_names, base_dir)
     storage = top.section("storage")
     storage.only("runs_dir")
     given = storage.string("runs_dir")
@@ -400,7 +400,7 @@ def _schedule(
         base=s.string("base"),
         cwd=_folder(s, "cwd", base_dir),
         issue=_schedule_issue(s.section("issue"), base_dir) if s.has("issue") else None,
-        check=_command(s, "check"),
+        check=_command(s, "check", base_dir),
         check_timeout=_off_or_duration(s, "check_timeout"),
         race=race,
         session=s.choice("session", Session, Session.CONTINUE) if s.has("session") else None,
@@ -551,7 +551,7 @@ def _agent(
         worktree=s.flag("worktree", False) if s.has("worktree") else None,
         sandbox=s.choice("sandbox", AgentSandbox, AgentSandbox.NONE) if s.has("sandbox") else None,
         network=s.flag("network", True) if s.has("network") else None,
-        check=_command(s, "check"),
+        check=_command(s, "check", base_dir),
         check_timeout=_off_or_duration(s, "check_timeout"),
         session=s.choice("session", Session, Session.CONTINUE) if s.has("session") else None,
     )
@@ -566,9 +566,10 @@ def in_config_dir(words: tuple[str, ...], base_dir: Path) -> tuple[str, ...]:
     return tuple(word.replace(CONFIG_DIR, str(base_dir)) for word in words)
 
 
-def _command(s: Section, name: str) -> str | None:
+def _command(s: Section, name: str, base_dir: Path) -> str | None:
     """A command line (`check:`): a string split as a shell splits words, or a list of words
-    (kept as the command line that splits back into them); None when not given."""
+    (kept as the command line that splits back into them); None when not given. `{config_dir}`
+    in a word is the config file's folder (the line is then written again from its words)."""
     import shlex
 
     value = s.data.get(name)
@@ -581,9 +582,11 @@ def _command(s: Section, name: str) -> str | None:
             f"{s.key(name)}: {shown(value)} is not a command line such as 'pytest -q'"
         )
     try:
-        check_words(value, s.key(name))
+        words = check_words(value, s.key(name))
     except UsageError as exc:
         raise ConfigError(str(exc)) from None
+    if CONFIG_DIR in value:
+        value = shlex.join(in_config_dir(words, base_dir))
     return value.strip()
 
 
@@ -630,7 +633,7 @@ def _max_turns(s: Section) -> int:
 
 
 def _defaults(
-    s: Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
+    s: Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str], base_dir: Path
 ) -> LoopSettings:
     base = LoopSettings()
     s.only(*LOOP_KEYS)
@@ -642,11 +645,11 @@ def _defaults(
     values: dict[str, Any] = {"agent": agent, "non_retryable_exit_codes": _exit_codes(s, base)}
     for name, kind in get_type_hints(LoopSettings).items():
         if name not in values:
-            values[name] = _loop_setting(s, name, kind, getattr(base, name))
+            values[name] = _loop_setting(s, name, kind, getattr(base, name), base_dir)
     return LoopSettings(**values)
 
 
-def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
+def _loop_setting(s: Section, name: str, kind: Any, default: Any, base_dir: Path) -> Any:
     """One key of `defaults:`, read by its LoopSettings field's type."""
     if kind is int:
         return s.count(name, default)
@@ -659,7 +662,7 @@ def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
     if kind == Budget | None:
         return _budget(s, name) if s.has(name) else default
     if kind == str | None:  # a command line (`check:`): the one text setting besides the agent
-        return _command(s, name)
+        return _command(s, name, base_dir)
     if kind is bool:
         return s.flag(name, default)
     raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to config/file.py")

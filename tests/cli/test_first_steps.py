@@ -82,7 +82,7 @@ echo '{"type": "item.completed", "item": {"type": "agent_message", "text": "done
 """
 
 
-def test_config_dir_stands_for_the_configs_folder_in_every_word_of_every_agents_command(
+def test_config_dir_is_the_configs_folder_in_every_word_of_every_command_given(
     ws: Workspace,
 ) -> None:
     beside = ws.path / "kept beside"  # a space in its name: each word stays one word
@@ -90,11 +90,12 @@ def test_config_dir_stands_for_the_configs_folder_in_every_word_of_every_agents_
     for name in ("codex", "agent.sh"):
         (beside / name).write_text(FAKE_CODEX)
         (beside / name).chmod(0o755)
+    (beside / "check.sh").write_text('touch "$0.ran"\n')
     config = beside / "config.yaml"
     config.write_text(yaml.safe_dump({
         "agents": {
             "mine": {"type": "command", "command": ["{config_dir}/agent.sh", "{config_dir}/in"],
-                     "args": ["{prompt}"]},
+                     "args": ["{prompt}"], "check": "sh {config_dir}/check.sh"},
             "cx": {"type": "codex", "command": ["{config_dir}/codex"],
                    "args": ["--note", "{config_dir}/notes"]},
         },
@@ -107,6 +108,7 @@ def test_config_dir_stands_for_the_configs_folder_in_every_word_of_every_agents_
     first, *prompt = (beside / "agent.sh.argv").read_text().splitlines()
     assert first == f"{beside}/in"
     assert "say {model} and {config_dir}" in prompt  # what is put in is not read again
+    assert (beside / "check.sh.ran").exists()  # a check: is a command given too
     cx = ws.cli(*at, "-p", "p", "-t", "cx", "--agent", "cx", "go")
     assert cx.returncode == 0, cx.stderr
     words = (beside / "codex.argv").read_text().splitlines()
