@@ -221,3 +221,24 @@ def test_a_damaged_run_record_is_named_in_configs_spelling(ws: Workspace) -> Non
     info.write_text(info.read_text().replace(f"attempt: {run.attempt}", "attempt: true"))
     listed = ws.invoke("list", "-p", "p", "-t", "t").stdout
     assert "attempt is true, not an int" in listed and "True" not in listed, listed
+
+
+def test_an_api_body_is_answered_in_jsons_spelling(tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from server.app import Settings, create_app
+
+    app = create_app(Settings(root=tmp_path, run_schedules=False))
+    said = {
+        "max_restarts": (True, "max_restarts: true is not a whole number of restarts"),
+        "agent": (False, "agent false is not a name; give one as text"),
+        "task_id": (["a"], "task_id [a] is not a task's id"),
+        "after": ([1, None], "after [1, null] is not a list of PROJECT/TASK names"),
+    }
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        for key, (value, error) in said.items():
+            answer = client.post("/api/projects/p/tasks", json={"prompt": "x", key: value})
+            assert answer.status_code == 400 and answer.json()["error"].startswith(error), (
+                answer.text
+            )
+    assert not (tmp_path / "p").exists()
