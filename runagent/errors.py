@@ -156,7 +156,7 @@ def shown(value: object, limit: int = 80) -> str:
     Python does: a string in quotes, `true`/`false`/`null`, numbers, `[a, "b c"]` and
     `{k: v}`; cut short (an error stays one readable line, whatever was sent). The one place an
     error, a status line or an example names a value given by a person or a program."""
-    text = repr(value) if isinstance(value, str) else _flow(value)
+    text = repr(str(value)) if isinstance(value, str) else _flow(value)
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
 
 
@@ -164,7 +164,7 @@ def spelled(value: object) -> str:
     """`value` after the label that names it (`budget 0.5usd 200000tokens`, `worktree true`):
     as `shown`, but its strings, and a list's, bare (a list of words is its words)."""
     if isinstance(value, str):
-        return value
+        return str(value)
     if isinstance(value, list | tuple):
         return " ".join(spelled(v) for v in value)
     return _flow(value)
@@ -181,10 +181,15 @@ def _flow(value: object) -> str:
         return "null"
     if isinstance(value, bool):
         return "true" if value else "false"
-    if isinstance(value, int | float):
-        return format(value, "g") if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[str(value)]
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    if isinstance(value, int):
+        return str(int(value))
     if isinstance(value, str):
-        return value if _bare(value) else json.dumps(value, ensure_ascii=False)
+        text = str(value)
+        return text if _bare(text) else json.dumps(text, ensure_ascii=False)
     if isinstance(value, list | tuple | set | frozenset):
         items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
         return "[" + ", ".join(_flow(v) for v in items) + "]"

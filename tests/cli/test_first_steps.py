@@ -30,6 +30,7 @@ def configure(ws: Workspace, kind: str, args: list[str], **extra: Any) -> None:
 
 
 def test_values_are_shown_as_config_yaml_and_json_write_them() -> None:
+    from runagent.config.settings import Until
     from runagent.errors import shown, spelled
 
     assert [shown(v) for v in (True, False, None, 3, 1.5, "x")] == [
@@ -43,6 +44,9 @@ def test_values_are_shown_as_config_yaml_and_json_write_them() -> None:
     assert yaml.safe_load(shown(["1.5", "-c", "a b", "true", "~"])) == ["1.5", "-c", "a b",
                                                                         "true", "~"]  # fmt: skip
     assert spelled(["0.5usd", "5000tokens"]) == "0.5usd 5000tokens" and spelled(True) == "true"
+    assert [shown(v) for v in (300.0, 0.1234567, float("inf"), Until.EXIT)] == [
+        "300", "0.1234567", ".inf", "'exit'"
+    ]  # fmt: skip
 
 
 def test_status_says_how_the_task_was_started_without_python_spellings(ws: Workspace) -> None:
