@@ -54,6 +54,7 @@ _INPUT = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_token
 class ClaudeBackend(Backend):
     name = "claude"
     default_command = ("claude",)
+    package = "@anthropic-ai/claude-code"  # the npm package its vendor ships the CLI in
     token_variable = "ANTHROPIC_API_KEY"
     # How the page reads each line of the stream (runagent/loop/lines.py says how rules read).
     lines = (

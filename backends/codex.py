@@ -40,6 +40,7 @@ def _codex_home(env: Mapping[str, str]) -> Path:
 class CodexBackend(Backend):
     name = "codex"
     default_command = ("codex",)
+    package = "@openai/codex"  # the npm package its vendor ships the CLI in
     token_variable = "CODEX_API_KEY"
     login_renamed = True  # auth.json is written beside and renamed over
     # How the page reads each line of the stream (runagent/loop/lines.py says how rules read).

@@ -1,17 +1,19 @@
 """The `command` backend: runs any executable from config, the way custom agents plug in.
 
 `command: [argv...]` (plus `args`) may use the placeholders {prompt_file}, {prompt},
-{run_folder}, {task_folder}, {model} and {config_dir} (the folder of config.yaml, for scripts
-kept beside it). The prompt goes to stdin unless a placeholder takes it.
+{run_folder}, {task_folder} and {model}, and, as any agent's command may, {config_dir} (the
+folder of config.yaml, put in when the config is read). The prompt goes to stdin unless a
+placeholder takes it.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+import re
 
 from runagent.backend import AgentConfig, Backend, ConfigError, LaunchSpec, RunContext
 
 PROMPT_PLACEHOLDERS = ("{prompt_file}", "{prompt}")
+PLACEHOLDER = re.compile(r"\{(?:prompt_file|prompt|run_folder|task_folder|model)\}")
 
 
 class CommandBackend(Backend):
@@ -32,14 +34,10 @@ class CommandBackend(Backend):
             "{run_folder}": str(ctx.run_folder),
             "{task_folder}": str(ctx.task_folder),
             "{model}": self.config.model or "",
-            "{config_dir}": str(self.config.config_dir or Path.cwd()),
         }
         words = [*self.config.command, *self.config.args]
-        argv = []
-        for word in words:
-            for placeholder, value in values.items():
-                word = word.replace(placeholder, value)
-            argv.append(word)
+        # One pass: a value put in (the prompt, a folder's name) is never read for placeholders.
+        argv = [PLACEHOLDER.sub(lambda m: values[m.group(0)], word) for word in words]
         takes_prompt = any(p in w for w in words for p in PROMPT_PLACEHOLDERS)
         env = self.environment(ctx)
         if self.config.model:

@@ -46,6 +46,7 @@ EXIT_AUTH = {41, 401 & 0xFF, 403 & 0xFF}
 class GeminiBackend(Backend):
     name = "gemini"
     default_command = ("gemini",)
+    package = "@google/gemini-cli"  # the npm package its vendor ships the CLI in
     token_variable = "GEMINI_API_KEY"
     # How the page reads each line of the stream (runagent/loop/lines.py says how rules read).
     lines = (

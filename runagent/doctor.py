@@ -28,6 +28,7 @@ DEFAULT_PORT = 14355
 class Section:
     title: str
     findings: tuple[Finding, ...]
+    needed: bool = True  # False: said for a person to know, and no reason for doctor to fail
 
     @property
     def ok(self) -> bool:
@@ -74,7 +75,7 @@ def check_agent(agent: AgentConfig, create: Callable[[AgentConfig], Backend]) ->
     except RunAgentError as exc:
         return Section(title, (Finding(False, str(exc)),))
     findings = backend.check()
-    if backend.default_command and backend.executable():
+    if backend.tells_version() and backend.executable():
         version = backend.version()
         findings.append(
             Finding(True, f"version {version}")
@@ -82,6 +83,21 @@ def check_agent(agent: AgentConfig, create: Callable[[AgentConfig], Backend]) ->
             else Finding(False, "`--version` gave no answer", "check that the CLI runs at all")
         )
     return Section(title, tuple(findings))
+
+
+def check_other_agents(
+    agents: Sequence[AgentConfig], create: Callable[[AgentConfig], Backend]
+) -> Section:
+    """The backends no configured agent uses (claude, codex, gemini, ...: each runs as
+    `--agent NAME` once it can), each in one line: usable here, or its first problem and the
+    fix. Not needed for doctor to pass, but a missing CLI is said, as `backends` says it."""
+    findings = []
+    for agent in agents:
+        section = check_agent(agent, create)
+        first = next((f for f in section.findings if not f.ok), section.findings[0])
+        findings.append(Finding(first.ok, f"{agent.name}: {first.what}", first.fix))
+    title = "backends no agent of the config uses (`--agent NAME` runs one that can)"
+    return Section(title, tuple(findings), needed=False)
 
 
 def check_root(root: Path) -> Section:

@@ -4,6 +4,8 @@ the HTTP status the server answers with (as click's exceptions carry their exit 
 from __future__ import annotations
 
 import enum
+import json
+import re
 
 
 class ExitCode(enum.IntEnum):
@@ -150,7 +152,62 @@ def error_for_exit(code: int, message: str) -> RunAgentError:
 
 
 def shown(value: object, limit: int = 80) -> str:
-    """`value` as an error names it: its repr, cut short (an error stays one readable line,
-    whatever was sent)."""
-    text = repr(value)
+    """`value` as a person reads it in one line, the way config.yaml and JSON write it, never as
+    Python does: a string in quotes, `true`/`false`/`null`, numbers, `[a, "b c"]` and
+    `{k: v}`; cut short (an error stays one readable line, whatever was sent). The one place an
+    error, a status line or an example names a value given by a person or a program."""
+    text = repr(str(value)) if isinstance(value, str) else _flow(value)
     return text if len(text) <= limit else f"{text[: limit - 5]}...{text[-2:]}"
+
+
+def spelled(value: object) -> str:
+    """`value` after the label that names it (`budget 0.5usd 200000tokens`, `worktree true`):
+    as `shown`, but its strings, and a list's, bare (a list of words is its words)."""
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, list | tuple):
+        return " ".join(spelled(v) for v in value)
+    return _flow(value)
+
+
+# A string written bare inside a list or a mapping: a word no YAML reader takes for another type.
+_BARE = re.compile(r"[A-Za-z0-9_./-][A-Za-z0-9_./@%+~-]*")
+_NOT_BARE = frozenset(("y", "n", "yes", "no", "on", "off", "true", "false", "null"))
+
+
+def _flow(value: object) -> str:
+    """`value` in YAML's flow style (what `[a, b]` and `{k: v}` in config.yaml are)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            return {"nan": ".nan", "inf": ".inf", "-inf": "-.inf"}[str(value)]
+        return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+    if isinstance(value, int):
+        return str(int(value))
+    if isinstance(value, str):
+        text = str(value)
+        return text if _bare(text) else json.dumps(text, ensure_ascii=False)
+    if isinstance(value, list | tuple | set | frozenset):
+        items = sorted(value, key=str) if isinstance(value, set | frozenset) else value
+        return "[" + ", ".join(_flow(v) for v in items) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_flow(k)}: {_flow(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, enum.Enum):
+        return _flow(value.value)
+    return json.dumps(str(value), ensure_ascii=False)
+
+
+def _bare(text: str) -> bool:
+    """Whether `text` reads back as this very string when written without quotes."""
+    if not _BARE.fullmatch(text) or text.lower() in _NOT_BARE or text == "-":
+        return False
+    if text.lower().lstrip("+-").startswith((".inf", ".nan", "0x", "0o", "0b")):
+        return False
+    try:
+        float(text.replace("_", ""))
+    except ValueError:
+        return True
+    return False  # a number

@@ -111,9 +111,11 @@ class Actions:
 
     async def start(self, request: Request) -> Response:
         body = await self._body(request)
-        task = self.paths.task(
-            request, must_exist=False, task_id=str(body.get("task_id") or "") or new_task_id()
-        )
+        given = body.get("task_id")
+        if given is not None and not isinstance(given, str):
+            raise UsageError(f"task_id {shown(given)} is not a task's id; give one such as "
+                             "fix-login, or leave it out for a new one")  # fmt: skip
+        task = self.paths.task(request, must_exist=False, task_id=given or new_task_id())
         start = bodies.start_request(
             body, task, self.settings.workdir, grant_of(request), self.settings.workspaces
         )
@@ -210,7 +212,7 @@ class Actions:
         for name in ("push", "into"):
             value = body.get(name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise UsageError(f"{name} {value!r} is not a name; leave it out, or give one")
+                raise UsageError(f"{name} {shown(value)} is not a name; leave it out, or give one")
             given[name] = value
         force = body.get("force") is True
         said = await run_in_threadpool(

@@ -39,6 +39,7 @@ from runagent.errors import (
     NotFoundError,
     RunAgentError,
     UsageError,
+    shown,
 )
 from runagent.fleet.queue import Waiting
 from runagent.loop.context import new_task_id, validate_id
@@ -324,7 +325,7 @@ def _text(args: dict[str, Any], name: str) -> str:
 def _count(args: dict[str, Any], name: str, default: int, most: int | None) -> int:
     value = args.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or (value < 0 and value != default):
-        raise UsageError(f"{name} {value!r} is not a whole number of bytes (0 or more)")
+        raise UsageError(f"{name} {shown(value)} is not a whole number of bytes (0 or more)")
     if most is not None and value > most:
         raise UsageError(f"{name} {value} is over {most}; read in parts with offset")
     return value

@@ -31,6 +31,7 @@ from runagent.errors import (
     NotFoundError,
     RunAgentError,
     UsageError,
+    shown,
 )
 from runagent.loop.context import new_run_id, validate_id
 from runagent.ops.approval import awaited
@@ -158,12 +159,14 @@ class OpsApi:
         workspace = self.workspace(body.get("workspace"))
         policy = body.get("policy", "standard")
         if policy not in POLICIES:
-            raise HTTPException(400, f"policy {policy!r} is not one of {', '.join(POLICIES)}")
+            raise HTTPException(400, f"policy {shown(policy)} is not one of {', '.join(POLICIES)}")
         config = await run_in_threadpool(self.config)
         floor = Sandbox(config.ops.sandbox) if config is not None else Sandbox.AUTO
         sandbox = body.get("sandbox", floor.value)
         if sandbox not in SANDBOXES:
-            raise HTTPException(400, f"sandbox {sandbox!r} is not one of {', '.join(SANDBOXES)}")
+            raise HTTPException(
+                400, f"sandbox {shown(sandbox)} is not one of {', '.join(SANDBOXES)}"
+            )
         try:
             project = validate_id("project", str(body.get("project_id") or "ops"))
             task_id = validate_id("task", str(body.get("task_id") or "ops"))

@@ -32,7 +32,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import URL, Headers
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from runagent.config.userfile import describe_size
@@ -118,10 +118,11 @@ def presented_key(request: Request) -> str | None:
     auth = request.headers.get("authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    given = request.headers.get("x-api-key") or request.cookies.get(COOKIE)
-    if given is None and opens_the_page(request):
-        given = request.query_params.get("key")
-    return given
+    if request.headers.get("x-api-key"):
+        return request.headers["x-api-key"]
+    if opens_the_page(request) and "key" in request.query_params:
+        return request.query_params["key"]  # the one just given, over a cookie gone stale
+    return request.cookies.get(COOKIE)
 
 
 def opens_the_page(request: Request) -> bool:
@@ -168,6 +169,8 @@ class KeyMiddleware:
                 status_code=401,
                 headers={"WWW-Authenticate": "Bearer"},
             )  # fmt: skip
+            if wants_a_page(request):
+                response = key_page(refused=given is not None)
             await response(scope, receive, send)
             return
         refusal = refused(grant, scope.get("method", "GET"), path)
@@ -309,6 +312,43 @@ def grant_of(request: Request) -> tokens.Grant:
     """The grant the key middleware left for the request (everything, where none is needed)."""
     found = request.scope.get("state", {}).get("grant")
     return found if isinstance(found, tokens.Grant) else tokens.ADMIN
+
+
+def wants_a_page(request: Request) -> bool:
+    """A browser opening an address (a GET that accepts HTML), not a script or the page's own
+    requests (which ask for JSON)."""
+    return request.method == "GET" and "text/html" in request.headers.get("accept", "")
+
+
+KEY_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>run-agent: a key is needed</title>
+<style>body{{font:16px system-ui,sans-serif;max-width:36em;margin:4em auto;padding:0 1em}}
+input{{font:inherit;width:100%;margin:.5em 0;padding:.4em}}code{{font-size:90%}}</style>
+</head><body>
+<h1>A key is needed</h1>
+<p>{said} Give the server's API key or a token; this browser keeps it in a cookie for this
+site.</p>
+<form method="get" action="/">
+<label for="key">Key or token</label>
+<input id="key" name="key" type="password" autocomplete="off" required autofocus>
+<button type="submit">Open the page</button>
+</form>
+<p>On the server's machine, <code>run-agent token create --scope read --link</code> makes a token
+and prints the address to open with it (<code>--scope operate</code> to start and stop tasks).</p>
+</body></html>
+"""
+
+
+def key_page(refused: bool) -> HTMLResponse:
+    """A browser's 401: what to give and where to get it, with a form that opens the page with
+    it (as `/?key=`, which sets the cookie and leaves an address without it)."""
+    said = ("That key or token was refused: it is wrong, expired or revoked." if refused
+            else "This run-agent server lets in only who gives a key.")  # fmt: skip
+    return HTMLResponse(
+        KEY_PAGE.format(said=said), status_code=401, headers={"WWW-Authenticate": "Bearer"}
+    )
 
 
 def redirect_without_key(url: URL) -> RedirectResponse:

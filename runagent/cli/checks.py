@@ -17,20 +17,27 @@ from runagent.errors import ExitCode
 
 def backend_agents(config: Config) -> list[AgentConfig]:
     """Each configured agent, plus a default one for every backend no agent uses."""
-    used = {a.type for a in config.agents.values()}
-    defaults = [AgentConfig(name=n, type=n) for n in backends.names() if n not in used]
-    return [*config.agents.values(), *defaults]
+    return [*config.agents.values(), *unused_backends(config)]
+
+
+def unused_backends(config: Config) -> list[AgentConfig]:
+    """A default agent for every backend no configured agent uses (`--agent NAME` runs one)."""
+    used = {a.type for a in config.agents.values()} | set(config.agents)
+    return [AgentConfig(name=n, type=n) for n in backends.names() if n not in used]
 
 
 def print_sections(sections: list[Any]) -> bool:
+    """Each section, headed `ok`, `FAIL` (a needed one that is not), or `note`; whether every
+    needed one is ok."""
     for section in sections:
-        click.echo(f"{'ok  ' if section.ok else 'FAIL'}  {section.title}")
+        head = "ok  " if section.ok else "FAIL" if section.needed else "note"
+        click.echo(f"{head}  {section.title}")
         for f in section.findings:
             click.echo(
                 f"      {'✓' if f.ok else '✗'} {f.what}"
                 + (f" — {f.fix}" if f.fix and not f.ok else "")
             )
-    return all(s.ok for s in sections)
+    return all(s.ok for s in sections if s.needed)
 
 
 @cli.command(name="backends")
@@ -73,6 +80,9 @@ def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     s = setup(config_path, root)
     sections = [doctor.check_python(), doctor.check_config(s.config)]
     sections += [doctor.check_agent(a, backends.create) for a in s.config.agents.values()]
+    unused = unused_backends(s.config)
+    others = doctor.check_other_agents(unused, backends.create)
+    sections += [others] if others.findings else []
     sections += [
         doctor.check_root(s.root),
         doctor.check_port(port=port),
@@ -82,7 +92,12 @@ def doctor_(port: int, config_path: Path | None, root: Path | None) -> None:
     if s.config.executor.type is ExecutorType.RAY:
         sections.append(doctor.check_cluster(s.config.executor))
     if print_sections(sections):
-        click.echo("everything run-agent needs is in place")
+        missing = [a.name for a, f in zip(unused, others.findings, strict=True) if not f.ok]
+        if missing:
+            click.echo("everything the configured agents need is in place; not usable here: "
+                       f"{', '.join(missing)} (see `note` above)")  # fmt: skip
+        else:
+            click.echo("everything run-agent needs is in place")
         return
     fail("some checks failed; see the lines marked ✗", ExitCode.MISSING_DEPENDENCY)
 

@@ -101,9 +101,10 @@ class RunAgentGroup(click.Group):
 
     The rule (README, "Commands"): `--config FILE` and `--root DIR` may stand before the command
     name. Then, if the next word is a command, that command runs. If it is an option, the words
-    are `run`'s (`run-agent -p P -t T "prompt"`). A first word that is neither, or a one-word
-    prompt of that short form, is refused when it is a command name or close to one
-    (`stauts`, `lsit`): a typo must never start a paid run; write `run` to mean it.
+    are `run`'s (`run-agent -p P -t T "prompt"`). A first word that is neither is refused when
+    it is a command name or close to one (`stauts`, `lsit`): a typo must never start a paid
+    run; write `run` to mean it. So is a one-word prompt of that short form, where it is a
+    command's name, or close to one while `-p` or `-t` is missing.
     """
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
@@ -122,12 +123,18 @@ class RunAgentGroup(click.Group):
             args = ["run", *common, *args]
         return super().parse_args(ctx, args)
 
-    def refuse_typo(self, word: str, as_prompt: bool = False) -> None:
+    def refuse_typo(self, word: str, as_prompt: bool = False, task_named: bool = False) -> None:
         """Exit 2 when `word` is, or is close to, a command name (or, as a first word, is no
-        command at all); else return."""
+        command at all); else return. A one-word prompt for a task named by both `-p` and `-t`
+        is refused only as a command's very name (`status`, `Stop`): one merely close to a name
+        is a word of its own (`Release`, `Lint`), and the task's name says a run is meant."""
         import shlex
 
-        close = [word] if word in self.names() else close_names(word.lower(), self.names())
+        names = self.names()
+        if word.lower() in names:
+            close = [word.lower()]
+        else:
+            close = [] if as_prompt and task_named else close_names(word.lower(), names)
         run_it = f"`run-agent run ... {shlex.quote(word)}`"
         if close and as_prompt:
             fail(

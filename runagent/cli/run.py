@@ -60,7 +60,8 @@ def run(
     if ctx.meta.get(IMPLICIT_RUN) and prompt is not None and len(prompt.split()) == 1:
         group = ctx.find_root().command
         assert isinstance(group, RunAgentGroup)
-        group.refuse_typo(prompt, as_prompt=True)  # `run-agent -p P -t T stauts`
+        named = project_id is not None and task_id is not None
+        group.refuse_typo(prompt, as_prompt=True, task_named=named)  # `-p P -t T status`
     text = read_prompt(prompt, prompt_file)
     if issue is None:
         start_loop(setup(config_path, root), project_id, task_id, text, loop)

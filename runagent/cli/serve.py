@@ -83,6 +83,14 @@ def serve(
         click.echo(f"run-agent: firing schedules: {', '.join(enabled)}", err=True)
     shown = f"[{host}]" if ":" in host else host
     click.echo(f"run-agent: serving {s.root} at http://{shown}:{port}/", err=True)
+    if key or tokens.path(s.root).exists():  # never the key itself: a terminal's log keeps it
+        page = s.config.server.page(host, port)
+        click.echo(
+            f"run-agent: the page asks for a key: open {page}?key=KEY once, with the API key "
+            f"({s.config.server.api_key_env}) or a token; `run-agent token create --scope "
+            "operate --link` makes a token and prints that address with it",
+            err=True,
+        )
     click.echo("run-agent: Ctrl-C stops the server; runs it started go on", err=True)
     uvicorn.run(app, host=host, port=port, access_log=False, log_level="warning")
 

@@ -13,7 +13,7 @@ import click
 from runagent import listing
 from runagent.cli.group import cli
 from runagent.cli.options import common, existing_task, json_option, setup, task_option
-from runagent.errors import NotFoundError, UsageError
+from runagent.errors import NotFoundError, UsageError, spelled
 from runagent.store import runfolder, taskfolder, tasks
 from runagent.store.ids import validate_id
 from runagent.store.runfolder import TaskPaths
@@ -166,7 +166,8 @@ def status(
         rows.append(("usage", describe_usage(used)))
     started = taskfolder.read_task_settings(task)
     if started:
-        rows.append(("started with", ", ".join(f"{k} {v}" for k, v in started.items())))
+        said = [f"{started_key(k)} {spelled(v)}" for k, v in started.items()]
+        rows.append(("started with", ", ".join(said)))
     if view.supervisor:
         rows.append(("supervisor", f"{view.supervisor.describe()} since {view.supervisor.since}"))
     if view.latest:
@@ -199,6 +200,15 @@ def status(
     if view.race is not None:  # its racers side by side
         click.echo("")
         print_table([racer_cells(r) for r in view.race.racers], RACER_HEADER)
+
+
+def started_key(name: str) -> str:
+    """A key of task.yaml as a person gives it (the body's and the form's `cwd`, not the field
+    `working_dir`)."""
+    from runagent.config.overrides import OPTIONS
+
+    option = OPTIONS.get(name)
+    return (option.body_key or name) if option is not None else name
 
 
 RACER_HEADER = ["RACER", "AGENT", "STATUS", "ATTEMPT", "SPEND", "CHECK", "REASON"]

@@ -10,6 +10,7 @@ import click
 
 from runagent.cli.group import cli
 from runagent.cli.options import common, setup
+from runagent.cli.show import print_table
 from runagent.duration import parse_duration
 from runagent.errors import UsageError
 from runagent.loop.context import validate_id
@@ -32,9 +33,14 @@ def token() -> None:
 )  # fmt: skip
 @click.option("--expires", help="How long it is good for, e.g. 30d (default: until revoked).")
 @click.option("--note", default="", help="What it is for, shown by `token list` (e.g. CI of app).")
+@click.option(
+    "--link", is_flag=True,
+    help="Print the page's address with the token (/?key=TOKEN, as config.yaml's server: says "
+    "it is served) to open in a browser, instead of the token alone.",
+)  # fmt: skip
 @common
 def create(
-    scope: str, projects: tuple[str, ...], expires: str | None, note: str,
+    scope: str, projects: tuple[str, ...], expires: str | None, note: str, link: bool,
     config_path: Path | None, root: Path | None,
 ) -> None:  # fmt: skip
     """Make a token; it is printed once, and only its hash is kept."""
@@ -49,11 +55,13 @@ def create(
     if "\n" in note or len(note) > 200:
         raise UsageError("--note is one line of at most 200 characters")
     secret, made = tokens.create(s.root, tokens.Scope.named(scope), projects, seconds, note=note)
-    click.echo(secret)
+    click.echo(f"{s.config.server.page()}?key={secret}" if link else secret)
     limited = f" for {', '.join(made.projects)}" if made.projects else ""
     ends = f", until {made.expires}" if made.expires else ""
+    use = ("open the address once in a browser, which keeps the token in a cookie" if link
+           else "send it as Authorization: Bearer TOKEN")  # fmt: skip
     click.echo(f"run-agent: token {made.id} ({scope}{limited}{ends}); it is shown only this "
-               "once: send it as Authorization: Bearer TOKEN", err=True)  # fmt: skip
+               f"once: {use}", err=True)  # fmt: skip
 
 
 @token.command(name="list")
@@ -72,11 +80,11 @@ def list_(as_json: bool, config_path: Path | None, root: Path | None) -> None:
     if not rows:
         click.echo("no tokens; make one with `run-agent token create --scope read`")
         return
-    for r in rows:
-        projects = ",".join(r.projects) or "*"
-        note = f"  {r.note}" if r.note else ""
-        click.echo(f"{r.id}  {r.scope.word:8} {projects:20} {r.created}  "
-                   f"{r.expires or 'no expiry':25} {r.state(now):8}{note}")  # fmt: skip
+    print_table(
+        [[r.id, r.scope.word, ",".join(r.projects) or "*", r.created,
+          r.expires or "no expiry", r.state(now), r.note] for r in rows],
+        ["ID", "SCOPE", "PROJECTS", "CREATED", "EXPIRES", "STATE", "NOTE"],
+    )  # fmt: skip
 
 
 @token.command()

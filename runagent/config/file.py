@@ -46,7 +46,7 @@ from runagent.config.settings import (
     Until,
     check_words,
 )
-from runagent.errors import ConfigError, UsageError
+from runagent.errors import ConfigError, UsageError, shown
 from runagent.ops import Approvals
 from runagent.store.credentials import scrub_urls
 from runagent.store.race import RaceSpec
@@ -202,7 +202,7 @@ def parse_config(
         name: _agent(name, section, backend_names, base_dir, ops, paste)
         for name, section in top.section("agents").items_as_sections()
     }
-    defaults = _defaults(top.section("defaults"), agents, backend_names)
+    defaults = _defaults(top.section("defaults"), agents, backend_names, base_dir)
     storage = top.section("storage")
     storage.only("runs_dir")
     given = storage.string("runs_dir")
@@ -221,7 +221,7 @@ def parse_config(
                 for name, section in top.section("schedules").items_as_sections()
             }
         ),
-        notify=_notify(top.section("notify")) if top.has("notify") else None,
+        notify=_notify(top.section("notify"), base_dir) if top.has("notify") else None,
         issues=_issues(top.section("issues")),
         ops=ops,
         executor=_executor(top.section("executor")),
@@ -236,7 +236,7 @@ def _metrics(s: Section) -> MetricsSettings:
     s.only("public")
     public = s.data.get("public", False)
     if not isinstance(public, bool):
-        raise ConfigError(f"{s.key('public')}: {public!r} is not true or false")
+        raise ConfigError(f"{s.key('public')}: {shown(public)} is not true or false")
     return MetricsSettings(public=public)
 
 
@@ -273,11 +273,15 @@ def _ops(s: Section) -> OpsSettings:
     s.only("policy", "rules", "approvals", "sandbox")
     rules = s.data.get("rules") or {}
     if not isinstance(rules, dict):
-        raise ConfigError(f"{s.key('rules')}: {rules!r} is not a mapping such as {{deny: [sudo]}}")
+        raise ConfigError(
+            f"{s.key('rules')}: {shown(rules)} is not a mapping such as {{deny: [sudo]}}"
+        )
     try:
         json.dumps(rules)  # handed to the agent process as JSON
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{s.key('rules')}: {rules!r} holds a value that is not plain") from exc
+        raise ConfigError(
+            f"{s.key('rules')}: {shown(rules)} holds a value that is not plain"
+        ) from exc
     policy = s.string("policy") or "standard"
     Policy.from_config({"policy": policy, "rules": rules})  # its errors name ops.policy/ops.rules
     return OpsSettings(
@@ -292,7 +296,7 @@ def _executor(s: Section) -> ExecutorSettings:
     s.only("type", "address", "namespace", "resources", "max_restarts", "shared_root")
     address = s.string("address") or "auto"
     if address != "auto" and not re.fullmatch(r"(ray://)?[A-Za-z0-9.:\[\]-]+:\d{1,5}", address):
-        raise ConfigError(f"{s.key('address')}: {address!r} is not auto or HOST:PORT")
+        raise ConfigError(f"{s.key('address')}: {shown(address)} is not auto or HOST:PORT")
     namespace = s.string("namespace") or "run-agent"
     resources = s.data.get("resources", {"agent_slot": 1})
     if (
@@ -304,7 +308,7 @@ def _executor(s: Section) -> ExecutorSettings:
         )
     ):
         raise ConfigError(
-            f"{s.key('resources')}: {resources!r} is not a mapping of resource names to "
+            f"{s.key('resources')}: {shown(resources)} is not a mapping of resource names to "
             "amounts > 0, such as {agent_slot: 1}"
         )
     return ExecutorSettings(
@@ -386,7 +390,7 @@ def _schedule(
         until=s.choice("until", Until, Until.EXIT) if s.has("until") else None,
         enabled=s.flag("enabled", True),
         catch_up=s.flag("catch_up", False),
-        notify=_notify(s.section("notify")) if s.has("notify") else None,
+        notify=_notify(s.section("notify"), base_dir) if s.has("notify") else None,
         keep=_keep(s.section("keep")) if s.has("keep") else None,
         after=s.argv("after"),
         priority=_priority(s),
@@ -396,7 +400,7 @@ def _schedule(
         base=s.string("base"),
         cwd=_folder(s, "cwd", base_dir),
         issue=_schedule_issue(s.section("issue"), base_dir) if s.has("issue") else None,
-        check=_command(s, "check"),
+        check=_command(s, "check", base_dir),
         check_timeout=_off_or_duration(s, "check_timeout"),
         race=race,
         session=s.choice("session", Session, Session.CONTINUE) if s.has("session") else None,
@@ -424,7 +428,7 @@ def _schedule_issue(s: Section, base_dir: Path) -> ScheduleIssue:
     s.only("number", "repo", "url")
     number = s.get("number", None)
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise ConfigError(f"{s.key('number')}: {number!r} is not an issue number (1 or more)")
+        raise ConfigError(f"{s.key('number')}: {shown(number)} is not an issue number (1 or more)")
     repo = _folder(s, "repo", base_dir)
     if repo is None:
         raise ConfigError(f"{s.key('repo')}: missing; name the issue's repository folder")
@@ -443,7 +447,7 @@ def _folder(s: Section, name: str, base_dir: Path) -> Path | None:
 def _priority(s: Section) -> int:
     value = s.get("priority", 0)
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{s.key('priority')}: {value!r} is not a whole number")
+        raise ConfigError(f"{s.key('priority')}: {shown(value)} is not a whole number")
     return value
 
 
@@ -461,13 +465,13 @@ def _keep(s: Section) -> ScheduleKeep:
     return keep
 
 
-def _notify(s: Section) -> NotifyConfig:
+def _notify(s: Section, base_dir: Path) -> NotifyConfig:
     s.only("command", "webhook", "secret_env", "on")
     webhook = s.string("webhook")
     if webhook is not None and not re.match(r"https?://", webhook):
         raise ConfigError(f"{s.key('webhook')}: {scrub_urls(webhook)!r} is not an http(s) URL")
     return NotifyConfig(
-        command=s.argv("command"),
+        command=in_config_dir(s.argv("command"), base_dir),
         webhook=webhook,
         secret_env=s.string("secret_env"),
         events=frozenset(s.choices("on", NotifyEvent) or NotifyEvent),
@@ -483,7 +487,7 @@ def _server(s: Section, base_dir: Path) -> ServerSettings:
     given = s.data.get("ops_workspaces") or []
     if not isinstance(given, list) or not all(isinstance(f, str) and f for f in given):
         raise ConfigError(
-            f"{s.key('ops_workspaces')}: {given!r} is not a list of folders; write e.g. "
+            f"{s.key('ops_workspaces')}: {shown(given)} is not a list of folders; write e.g. "
             "['~/projects/demo']"
         )
     folders = [Path(f).expanduser() for f in given]
@@ -496,7 +500,7 @@ def _server(s: Section, base_dir: Path) -> ServerSettings:
     for host in hosts if isinstance(hosts, list) else [hosts]:
         if not isinstance(host, str) or not HOST_NAME.fullmatch(host):
             raise ConfigError(
-                f"{s.key('allowed_hosts')}: {host!r} is not a host name; write names such as "
+                f"{s.key('allowed_hosts')}: {shown(host)} is not a host name; write names such as "
                 "'runs.example.org' or '192.0.2.7', without a scheme or port"
             )
     return ServerSettings(
@@ -528,8 +532,8 @@ def _agent(
     return AgentConfig(
         name=name,
         type=kind,
-        command=s.argv("command"),
-        args=s.argv("args"),
+        command=in_config_dir(s.argv("command"), base_dir),
+        args=in_config_dir(s.argv("args"), base_dir),
         env=MappingProxyType(s.string_map("env")),
         model=s.string("model"),
         base_url=s.string("base_url"),
@@ -538,7 +542,6 @@ def _agent(
         token_env=s.string("token_env"),
         permissions=s.choice("permissions", Permissions, Permissions.BYPASS),
         pass_env=s.argv("pass_env"),
-        config_dir=base_dir,
         mode=s.choice("mode", Mode, Mode.ANSWER),
         max_turns=_max_turns(s),
         ops=ops,
@@ -548,15 +551,25 @@ def _agent(
         worktree=s.flag("worktree", False) if s.has("worktree") else None,
         sandbox=s.choice("sandbox", AgentSandbox, AgentSandbox.NONE) if s.has("sandbox") else None,
         network=s.flag("network", True) if s.has("network") else None,
-        check=_command(s, "check"),
+        check=_command(s, "check", base_dir),
         check_timeout=_off_or_duration(s, "check_timeout"),
         session=s.choice("session", Session, Session.CONTINUE) if s.has("session") else None,
     )
 
 
-def _command(s: Section, name: str) -> str | None:
+CONFIG_DIR = "{config_dir}"
+
+
+def in_config_dir(words: tuple[str, ...], base_dir: Path) -> tuple[str, ...]:
+    """Command words (an agent's `command:` and `args:`, for every backend, and `notify.command`)
+    with `{config_dir}` made the config file's folder, in every word, the executable too."""
+    return tuple(word.replace(CONFIG_DIR, str(base_dir)) for word in words)
+
+
+def _command(s: Section, name: str, base_dir: Path) -> str | None:
     """A command line (`check:`): a string split as a shell splits words, or a list of words
-    (kept as the command line that splits back into them); None when not given."""
+    (kept as the command line that splits back into them); None when not given. `{config_dir}`
+    in a word is the config file's folder (the line is then written again from its words)."""
     import shlex
 
     value = s.data.get(name)
@@ -565,11 +578,15 @@ def _command(s: Section, name: str) -> str | None:
     if isinstance(value, list) and all(isinstance(v, str) for v in value):
         value = shlex.join(value)
     if not isinstance(value, str):
-        raise ConfigError(f"{s.key(name)}: {value!r} is not a command line such as 'pytest -q'")
+        raise ConfigError(
+            f"{s.key(name)}: {shown(value)} is not a command line such as 'pytest -q'"
+        )
     try:
-        check_words(value, s.key(name))
+        words = check_words(value, s.key(name))
     except UsageError as exc:
         raise ConfigError(str(exc)) from None
+    if CONFIG_DIR in value:
+        value = shlex.join(in_config_dir(words, base_dir))
     return value.strip()
 
 
@@ -584,10 +601,12 @@ def _budget(s: Section, name: str) -> Budget | None:
     section.only("usd", "tokens")
     usd, tokens = section.data.get("usd"), section.data.get("tokens")
     if usd is not None and (isinstance(usd, bool) or not isinstance(usd, int | float) or usd <= 0):
-        raise ConfigError(f"{section.key('usd')}: {usd!r} is not a cost in USD above 0")
+        raise ConfigError(f"{section.key('usd')}: {shown(usd)} is not a cost in USD above 0")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int)
                                or tokens <= 0):  # fmt: skip
-        raise ConfigError(f"{section.key('tokens')}: {tokens!r} is not a number of tokens above 0")
+        raise ConfigError(
+            f"{section.key('tokens')}: {shown(tokens)} is not a number of tokens above 0"
+        )
     if usd is None and tokens is None:
         return None
     return Budget(float(usd) if usd is not None else None, tokens)
@@ -614,7 +633,7 @@ def _max_turns(s: Section) -> int:
 
 
 def _defaults(
-    s: Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str]
+    s: Section, agents: Mapping[str, AgentConfig], backend_names: Collection[str], base_dir: Path
 ) -> LoopSettings:
     base = LoopSettings()
     s.only(*LOOP_KEYS)
@@ -626,11 +645,11 @@ def _defaults(
     values: dict[str, Any] = {"agent": agent, "non_retryable_exit_codes": _exit_codes(s, base)}
     for name, kind in get_type_hints(LoopSettings).items():
         if name not in values:
-            values[name] = _loop_setting(s, name, kind, getattr(base, name))
+            values[name] = _loop_setting(s, name, kind, getattr(base, name), base_dir)
     return LoopSettings(**values)
 
 
-def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
+def _loop_setting(s: Section, name: str, kind: Any, default: Any, base_dir: Path) -> Any:
     """One key of `defaults:`, read by its LoopSettings field's type."""
     if kind is int:
         return s.count(name, default)
@@ -643,7 +662,7 @@ def _loop_setting(s: Section, name: str, kind: Any, default: Any) -> Any:
     if kind == Budget | None:
         return _budget(s, name) if s.has(name) else default
     if kind == str | None:  # a command line (`check:`): the one text setting besides the agent
-        return _command(s, name)
+        return _command(s, name, base_dir)
     if kind is bool:
         return s.flag(name, default)
     raise TypeError(f"LoopSettings.{name}: no reader for a {kind}; add one to config/file.py")
@@ -656,7 +675,7 @@ def _exit_codes(s: Section, base: LoopSettings) -> frozenset[int]:
     if isinstance(codes, list) and all(_is_exit_code(c) for c in codes):
         return frozenset(codes)
     raise ConfigError(
-        f"{s.key('non_retryable_exit_codes')}: {codes!r} is not a list of exit codes "
+        f"{s.key('non_retryable_exit_codes')}: {shown(codes)} is not a list of exit codes "
         "(whole numbers 1-255, e.g. [2, 3, 126, 127])"
     )
 

@@ -191,6 +191,8 @@ class LoopOverrides:
                 changes[name] = value
             elif isinstance(value, str) and value.strip():
                 raise UsageError(f"{where(name)} {shown(value)} holds a control character")
+            elif not isinstance(value, str):
+                raise UsageError(f"{where(name)} {shown(value)} is not a name; give one as text")
             else:
                 raise UsageError(
                     f"{where(name)} {shown(value)} is empty; name one, or leave it out"

@@ -8,7 +8,7 @@ from collections.abc import Collection
 from typing import Any, TypeVar
 
 from runagent.duration import parse_duration
-from runagent.errors import ConfigError
+from runagent.errors import ConfigError, shown
 
 E = TypeVar("E", bound=enum.Enum)
 # A flag written as a word (YAML 1.2 reads only true/false as booleans): still what it says.
@@ -29,7 +29,9 @@ class Section:
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise ConfigError(f"{path or 'the file'}: expected a mapping of keys, got {data!r}")
+            raise ConfigError(
+                f"{path or 'the file'}: expected a mapping of keys, got {shown(data)}"
+            )
         self.data: dict[Any, Any] = data
         self.path = path
 
@@ -60,7 +62,7 @@ class Section:
         if value is None:
             return None
         if isinstance(value, bool) or not isinstance(value, str | int | float):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a string")
+            raise ConfigError(f"{self.key(name)}: {shown(value)} is not a string")
         return str(value)
 
     def argv(self, name: str) -> tuple[str, ...]:
@@ -69,30 +71,30 @@ class Section:
             return ()
         if isinstance(value, str):
             raise ConfigError(
-                f"{self.key(name)}: {value!r} is a string; write the command as a list, "
-                f"e.g. [{', '.join(repr(w) for w in value.split()[:3])}]"
+                f"{self.key(name)}: {shown(value)} is a string; write the command as a list, "
+                f"e.g. {shown(_words(value), limit=200)}"
             )
         if not isinstance(value, list) or not all(
             isinstance(v, str | int | float) and not isinstance(v, bool) for v in value
         ):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a list of strings")
+            raise ConfigError(f"{self.key(name)}: {shown(value)} is not a list of strings")
         return tuple(str(v) for v in value)
 
     def string_map(self, name: str) -> dict[str, str]:
         value = self.data.get(name) or {}
         if not isinstance(value, dict):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a mapping of NAME: value")
+            raise ConfigError(f"{self.key(name)}: {shown(value)} is not a mapping of NAME: value")
         out: dict[str, str] = {}
         for k, v in value.items():
             if not isinstance(k, str) or isinstance(v, dict | list) or v is None:
-                raise ConfigError(f"{self.key(name)}.{k}: {v!r} is not a plain value")
+                raise ConfigError(f"{self.key(name)}.{k}: {shown(v)} is not a plain value")
             out[k] = str(v).lower() if isinstance(v, bool) else str(v)
         return out
 
     def count(self, name: str, default: int) -> int:
         value = self.get(name, default)
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{self.key(name)}: {value!r} is not a whole number >= 0")
+            raise ConfigError(f"{self.key(name)}: {shown(value)} is not a whole number >= 0")
         return value
 
     def choice(self, name: str, kind: type[E], default: E) -> E:
@@ -109,7 +111,7 @@ class Section:
         if isinstance(value, str) and value.lower() in WORDS_FOR_BOOL:
             return WORDS_FOR_BOOL[value.lower()]  # yes/no and on/off still mean what they say
         if not isinstance(value, bool):
-            raise ConfigError(f"{self.key(name)}: {value!r} is not true or false")
+            raise ConfigError(f"{self.key(name)}: {shown(value)} is not true or false")
         return value
 
     def duration(self, name: str, default: float | None) -> float | None:
@@ -123,4 +125,15 @@ def member(kind: type[E], value: str, where: str) -> E:
         if member.value == value:
             return member
     choices = ", ".join(str(m.value) for m in kind)
-    raise ConfigError(f"{where}: {value!r} is not one of: {choices}")
+    raise ConfigError(f"{where}: {shown(value)} is not one of: {choices}")
+
+
+def _words(command: str) -> list[str]:
+    """A command line given as one string, split as a shell would (as a list it keeps each word
+    whole, quotes and all, where the shell's split cannot be made)."""
+    import shlex
+
+    try:
+        return shlex.split(command)
+    except ValueError:  # an unclosed quote
+        return command.split()

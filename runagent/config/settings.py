@@ -93,8 +93,8 @@ def parse_budget(values: Collection[object], where: str) -> Budget | None:
             tokens = int(float(count.group(1)) * scale)
         else:
             raise UsageError(
-                f"{where} {value!r} is not a budget; give a cost such as 0.50usd or a number of "
-                "tokens such as 200k-tokens"
+                f"{where} {shown(value)} is not a budget; give a cost such as 0.50usd or a number "
+                "of tokens such as 200k-tokens"
             )
     if usd is None and tokens is None:
         return None
@@ -179,7 +179,6 @@ class AgentConfig:
     token_env: str | None = None
     permissions: Permissions = Permissions.BYPASS
     pass_env: tuple[str, ...] = ()
-    config_dir: Path | None = None  # the folder of the config file that defined the agent
     mode: Mode = Mode.ANSWER
     max_turns: int = DEFAULT_MAX_TURNS  # agent mode: model replies before the run fails
     ops: OpsSettings = field(default_factory=OpsSettings)  # the config's `ops:` section
@@ -351,6 +350,15 @@ class ServerSettings:
 
     def api_key(self, env: Mapping[str, str]) -> str | None:
         return env.get(self.api_key_env) or None
+
+    def page(self, host: str | None = None, port: int | None = None) -> str:
+        """The page's address for a browser: `serve`'s host (a name it is reached by, where it
+        listens on every address) and port, or these settings' own."""
+        host = host or self.host
+        if host in ("0.0.0.0", "::", ""):  # every address: the first name given, else loopback
+            host = self.allowed_hosts[0] if self.allowed_hosts else "127.0.0.1"
+        shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+        return f"http://{shown}:{port or self.port}/"
 
 
 class MergeMode(enum.StrEnum):

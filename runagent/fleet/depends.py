@@ -12,7 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from runagent import listing
-from runagent.errors import UsageError
+from runagent.errors import UsageError, shown
 from runagent.fleet.queue import Fleet, Waiting, order
 from runagent.loop import needs
 from runagent.loop.needs import Need
@@ -40,7 +40,8 @@ def parse_after(values: Sequence[str], task: TaskPaths, where: str = "--after") 
         project, slash, name = str(value).partition("/")
         if not slash or not project or not name:
             raise UsageError(
-                f"{where} {value!r} is not PROJECT/TASK; name the task to wait for, e.g. app/build"
+                f"{where} {shown(value)} is not PROJECT/TASK; name the task to wait for, "
+                "e.g. app/build"
             )
         label = f"{validate_id('project', project)}/{validate_id('task', name)}"
         if label == task.label:

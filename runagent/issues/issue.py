@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
-from runagent.errors import UsageError
+from runagent.errors import UsageError, shown
 from runagent.issues.repository import DEFAULT_READY_MARKER, READY_MARKER_VARIABLE
 from runagent.record import record
 from runagent.store.credentials import scrub_urls
@@ -51,7 +51,9 @@ def issue_number(value: object, where: str) -> int:
     try:
         number = int(str(value).strip().lstrip("#"))
     except ValueError:
-        raise UsageError(f"{where}: {value!r} is not an issue number (a whole number)") from None
+        raise UsageError(
+            f"{where}: {shown(value)} is not an issue number (a whole number)"
+        ) from None
     if number <= 0:
         raise UsageError(f"{where}: {number} is not an issue number; give 1 or more")
     return number

@@ -84,6 +84,7 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     # The executable when `command` is not configured (CLI backends).
     default_command: ClassVar[tuple[str, ...]] = ()
+    package: ClassVar[str] = ""  # the npm package its CLI comes in, for the install hint
     # Prefixes of the provider variables (keys, endpoints) that are this agent's, and of those
     # that are other agents'. The registry sets both from its lines; a backend from another
     # package states its own here, on the class its entry point names.
@@ -254,10 +255,16 @@ class Backend(abc.ABC):
         argv = self.command()
         return resolve_executable(argv[0], os.environ, Path.cwd()) if argv else None
 
+    def tells_version(self) -> bool:
+        """Whether `EXECUTABLE --version` says the agent's version: for a CLI's own executable
+        alone, not a command of several words (`python3 fake.py`, `npx codex`), whose first
+        word's version is the interpreter's."""
+        return bool(self.default_command) and len(self.command()) == 1
+
     def version(self) -> str | None:
         """The agent's version (its `--version`), cached per executable; None if unknown."""
-        exe = self.executable()
-        return cached_version(Path(exe)) if exe and self.default_command else None
+        exe = self.executable() if self.tells_version() else None
+        return cached_version(Path(exe)) if exe else None
 
     def check(self) -> list[Finding]:
         """Whether this agent can run here: its executable and its credentials."""
@@ -289,7 +296,8 @@ class Backend(abc.ABC):
         )
 
     def install_hint(self) -> str:
-        return f"install it, or set agents.{self.config.name}.command"
+        how = f" (npm install -g {self.package})" if self.package else ""
+        return f"install it{how}, or set agents.{self.config.name}.command"
 
     def login_hint(self) -> str:
         return f"or set {self.token_variable} / agents.{self.config.name}.token_env"

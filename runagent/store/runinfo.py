@@ -8,6 +8,7 @@ import enum
 from datetime import datetime
 from typing import Any
 
+from runagent.errors import shown
 from runagent.record import record
 
 RUN_INFO_VERSION = 1
@@ -213,7 +214,9 @@ def _check_types(values: dict[str, Any]) -> None:
         if value is None or kind not in _KINDS:
             continue
         if isinstance(value, bool) or not isinstance(value, _KINDS[kind]):
-            raise ValueError(f"{f.name} is {value!r}, not {'an' if kind == 'int' else 'a'} {kind}")
+            raise ValueError(
+                f"{f.name} is {shown(value)}, not {'an' if kind == 'int' else 'a'} {kind}"
+            )
 
 
 def _status(value: Any) -> RunStatus:
@@ -223,7 +226,7 @@ def _status(value: Any) -> RunStatus:
         status = RunStatus.UNREADABLE
     if status is RunStatus.UNREADABLE:  # conductor-loop's `unknown`, or a newer one's value
         known = ", ".join(s.value for s in RunStatus if s is not RunStatus.UNREADABLE)
-        raise ValueError(f"status {value!r} is none run-agent knows ({known})")
+        raise ValueError(f"status {shown(value)} is none run-agent knows ({known})")
     return status
 
 

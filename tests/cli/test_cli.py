@@ -521,7 +521,8 @@ def test_a_prompt_in_task_md_with_a_nul_byte_starts_no_agent(ws: Workspace) -> N
         (["staus", "-p", "p", "-t", "t"], "did you mean `run-agent status`"),
         (["lsit"], "did you mean `run-agent list`"),
         (["-p", "p", "-t", "t", "status"], "looks like the command `status`"),
-        (["-p", "p", "-t", "t", "lsit"], "looks like the command `list`"),
+        (["-p", "p", "lsit"], "looks like the command `list`"),  # no -t: a typo, maybe
+        (["-p", "p", "-t", "t", "Stop"], "looks like the command `stop`"),
         (["--root", "elsewhere", "-p", "p", "-t", "t", "stop"], "looks like the command `stop`"),
         (["hello", "-p", "p"], "unknown command 'hello'"),
         (
@@ -648,7 +649,7 @@ def test_resume_runs_the_task_as_it_was_started_and_remembers_what_it_changes(
     second = ws.runs()[1]
     assert second.agent == "ticker" and second.cwd == str(elsewhere)
     status = ws.invoke("status", "-p", "p", "-t", "t").stdout
-    assert f"started with  agent ticker, working_dir {elsewhere}, timeout 300" in status
+    assert f"started with  agent ticker, cwd {elsewhere}, timeout 300" in status
     # An option given to resume wins, and is remembered for the next one.
     assert ws.invoke("resume", "-p", "p", "-t", "t", "--agent", "fake").returncode == 1
     assert ws.invoke("resume", "-p", "p", "-t", "t").returncode == 1

@@ -105,7 +105,7 @@ storage:
         ),
         (
             "defaults:\n  non_retryable_exit_codes: [x]\n",
-            "defaults.non_retryable_exit_codes: ['x']",
+            "defaults.non_retryable_exit_codes: [x]",
         ),
         ("defaults:\n  agent: mystery\n", "defaults.agent: unknown agent 'mystery'"),
         (
@@ -119,23 +119,33 @@ storage:
         ),
         (
             "agents:\n  a:\n    type: command\n    env: [A]\n",
-            "agents.a.env: ['A'] is not a mapping",
+            "agents.a.env: [A] is not a mapping",
         ),
         ("agents: [a, b]\n", "agents: expected a mapping"),
         ("defaults:\n  kill_grace: [1]\n", "defaults.kill_grace: [1] is not a duration"),
-        ("defaults:\n  restart_delay: .inf\n", "defaults.restart_delay: inf is not a duration"),
-        ("defaults:\n  idle_timeout: .nan\n", "defaults.idle_timeout: nan is not a duration"),
+        ("defaults:\n  restart_delay: .inf\n", "defaults.restart_delay: .inf is not a duration"),
+        ("defaults:\n  idle_timeout: .nan\n", "defaults.idle_timeout: .nan is not a duration"),
         ("defaults:\n  timeout: 1e400\n", "defaults.timeout: '1e400' is not a duration"),
         ("defaults:\n  timeout: -5m\n", "defaults.timeout: '-5m' is not a duration"),
         ("defaults:\n  rate_limit_wait: 400d\n", "'400d' is longer than 365 days"),
         ("defaults:\n  restart_delay: 1e12\n", "'1e12' is longer than 365 days"),
         ('defaults:\n  check: "pytest \'x"\n', 'defaults.check "pytest \'x" cannot be split'),
         ("defaults:\n  check: ' '\n", "defaults.check is empty; give a command"),
-        ("defaults:\n  check: {a: 1}\n", "defaults.check: {'a': 1} is not a command line"),
+        ("defaults:\n  check: {a: 1}\n", "defaults.check: {a: 1} is not a command line"),
         ("agents:\n  a:\n    type: command\n    check: [1]\n", "agents.a.check: [1] is not"),
         ("defaults:\n  check_timeout: soon\n", "defaults.check_timeout: 'soon' is not a dur"),
+        # Values are named as config.yaml writes them, never in Python's spelling.
+        ("defaults:\n  until: true\n", "defaults.until: true is not a string"),
+        ("budgets:\n  daily: {usd: true}\n", "budgets.daily.usd: true is not a cost"),
+        ("agents:\n  a:\n    type: command\n    command: [sh, null]\n",
+         "agents.a.command: [sh, null] is not a list of strings"),
+        ('agents:\n  a:\n    type: command\n    command: sh -c "echo hi"\n',
+         "agents.a.command: 'sh -c \"echo hi\"' is a string; write the command as a list, e.g. "
+         '[sh, -c, "echo hi"]'),
+        ("agents:\n  a:\n    type: command\n    command: 'python3 {config_dir}/x.py --fail 1'\n",
+         'e.g. [python3, "{config_dir}/x.py", --fail, "1"]'),
     ],
-)
+)  # fmt: skip
 def test_errors_name_the_key_path_and_value(tmp_path: Path, text: str, expected: str) -> None:
     message = error(text, tmp_path)
     assert expected in message
@@ -354,7 +364,7 @@ def test_agent_mode_and_the_ops_section_are_typed(tmp_path: Path) -> None:
         ("ops: {policy: lax}", "ops.policy 'lax' is not a preset"),
         ("ops: {approvals: ask}", "ops.approvals: 'ask' is not one of: wait, deny"),
         ("ops: {rules: {dney: [x]}}", "ops.rules.dney is not a policy rule"),
-        ("ops: {rules: [sudo]}", "ops.rules: ['sudo'] is not a mapping"),
+        ("ops: {rules: [sudo]}", "ops.rules: [sudo] is not a mapping"),
         ("ops: {polcy: standard}", "ops.polcy: unknown key; did you mean 'policy'?"),
     ],
 )

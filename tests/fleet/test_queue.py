@@ -192,7 +192,7 @@ def test_every_limit_goes_through_a_queue_record_and_the_fleet_listing_as_it_was
         ({"max_running": "four"}, "limits.max_running 'four' is not a whole number"),
         ({"per_project": 1.5}, "limits.per_project 1.5 is not a whole number"),
         ({"projects": [1]}, "limits.projects [1] is not an object"),
-        ({"agents": {"claude": True}}, "limits.agents.claude True is not a whole number"),
+        ({"agents": {"claude": True}}, "limits.agents.claude true is not a whole number"),
     ],
 )
 def test_a_queue_record_whose_limits_are_not_limits_is_refused_naming_the_field(

@@ -344,6 +344,9 @@ def test_token_commands(ws: Workspace) -> None:
     listed = ws.invoke("token", "list")
     assert record.id in listed.stdout and "active" in listed.stdout and secret not in listed.stdout
     assert "CI of app" in listed.stdout
+    header, row = listed.stdout.splitlines()  # a header row, as `list` has
+    assert header.split() == ["ID", "SCOPE", "PROJECTS", "CREATED", "EXPIRES", "STATE", "NOTE"]
+    assert row.split()[:3] == [record.id, "operate", "app"] and row.endswith("active  CI of app")
     (shown,) = json.loads(ws.invoke("token", "list", "--json").stdout)
     assert shown["id"] == record.id and shown["state"] == "active" and "sha256" not in shown
     assert shown["scope"] == "operate" and shown["projects"] == ["app"] and shown["expires"]
@@ -547,7 +550,7 @@ def _padded(text: str) -> bytes:
 BAD_TOKEN_FILES: dict[str, tuple[Callable[[str], bytes], str]] = {
     "expires without a zone": (_with("expires", "2099-01-01T00:00:00"), "has no time zone"),
     "expires garbage": (_with("expires", "next tuesday"), "'next tuesday' is not a time"),
-    "scope garbage": (_with("scope", ["root"]), "scope ['root'] is not"),
+    "scope garbage": (_with("scope", ["root"]), "scope [root] is not"),
     "tokens not a list": (lambda text: b'{"tokens": "all"}', "tokens 'all' is not a list"),
     "not JSON": (lambda text: b"\x00\x01garbage{{", "not JSON"),
     "deep nesting": (lambda text: b'{"tokens": ' + b"[" * DEEP + b"]" * DEEP + b"}", "too deep"),
