@@ -186,10 +186,15 @@ class Api:
         return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml")
 
     async def health(self, request: Request) -> Response:
-        """Up, and its version; the runs root's path (a host path) only to a grant of the whole
-        root at admin scope (the api_key, an admin token of every project)."""
-        found: dict[str, Any] = {"status": "ok", "version": __version__}
+        """Up, its version, and what the caller may do (`access`: its scope and projects); the
+        runs root's path (a host path) only to a grant of the whole root at admin scope (the
+        api_key, an admin token of every project)."""
         grant = grant_of(request)
+        # What the caller may do (its own access, nothing of anyone else's): the page shows
+        # only the actions it can take.
+        access = {"scope": grant.scope.name.lower(),
+                  "projects": sorted(grant.projects) if grant.projects is not None else None}
+        found: dict[str, Any] = {"status": "ok", "version": __version__, "access": access}
         if grant.scope >= Scope.ADMIN and grant.projects is None:
             found["root"] = str(self.root)
         return JSONResponse(found)

@@ -20,6 +20,24 @@ window.search = search;
 
 $("#nav-toggle").addEventListener("click", () => document.body.classList.toggle("nav-open"));
 
+// What this page's access lets it do: a read token's page offers no action it would be refused.
+async function showAccess() {
+  const response = await fetch("/api/health");
+  if (!response.ok) return;
+  const { access } = await response.json();
+  if (!access) return;
+  document.body.dataset.scope = access.scope;
+  const note = $("#access-note");
+  const where = access.projects ? ` (projects ${access.projects.join(", ")})` : "";
+  const words = {
+    read: `read-only access${where}: this page shows the runs; starting, stopping and answering need an operate token`,
+    operate: `operate access${where}: deleting needs an admin token`,
+  };
+  note.hidden = !(access.scope in words);
+  note.textContent = words[access.scope] || "";
+}
+
+showAccess();
 log.reset();
 connectEvents();
 loadSchedules();

@@ -55,6 +55,7 @@ function render(rows) {
     const approve = text("button", "Approve", "approve");
     const deny = text("button", "Deny", "deny");
     approve.type = deny.type = "button";
+    approve.dataset.needs = deny.dataset.needs = "operate";
     approve.addEventListener("click", () => answer(row, "approved", error));
     deny.addEventListener("click", () => answer(row, "denied", error));
     item.append(approve, deny, error);

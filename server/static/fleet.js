@@ -161,6 +161,7 @@ function action(need) {
   }
   const form = document.createElement("form");
   form.className = "need-action";
+  form.dataset.needs = "operate";
   let budget = null;
   if (need.waits_for === "over_budget" && !need.answer.includes("--budget")) {
     // A daily budget stopped it: no larger task budget can lift it, only config.yaml or tomorrow.
@@ -210,6 +211,7 @@ function renderPaused(paused) {
     words.className = "message";
     words.textContent = pause.words;
     const lift = document.createElement("button");
+    lift.dataset.needs = "operate";
     lift.type = "button";
     lift.textContent = "unpause";
     const error = document.createElement("span");

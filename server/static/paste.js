@@ -23,7 +23,7 @@ panel.innerHTML = `
   <div id="paste-results-box" hidden><h4>Results of the last reply</h4><div id="paste-results"></div></div>
   <div id="paste-messages-box" hidden><h4>Messages</h4><div id="paste-messages"></div></div>
   <p id="paste-summary-box" hidden><strong>DONE</strong> <span id="paste-summary"></span></p>
-  <form id="paste-form">
+  <form id="paste-form" data-needs="operate">
     <label for="paste-reply">Reply <span class="muted">(paste the chat's whole answer)</span></label>
     <textarea id="paste-reply" name="reply" rows="6" spellcheck="false" autocomplete="off"></textarea>
     <div class="row">

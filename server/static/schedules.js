@@ -25,6 +25,7 @@ export async function loadSchedules() {
     const li = document.createElement("li");
     li.dataset.schedule = row.name;
     const run = document.createElement("button");
+    run.dataset.needs = "operate";
     run.type = "button";
     run.textContent = "run now";
     run.addEventListener("click", () => runSchedule(row.name));

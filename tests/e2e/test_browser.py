@@ -558,6 +558,36 @@ def test_the_page_opens_on_the_fleet_live_with_what_needs_a_person(
     expect(page.locator("#fleet-queue-empty")).to_be_visible()
 
 
+def test_a_tokens_page_offers_only_what_the_token_may_do(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """A read token's page shows the runs and no action (New task, Stop, Resume, Delete, the
+    steer box: each would be refused with 403), and says why; an operate token's page acts,
+    but offers no Delete, which needs admin."""
+    from runagent.store import tokens
+
+    ws.write_config(["--exit", "1"], max_restarts=0)
+    assert ws.cli("-p", "p", "-t", "t", "go").returncode == 1
+    reader, _ = tokens.create(ws.root, tokens.Scope.READ)
+    operator, _ = tokens.create(ws.root, tokens.Scope.OPERATE, ["p"])
+    page.goto(f"{server.url}/?key={reader}")
+    expect(page.locator("#access-note")).to_contain_text("read-only access")
+    expect(page.locator("#new-task-button")).to_be_hidden()
+    page.goto(f"{server.url}/#p/t")
+    expect(page.locator("#task-status")).to_have_text("failed")
+    for hidden in ("#stop-button", "#resume-button", "#delete-button", "#steer-form"):
+        expect(page.locator(hidden)).to_be_hidden()
+    page.context.clear_cookies()
+    page.goto(f"{server.url}/?key={operator}")
+    expect(page.locator("#access-note")).to_have_text(
+        "operate access (projects p): deleting needs an admin token")  # fmt: skip
+    page.goto(f"{server.url}/#p/t")
+    expect(page.locator("#task-status")).to_have_text("failed")
+    expect(page.locator("#resume-button")).to_be_visible()
+    expect(page.locator("#new-task-button")).to_be_visible()
+    expect(page.locator("#delete-button")).to_be_hidden()
+
+
 def test_a_queued_task_leaves_the_queue_from_its_own_view(
     ws: Workspace, server: Server, page: Page
 ) -> None:
