@@ -111,10 +111,8 @@ class ClaudeBackend(Backend):
         comes, what the assistant messages so far said they used, each message counted once
         (claude repeats a message's usage on every event of its content), with no cost."""
         found = None
-        messages: dict[str, tuple[int, int]] = {}
         for event in json_lines(ctx.stdout_path):
-            kind = event.get("type")
-            if kind == "result":
+            if event.get("type") == "result":
                 used = event.get("usage")
                 cost = event.get("total_cost_usd")
                 found = Usage(
@@ -122,19 +120,23 @@ class ClaudeBackend(Backend):
                     count(used, "output_tokens"),
                     float(cost) if isinstance(cost, int | float) and cost >= 0 else None,
                 )
-            elif kind == "assistant" and found is None:
-                message = event.get("message")
-                if not isinstance(message, dict) or not isinstance(message.get("id"), str):
-                    continue
-                used = message.get("usage")
-                seen = messages.get(message["id"], (0, 0))
-                messages[message["id"]] = (
-                    max(seen[0], count(used, *_INPUT)),
-                    max(seen[1], count(used, "output_tokens")),
-                )
-        if found is None and messages:
-            return Usage(sum(i for i, _ in messages.values()), sum(o for _, o in messages.values()))
-        return found
+        return found if found is not None else self.working_usage(ctx)
+
+    def working_usage(self, ctx: RunContext) -> Usage | None:
+        """What its assistant messages said they used, each counted once; never the closing
+        `result` (its final report, which a budget never stops a run for)."""
+        messages: dict[str, tuple[int, int]] = {}
+        for event in json_lines(ctx.stdout_path):
+            message = event.get("message") if event.get("type") == "assistant" else None
+            if not isinstance(message, dict) or not isinstance(message.get("id"), str):
+                continue
+            used = message.get("usage")
+            seen = messages.get(message["id"], (0, 0))
+            messages[message["id"]] = (max(seen[0], count(used, *_INPUT)),
+                                       max(seen[1], count(used, "output_tokens")))  # fmt: skip
+        if not messages:
+            return None
+        return Usage(sum(i for i, _ in messages.values()), sum(o for _, o in messages.values()))
 
     resumes_sessions = True
 

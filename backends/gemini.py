@@ -98,6 +98,11 @@ class GeminiBackend(Backend):
                 found = Usage(count(stats, "input_tokens"), count(stats, "output_tokens"))
         return found
 
+    def working_usage(self, ctx: RunContext) -> Usage | None:
+        """None: gemini reports its usage only as it closes (its `result`), which a budget never
+        stops a finished run for."""
+        return None
+
     resumes_sessions = True
 
     def session_id(self, ctx: RunContext) -> str | None:

@@ -192,8 +192,10 @@ class Api:
         grant = grant_of(request)
         # What the caller may do (its own access, nothing of anyone else's): the page shows
         # only the actions it can take.
-        access = {"scope": grant.scope.name.lower(),
-                  "projects": sorted(grant.projects) if grant.projects is not None else None}
+        access = {
+            "scope": grant.scope.name.lower(),
+            "projects": sorted(grant.projects) if grant.projects is not None else None,
+        }
         found: dict[str, Any] = {"status": "ok", "version": __version__, "access": access}
         if grant.scope >= Scope.ADMIN and grant.projects is None:
             found["root"] = str(self.root)

@@ -273,6 +273,11 @@ class Attempt:
             removed = runfolder.disarm(self.folder)  # before anything reads the run's files
             if removed:
                 _note(self.ctx.paths, f"removed what was no regular file: {', '.join(removed)}")
+        if stopped_by is None and self.spending is not None:
+            # Judged as the watch would have: what it reported while it worked crossed a
+            # budget, though it ended before the watch read it (its closing report never does).
+            self.over_budget = self.spending.crossed(self._working())
+            stopped_by = Reason.BUDGET if self.over_budget else None
         verdict, diagnosis = self._judge(code, stopped_by)
         if stopped_by not in (Reason.STOPPED, Reason.STEERED):
             verdict = self._checked(self._unconflicted(verdict))
@@ -347,7 +352,7 @@ class Attempt:
             if self.spending is not None and (grew or recounted):
                 if grew:  # what it reported can only change so
                     live.seen(self._usage())
-                self.over_budget = self.spending.crossed(live.used)
+                self.over_budget = self.spending.crossed(self._working())
                 if self.over_budget:
                     return process.stop(s.kill_grace), Reason.BUDGET
             live.publish(now)
@@ -495,6 +500,14 @@ class Attempt:
     def _usage(self) -> Usage | None:
         try:
             return self.lent.backend.usage(self.ctx)
+        except Exception as exc:  # a parser bug must not lose the run
+            _note(self.ctx.paths, f"could not read the usage ({type(exc).__name__}: {exc})")
+            return None
+
+    def _working(self) -> Usage | None:
+        """What it reported while it worked, its closing report left out (Backend)."""
+        try:
+            return self.lent.backend.working_usage(self.ctx)
         except Exception as exc:  # a parser bug must not lose the run
             _note(self.ctx.paths, f"could not read the usage ({type(exc).__name__}: {exc})")
             return None

@@ -111,6 +111,12 @@ class Backend(abc.ABC):
         """Tokens (and cost) the run used, read from its stream; None if the agent does not say."""
         return None
 
+    def working_usage(self, ctx: RunContext) -> Usage | None:
+        """What the run had used by its agent's reports while it worked, leaving out the report
+        it closes with (claude's `result`, gemini's): a budget is held to this, so a closing
+        report that crosses one never stops a run that has finished, whenever it is read."""
+        return self.usage(ctx)
+
     def reports_usage(self) -> bool:
         """Whether this backend reads usage from its agent's stream (its own `usage`): a budget
         can be held to only then."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import sys
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ import yaml
 from runagent.config.settings import Budget, parse_budget
 from runagent.errors import UsageError
 from runagent.store.runinfo import Reason
-from tests.conftest import Workspace, wait_for
+from tests.conftest import REPO, TEST_DEFAULTS, Workspace, wait_for
 
 
 def configure(ws: Workspace, kind: str, args: list[str], **extra: Any) -> None:
@@ -150,3 +151,31 @@ def test_budget_amounts_read_as_written(values: list[str], budget: Budget) -> No
 def test_a_budget_that_is_no_amount_is_refused_naming_it() -> None:
     with pytest.raises(UsageError, match="--budget '5' is not a budget; give a cost"):
         parse_budget(["5"], "--budget")
+
+
+def test_one_outcome_for_one_usage_whatever_the_timing(ws: Workspace) -> None:
+    """Runs of claude's stand-in (examples/stand-in-agent.py) that end at once: one whose
+    messages cross the task's budget while it works ends `budget` every time (exit 4), though
+    it exits before the watch could read them; one whose closing report alone crosses a
+    project's daily budget completes every time (exit 0), whenever it is read."""
+    stand_in = [sys.executable, str(REPO / "examples" / "stand-in-agent.py")]
+    data = {
+        "agents": {"stand-in": {"type": "claude", "command": stand_in,
+                                "args": ["--turns", "3", "--tokens", "1000", "--interval", "0"]}},
+        "defaults": {"agent": "stand-in", **TEST_DEFAULTS, "max_restarts": 0},
+        "storage": {"runs_dir": str(ws.root)},
+    }  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    for n in range(3):  # 1,100 tokens a message: the third crosses 2,500 while it works
+        done = ws.cli("-p", "p", "-t", f"work{n}", "--budget", "2500tokens", "go")
+        assert done.returncode == 4, done.stderr
+        (run,) = ws.runs("p", f"work{n}")
+        assert run.reason is Reason.BUDGET, run
+        assert "3,300 of 2,500 tokens per task" in (run.message or "")
+    data["agents"]["stand-in"]["args"] = ["--turns", "1", "--tokens", "10", "--cost", "0.3",
+                                          "--interval", "0"]  # fmt: skip
+    data["budgets"] = {"projects": {"q": {"usd": 0.25}}}
+    ws.config.write_text(yaml.safe_dump(data))
+    first = ws.cli("-p", "q", "-t", "closing", "go")  # its result alone: $0.30 of $0.25
+    assert first.returncode == 0, first.stderr
+    assert ws.cli("-p", "q", "-t", "next", "go").returncode == 4  # the day is spent
