@@ -57,6 +57,8 @@ SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last 
 SCHEDULE_LOCK = ".schedules.lock"  # held while the schedule state is read, changed and written
 FLEET = ".fleet"  # in the runs root: the queue's slots and records (runagent/fleet/)
 SCHEDULE_LOG = "schedule.log"  # in the runs root: what the crontab lines' firings print
+REMOVED = ".removed.json"  # in the runs root: what gc and delete removed, as /metrics counts it
+REMOVED_LOCK = ".removed.lock"  # held by a removal exclusively, by a scrape of /metrics shared
 RUNS = "runs"
 OPERATIONS = "operations.jsonl"  # every message an operations run received, one per line
 EVENTS = "events.jsonl"  # every events message it answered with, one per line
@@ -431,6 +433,14 @@ def schedule_lock_path(root: Path) -> Path:
 
 def schedule_log_path(root: Path) -> Path:
     return root / SCHEDULE_LOG
+
+
+def removed_path(root: Path) -> Path:
+    return root / REMOVED
+
+
+def removed_lock_path(root: Path) -> Path:
+    return root / REMOVED_LOCK
 
 
 def supervisor_log_path(task: TaskPaths) -> Path:
