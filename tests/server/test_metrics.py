@@ -3,6 +3,7 @@ parser; its figures are checked against what the test ran (and the run folders r
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -320,3 +321,55 @@ def test_a_tally_that_cannot_be_read_counts_nothing_and_the_scrape_answers(ws: W
     assert ws.cli("gc", "--keep-last", "1").returncode == 0  # starts the tally afresh
     got = scrape(metrics.render(ws.root, 0).decode())
     assert value(got, "run_agent_runs_started_total", agent="fake") == 2
+
+
+def test_a_scrape_while_runs_are_removed_sees_every_counter_grow(ws: Workspace) -> None:
+    """A removal and a scrape take turns on the tally's lock: however they interleave, no scrape
+    sees a removed run in neither its folder nor the tally (a fall), nor in both."""
+    import threading
+
+    from runagent.store import cleanup, runfolder
+    from runagent.store.runinfo import RunInfo, RunStatus
+
+    start, end = "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:02.5+00:00"
+    for t in range(12):
+        task = ws.task("p", f"t{t}")
+        for n in range(1, 4):
+            run_id = f"20260101-00{t:02d}{n:02d}000-1"
+            runfolder.create_run_folder(task, run_id)
+            info = RunInfo(run_id, "p", task.task_id, n, "fake", "fake", start, "/",
+                           RunStatus.COMPLETED, host="here", end_time=end, tokens_in=7 * n,
+                           cost_usd=0.1)  # fmt: skip
+            runfolder.write_run_info(task.run_folder(run_id), info)
+    first = counters(scrape(metrics.render(ws.root, 0).decode()))
+    assert value(first, "run_agent_runs_started_total", agent="fake") == 36
+    removing = threading.Event()
+
+    def remove() -> None:
+        for t in range(12):
+            task = ws.task("p", f"t{t}")
+            if t % 2:
+                cleanup.carry_out([cleanup.delete_plan(task)], ws.root)
+            else:
+                plan = cleanup.gc_plan(ws.root, cleanup.Retention(keep_last=1), schedule_now(), "p")
+                cleanup.carry_out([d for d in plan.doomed if d.task == task], ws.root)
+        removing.set()
+
+    remover = threading.Thread(target=remove)
+    remover.start()
+    seen = [first]
+    tally = metrics.Tally()
+    while not removing.is_set():
+        seen.append(counters(scrape(metrics.render(ws.root, 0, tally).decode())))
+    remover.join()
+    seen.append(counters(scrape(metrics.render(ws.root, 0, tally).decode())))
+    for before, after in itertools.pairwise(seen):
+        fell = {k: (v, after.get(k, 0.0)) for k, v in before.items() if after.get(k, 0.0) < v}
+        assert not fell, fell
+    assert seen[-1] == first and len(seen) > 2
+
+
+def schedule_now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)
