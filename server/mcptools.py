@@ -58,6 +58,7 @@ from server.security import grant_of
 
 log = logging.getLogger("run-agent.mcp")
 RESOURCE_NOT_FOUND = -32002  # the error code the MCP specification gives a resource not found
+INVALID_PARAMS = -32602  # JSON-RPC's, which it gives an unknown tool
 URI = "run-agent://runs/{project}/{task}/{run}/{file}"
 FILES = tuple(runfolder.RUN_FILES)  # stdout, stderr, output, prompt, check
 DEFAULT_BYTES = 16 * 1024  # what run_output reads unless told
@@ -322,6 +323,37 @@ def _text(args: dict[str, Any], name: str) -> str:
     return value
 
 
+def _refuse_null(
+    args: dict[str, Any], properties: dict[str, Any], required: tuple[str, ...]
+) -> None:
+    """A UsageError naming the first argument given as null where its schema allows none: a
+    client sends null for a value it could not read (the Inspector, for `max_restarts=lots`),
+    and taking it as "not given" would start the task with the defaults instead."""
+    for name, value in args.items():
+        if value is None and not _allows_null(properties.get(name, {})):
+            kind = _kind(properties.get(name, {}))
+            fix = "give one" if name in required else "give one, or leave it out"
+            raise UsageError(f"{name} is null, not {kind}: {fix}")
+
+
+def _allows_null(schema: dict[str, Any]) -> bool:
+    kinds = schema.get("type")
+    if "enum" in schema:
+        return None in schema["enum"]
+    if kinds is None:
+        return True
+    return "null" in (kinds if isinstance(kinds, list) else [kinds])
+
+
+def _kind(schema: dict[str, Any]) -> str:
+    """What a schema takes, in words: `an integer`, `a number or a string`, `one of a, b`."""
+    if "enum" in schema:
+        return "one of " + ", ".join(map(str, schema["enum"]))
+    kinds = schema.get("type")
+    listed = kinds if isinstance(kinds, list) else [kinds]
+    return " or ".join(("an " if str(k)[0] in "aeiou" else "a ") + str(k) for k in listed)
+
+
 def _count(args: dict[str, Any], name: str, default: int, most: int | None) -> int:
     value = args.get(name, default)
     if isinstance(value, bool) or not isinstance(value, int) or (value < 0 and value != default):
@@ -347,12 +379,14 @@ def server(tools: Tools, grant: Callable[[ServerRequestContext[Any]], Grant]) ->
     ) -> types.CallToolResult:
         tool = tools.tools.get(params.name)
         args = dict(params.arguments or {})
+        if tool is None:  # the specification's "unknown tools": a protocol error, not a tool's
+            known = ", ".join(tools.tools)
+            raise MCPError(INVALID_PARAMS, f"unknown tool {params.name[:80]!r}; one of: {known}")
         try:
-            if tool is None:
-                raise UsageError(f"no tool {params.name[:80]!r}; one of: {', '.join(tools.tools)}")
             allowed = grant(ctx)
             allowed.require(tool.scope, tool.name)
             bodies.refuse_unknown(args, tool.properties, tool.name)
+            _refuse_null(args, tool.properties, tool.required)
             found = await _in_thread(tool.call, allowed, args)
         except RunAgentError as exc:
             return _error(str(exc))

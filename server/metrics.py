@@ -2,8 +2,9 @@
 folders at each scrape (nothing is kept in the server, so a restarted server, or one of several
 over one root, says the same), with the official client library's families and exposition.
 
-Counters are counts of what the run folders hold: `gc` and `delete` lower them, which Prometheus'
-`rate()` and `increase()` take as a counter reset.
+Counters only grow: what `gc` and `delete` removed is kept in a tally under the runs root and
+counted beside what the run folders hold (runagent/store/removed.py), so Prometheus' `rate()` and
+`increase()` never read a removal as a reset.
 
 A server keeps one `Tally` between scrapes: an ended run's run-info.yaml never changes again, so
 what it adds is kept by the file's identity (inode, size, mtime) and a scrape parses only the runs
@@ -14,7 +15,6 @@ that are new, still running or rewritten since; an operations run's events likew
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import threading
 import time
@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TypeVar
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
@@ -34,17 +34,12 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from runagent import listing
-from runagent.store import runfolder, tasks
+from runagent.store import removed, runfolder, tasks
+from runagent.store.removed import Figures, Histogram, Sums
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
-# Attempt durations, in seconds: from a quick job to a long night's attempt.
-BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 14400.0)
-# Queue waits, in seconds: from a slot freed at once to a night's wait for a budget or a host.
-WAIT_BUCKETS = (0.5, 1.0, 5.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0, 43200.0)
-OPERATION_EVENTS = {"createFile", "readFile", "editFile", "deleteFile", "shell"}
-VERDICTS = {"policyDenied": "denied", "approvalRequired": "approval_required", "error": "error"}
 
 
 # A file as it is now: its inode, size and mtime (a rewrite replaces the file, a new inode).
@@ -61,31 +56,6 @@ def render(
     tally = Tally() if tally is None else tally
     registry.register(RootCollector(root, sse_clients, tally, reaches))
     return generate_latest(registry)
-
-
-class Figures(NamedTuple):
-    """What one run adds to the metrics."""
-
-    agent: str
-    project: str
-    restart: bool  # attempt 2 or later of its loop
-    ended: str | None  # the reason it ended (its status where it names none); None: not ended
-    took: float | None  # seconds, where both its start and end can be read
-    tokens_in: int
-    tokens_out: int
-    cost_usd: float
-    queued: float | None  # seconds its loop's start waited in a queue, on its first run
-
-    @classmethod
-    def of(cls, info: RunInfo) -> Figures:
-        ended = None
-        took = None
-        if info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE):
-            ended = info.reason.value if info.reason else info.status.value
-            took = runfolder.seconds_between(info.start_time, info.end_time)
-        return cls(info.agent or "unknown", info.project_id, info.attempt > 1, ended, took,
-                   info.tokens_in or 0, info.tokens_out or 0, info.cost_usd or 0.0,
-                   info.queued_seconds)  # fmt: skip
 
 
 class Tally:
@@ -159,7 +129,7 @@ class Tally:
             if stamp is not None and known is not None and known[0] == stamp:
                 counted = known[1]
             else:
-                counted = _operations(Path(path))
+                counted = removed.operations(Path(path), RunPaths(Path(path).parent).fence)
             if stamp is not None:
                 self._kept_events[path] = (stamp, counted)
             found.update(counted)
@@ -168,10 +138,8 @@ class Tally:
 
 def _final(info: RunInfo) -> bool:
     """Whether what a record adds stays as long as its file does: not while it runs (it turns
-    lost without its file changing), nor while it cannot be read (a chmod makes it readable),
-    nor where it has no attempt of its own (conductor-loop's: numbered by its place among its
-    task's runs, which gc changes). run-agent's supervisor always names its host."""
-    return info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE) and info.host is not None
+    lost without its file changing), nor while it cannot be read (a chmod makes it readable)."""
+    return info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE)
 
 
 def _stamp(path: str) -> Stamp | None:
@@ -191,7 +159,7 @@ class RootCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         # Gathered whole under the tally's lock, never held across a yield to the exposition.
-        with self.tally.scrape(self.root, self.reaches):
+        with self.tally.scrape(self.root, self.reaches), removed.counting(self.root):
             gathered = list(self._collect())
         yield from gathered
 
@@ -206,54 +174,35 @@ class RootCollector(Collector):
     def _collect(self) -> Iterator[Metric]:
         views = self._views()
         by_status: Counter[str] = Counter()
-        started: Counter[str] = Counter()
-        ended: Counter[tuple[str, ...]] = Counter()
-        restarts: Counter[str] = Counter()
-        durations: dict[str, list[float]] = {}
-        waits: dict[str, list[float]] = {}
-        tokens: Counter[tuple[str, ...]] = Counter()
-        cost: dict[tuple[str, ...], float] = {}
+        # What gc and delete removed, then what the run folders hold (module docstring).
+        sums = removed.removed(self.root, self.reaches) if self.root.is_dir() else Sums()
         for view in views:
             by_status[view.status.value] += 1  # over_budget, stuck: as everywhere else
             for run in self.tally.runs(view.paths):
-                started[run.agent] += 1
-                restarts[run.agent] += run.restart
-                if run.ended is not None:
-                    ended[(run.agent, run.ended)] += 1
-                if run.took is not None:
-                    durations.setdefault(run.agent, []).append(run.took)
-                if run.queued is not None:
-                    waits.setdefault(run.agent, []).append(run.queued)
-                if run.tokens_in:
-                    tokens[(run.agent, run.project, "in")] += run.tokens_in
-                if run.tokens_out:
-                    tokens[(run.agent, run.project, "out")] += run.tokens_out
-                if run.cost_usd:
-                    cost[(run.agent, run.project)] = (
-                        cost.get((run.agent, run.project), 0.0) + run.cost_usd
-                    )
+                sums.add_run(run)
+        sums.operations.update(self.tally.operations(self.root, self.reaches))
         yield _gauge("run_agent_tasks", "Tasks under the runs root by status.", ["status"],
                      {(s,): n for s, n in by_status.items()})  # fmt: skip
         yield _counter("run_agent_runs_started", "Runs started, by agent.", ["agent"],
-                       {(a,): n for a, n in started.items()})  # fmt: skip
+                       sums.started)  # fmt: skip
         yield _counter("run_agent_runs_ended", "Runs ended, by agent and the reason they ended.",
-                       ["agent", "reason"], ended)  # fmt: skip
-        again: dict[tuple[str, ...], float] = {(a,): n for a, n in restarts.items() if n}
+                       ["agent", "reason"], sums.ended)  # fmt: skip
         yield _counter("run_agent_restarts", "Runs that were a restart of their loop (attempt "
-                       "2 or later), by agent.", ["agent"], again)  # fmt: skip
+                       "2 or later), by agent.", ["agent"], sums.restarts)  # fmt: skip
         yield _histogram("run_agent_attempt_duration_seconds", "How long ended runs "
-                         "(attempts) took, by agent.", BUCKETS, durations)  # fmt: skip
+                         "(attempts) took, by agent.", sums.durations)  # fmt: skip
         yield _counter("run_agent_tokens", "Tokens the runs used, by agent, project and "
                        "direction (in, out).", ["agent", "project", "direction"],
-                       tokens)  # fmt: skip
+                       sums.tokens)  # fmt: skip
+        usd = {key: nano / removed.NANO for key, nano in sums.cost.items()}
         yield _counter("run_agent_cost_usd", "What the runs cost, in US dollars, by agent and "
-                       "project.", ["agent", "project"], cost)  # fmt: skip
+                       "project.", ["agent", "project"], usd)  # fmt: skip
         yield from _racers(views)
         yield from self._queue()
         yield _histogram("run_agent_queue_wait_seconds", "How long the starts that waited in a "
                          "queue (for a slot, for the tasks they run after, or for a host of a "
-                         "Ray cluster) waited before their loop began, by agent.", WAIT_BUCKETS,
-                         waits)  # fmt: skip
+                         "Ray cluster) waited before their loop began, by agent.",
+                         sums.waits)  # fmt: skip
         if self.reaches is None:  # the server's, not a project's: for whole-root readers
             sse = GaugeMetricFamily("run_agent_sse_clients", "SSE streams being sent by this "
                                     "server.")  # fmt: skip
@@ -261,8 +210,7 @@ class RootCollector(Collector):
             yield sse
         yield _counter("run_agent_operations", "Operations of operations runs, by type and "
                        "verdict (done, denied, approval_required, error).",
-                       ["type", "verdict"],
-                       self.tally.operations(self.root, self.reaches))  # fmt: skip
+                       ["type", "verdict"], sums.operations)  # fmt: skip
 
     def _queue(self) -> Iterator[Metric]:
         """How many tasks wait (queued for a slot, or blocked on others), and the longest wait."""
@@ -331,32 +279,6 @@ def _racers(views: list[tasks.TaskView]) -> Iterator[Metric]:
                  "of a running race (0: it passed), once one ran.", labels, check)  # fmt: skip
 
 
-def _operations(events: Path) -> Counter[tuple[str, ...]]:
-    """The operations one run's events.jsonl answered, by type and verdict."""
-    found: Counter[tuple[str, ...]] = Counter()
-    try:
-        lines = runfolder.read_text_in(RunPaths(events.parent).fence, events).splitlines()
-    except (OSError, UnicodeDecodeError):
-        return found
-    for line in lines:
-        for event in _events(line):
-            kind = str(event.get("type") or "")
-            if kind in OPERATION_EVENTS:
-                found[(kind, "done")] += 1
-            elif kind in VERDICTS and event.get("operationType"):
-                found[(str(event["operationType"]), VERDICTS[kind])] += 1
-    return found
-
-
-def _events(line: str) -> list[dict[str, Any]]:
-    try:
-        message = json.loads(line)
-    except ValueError:
-        return []
-    events = message.get("events") if isinstance(message, dict) else None
-    return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []
-
-
 def _gauge(name: str, doc: str, labels: list[str],
            values: Mapping[tuple[str, ...], float]) -> GaugeMetricFamily:  # fmt: skip
     return _filled(GaugeMetricFamily(name, doc, labels=labels), values)
@@ -376,13 +298,14 @@ def _filled(family: F, values: Mapping[tuple[str, ...], float]) -> F:
     return family
 
 
-def _histogram(name: str, doc: str, bounds: tuple[float, ...],
-               values: dict[str, list[float]]) -> HistogramMetricFamily:  # fmt: skip
+def _histogram(name: str, doc: str, values: Mapping[str, Histogram]) -> HistogramMetricFamily:
     family = HistogramMetricFamily(name, doc, labels=["agent"])
     for agent, seen in sorted(values.items()):
-        buckets = [(_le(bound), float(sum(v <= bound for v in seen))) for bound in bounds]
-        buckets.append(("+Inf", float(len(seen))))
-        family.add_metric([agent], buckets, sum(seen))
+        buckets = [
+            (_le(bound), float(n)) for bound, n in zip(seen.bounds, seen.buckets, strict=True)
+        ]
+        buckets.append(("+Inf", float(seen.count)))
+        family.add_metric([agent], buckets, seen.total)
     return family
 
 

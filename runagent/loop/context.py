@@ -143,13 +143,17 @@ def validate_prompt(text: str, source: str) -> str:
     return text
 
 
-# The run id's one format: what RunIdClock writes, and what a run id from outside must match.
+# The run id's one format: what RunIdClock writes.
 RUN_ID = re.compile(r"\d{8}-\d{9}-\d+")
+# conductor-loop's, whose runs run-agent reads: its runner's `YYYYMMDD-HHMMSS0000-PID-SEQ`, and
+# the `-N` os.MkdirTemp adds where that folder was taken.
+CONDUCTOR_RUN_ID = re.compile(r"\d{8}-\d{10}-\d+-\d+(?:-\d+)?")
 
 
 def is_run_id(text: str) -> bool:
-    """Whether `text` has the form RunIdClock gives (so it names no other path)."""
-    return RUN_ID.fullmatch(text) is not None
+    """Whether `text` has the form RunIdClock gives, or conductor-loop's runner (so it names
+    no other path): what a run id from outside must match."""
+    return RUN_ID.fullmatch(text) is not None or CONDUCTOR_RUN_ID.fullmatch(text) is not None
 
 
 class RunIdClock:

@@ -183,8 +183,9 @@ class Applier:
         if problem is not None:
             return Result(name, False, f"the path {_shown(path)} {problem}")
         if name is Name.CREATE_FILE:
-            lines = command.lines or ()
-            content = "\n".join(lines) + "\n" if lines else ""
+            # The lines between the tags joined, none added at the end (as CodingAgent writes
+            # it): an empty last line gives the file its final line break.
+            content = "\n".join(command.lines or ())
             op: dict[str, Any] = {"type": "createFile", "path": path, "content": content}
             op["overwrite"] = True  # the spec's CREATE_FILE replaces
             return self._result(name, op, f"Created '{path}'")

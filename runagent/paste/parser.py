@@ -6,7 +6,9 @@ a body is every line after the opening tag, verbatim, up to the line that is exa
 once trimmed; DELETE_FILE and READ_FILE have no body; text between blocks is ignored.
 
 Refused, never guessed at: an attribute given twice, and text after a self-closing tag on its
-line (a tag shown, as in `[DELETE_FILE path="x"] <- like this`, not a command).
+line (a tag shown, as in `[DELETE_FILE path="x"] <- like this`, not a command), or after any
+other tag that no closing tag follows (`[DONE] All tasks complete.`: as CodingAgent, no tag,
+and what follows is read on; docs/guides/paste.md, "Reading the spec").
 
 Tolerated: CRLF and lone CR line ends, a byte-order mark, typographic or single quotes around
 attribute values, `startLine`/`start-line` for `start_line`, a block or the whole reply inside a
@@ -92,6 +94,7 @@ def normalize(text: str) -> str:
 def parse(text: str) -> list[Item]:
     """Every command block of a reply, in order, and a Problem for each block that is broken."""
     lines = normalize(text).split("\n")
+    closed = _last_closings(lines)
     items: list[Item] = []
     i = 0
     while i < len(lines):
@@ -110,7 +113,7 @@ def parse(text: str) -> list[Item]:
                     )
                 )
             continue
-        item, i = _block(name, opening.group(2), lines, i)
+        item, i = _block(name, opening.group(2), lines, i, closed)
         items.append(item)
     return items
 
@@ -122,8 +125,23 @@ def _name(word: str) -> Name | None:
         return None
 
 
-def _block(name: Name, rest: str, lines: list[str], i: int) -> tuple[Item, int]:
-    """The block whose opening tag was line `i` (1-based), and the index after it."""
+def _last_closings(lines: list[str]) -> dict[str, int]:
+    """The index of the last line that closes a block of each name (read once for the reply)."""
+    found: dict[str, int] = {}
+    for k, line in enumerate(lines):
+        stripped = line.strip()
+        if stripped.startswith("[/") and "]" in stripped:
+            closing = stripped[: stripped.index("]") + 1]
+            if _closes(stripped, closing):
+                found[closing] = k
+    return found
+
+
+def _block(
+    name: Name, rest: str, lines: list[str], i: int, closed: Mapping[str, int]
+) -> tuple[Item, int]:
+    """The block whose opening tag was line `i` (1-based), and the index after it; `closed`:
+    the last line closing each kind of block."""
     closing = f"[/{name}]"
     head, after = _split_tag(rest)
     attributes, repeated = _attributes(head)
@@ -145,6 +163,16 @@ def _block(name: Name, rest: str, lines: list[str], i: int) -> tuple[Item, int]:
     if after is not None and after.strip().endswith(closing):  # [MESSAGE]hi[/MESSAGE]
         inline = after.strip()[: -len(closing)]
         return _checked(Command(name, attributes, (inline,), i), i, repeated), i
+    if after is not None and not _alone(after, closing) and closed.get(closing, -1) < i:
+        # `[DONE] All tasks complete.`: a tag with text after it that nothing closes is no
+        # command (as CodingAgent reads it), and what follows is read on.
+        return Problem(
+            name,
+            f"[{name}] has text after its tag ({_short(after.strip())!r}) and no {closing} "
+            "follows, so it is not a command and was not carried out; put the tag alone on its "
+            f"line, the text on the lines after it, then {closing}",
+            i,
+        ), i
     opened = i
     body: list[str] = []
     while i < len(lines):

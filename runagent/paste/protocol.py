@@ -59,7 +59,8 @@ Commands (each opening tag starts its own line; each closing tag is alone on its
 the whole content of the file
 [/CREATE_FILE]
   Creates the file, or replaces it, with the lines between the tags, exactly as written
-  (indentation kept). Parent folders are created.
+  (indentation kept), joined by line breaks: for a line break at the end of the file, leave
+  an empty line before [/CREATE_FILE]. Parent folders are created.
 
 [EDIT_FILE path="relative/path" start_line="N" end_line="M"]
 replacement lines

@@ -3,11 +3,13 @@
 or whose run-info.yaml cannot be read (unless forced), and never outside the root.
 
 What would go is computed first, as a plan; `--dry-run` prints the plan, and a real run removes
-exactly the plan, so the two can never disagree.
+exactly the plan, so the two can never disagree. What the removed runs counted stays in
+/metrics' counters (runagent/store/removed.py).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import stat
@@ -19,7 +21,7 @@ from pathlib import Path
 from runagent.duration import parse_duration
 from runagent.errors import AlreadyRunningError, UsageError
 from runagent.record import record
-from runagent.store import runfolder, tasks
+from runagent.store import removed, runfolder, tasks
 from runagent.store.lock import already_running, live_holder
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus
@@ -241,6 +243,11 @@ def carry_out(plan: Iterable[Doomed], root: Path) -> int:
             continue  # never through a link, never outside the root
         if live_holder(doomed.task.lock) is not None:
             continue  # started since the plan was made
-        remove_tree(doomed.path)
+        whole = doomed.path == doomed.task.folder
+        run_ids = doomed.task.run_ids() if whole else [doomed.path.name]
+        # What its runs counted stays counted: /metrics' counters never fall (store/removed.py).
+        removed.remove_counted(
+            root, doomed.task, run_ids, functools.partial(remove_tree, doomed.path)
+        )
         freed += doomed.size
     return freed

@@ -28,8 +28,9 @@ def next_run_id(task: TaskPaths, run_id: str) -> str | None:
 
 
 def loop_alive(task: TaskPaths) -> bool:
-    """Whether a supervisor still holds the task, so more runs may come."""
-    return live_holder(task.lock) is not None
+    """Whether a supervisor still holds the task, or its latest run is conductor-loop's and
+    alive (its loop holds no lock of run-agent's), so more may come."""
+    return live_holder(task.lock) is not None or tasks.live_unsupervised(task)
 
 
 def run_over(task: TaskPaths, run_id: str) -> bool:

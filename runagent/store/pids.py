@@ -11,7 +11,7 @@ import os
 
 START_TIME_TOLERANCE = 0.05  # seconds; psutil derives create_time from boot time and ticks
 
-__all__ = ["START_TIME_TOLERANCE", "is_alive", "process_start_time"]
+__all__ = ["START_TIME_TOLERANCE", "group_alive", "is_alive", "process_start_time"]
 
 
 def _proc_stat(pid: int) -> tuple[bytes, float]:
@@ -67,3 +67,18 @@ def is_alive(pid: int | None, start_time: float | None) -> bool:
     if found is None or found[0]:
         return False
     return start_time is None or abs(found[1] - start_time) <= START_TIME_TOLERANCE
+
+
+def group_alive(pgid: int | None) -> bool:
+    """Whether any process of the process group `pgid` is alive (a zombie leader's counts)."""
+    if not pgid or pgid < 0:
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's: there
+    except OSError:
+        return False
+    return True

@@ -57,6 +57,8 @@ SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last 
 SCHEDULE_LOCK = ".schedules.lock"  # held while the schedule state is read, changed and written
 FLEET = ".fleet"  # in the runs root: the queue's slots and records (runagent/fleet/)
 SCHEDULE_LOG = "schedule.log"  # in the runs root: what the crontab lines' firings print
+REMOVED = ".removed.json"  # in the runs root: what gc and delete removed, as /metrics counts it
+REMOVED_LOCK = ".removed.lock"  # held by a removal exclusively, by a scrape of /metrics shared
 RUNS = "runs"
 OPERATIONS = "operations.jsonl"  # every message an operations run received, one per line
 EVENTS = "events.jsonl"  # every events message it answered with, one per line
@@ -433,6 +435,14 @@ def schedule_log_path(root: Path) -> Path:
     return root / SCHEDULE_LOG
 
 
+def removed_path(root: Path) -> Path:
+    return root / REMOVED
+
+
+def removed_lock_path(root: Path) -> Path:
+    return root / REMOVED_LOCK
+
+
 def supervisor_log_path(task: TaskPaths) -> Path:
     return task.folder / SUPERVISOR_LOG
 
@@ -721,8 +731,8 @@ def read_run_record(run_folder: Path, fence: str | None = None) -> RunInfo | Non
         return unreadable_run(run_folder, f"not YAML{where} ({exc.problem or exc})")
     if not isinstance(data, dict):
         return unreadable_run(run_folder, "not a mapping of fields")
-    if "attempt" not in data:  # conductor-loop's: number it by its place among the task's runs
-        data["attempt"] = _position(run_folder)
+    if "attempt" not in data:  # conductor-loop's
+        data = _as_conductor_loop_reads(data, run_folder)
     try:
         return RunInfo.from_dict(data)
     except (TypeError, ValueError) as exc:
@@ -744,13 +754,37 @@ def unreadable_run(run_folder: Path, why: str) -> RunInfo:
     )  # fmt: skip
 
 
+# What conductor-loop's struct always writes, at the zero value its reader gives a field a file
+# lacks (the times are its zero time: none; an empty text field is one its omitempty leaves out).
+_GO_ZERO: dict[str, Any] = {"agent": "", "exit_code": 0, "pid": 0, "pgid": 0, "start_time": ""}
+
+
+def _as_conductor_loop_reads(data: dict[str, Any], run_folder: Path) -> dict[str, Any]:
+    """A record conductor-loop wrote (or rewrote), as its own reader reads it: each field it
+    lacks at its zero value, the run id, project and task from the path where it names none, no
+    status as its `unknown`; numbered by its place among the task's runs."""
+    data = _GO_ZERO | {k: v for k, v in data.items() if v != ""}
+    task = run_folder.parent.parent
+    for key, name in (("run_id", run_folder.name), ("project_id", task.parent.name),
+                      ("task_id", task.name)):  # fmt: skip
+        value = data.get(key)
+        if not isinstance(value, str) or not value.strip():
+            data[key] = name
+    data.setdefault("status", "unknown")
+    data["attempt"] = _position(run_folder)
+    return data
+
+
 def _position(run_folder: Path) -> int:
-    """The run's number among its task's runs, oldest first (ids sort in start order)."""
+    """The run's number among its task's runs that hold a record, oldest first (ids sort in
+    start order): a folder made and not written yet, or left without one, takes no number."""
     try:
         names = sorted(n for n in os.listdir(run_folder.parent) if not n.startswith("."))
-        return names.index(run_folder.name) + 1
+        before = names[: names.index(run_folder.name)]
     except (OSError, ValueError):
         return 1
+    runs = os.fspath(run_folder.parent)
+    return 1 + sum(os.path.lexists(f"{runs}/{name}/{RUN_INFO}") for name in before)
 
 
 def create_run_folder(task: TaskPaths, run_id: str) -> Path:

@@ -21,7 +21,7 @@ from runagent.record import record
 from runagent.store import race, runfolder, taskfolder
 from runagent.store.host import foreign_alive, is_here
 from runagent.store.lock import Holder, live_holder
-from runagent.store.pids import is_alive
+from runagent.store.pids import group_alive, is_alive
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus, Usage
 
@@ -208,15 +208,28 @@ def is_lost(info: RunInfo) -> bool:
     another process's): nobody will ever write its end."""
     if info.status is not RunStatus.RUNNING:
         return False
-    if info.supervisor_pid is None and info.host is None:
-        # conductor-loop's record names no supervisor: it runs while its agent process does.
-        return not is_alive(info.pid, None)
+    if unsupervised(info):
+        # conductor-loop's record names no supervisor: it runs while its agent process, or its
+        # process group, does (as its own reader judges a run it started or only watches).
+        return not (is_alive(info.pid, None) or group_alive(info.pgid))
     if is_here(info.host):
         return not is_alive(info.supervisor_pid, info.supervisor_start)
     assert info.host is not None
     label = f"{info.project_id}/{info.task_id}"
     pid = info.supervisor_pid
     return pid is None or not foreign_alive(label, info.host, pid, info.supervisor_start)
+
+
+def unsupervised(info: RunInfo) -> bool:
+    """Whether the run names no supervisor of run-agent's: conductor-loop's, whose loop holds
+    no run-agent lock (while it is recorded running and not lost, its task runs)."""
+    return info.supervisor_pid is None and info.host is None
+
+
+def live_unsupervised(task: TaskPaths) -> bool:
+    """Whether the task's latest run is conductor-loop's, running and alive."""
+    latest = latest_run(task)
+    return latest is not None and latest.status is RunStatus.RUNNING and unsupervised(latest)
 
 
 def process_alive(info: RunInfo) -> bool:
@@ -283,8 +296,8 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
             TaskStatus.PENDING)  # fmt: skip
     else:
         status = TaskStatus(latest.status.value)
-        if status is TaskStatus.RUNNING:  # a supervisor alive, yet not holding the lock
-            status = TaskStatus.LOST
+        if status is TaskStatus.RUNNING and not unsupervised(latest):
+            status = TaskStatus.LOST  # a supervisor alive, yet not holding the lock
         elif status is TaskStatus.FAILED and latest.reason in _ENDED_FOR:
             status = _ENDED_FOR[latest.reason]  # one word for why run-agent ended it, everywhere
     used = taskfolder.read_task_usage(task)

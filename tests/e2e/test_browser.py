@@ -1513,7 +1513,9 @@ def test_a_paste_run_is_copied_answered_and_done_from_the_page(
             expect(results.nth(3)).to_have_class(re.compile(r"\bfailed\b"))
             expect(results.nth(3)).to_contain_text("[FAILED] DELETE_FILE")
             expect(panel.locator("#paste-messages .message")).to_have_text(["hello.txt is written"])
-            assert (work / "hello.txt").read_text() == "    hi there\n"  # indentation kept
+            assert (
+                work / "hello.txt"
+            ).read_text() == "    hi there"  # indentation kept, no line break added
             shots(page, "paste-results")  # wide, and as narrow as a phone
 
             # The same reply again is refused as a duplicate, and stays in the box.

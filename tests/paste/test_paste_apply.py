@@ -51,20 +51,20 @@ def test_files_are_created_read_edited_and_deleted(tmp_path: Path) -> None:
             '[READ_FILE path="missing.txt"]\n'
         )
     )
-    assert (ws / "src/deep/a.py").read_text() == "def f():\n    return 1\n"
+    assert (ws / "src/deep/a.py").read_text() == "def f():\n    return 1"
     assert not (ws / "old.txt").exists()
     assert lines(done.results) == [
         "[OK] CREATE_FILE: Created 'src/deep/a.py'",
         "[OK] CREATE_FILE: Created 'old.txt'",
         "[OK] DELETE_FILE: Deleted 'old.txt'",
-        "[OK] READ_FILE: Read 'src/deep/a.py' (22 bytes), shown under Requested File Contents",
+        "[OK] READ_FILE: Read 'src/deep/a.py' (21 bytes), shown under Requested File Contents",
         "[FAILED] DELETE_FILE: File 'missing.txt' not found",
         "[FAILED] READ_FILE: File 'missing.txt' not found",
     ]
     assert done.read_requests == ("src/deep/a.py",)
     # CREATE_FILE overwrites, as the spec says.
     a.apply(parse('[CREATE_FILE path="src/deep/a.py"]\nnew\n[/CREATE_FILE]'))
-    assert (ws / "src/deep/a.py").read_text() == "new\n"
+    assert (ws / "src/deep/a.py").read_text() == "new"
 
 
 def test_two_edits_of_one_file_in_one_reply_are_numbered_as_the_spec_runs_them(
@@ -318,7 +318,7 @@ def test_an_edit_of_one_empty_line_puts_in_an_empty_line(tmp_path: Path) -> None
     a.apply(parse('[EDIT_FILE path="f.txt" start_line="2" end_line="2"]\n\n[/EDIT_FILE]'))
     assert (ws / "f.txt").read_text() == "1\n\n3\n"
     a.apply(parse('[CREATE_FILE path="blank.txt"]\n\n[/CREATE_FILE]'))
-    assert (ws / "blank.txt").read_text() == "\n"
+    assert (ws / "blank.txt").read_text() == ""  # one empty line, joined: as CodingAgent
 
 
 def test_a_path_naming_a_folder_or_too_long_is_refused_and_shown_short(tmp_path: Path) -> None:
@@ -470,3 +470,43 @@ def test_a_reply_of_more_commands_than_the_limit_runs_the_first_ones(tmp_path: P
     done = a.apply(parse("[MESSAGE]m[/MESSAGE]\n" * (MAX_COMMANDS + 3)), checkpoint=saves.append)
     assert [r.summary for r in done.results[-4:]] == ["Shown to the user"] + [TOO_MANY] * 3
     assert saves == []  # messages change nothing: no progress is saved around them
+
+
+def test_where_the_spec_is_silent_a_reply_reads_as_codingagents_parser_reads_it(
+    tmp_path: Path,
+) -> None:
+    """Three replies CodingAgent's own parser read otherwise (docs/guides/paste.md, "Reading
+    the spec"): a file is the lines between the tags joined by line breaks, with none added at
+    its end; a tag line with text after its tag and no closing tag is no command, and what
+    follows it is read on."""
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    a.apply(parse('[CREATE_FILE path="a.txt"]\none\ntwo\n[/CREATE_FILE]'))
+    assert (ws / "a.txt").read_bytes() == b"one\ntwo"  # as CodingAgent writes it
+    a.apply(parse('[CREATE_FILE path="b.txt"]\none\ntwo\n\n[/CREATE_FILE]'))
+    assert (ws / "b.txt").read_bytes() == b"one\ntwo\n"  # an empty last line: a final newline
+    a.apply(parse('[CREATE_FILE path="c.txt"]\n[/CREATE_FILE]'))
+    assert (ws / "c.txt").read_bytes() == b""
+    done = a.apply(parse(
+        '[DONE] All tasks complete.\n[CREATE_FILE path="after.txt"]\nx\n[/CREATE_FILE]\n'
+        "[MESSAGE]\nhi\n[/MESSAGE]\n"
+    ))  # fmt: skip
+    assert (ws / "after.txt").read_bytes() == b"x" and done.messages == ("hi",)
+    assert done.summary is None  # no DONE was sent: the task goes on
+    assert lines(done.results)[0] == (
+        "[FAILED] DONE: [DONE] has text after its tag ('All tasks complete.') and no [/DONE] "
+        "follows, so it is not a command and was not carried out; put the tag alone on its "
+        "line, the text on the lines after it, then [/DONE] (line 1)"
+    )
+
+
+def test_an_edit_with_an_empty_body_removes_its_lines_as_the_spec_says(tmp_path: Path) -> None:
+    """The spec: the range is removed and the replacement (here none) put in its place.
+    CodingAgent leaves one empty line there; one empty line between the tags does that here."""
+    a = applier(tmp_path)
+    ws = tmp_path / "ws"
+    (ws / "f.txt").write_text("1\n2\n3\n4\n")
+    a.apply(parse('[EDIT_FILE path="f.txt" start_line="2" end_line="3"]\n[/EDIT_FILE]'))
+    assert (ws / "f.txt").read_text() == "1\n4\n"
+    a.apply(parse('[EDIT_FILE path="f.txt" start_line="1" end_line="1"]\n\n[/EDIT_FILE]'))
+    assert (ws / "f.txt").read_text() == "\n4\n"

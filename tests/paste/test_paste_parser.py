@@ -383,3 +383,19 @@ def test_a_tag_with_a_very_long_attribute_text_is_read_in_one_pass() -> None:
 def test_a_closing_tag_with_any_fence_after_it_closes_its_block(after: str) -> None:
     item = only(f'[CREATE_FILE path="a.txt"]\nx\n[/CREATE_FILE]{after}')
     assert isinstance(item, Command) and item.body == "x"
+
+
+def test_a_tag_with_text_after_it_is_no_command_unless_a_closing_tag_follows() -> None:
+    # `[DONE] All tasks complete.` closes nothing: no command, and what follows is read on (as
+    # CodingAgent reads it); a tag whose closing tag follows still opens its block, so a file's
+    # text never runs as commands.
+    done, create = parse('[DONE] All tasks complete.\n[CREATE_FILE path="a"]\nx\n[/CREATE_FILE]')
+    assert isinstance(done, Problem) and done.command == "DONE" and done.line == 1
+    assert "has text after its tag" in done.message
+    assert isinstance(create, Command) and create.body == "x"
+    (block,) = parse(
+        '[CREATE_FILE path="README.md"] (the readme)\n[RUN_COMMAND]\necho hi\n[/RUN_COMMAND]\n'
+        "[/CREATE_FILE]"
+    )
+    assert isinstance(block, Command) and block.name is Name.CREATE_FILE
+    assert block.lines == ("[RUN_COMMAND]", "echo hi", "[/RUN_COMMAND]")

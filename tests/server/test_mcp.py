@@ -210,8 +210,6 @@ def test_bad_input_gets_the_apis_one_line_errors(ws: Workspace) -> None:
                 assert "failed:" not in said  # a refusal, never the tool's own fault
             missing = await refusal(client, "task_status", project="p", task="nope")
             assert missing == "task p/nope not found"
-            unknown = await refusal(client, "delete_everything")
-            assert unknown.startswith("no tool 'delete_everything'")
             typed = await refusal(client, "run_output", project="p", task="t", offset="x")
             assert "offset 'x' is not a whole number" in typed
 
@@ -384,3 +382,50 @@ def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
     assert tried == len(credentials) * len(TOOLS) * 2
     assert not ws.task(MINE, "absent").folder.exists()
     assert not ws.task(THEIRS, "absent").folder.exists()
+
+
+def test_null_for_an_argument_its_schema_refuses_is_refused_and_starts_nothing(
+    ws: Workspace,
+) -> None:
+    """The Inspector sends null for a value it cannot parse (`max_restarts=lots`): no schema of
+    a tool allows null, so it is refused naming the argument, never taken as "not given"."""
+    ws.write_config(["--lines", "1"])
+
+    async def main() -> None:
+        async with stdio(ws) as client:
+            listed = {tool.name: tool for tool in (await client.list_tools()).tools}
+            properties = listed["start_task"].input_schema["properties"]
+            for name in sorted(set(properties) - {"project", "task", "prompt"}):
+                said = await refusal(client, "start_task", project="p", task="t", prompt="go",
+                                     **{name: None})  # fmt: skip
+                assert said.startswith(f"{name} is null"), said
+                assert "leave it out" in said and "\n" not in said, said
+            said = await refusal(client, "start_task", project="p", task="t", prompt=None)
+            assert said == "prompt is null, not a string: give one", said
+            said = await refusal(client, "start_task", project="p", task=None, prompt="go")
+            assert said.startswith("task is null"), said
+            said = await refusal(client, "start_task", project="p", prompt="go", until=None)
+            assert said.startswith("until is null, not one of exit, done-file, ready-marker")
+            said = await refusal(client, "start_task", project="p", prompt="go", timeout=None)
+            assert said.startswith("timeout is null, not a number or a string"), said
+            said = await refusal(client, "run_output", project="p", task="t", offset=None)
+            assert said.startswith("offset is null"), said
+            said = await refusal(client, "resume_task", project="p", task="t", timeout=None)
+            assert said.startswith("timeout is null"), said
+
+    anyio.run(main)
+    assert not ws.task().folder.exists()  # nothing was started, nothing made
+
+
+def test_an_unknown_tool_is_the_protocols_error(ws: Workspace) -> None:
+    """The specification's "unknown tools" are a protocol error (JSON-RPC -32602, Invalid
+    params), not a tool's result: a client learns the name is wrong, not that a tool failed."""
+
+    async def main() -> None:
+        async with stdio(ws) as client:
+            with pytest.raises(MCPError, match="unknown tool 'delete_everything'") as raised:
+                await client.call_tool("delete_everything", {})
+            assert raised.value.error.code == -32602
+            assert "start_task" in raised.value.error.message
+
+    anyio.run(main)

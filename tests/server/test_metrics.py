@@ -3,9 +3,9 @@ parser; its figures are checked against what the test ran (and the run folders r
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import shutil
 import signal
 from pathlib import Path
 from typing import Any
@@ -133,11 +133,12 @@ def test_a_server_scraped_again_counts_what_changed_since_as_a_fresh_one_would(
     cold = metrics.render(ws.root, 0)  # what a server that never scraped before says
     assert scrape(after) == scrape(cold.decode())
     got = scrape(after)
-    assert value(got, "run_agent_runs_started_total", agent="fake") == 3  # live, gone, more
+    # flaky's two runs, deleted, stay counted (test_counters_never_fall_...); live, gone, more
+    assert value(got, "run_agent_runs_started_total", agent="fake") == 5
     assert value(got, "run_agent_runs_ended_total", agent="fake", reason="stopped") == 1
     assert value(got, "run_agent_runs_ended_total", agent="fake", reason="lost") == 1
-    assert value(got, "run_agent_runs_ended_total", agent="fake", reason="exit_code") == 0
-    assert value(got, "run_agent_restarts_total", agent="fake") == 0
+    assert value(got, "run_agent_runs_ended_total", agent="fake", reason="exit_code") == 1
+    assert value(got, "run_agent_restarts_total", agent="fake") == 1
     assert value(got, "run_agent_tasks", status="running") == 0
     assert value(got, "run_agent_operations_total", type="shell", verdict="done") == 1
 
@@ -162,9 +163,12 @@ def test_what_a_server_keeps_between_scrapes_is_what_the_root_holds_now(ws: Work
     assert len(tally) == 2
 
 
-def test_conductor_loops_runs_are_counted_afresh_when_gc_renumbers_them(ws: Workspace) -> None:
-    """conductor-loop's records have no attempt: each is numbered by its place among its task's
-    runs, so a run that gc leaves first is no restart any more though its file is unchanged."""
+def test_conductor_loops_restarts_are_the_runs_that_name_the_run_before_them(
+    ws: Workspace,
+) -> None:
+    """conductor-loop's records have no attempt (each is shown numbered by its place among its
+    task's runs, which gc changes): a restart is a run that names the one before it in its loop
+    (`previous_run_id`), so gc removing the first run renumbers the rest and no counter falls."""
     from tests.store.test_conductor_loop import COMPLETED, FAILED, TASK
 
     task = ws.task("conductor", TASK)
@@ -174,10 +178,12 @@ def test_conductor_loops_runs_are_counted_afresh_when_gc_renumbers_them(ws: Work
         (folder / "run-info.yaml").write_text(text)
     tally = metrics.Tally()
     before = scrape(metrics.render(ws.root, 0, tally).decode())
-    assert value(before, "run_agent_restarts_total", agent="codex") == 2
-    shutil.rmtree(task.run_folder(task.run_ids()[0]))  # what `gc --keep-last 2` does
+    assert value(before, "run_agent_restarts_total", agent="codex") == 1  # COMPLETED's
+    assert value(before, "run_agent_runs_started_total", agent="codex") == 3
+    assert ws.cli("gc", "--keep-last", "2").returncode == 0  # the first run goes
+    assert len(task.run_ids()) == 2
     again = scrape(metrics.render(ws.root, 0, tally).decode())
-    assert value(again, "run_agent_restarts_total", agent="codex") == 1
+    assert counters(again) == counters(before)
     assert again == scrape(metrics.render(ws.root, 0).decode())
 
 
@@ -246,3 +252,124 @@ def test_metrics_public_is_read_from_the_config(ws: Workspace) -> None:
     ws.config.write_text(yaml.safe_dump(data))
     done = ws.invoke("list")
     assert done.returncode == 2 and "metrics.public: 'yes' is not true or false" in done.stderr
+
+
+def counters(samples: Samples) -> Samples:
+    """The samples Prometheus takes as counters: a counter's, and a histogram's buckets, count
+    and sum (each may only grow, or `rate()` and `increase()` read a reset)."""
+    grows = ("_total", "_bucket", "_count", "_sum")
+    return {key: v for key, v in samples.items() if key[0].endswith(grows)}
+
+
+def test_counters_never_fall_when_gc_and_delete_remove_runs(ws: Workspace) -> None:
+    """Prometheus' counter contract: a counter only grows. What gc, delete and the API's gc
+    remove stays counted (a tally kept under the runs root), so `increase()` over a deletion is
+    0, not the removed runs again; a restarted server, or one that never scraped, says the same."""
+    configure(ws)
+    assert ws.cli("run", "-p", "p", "-t", "flaky", "go").returncode == 0  # fails once, then not
+    assert ws.cli("run", "-p", "p2", "-t", "spend", "--agent", "spender", "go").returncode == 0
+    assert ws.cli("run", "-p", "q", "-t", "flaky", "go").returncode == 0
+    (ws.path / "project").mkdir()
+    message = {"protocolVersion": "1.0", "operations": [
+        {"type": "createFile", "path": "notes.txt", "content": "hi\n"}]}  # fmt: skip
+    ops = ws.cli("ops", "apply", "-", "-w", "project", "-p", "o", "-t", "acts",
+                 input=json.dumps(message))  # fmt: skip
+    assert json.loads(ops.stdout)["status"] == "completed", ops.stderr
+    with serving(ws) as url:
+        before = counters(scrape(httpx.get(f"{url}/metrics", timeout=30).text))
+        assert value(before, "run_agent_runs_started_total", agent="fake") == 4
+        assert value(before, "run_agent_operations_total", type="createFile", verdict="done") == 1
+        gc = ws.cli("gc", "--keep-last", "1", "-p", "p")  # flaky's failed first run
+        assert gc.returncode == 0 and "removed 1 run" in gc.stderr, gc.stderr
+        assert counters(scrape(httpx.get(f"{url}/metrics", timeout=30).text)) == before
+        api = httpx.post(f"{url}/api/gc", json={"keep_last": 1, "project": "q"}, timeout=30)
+        assert api.status_code == 200 and len(api.json()["removed"]) == 1, api.text
+        assert counters(scrape(httpx.get(f"{url}/metrics", timeout=30).text)) == before
+        assert ws.cli("delete", "-p", "p2", "-t", "spend", "--yes").returncode == 0
+        assert ws.cli("delete", "-p", "o", "-t", "acts", "--yes", "--force").returncode == 0
+        assert counters(scrape(httpx.get(f"{url}/metrics", timeout=30).text)) == before
+    assert not ws.task("p2", "spend").folder.exists() and len(ws.task("p", "flaky").run_ids()) == 1
+    assert counters(scrape(metrics.render(ws.root, 0).decode())) == before  # a fresh server
+    # What was removed is counted once: a run started since adds itself alone.
+    ws.write_config(["--lines", "1"])
+    assert ws.cli("run", "-p", "p", "-t", "more", "go").returncode == 0
+    after = counters(scrape(metrics.render(ws.root, 0).decode()))
+    assert value(after, "run_agent_runs_started_total", agent="fake") == 5
+    assert value(after, "run_agent_restarts_total", agent="fake") == 2
+
+
+def test_the_removed_runs_of_a_project_count_for_its_own_scrapes_alone(ws: Workspace) -> None:
+    configure(ws)
+    assert ws.cli("run", "-p", "p2", "-t", "spend", "--agent", "spender", "go").returncode == 0
+    assert ws.cli("delete", "-p", "p2", "-t", "spend", "--yes").returncode == 0
+    theirs = scrape(metrics.render(ws.root, 0, None, lambda project: project == "p2").decode())
+    assert value(theirs, "run_agent_tokens_total", agent="spender", project="p2",
+                 direction="in") == 2100  # fmt: skip
+    assert value(theirs, "run_agent_runs_started_total", agent="spender") == 1
+    other = scrape(metrics.render(ws.root, 0, None, lambda project: project == "p").decode())
+    assert value(other, "run_agent_runs_started_total", agent="spender") == 0
+    assert value(other, "run_agent_tokens_total", agent="spender", project="p2",
+                 direction="in") == 0  # fmt: skip
+
+
+def test_a_tally_that_cannot_be_read_counts_nothing_and_the_scrape_answers(ws: Workspace) -> None:
+    configure(ws)
+    assert ws.cli("run", "-p", "p", "-t", "flaky", "go").returncode == 0
+    (ws.root / ".removed.json").write_text('{"version": 1, "projects": {"p": {"started": [1]}}}')
+    got = scrape(metrics.render(ws.root, 0).decode())
+    assert value(got, "run_agent_runs_started_total", agent="fake") == 2
+    assert ws.cli("gc", "--keep-last", "1").returncode == 0  # starts the tally afresh
+    got = scrape(metrics.render(ws.root, 0).decode())
+    assert value(got, "run_agent_runs_started_total", agent="fake") == 2
+
+
+def test_a_scrape_while_runs_are_removed_sees_every_counter_grow(ws: Workspace) -> None:
+    """A removal and a scrape take turns on the tally's lock: however they interleave, no scrape
+    sees a removed run in neither its folder nor the tally (a fall), nor in both."""
+    import threading
+
+    from runagent.store import cleanup, runfolder
+    from runagent.store.runinfo import RunInfo, RunStatus
+
+    start, end = "2026-01-01T00:00:00+00:00", "2026-01-01T00:00:02.5+00:00"
+    for t in range(12):
+        task = ws.task("p", f"t{t}")
+        for n in range(1, 4):
+            run_id = f"20260101-00{t:02d}{n:02d}000-1"
+            runfolder.create_run_folder(task, run_id)
+            info = RunInfo(run_id, "p", task.task_id, n, "fake", "fake", start, "/",
+                           RunStatus.COMPLETED, host="here", end_time=end, tokens_in=7 * n,
+                           cost_usd=0.1)  # fmt: skip
+            runfolder.write_run_info(task.run_folder(run_id), info)
+    first = counters(scrape(metrics.render(ws.root, 0).decode()))
+    assert value(first, "run_agent_runs_started_total", agent="fake") == 36
+    removing = threading.Event()
+
+    def remove() -> None:
+        for t in range(12):
+            task = ws.task("p", f"t{t}")
+            if t % 2:
+                cleanup.carry_out([cleanup.delete_plan(task)], ws.root)
+            else:
+                plan = cleanup.gc_plan(ws.root, cleanup.Retention(keep_last=1), schedule_now(), "p")
+                cleanup.carry_out([d for d in plan.doomed if d.task == task], ws.root)
+        removing.set()
+
+    remover = threading.Thread(target=remove)
+    remover.start()
+    seen = [first]
+    tally = metrics.Tally()
+    while not removing.is_set():
+        seen.append(counters(scrape(metrics.render(ws.root, 0, tally).decode())))
+    remover.join()
+    seen.append(counters(scrape(metrics.render(ws.root, 0, tally).decode())))
+    for before, after in itertools.pairwise(seen):
+        fell = {k: (v, after.get(k, 0.0)) for k, v in before.items() if after.get(k, 0.0) < v}
+        assert not fell, fell
+    assert seen[-1] == first and len(seen) > 2
+
+
+def schedule_now() -> Any:
+    from datetime import UTC, datetime
+
+    return datetime.now(UTC)

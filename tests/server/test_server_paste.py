@@ -103,7 +103,9 @@ def test_a_paste_run_is_read_and_answered_through_the_api(ws: Workspace, server:
     assert sent.status_code == 201, sent.text
     assert sent.json()["file"].endswith(".txt") and sent.json()["task_id"] == "t"
     second = wait_for(lambda: at_sequence(server, 2), what="the second outbox")
-    assert (ws.path / "work" / "hello.txt").read_text() == "    hi there\n"  # indentation kept
+    assert (
+        ws.path / "work" / "hello.txt"
+    ).read_text() == "    hi there"  # indentation kept, no line break added
     lines = [line for r in second["results"] for line in r["lines"]]
     assert lines[0] == "[OK] CREATE_FILE: Created 'hello.txt'"
     assert "[OK] RUN_COMMAND: Ran 'echo ran-ok' (exit code 0)" in lines

@@ -205,3 +205,81 @@ def test_a_checked_run_conductor_loop_reconciled_reads_as_failed(ws: Workspace) 
     )
     (run,) = listed(ws, "p", "t")
     assert run["status"] == "failed" and "check_exit_code" not in run
+
+
+# conductor-loop's own examples/hello-world/expected-output/run-info.yaml, as it ships: an older
+# shape (`agent_type`, `restart_count`, no version, no cwd) that its reader still reads, each
+# field it lacks at its zero value.
+HELLO_WORLD = """\
+run_id: run_20260205-115154-12345
+project_id: hello-world
+task_id: greeting
+agent_type: codex
+status: completed
+start_time: 2026-02-05T11:51:54Z
+end_time: 2026-02-05T11:52:10Z
+exit_code: 0
+pid: 12345
+pgid: 12345
+restart_count: 0
+parent_run_id: ""
+"""
+
+
+def test_a_record_lacking_fields_reads_as_conductor_loops_reader_reads_it(ws: Workspace) -> None:
+    folder = TaskPaths(ws.root, "hello-world", "greeting").run_folder("run_20260205-115154-12345")
+    folder.mkdir(parents=True)
+    (folder / "run-info.yaml").write_text(HELLO_WORLD)
+    (run,) = listed(ws, "hello-world", "greeting")
+    assert run["status"] == "completed" and run["exit_code"] == 0, run
+    assert run["agent"] == "" and run["attempt"] == 1 and run["cwd"] == ""
+    assert run["parent_run_id"] is None  # an empty string is none, as its omitempty writes it
+    shown = ws.cli("status", "-p", "hello-world", "-t", "greeting")
+    assert "hello-world/greeting: completed (1 run)" in shown.stdout, shown.stdout
+    # Its reader takes the run id, project and task from the path where the file has none.
+    bare = TaskPaths(ws.root, "conductor", TASK).run_folder("20260205-1245000000-87500-1")
+    bare.mkdir(parents=True)
+    (bare / "run-info.yaml").write_text("status: failed\nexit_code: 3\n")
+    (run,) = listed(ws)
+    assert (run["run_id"], run["project_id"], run["task_id"]) == (bare.name, "conductor", TASK)
+    assert run["status"] == "failed" and run["exit_code"] == 3 and run["start_time"] == ""
+
+
+def test_a_run_folder_without_a_record_shifts_no_attempt_number(ws: Workspace) -> None:
+    task = TaskPaths(ws.root, "conductor", TASK)
+    task.run_folder("20260205-1200000000-1-1").mkdir(parents=True)  # made, nothing written yet
+    write_run(ws.root, FAILED)
+    write_run(ws.root, COMPLETED)
+    assert [r["attempt"] for r in listed(ws)] == [1, 2]
+
+
+def test_a_live_conductor_loop_run_shows_its_task_running_and_its_output_live(
+    ws: Workspace,
+) -> None:
+    """conductor-loop holds no run-agent lock: a run of its own whose process is alive (one it
+    started, or an `external` one it only watches) is its task running, not lost, and `output`
+    prints what it writes rather than saying the run ended."""
+    agent = subprocess.Popen(
+        [sys.executable, str(FAKE_AGENT), "--marker", ws.marker, "--wait-for", str(ws.path / "go")]
+    )
+    try:
+        task = TaskPaths(ws.root, "conductor", TASK)
+        run_id = f"20260205-1251540000-{agent.pid}-1"
+        folder = task.run_folder(run_id)
+        text = RUNNING.format(pid=agent.pid, folder=folder).replace(
+            f"20260205-1251540000-{agent.pid}", run_id
+        )
+        write_run(
+            ws.root, text.replace("status: running", "process_ownership: external\nstatus: running")
+        )
+        (folder / "agent-stdout.txt").write_text("working\n")
+        shown = ws.cli("status", "-p", "conductor", "-t", TASK, "--json")
+        assert json.loads(shown.stdout)["status"] == "running", shown.stdout
+        out = ws.cli("output", "-p", "conductor", "-t", TASK)
+        assert out.returncode == 0 and out.stdout == "working\n", out.stderr
+        assert "ended" not in out.stderr
+    finally:
+        agent.kill()
+        agent.wait()
+    shown = ws.cli("status", "-p", "conductor", "-t", TASK, "--json")
+    assert json.loads(shown.stdout)["status"] == "lost"
