@@ -894,3 +894,68 @@ def test_a_limit_found_on_a_host_pauses_the_agent_for_every_start_of_the_root(
     assert then is not None and then.attempt == 2 and then.host == limited.host
     for task in (first, second):
         wait_for(lambda t=task: name_free(settings, t.label), 30, "its loop to end")
+
+
+def free_slots() -> float:
+    """The cluster's agent_slot free now, all hosts together."""
+    from runagent.executors.ray import store
+
+    return sum(room.get("agent_slot", 0) for room in store.free_per_host().values())
+
+
+def test_a_limited_loop_on_the_cluster_gives_its_agent_slot_back_and_takes_one_again(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A loop whose run was limited gives its host's agent_slot back to the cluster while its
+    agent is paused (so all four slots run tasks of another agent meanwhile), and once the
+    pause lifts takes one again on its own host, waiting in Ray's queue while that host has
+    none free: its next attempt runs there, holding it."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    limited = ws.task("p", "limited")
+    others = [ws.task("p", f"other{n}") for n in range(4)]
+    try:
+        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        started = ws.cli("run", "-p", "p", "-t", "limited", "--agent", "lim", "-d", "--config",
+                         str(ws.config), "go")  # fmt: skip
+        assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
+        wait_for(lambda: "lim paused until" in ws.cli("fleet", "--config", str(ws.config)).stdout,
+                 60, "lim paused by the host's run")  # fmt: skip
+        first = wait_for(lambda: latest(limited), 30, "the limited run's record")
+        assert first.reason == "rate_limit" and first.host in HOSTS
+        wait_for(lambda: free_slots() == 4, 30, "the limited loop's agent_slot given back")
+        assert listed(ws)[limited.label]["status"] == "queued"
+        for task in others:
+            start(ws, settings, task)
+        wait_for(lambda: all(listing.view(t).status is tasks.TaskStatus.RUNNING for t in others),
+                 60, "four tasks of another agent on the four agent_slots")  # fmt: skip
+        assert free_slots() == 0 and limited.run_ids() == [first.run_id]
+        lifted = ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
+        assert lifted.returncode == 0 and lifted.stdout.startswith("lifted: lim paused"), lifted
+        # Its host full, it waits in Ray's queue for a slot there; one freed on its host is its.
+        mates = [t for t in others if latest(t).host == first.host]
+        assert len(mates) == 2, [latest(t).host for t in others]
+        go(mates[0])
+        then = wait_for(
+            lambda: (
+                len(ids := limited.run_ids()) == 2 and read_run_info(limited.run_folder(ids[1]))
+            ),
+            60,
+            "its next attempt once a slot frees on its host",
+        )
+        assert then.attempt == 2 and then.host == first.host
+        wait_for(lambda: name_free(settings, mates[0].label), 30, "the mate's loop to end")
+        assert free_slots() == 0  # the limited loop holds the freed one again
+        go(limited)
+        wait_for(lambda: limited.done.exists(), 60, "the limited task to complete")
+    finally:
+        for task in (limited, *others):
+            go(task)
+    for task in (limited, *others):
+        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
+    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
