@@ -959,3 +959,56 @@ def test_a_limited_loop_on_the_cluster_gives_its_agent_slot_back_and_takes_one_a
     for task in (limited, *others):
         wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
     wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+    wait_for(lambda: not groups_of(limited), 30, "both of the limited loop's groups gone")
+
+
+def groups_of(task: TaskPaths) -> list[str]:
+    """The live placement groups of a task: its own, and the one that takes its slot again."""
+    from runagent.executors.ray import store
+    from runagent.executors.ray.slot import SLOT
+
+    return [name for name in (task.label, task.label + SLOT) if store.group(name, "test")]
+
+
+def test_a_loop_waiting_on_the_cluster_for_its_slot_again_is_stopped_cleanly(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """Its agent's pause lifted while its host has no slot free, a loop waits in Ray's queue
+    for one there (holding none); `stop` ends it then, and leaves neither of its groups."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    limited = ws.task("p", "waits")
+    others = [ws.task("p", f"full{n}") for n in range(4)]
+    try:
+        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        started = ws.cli("run", "-p", "p", "-t", "waits", "--agent", "lim", "-d", "--config",
+                         str(ws.config), "go")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        wait_for(lambda: free_slots() == 4 and latest(limited) is not None, 60,
+                 "the limited loop's slot given back")  # fmt: skip
+        for task in others:
+            start(ws, settings, task)
+        wait_for(lambda: free_slots() == 0, 60, "the four slots taken by another agent")
+        assert ws.cli("fleet", "unpause", "lim", "--config", str(ws.config)).returncode == 0
+        from runagent.executors.ray import store
+        from runagent.executors.ray.slot import SLOT
+
+        wanted = wait_for(lambda: store.group(limited.label + SLOT, "test"), 60,
+                          "its group asking for a slot on its host")  # fmt: skip
+        assert wanted["state"] == "PENDING" and len(limited.run_ids()) == 1
+        stopped = ws.cli("stop", "-p", "p", "-t", "waits", "--config", str(ws.config))
+        assert stopped.returncode == 0, stopped.stderr
+        wait_for(lambda: name_free(settings, limited.label), 60, "its loop to end")
+        wait_for(lambda: not groups_of(limited), 30, "both of its groups gone")
+        assert len(limited.run_ids()) == 1 and free_slots() == 0
+    finally:
+        for task in others:
+            go(task)
+    for task in others:
+        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
+    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
