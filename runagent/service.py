@@ -708,7 +708,9 @@ class Service:
             agent = admission.agent[0].name if admission.agent else admission.overrides.agent
             agent = agent or self._defaults(None)[0]
             waited = self.take_turn(request, agent, tell)
-            yield replace(admission, waited=waited, pauser=self.pauser(request, agent))
+            pauser = self.pauser(request, agent)
+            pauser.take_slot()  # a loop started again on a cluster host while paused
+            yield replace(admission, waited=waited, pauser=pauser)
         except BlockedError:
             self.tell_blocked(task=task, schedule=request.schedule)
             raise  # the task stays blocked, for `resume`
@@ -1278,6 +1280,14 @@ class Service:
         return {"default": config.defaults.agent, "agents": agents}
 
 
+def _never_stopped(seconds: float) -> bool:
+    """A wait a stop does not end (a stop signal ends the whole process then)."""
+    import time
+
+    time.sleep(seconds)
+    return False
+
+
 def _secret_variables(config: Config | None) -> tuple[str, ...]:
     """The variables a config names as holding a secret, whatever their names look like: its
     agents' `token_env`, the webhook's `secret_env`."""
@@ -1319,6 +1329,14 @@ class FleetPause:
             return True
         slot = self.slot
         return self._cluster(lambda: slot.take_again(stop.wait), True)
+
+    def take_slot(self) -> None:
+        """Before its first attempt: a loop a cluster's host agent started again after its
+        supervisor died while its agent was paused (its slot given back) takes the slot again
+        on its host, waiting in Ray's queue for it; any other loop has nothing to take."""
+        slot = self.slot
+        if slot is not None and slot.bundle:
+            self._cluster(lambda: slot.take_again(_never_stopped), True)
 
     def _cluster(self, call: Callable[[], bool], otherwise: bool = False) -> bool:
         """A call to the cluster about the loop's slot; a cluster that cannot be asked (or a

@@ -150,6 +150,9 @@ class ClusterSlot(Protocol):
 
     def give_back(self) -> bool: ...
 
+    @property
+    def bundle(self) -> dict[str, float]: ...  # what it is to take again of its host
+
     def take_again(self, stopped: Callable[[float], bool]) -> bool: ...
 
 

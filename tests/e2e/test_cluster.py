@@ -1012,3 +1012,51 @@ def test_a_loop_waiting_on_the_cluster_for_its_slot_again_is_stopped_cleanly(
     for task in others:
         wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
     wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+
+
+def test_a_loop_started_again_while_its_agent_is_paused_takes_its_slot_again_first(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A paused loop whose host agent dies (its supervisor with it) is started again by the
+    agent Ray brings back, and holds no slot while the pause lasts; once it lifts, the loop
+    takes its host's slot again before its next attempt runs, as the loop that gave it back
+    would have."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    task = ws.task("p", "reborn")
+    try:
+        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        started = ws.cli("run", "-p", "p", "-t", "reborn", "--agent", "lim", "-d", "--config",
+                         str(ws.config), "go")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        wait_for(lambda: free_slots() == 4 and latest(task) is not None, 60,
+                 "the limited loop's slot given back")  # fmt: skip
+        from runagent.store.lock import live_holder
+
+        before = wait_for(lambda: live_holder(task.lock), 30, "its supervisor")
+        group = ray.util.placement_group_table(ray.util.get_placement_group(task.label))
+        node = group["bundles_to_node_id"][0]
+        agent = ray.get_actor(f"host:{node}", namespace=settings.namespace)
+        ray.kill(agent, no_restart=False)  # what a crashed host agent looks like
+        wait_for(lambda: not alive(before.pid), 20, "the supervisor to die with its agent")
+        from runagent.fleet.queue import Fleet
+
+        # Started again, it waits for the pause in the queue (a record of its new supervisor).
+        wait_for(lambda: (r := Fleet(task.root).record_of(task)) is not None
+                 and r.waiter not in (None, before.pid), 60, "its loop started again")  # fmt: skip
+        assert free_slots() == 4 and len(task.run_ids()) == 1  # still paused: no slot held
+        assert ws.cli("fleet", "unpause", "lim", "--config", str(ws.config)).returncode == 0
+        then = wait_for(lambda: len(ids := task.run_ids()) == 2 and read_run_info(
+            task.run_folder(ids[1])), 60, "its next attempt")  # fmt: skip
+        assert then.attempt == 2 and free_slots() == 3  # it runs holding its host's slot
+    finally:
+        go(task)
+        ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
+    wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
+    wait_for(lambda: not groups_of(task), 30, "both of its groups gone")
+    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")

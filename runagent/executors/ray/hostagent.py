@@ -231,7 +231,9 @@ class HostAgent:
         spec, task = loop.spec, loop.task
         since = spec.queued_since or runfolder.timestamp(spec.submitted)
         # The loop learns its cluster, to give its slot back while its agent is paused.
-        env = {**os.environ, CLUSTER_ENV: Cluster(self.gcs, self.namespace).to_env()}
+        held = self._held_back(spec) if again else {}
+        cluster = Cluster(self.gcs, self.namespace, self.node, held)
+        env = {**os.environ, CLUSTER_ENV: cluster.to_env()}
         if not again:
             env[QUEUED_SINCE] = since
         if spec.prompt is not None and taskfolder.read_task_prompt(task) is None:
@@ -261,6 +263,20 @@ class HostAgent:
             holder.since if holder is not None else "", node=self.node,
             log_from=log_from,
         )  # fmt: skip
+
+    def _held_back(self, spec: LoopSpec) -> dict[str, float]:
+        """What a loop started again here gave back of its host while its agent was paused, and
+        had not taken again: its supervisor takes it again before its next attempt ({} when it
+        holds its slot, or never gave it back)."""
+        if not spec.held:
+            return {}
+        name = spec.label + SLOT
+        again = store.group(name, self.namespace)
+        if again is not None and again.get("state") == "CREATED":
+            return {}
+        if again is not None:  # asked for by the supervisor that died (on its old host, maybe)
+            store.remove_group(name, self.namespace, again["placement_group_id"])
+        return dict(spec.held)
 
     # Watching ---------------------------------------------------------------------------------
 

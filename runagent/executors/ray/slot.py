@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import field, replace
 from typing import Any
 
 import ray
@@ -35,21 +35,32 @@ RENAME_WAIT = 10.0  # seconds a removed group's name may take to be free again
 
 @record
 class Cluster:
-    """The cluster a host agent started a loop on, as it tells the loop."""
+    """The cluster a host agent started a loop on, as it tells the loop; for a loop started
+    again there (its supervisor died while its agent was paused, the slot given back), its
+    host and what it is to take again of it before it runs."""
 
     address: str
     namespace: str
+    node: str = ""
+    held: Mapping[str, float] = field(default_factory=dict)
 
     def to_env(self) -> str:
-        return json.dumps({"address": self.address, "namespace": self.namespace})
+        said: dict[str, Any] = {"address": self.address, "namespace": self.namespace}
+        if self.held:
+            said.update(node=self.node, held=dict(self.held))
+        return json.dumps(said)
 
     @staticmethod
     def from_env(env: Mapping[str, str]) -> Cluster | None:
         """The cluster CLUSTER_ENV names; None for a loop that no host agent started."""
         try:
             said = json.loads(env.get(CLUSTER_ENV) or "null")
-            return Cluster(str(said["address"]), str(said["namespace"])) if said else None
-        except (ValueError, TypeError, KeyError):
+            if not said:
+                return None
+            held = {str(k): float(v) for k, v in (said.get("held") or {}).items()}
+            return Cluster(str(said["address"]), str(said["namespace"]),
+                           str(said.get("node") or ""), held)  # fmt: skip
+        except (ValueError, TypeError, KeyError, AttributeError):
             return None
 
 
@@ -58,16 +69,22 @@ class Slot:
 
     def __init__(self, cluster: Cluster, label: str) -> None:
         self.cluster, self.label = cluster, label
-        self.node = ""  # the loop's host, once its slot was given back
-        self.bundle: dict[str, float] = {}  # what its group held of it
+        # The loop's host and what its group held of it, once its slot was given back (by
+        # this loop, or by the one whose supervisor died while its agent was paused).
+        self.node, self.bundle = cluster.node, dict(cluster.held)
+
+    def _join(self) -> None:
+        if not ray.is_initialized():
+            join(self.cluster.address, self.cluster.namespace)
 
     def give_back(self) -> bool:
         """Free the slot the loop's group holds (the name kept); whether one was freed."""
         ns, label = self.cluster.namespace, self.label
-        if not ray.is_initialized():
-            join(self.cluster.address, ns)
+        self._join()
         again = store.group(label + SLOT, ns)
         if again is not None:  # taken again after an earlier pause: that group goes
+            self.node = store.group_node(again) or self.node
+            self.bundle = store.group_bundle(again) or self.bundle
             store.remove_group(label + SLOT, ns, again["placement_group_id"])
             return True
         found = store.group(label, ns)
@@ -84,7 +101,7 @@ class Slot:
         store.remove_group(label, ns, found["placement_group_id"])
         hold = _remade(lambda: store.make_group(label, HOLD, near=self.node))
         if spec is not None:  # the host agent removes this one when the loop ends
-            store.put_spec(ns, replace(spec, group=hold.id.hex()))
+            store.put_spec(ns, replace(spec, group=hold.id.hex(), held=bundle))
         return True
 
     def take_again(self, stopped: Callable[[float], bool]) -> bool:
@@ -93,6 +110,7 @@ class Slot:
         and says whether it was)."""
         if not self.bundle:
             return True
+        self._join()
         ns, name = self.cluster.namespace, self.label + SLOT
         group = _remade(lambda: store.make_group(name, self.bundle, only=self.node))
         wanted = group.id.hex()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Callable, Mapping
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,9 @@ class LoopSpec:
     # When its loop last replaced its group (slot.give_back, a pause): a start that finds no
     # group meanwhile takes the spec for one still in use, not one left behind.
     touched: float = 0.0
+    # What its group held of its host before its loop gave it back while its agent was paused
+    # (slot.give_back); a loop started again meanwhile takes that again before it runs.
+    held: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
