@@ -412,3 +412,21 @@ def test_a_usage_limit_pauses_the_agent_until_the_reset_the_cli_reports(
     assert (first.attempt, second.attempt) == (1, 2) and second.status == "completed"
     assert output(ws) == "hello from fake model\n"
     assert provider.model_requests == 2  # the CLI did not retry the limit itself
+
+
+def test_gemini_s_own_retries_of_a_429_are_bounded_by_its_max_attempts(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path
+) -> None:
+    """gemini waits out a retryable 429 itself (a retryDelay of up to 300 s), up to 10 times in
+    one run; its settings' general.maxAttempts bounds that, after which the run ends as rate
+    limited (exit 173) and the fleet's pause takes over (the fleet guide says so)."""
+    provider.scenario = "rate_limit"
+    work = configure(ws, "gemini", provider, max_restarts=0, max_rate_limit_waits=0)
+    settings = ws.path / "home" / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text('{"general": {"maxAttempts": 2}}\n')
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 1, proc.stderr  # max_rate_limit_waits 0: the loop gives up
+    (limited,) = ws.runs()
+    assert limited.reason == "rate_limit" and limited.exit_code == 429 & 0xFF
+    assert provider.model_requests == 2
