@@ -10,8 +10,14 @@ model provider given with `-c` overrides, whose key comes from CODEX_API_KEY.
 from __future__ import annotations
 
 import json
+import re
+import time
 from collections.abc import Mapping
+from dataclasses import replace
+from datetime import UTC, datetime, tzinfo
+from datetime import time as dtime
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from runagent.backend import (
     Backend,
@@ -30,6 +36,45 @@ from runagent.backend import (
 )
 
 PROVIDER = "runagent"
+# How codex 0.169 says when a plan's usage limit lifts (UsageLimitReachedError: the provider's
+# `resets_at` in the local time of the codex process, to the minute; with the date when it is
+# not today): "... or try again at 5:46 AM." / "... or try again at Nov 29th, 2026 5:46 AM."
+_TRY_AGAIN_AT = re.compile(
+    r"try again at (?:([A-Z][a-z]{2}) (\d{1,2})(?:st|nd|rd|th), (\d{4}) )?(\d{1,2}):(\d{2}) ([AP]M)"
+)
+
+
+def try_again_at(text: str, zone: str | None = None, now: float | None = None) -> float | None:
+    """Seconds until the limit lifts, from codex's "try again at ..." in `text` (read in the
+    time zone `zone` names, the agent's TZ, else this host's); None if it names no time. Its
+    minute is taken to its end: codex leaves out the seconds."""
+    m = _TRY_AGAIN_AT.search(text)
+    if m is None:
+        return None
+    month, day, year, hour, minute, half = m.groups()
+    moment = time.time() if now is None else now
+    tz = _zone(zone)
+    try:
+        date = (
+            datetime.strptime(f"{month} {day} {year}", "%b %d %Y").date()
+            if month
+            else datetime.fromtimestamp(moment, tz).date()
+        )
+        at = datetime.combine(date, dtime(int(hour) % 12 + (12 if half == "PM" else 0),
+                                           int(minute)), tzinfo=tz)  # fmt: skip
+    except ValueError:
+        return None
+    return max(0.0, at.timestamp() + 60 - moment)
+
+
+def _zone(name: str | None) -> tzinfo:
+    """The time zone TZ names (an IANA name), else this host's own."""
+    if name:
+        try:
+            return ZoneInfo(name.removeprefix(":"))
+        except (ValueError, ZoneInfoNotFoundError):
+            pass
+    return datetime.now().astimezone().tzinfo or UTC
 
 
 def _codex_home(env: Mapping[str, str]) -> Path:
@@ -129,6 +174,10 @@ class CodexBackend(Backend):
         if not text.strip():
             return None
         found = from_text(text)
+        if found is not None and found.reason is Reason.RATE_LIMIT and found.retry_after is None:
+            # A plan's usage limit: codex says when it lifts only in its message's words.
+            lifts = try_again_at(text, ctx.environment.get("TZ"))
+            return replace(found, retry_after=lifts) if lifts is not None else found
         if found is not None:
             return found
         if "usage_limit_reached" in text:

@@ -12,6 +12,7 @@ The agent check needs the backends, which the core never imports: it is handed i
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import field, replace
@@ -144,6 +145,9 @@ class Admission:
     overrides: LoopOverrides
     agent: tuple[AgentConfig, Backend] | None = None
     waited: str | None = None
+    # For a loop run in this process: how a limit its runs find pauses its agent across the
+    # fleet, and how it waits the pause out without its slot (every such loop's Supervisor).
+    pauser: FleetPause | None = field(default=None, compare=False)
 
 
 @record
@@ -702,8 +706,11 @@ class Service:
             if request.message is not None:  # admitted: its first attempt starts with it
                 self._keep_message(request)
             agent = admission.agent[0].name if admission.agent else admission.overrides.agent
-            waited = self.take_turn(request, agent or self._defaults(None)[0], tell)
-            yield replace(admission, waited=waited)
+            agent = agent or self._defaults(None)[0]
+            waited = self.take_turn(request, agent, tell)
+            pauser = self.pauser(request, agent)
+            pauser.take_slot()  # a loop started again on a cluster host while paused
+            yield replace(admission, waited=waited, pauser=pauser)
         except BlockedError:
             self.tell_blocked(task=task, schedule=request.schedule)
             raise  # the task stays blocked, for `resume`
@@ -1273,6 +1280,14 @@ class Service:
         return {"default": config.defaults.agent, "agents": agents}
 
 
+def _never_stopped(seconds: float) -> bool:
+    """A wait a stop does not end (a stop signal ends the whole process then)."""
+    import time
+
+    time.sleep(seconds)
+    return False
+
+
 def _secret_variables(config: Config | None) -> tuple[str, ...]:
     """The variables a config names as holding a secret, whatever their names look like: its
     agents' `token_env`, the webhook's `secret_env`."""
@@ -1288,7 +1303,11 @@ class FleetPause:
     back while the pause lasts, its turn taken again in the queue when it lifts."""
 
     def __init__(self, service: Service, request: StartRequest, agent: str) -> None:
+        from runagent.executors import control
+
         self.service, self.request, self.agent = service, request, agent
+        # On a host of a Ray cluster: the loop's agent_slot there, given back meanwhile too.
+        self.slot = control.cluster_slot(request.task)
 
     def pause(self, seconds: float, why: str) -> str:
         from runagent.fleet import gate
@@ -1301,5 +1320,30 @@ class FleetPause:
         limits = self.service.limits()
         if self.service.executor is not None and self.service.executor.type is ExecutorType.RAY:
             limits = LimitsSettings()  # the cluster's agent_slot is its cap
-        return gate.wait_out(self.request.task, limits, self.agent, stop.wait,
-                             priority=self.request.priority)  # fmt: skip
+        if self.slot is not None:
+            self._cluster(self.slot.give_back)
+        if not gate.wait_out(self.request.task, limits, self.agent, stop.wait,
+                             priority=self.request.priority):  # fmt: skip
+            return False
+        if self.slot is None:
+            return True
+        slot = self.slot
+        return self._cluster(lambda: slot.take_again(stop.wait), True)
+
+    def take_slot(self) -> None:
+        """Before its first attempt: a loop a cluster's host agent started again after its
+        supervisor died while its agent was paused (its slot given back) takes the slot again
+        on its host, waiting in Ray's queue for it; any other loop has nothing to take."""
+        slot = self.slot
+        if slot is not None and slot.bundle:
+            self._cluster(lambda: slot.take_again(_never_stopped), True)
+
+    def _cluster(self, call: Callable[[], bool], otherwise: bool = False) -> bool:
+        """A call to the cluster about the loop's slot; a cluster that cannot be asked (or a
+        host without Ray) leaves the slot as it was, said in the loop's log."""
+        try:
+            return call()
+        except (RunAgentError, ImportError) as exc:
+            print(f"run-agent: the loop's agent_slot on the cluster stays as it was: {exc}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            return otherwise

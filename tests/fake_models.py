@@ -9,6 +9,10 @@ OpenAI chat completions (perplexity, xai). `scenario` picks the behaviour for ev
   after turn until it is stopped (each turn reports its usage as the CLI does);
 - "error": HTTP 400; "auth": HTTP 401; "rate_limit": HTTP 429 (Retry-After: 1) every time;
 - "rate_limit_once": HTTP 429 on the first model request, then "text";
+- "usage_limit": HTTP 429 as each provider answers once a usage quota is spent, until
+  `limit_seconds` from the request (its error body and headers as the real provider sends them,
+  and the CLIs read: `usage_limit_error`); "usage_limit_once": that on the first model request,
+  then "text";
 - "hang": send the response headers, then nothing until the server stops;
 - "script" (chat completions only): the n-th request is answered with `replies[n]` (the last
   one again past the end), e.g. operations messages for an agent-mode conversation;
@@ -48,6 +52,7 @@ class FakeModelServer:
     tool_command: str = TOOL_COMMAND  # what the "tool" scenario asks the CLI's shell to run
     replies: list[str] = field(default_factory=list)
     calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    limit_seconds: int = 3600  # how long a "usage_limit" lasts from the request that hits it
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
@@ -84,6 +89,8 @@ class FakeModelServer:
             self.model_requests += 1
             if self.scenario == "rate_limit_once":
                 return "rate_limit" if self.model_requests == 1 else "text"
+            if self.scenario == "usage_limit_once":
+                return "usage_limit" if self.model_requests == 1 else "text"
             return self.scenario
 
     def reply(self) -> str:
@@ -137,6 +144,10 @@ class _Handler(BaseHTTPRequestHandler):
             status = {"error": 400, "auth": 401, "rate_limit": 429}[behaviour]
             self._json(status, error_body(fmt, status), retry_after=status == 429)
             return
+        if behaviour == "usage_limit":
+            status, payload, headers = usage_limit_error(fmt, self.fake.limit_seconds)
+            self._json(status, payload, headers=headers)
+            return
         if behaviour == "hang":
             self._start_stream()
             self.fake._stopping.wait()
@@ -176,13 +187,18 @@ class _Handler(BaseHTTPRequestHandler):
             Recorded(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         )
 
-    def _json(self, status: int, payload: Any, retry_after: bool = False) -> None:
+    def _json(
+        self, status: int, payload: Any, retry_after: bool = False,
+        headers: dict[str, str] | None = None,
+    ) -> None:  # fmt: skip
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         if retry_after:
             self.send_header("Retry-After", "1")
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
 
@@ -210,6 +226,81 @@ def error_body(fmt: str, status: int) -> Any:
         return {"error": error}
     kind = {400: "invalid_request_error", 401: "invalid_api_key", 429: "rate_limit_exceeded"}
     return {"error": {"type": kind[status], "code": kind[status], "message": message}}
+
+
+def usage_limit_error(fmt: str, seconds: int) -> tuple[int, Any, dict[str, str]]:
+    """The 429 a provider answers once a usage quota is spent, lifting in `seconds`: its status,
+    body and headers as the real provider sends them.
+
+    - Responses (codex signed in to a ChatGPT plan): `error.type` usage_limit_reached with the
+      reset as `resets_at` (epoch seconds) and `resets_in_seconds`, and the plan's windows in
+      the x-codex-primary-* / x-codex-secondary-* headers, which codex reads into its
+      rate-limit snapshot;
+    - Gemini API: RESOURCE_EXHAUSTED with a QuotaFailure naming the daily per-model quota, a Help
+      link and a RetryInfo whose retryDelay is the time to the reset (the message says "Please
+      retry in ..." too), as gemini-cli's classifyGoogleError reads it;
+    - Anthropic Messages: rate_limit_error with retry-after and the
+      anthropic-ratelimit-*-reset headers (RFC 3339);
+    - chat completions: rate_limit_exceeded with retry-after.
+    """
+    import time
+    from datetime import UTC, datetime
+
+    reset = int(time.time()) + seconds
+    if fmt == "responses":
+        body: Any = {"error": {
+            "type": "usage_limit_reached", "message": "The usage limit has been reached",
+            "plan_type": "plus", "resets_at": reset, "eligible_promo": None,
+            "resets_in_seconds": seconds,
+        }}  # fmt: skip
+        return 429, body, {
+            "x-codex-primary-used-percent": "100.0", "x-codex-primary-window-minutes": "300",
+            "x-codex-primary-reset-at": str(reset),
+            "x-codex-secondary-used-percent": "41.0",
+            "x-codex-secondary-window-minutes": "10080",
+        }  # fmt: skip
+    if fmt == "gemini":
+        metric = "generativelanguage.googleapis.com/generate_content_free_tier_requests"
+        body = {"error": {
+            "code": 429,
+            "message": (
+                "You exceeded your current quota, please check your plan and billing details. "
+                "For more information on this error, head to: "
+                "https://ai.google.dev/gemini-api/docs/rate-limits.\n* Quota exceeded for "
+                f"metric: {metric}, limit: 250, model: gemini-3.8-flash\n"
+                f"Please retry in {seconds}.0s."
+            ),
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": [{
+                    "quotaMetric": metric,
+                    "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                    "quotaDimensions": {"location": "global", "model": "gemini-3.8-flash"},
+                    "quotaValue": "250",
+                }]},
+                {"@type": "type.googleapis.com/google.rpc.Help", "links": [{
+                    "description": "Learn more about Gemini API quotas",
+                    "url": "https://ai.google.dev/gemini-api/docs/rate-limits",
+                }]},
+                {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": f"{seconds}s"},
+            ],
+        }}  # fmt: skip
+        return 429, body, {}
+    if fmt == "anthropic":
+        at = datetime.fromtimestamp(reset, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {"type": "error", "error": {
+            "type": "rate_limit_error",
+            "message": "This request would exceed your organization's rate limit.",
+        }}  # fmt: skip
+        return 429, body, {
+            "retry-after": str(seconds), "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": at,
+            "anthropic-ratelimit-tokens-reset": at,
+        }  # fmt: skip
+    said = f"Rate limit reached. Please try again in {seconds}s."
+    body = {"error": {"type": "requests", "code": "rate_limit_exceeded", "param": None,
+                      "message": said}}  # fmt: skip
+    return 429, body, {"retry-after": str(seconds)}
 
 
 def has_tool_result(fmt: str, body: Any) -> bool:

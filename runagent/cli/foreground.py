@@ -64,8 +64,8 @@ def foreground_loop(
         click.echo(f"run-agent: {turn.words(task.label)}", err=True)
 
     with service.enter(start, tell) as admission:
-        request = loop_request(s, task, admission, loop, issue)
         assert admission.agent is not None  # the command line's door checks its agent
+        request = loop_request(s, task, admission, loop, issue)
         backend = admission.agent[1]
         console = Console(
             sys.stderr, request.settings.max_restarts + 1, loop.quiet, backend.summarize,
@@ -79,9 +79,8 @@ def foreground_loop(
             if notifier is not None:
                 notifier.on_event(event, task, loop.schedule)
 
-        pauser = service.pauser(start, request.agent_name)  # a limit pauses the agent fleet-wide
         supervisor = Supervisor(
-            request, backend, on_event=on_event, redactor=redactor, pauser=pauser
+            request, backend, on_event=on_event, redactor=redactor, pauser=admission.pauser
         )
         previous = {
             sig: signal.signal(sig, lambda *_: supervisor.request_stop()) for sig in STOP_SIGNALS

@@ -238,7 +238,9 @@ def _cocode_loop(
         f"{checkout.folder} (base {checkout.base[:12]}); run folder {task.folder}",
     )
     on_event = _narrator(request, env, checkout.dirs)
-    supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env))
+    # A limit pauses its agent across the fleet, as any loop's does (the door's pauser).
+    supervisor = Supervisor(loop, backend, on_event=on_event, redactor=backend.redactor(env),
+                            pauser=admitted.pauser)  # fmt: skip
     previous = {sig: signal.signal(sig, lambda *_: supervisor.request_stop())
                 for sig in STOP_SIGNALS}  # fmt: skip
     try:

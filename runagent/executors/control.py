@@ -5,14 +5,22 @@ and never asks which one runs them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings, ExecutorType
 from runagent.errors import MissingDependencyError, RunAgentError
-from runagent.executors.local import START_WAIT, Started, loop_argv, start_local, stop_local
+from runagent.executors.local import (
+    CLUSTER_ENV,
+    START_WAIT,
+    Started,
+    loop_argv,
+    start_local,
+    stop_local,
+)
 from runagent.store import host
 from runagent.store.lock import Holder
 from runagent.store.runfolder import TaskPaths
@@ -134,6 +142,31 @@ def ray_executor(settings: ExecutorSettings) -> Executor:
             "pip install 'run-agent[ray]', or use --executor local"
         ) from None
     return rayexecutor.connect(settings)
+
+
+class ClusterSlot(Protocol):
+    """A loop's agent_slot on the cluster it runs on (ray/slot.py), given back while its agent
+    is paused and taken again on its host when the pause lifts."""
+
+    def give_back(self) -> bool: ...
+
+    @property
+    def bundle(self) -> dict[str, float]: ...  # what it is to take again of its host
+
+    def take_again(self, stopped: Callable[[float], bool]) -> bool: ...
+
+
+def cluster_slot(task: TaskPaths) -> ClusterSlot | None:
+    """The agent_slot of this process's loop of `task` on the cluster whose host agent started
+    it, taken out of the environment (its agents do not inherit it); None for a loop that no
+    host agent started."""
+    said = os.environ.pop(CLUSTER_ENV, None)
+    if not said:
+        return None
+    from runagent.executors.ray.slot import Cluster, Slot
+
+    cluster = Cluster.from_env({CLUSTER_ENV: said})
+    return Slot(cluster, task.label) if cluster is not None else None
 
 
 def hold_scheduler(executor: ExecutorSettings | None) -> bool:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # a queued start's place: loaded where there is a queue
     from runagent.fleet.queue import Turn
 
 START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
+CLUSTER_ENV = "RUN_AGENT_CLUSTER"  # what a host agent of a cluster tells its loops (ray/slot)
 
 
 @record

@@ -131,6 +131,39 @@ def test_codex_usage_limit_is_a_rate_limit_with_its_reset(tmp_path: Path) -> Non
     assert diagnosis.retry_after == 13872
 
 
+@pytest.mark.parametrize(
+    ("said", "zone", "lifts"),
+    [
+        ("try again at 5:46 AM.", "UTC", 3650.0),  # today: the time only, to the minute
+        ("try again at 11:16 AM.", "Asia/Kolkata", 3650.0),  # in the agent's TZ
+        ("try again at Nov 29th, 2026 5:46 AM.", "UTC", 90050.0),  # another day: with its date
+        ("try again at 12:05 AM.", "UTC", 0.0),  # a minute gone by already
+        ("try again later.", "UTC", None),  # no reset known: rate_limit_wait
+    ],
+)
+def test_codex_usage_limit_lifts_when_its_message_says(
+    tmp_path: Path, said: str, zone: str, lifts: float | None
+) -> None:
+    """codex 0.169 turns the provider's 429 usage_limit_reached into its own words, the reset
+    in the local time of its process to the minute (its turn.failed event, as the real CLI
+    wrote it against tests/fake_models.py's usage_limit)."""
+    from backends.codex import try_again_at
+
+    message = (
+        "You\u2019ve hit your usage limit. Upgrade to Pro (https://chatgpt.com/explore/"
+        f"pro), visit https://chatgpt.com/settings/usage to purchase more credits or {said}"
+    )
+    from datetime import UTC, datetime
+
+    now = datetime(2026, 11, 28, 4, 46, 10, tzinfo=UTC).timestamp()
+    assert try_again_at(message, zone, now) == lifts
+    ctx = write_stream(tmp_path, [json.dumps({"type": "turn.failed",
+                                              "error": {"message": message}})])  # fmt: skip
+    diagnosis = backend("codex").diagnose(ctx, 1)
+    assert diagnosis is not None and diagnosis.reason is Reason.RATE_LIMIT
+    assert "hit your usage limit" in diagnosis.message
+
+
 def test_codex_missing_key_is_authentication(tmp_path: Path) -> None:
     ctx = write_stream(
         tmp_path,

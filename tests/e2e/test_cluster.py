@@ -894,3 +894,169 @@ def test_a_limit_found_on_a_host_pauses_the_agent_for_every_start_of_the_root(
     assert then is not None and then.attempt == 2 and then.host == limited.host
     for task in (first, second):
         wait_for(lambda t=task: name_free(settings, t.label), 30, "its loop to end")
+
+
+def free_slots() -> float:
+    """The cluster's agent_slot free now, all hosts together."""
+    from runagent.executors.ray import store
+
+    return sum(room.get("agent_slot", 0) for room in store.free_per_host().values())
+
+
+def test_a_limited_loop_on_the_cluster_gives_its_agent_slot_back_and_takes_one_again(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A loop whose run was limited gives its host's agent_slot back to the cluster while its
+    agent is paused (so all four slots run tasks of another agent meanwhile), and once the
+    pause lifts takes one again on its own host, waiting in Ray's queue while that host has
+    none free: its next attempt runs there, holding it."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    limited = ws.task("p", "limited")
+    others = [ws.task("p", f"other{n}") for n in range(4)]
+    try:
+        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        started = ws.cli("run", "-p", "p", "-t", "limited", "--agent", "lim", "-d", "--config",
+                         str(ws.config), "go")  # fmt: skip
+        assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
+        wait_for(lambda: "lim paused until" in ws.cli("fleet", "--config", str(ws.config)).stdout,
+                 60, "lim paused by the host's run")  # fmt: skip
+        first = wait_for(lambda: latest(limited), 30, "the limited run's record")
+        assert first.reason == "rate_limit" and first.host in HOSTS
+        wait_for(lambda: free_slots() == 4, 30, "the limited loop's agent_slot given back")
+        assert listed(ws)[limited.label]["status"] == "queued"
+        for task in others:
+            start(ws, settings, task)
+        wait_for(lambda: all(listing.view(t).status is tasks.TaskStatus.RUNNING for t in others),
+                 60, "four tasks of another agent on the four agent_slots")  # fmt: skip
+        assert free_slots() == 0 and limited.run_ids() == [first.run_id]
+        lifted = ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
+        assert lifted.returncode == 0 and lifted.stdout.startswith("lifted: lim paused"), lifted
+        # Its host full, it waits in Ray's queue for a slot there; one freed on its host is its.
+        mates = [t for t in others if latest(t).host == first.host]
+        assert len(mates) == 2, [latest(t).host for t in others]
+        go(mates[0])
+        then = wait_for(
+            lambda: (
+                len(ids := limited.run_ids()) == 2 and read_run_info(limited.run_folder(ids[1]))
+            ),
+            60,
+            "its next attempt once a slot frees on its host",
+        )
+        assert then.attempt == 2 and then.host == first.host
+        wait_for(lambda: name_free(settings, mates[0].label), 30, "the mate's loop to end")
+        assert free_slots() == 0  # the limited loop holds the freed one again
+        go(limited)
+        wait_for(lambda: limited.done.exists(), 60, "the limited task to complete")
+    finally:
+        for task in (limited, *others):
+            go(task)
+    for task in (limited, *others):
+        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
+    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+    wait_for(lambda: not groups_of(limited), 30, "both of the limited loop's groups gone")
+
+
+def groups_of(task: TaskPaths) -> list[str]:
+    """The live placement groups of a task: its own, and the one that takes its slot again."""
+    from runagent.executors.ray import store
+    from runagent.executors.ray.slot import SLOT
+
+    return [name for name in (task.label, task.label + SLOT) if store.group(name, "test")]
+
+
+def test_a_loop_waiting_on_the_cluster_for_its_slot_again_is_stopped_cleanly(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """Its agent's pause lifted while its host has no slot free, a loop waits in Ray's queue
+    for one there (holding none); `stop` ends it then, and leaves neither of its groups."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    limited = ws.task("p", "waits")
+    others = [ws.task("p", f"full{n}") for n in range(4)]
+    try:
+        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        started = ws.cli("run", "-p", "p", "-t", "waits", "--agent", "lim", "-d", "--config",
+                         str(ws.config), "go")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        wait_for(lambda: free_slots() == 4 and latest(limited) is not None, 60,
+                 "the limited loop's slot given back")  # fmt: skip
+        for task in others:
+            start(ws, settings, task)
+        wait_for(lambda: free_slots() == 0, 60, "the four slots taken by another agent")
+        assert ws.cli("fleet", "unpause", "lim", "--config", str(ws.config)).returncode == 0
+        from runagent.executors.ray import store
+        from runagent.executors.ray.slot import SLOT
+
+        wanted = wait_for(lambda: store.group(limited.label + SLOT, "test"), 60,
+                          "its group asking for a slot on its host")  # fmt: skip
+        assert wanted["state"] == "PENDING" and len(limited.run_ids()) == 1
+        stopped = ws.cli("stop", "-p", "p", "-t", "waits", "--config", str(ws.config))
+        assert stopped.returncode == 0, stopped.stderr
+        wait_for(lambda: name_free(settings, limited.label), 60, "its loop to end")
+        wait_for(lambda: not groups_of(limited), 30, "both of its groups gone")
+        assert len(limited.run_ids()) == 1 and free_slots() == 0
+    finally:
+        for task in others:
+            go(task)
+    for task in others:
+        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
+    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+
+
+def test_a_loop_started_again_while_its_agent_is_paused_takes_its_slot_again_first(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A paused loop whose host agent dies (its supervisor with it) is started again by the
+    agent Ray brings back, and holds no slot while the pause lasts; once it lifts, the loop
+    takes its host's slot again before its next attempt runs, as the loop that gave it back
+    would have."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *HOLD])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    task = ws.task("p", "reborn")
+    try:
+        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        started = ws.cli("run", "-p", "p", "-t", "reborn", "--agent", "lim", "-d", "--config",
+                         str(ws.config), "go")  # fmt: skip
+        assert started.returncode == 0, started.stderr
+        wait_for(lambda: free_slots() == 4 and latest(task) is not None, 60,
+                 "the limited loop's slot given back")  # fmt: skip
+        from runagent.store.lock import live_holder
+
+        before = wait_for(lambda: live_holder(task.lock), 30, "its supervisor")
+        group = ray.util.placement_group_table(ray.util.get_placement_group(task.label))
+        node = group["bundles_to_node_id"][0]
+        agent = ray.get_actor(f"host:{node}", namespace=settings.namespace)
+        ray.kill(agent, no_restart=False)  # what a crashed host agent looks like
+        wait_for(lambda: not alive(before.pid), 20, "the supervisor to die with its agent")
+        from runagent.fleet.queue import Fleet
+
+        # Started again, it waits for the pause in the queue (a record of its new supervisor).
+        wait_for(lambda: (r := Fleet(task.root).record_of(task)) is not None
+                 and r.waiter not in (None, before.pid), 60, "its loop started again")  # fmt: skip
+        assert free_slots() == 4 and len(task.run_ids()) == 1  # still paused: no slot held
+        assert ws.cli("fleet", "unpause", "lim", "--config", str(ws.config)).returncode == 0
+        then = wait_for(lambda: len(ids := task.run_ids()) == 2 and read_run_info(
+            task.run_folder(ids[1])), 60, "its next attempt")  # fmt: skip
+        assert then.attempt == 2 and free_slots() == 3  # it runs holding its host's slot
+    finally:
+        go(task)
+        ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
+    wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
+    wait_for(lambda: not groups_of(task), 30, "both of its groups gone")
+    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")

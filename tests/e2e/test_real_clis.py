@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -359,3 +360,73 @@ def test_a_persons_message_reaches_the_model_in_the_next_attempt(
     sent = [json.dumps(r.body) for r in provider.requests[seen:]]
     assert any(words in body for body in sent), "the message never reached the model"
     assert not any(words in json.dumps(r.body) for r in provider.requests[:seen])
+
+
+# What each CLI says of the provider's usage limit (tests/fake_models.py usage_limit_error).
+LIMIT_WORDS = {
+    "codex": "hit your usage limit",
+    "gemini": "exhausted your daily quota",
+    "claude": "exceed your organization's rate limit",
+}
+
+
+@pytest.mark.parametrize("cli", ["codex", "gemini", "claude"])
+def test_a_usage_limit_pauses_the_agent_until_the_reset_the_cli_reports(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path, cli: str
+) -> None:
+    """The real CLI hits the provider's usage limit (the 429 with the body and headers the
+    provider sends): its run pauses the agent across the fleet until the reset the CLI
+    reports (codex: its message's "try again at 5:46 AM", in the agent's TZ and to the
+    minute), or for rate_limit_wait where the CLI reports none (gemini: its TerminalQuotaError
+    drops the quota's RetryInfo; claude: its events carry the 429, not the API's retry-after
+    or reset headers); lifted, the loop's next attempt completes, no restart spent."""
+    from runagent.fleet.queue import Fleet
+
+    provider.scenario, provider.limit_seconds = "usage_limit_once", 3 * 3600
+    work = configure(ws, cli, provider, max_restarts=0, rate_limit_wait="7m")
+    config = yaml.safe_load(ws.config.read_text())
+    config["agents"]["agent"]["env"]["TZ"] = "Asia/Kolkata"  # codex speaks its local time
+    ws.config.write_text(yaml.safe_dump(config))
+    hit = time.time()
+    loop = ws.start_cli("--project", "p", "--task", "t", "--cwd", str(work), PROMPT,
+                        env={"XDG_CACHE_HOME": str(private_cache)})  # fmt: skip
+    try:
+        pause = wait_for(lambda: Fleet(ws.root).pauses(clean=False).get("agent"), 60,
+                         "the agent paused by its limited run")  # fmt: skip
+        if cli == "codex":  # the reset, to the end of the minute codex shows, plus a second
+            reset = hit + provider.limit_seconds
+            assert reset - 2 <= pause.until <= time.time() + provider.limit_seconds + 62, pause
+        else:
+            assert hit + 7 * 60 <= pause.until <= time.time() + 7 * 60 + 2, pause
+        assert LIMIT_WORDS[cli] in pause.why, pause
+        (limited,) = ws.runs()
+        assert limited.reason == "rate_limit"
+        assert limited.exit_code == (429 & 0xFF if cli == "gemini" else 1)
+        assert ws.cli("fleet", "unpause", "agent").returncode == 0
+        assert loop.wait(120) == 0, loop.stderr.read() if loop.stderr else ""
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+            loop.wait()
+    first, second = ws.runs()
+    assert (first.attempt, second.attempt) == (1, 2) and second.status == "completed"
+    assert output(ws) == "hello from fake model\n"
+    assert provider.model_requests == 2  # the CLI did not retry the limit itself
+
+
+def test_gemini_s_own_retries_of_a_429_are_bounded_by_its_max_attempts(
+    ws: Workspace, provider: FakeModelServer, private_cache: Path
+) -> None:
+    """gemini waits out a retryable 429 itself (a retryDelay of up to 300 s), up to 10 times in
+    one run; its settings' general.maxAttempts bounds that, after which the run ends as rate
+    limited (exit 173) and the fleet's pause takes over (the fleet guide says so)."""
+    provider.scenario = "rate_limit"
+    work = configure(ws, "gemini", provider, max_restarts=0, max_rate_limit_waits=0)
+    settings = ws.path / "home" / ".gemini" / "settings.json"
+    settings.parent.mkdir(parents=True, exist_ok=True)
+    settings.write_text('{"general": {"maxAttempts": 2}}\n')
+    proc = run(ws, work, private_cache)
+    assert proc.returncode == 1, proc.stderr  # max_rate_limit_waits 0: the loop gives up
+    (limited,) = ws.runs()
+    assert limited.reason == "rate_limit" and limited.exit_code == 429 & 0xFF
+    assert provider.model_requests == 2

@@ -7,13 +7,18 @@ the fake agent speaking claude's stream."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
+from subprocess import Popen
 from typing import Any
 
 import yaml
 
 from runagent.fleet.queue import Fleet, Pause, decide
 from runagent.service import StartRequest
+from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import Reason
 from tests.conftest import Workspace, wait_for
 from tests.fleet.test_queue import HOLD, LIMITS, go, holder, keepers, listed, service, waiting
@@ -215,6 +220,68 @@ def test_unpause_names_an_agent_no_config_knows(ws: Workspace) -> None:
     assert done.returncode == 0 and done.stdout.strip() == "agent nobody is not paused"
     as_json = ws.cli("fleet", "--json")
     assert json.loads(as_json.stdout)["paused"] == []
+
+
+def cocode_of(ws: Workspace, number: int) -> tuple[Popen[str], TaskPaths]:
+    """`run-agent cocode --agent lim` started on issue `number` in a repository of its own, as
+    a cocode host starts its agent; and its task."""
+    from tests.gitrepo import GIT_ENV, make_repo
+
+    repo = make_repo(ws.path / f"repo-{number}")
+    issue = ws.path / f"issue-{number}.txt"
+    issue.write_text(f"Fix bug {number}\n")
+    env = {**GIT_ENV, "COCODE_REPO_PATH": str(repo), "COCODE_ISSUE_NUMBER": str(number),
+           "COCODE_ISSUE_BODY_FILE": str(issue)}  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "runagent", "cocode", "--config", str(ws.config), "--agent",
+         "lim", "--max-restarts", "0"], cwd=repo, env={**os.environ, **env},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    return proc, ws.task("cocode", f"issue-{number}")
+
+
+def test_a_cocode_loop_pauses_its_agent_across_the_fleet_and_honours_the_pause(
+    ws: Workspace,
+) -> None:
+    """`run-agent cocode` is a loop like any: its limited run pauses the agent for the fleet,
+    it gives its slot back and waits as a queue record (a task of another agent takes the
+    slot), a second cocode of the agent waits for the pause, and once it is lifted both
+    resolve their issues, the limit having spent no restart."""
+    limited_fleet(ws, {"max_running": 1})
+    first, one = cocode_of(ws, 1)
+    second: Popen[str] | None = None
+    try:
+        wait_for(lambda: "lim" in paused(ws), timeout=30, what="lim paused by cocode's run")
+        pause = paused(ws)["lim"]
+        assert pause.by == one.label and "five_hour" in pause.why
+        wait_for(lambda: listed(ws)[one.label].get("queue") is not None, what="back in queue")
+        door = service(ws)
+        door.start(StartRequest(ws.task("p", "c"), "go"))
+        wait_for(lambda: listed(ws)["p/c"]["status"] == "running", what="c on the slot")
+        second, two = cocode_of(ws, 2)
+        wait_for(lambda: listed(ws).get(two.label, {}).get("status") == "queued",
+                 what="the second cocode queued")  # fmt: skip
+        assert listed(ws)[two.label]["queue"]["waits_for"] == pause.words()
+        assert len(ws.runs("cocode", "issue-1")) == 1 and not ws.runs("cocode", "issue-2")
+        assert ws.cli("fleet", "unpause", "lim").returncode == 0
+        go(ws, "c")
+        for task in (one, two):
+            task.folder.mkdir(parents=True, exist_ok=True)
+            (task.folder / "go").touch()
+        assert first.wait(60) == 0 and second.wait(60) == 0
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    out = first.stdout.read() if first.stdout else ""
+    said = [json.loads(line)["message"] for line in out.splitlines()]
+    assert any(f"rate limited: {pause.words()}; its slot given back" in m for m in said), said
+    waited = second.stdout.read() if second.stdout else ""
+    assert f"task {two.label} queued: " in waited and pause.words() in waited, waited
+    limited, then = ws.runs("cocode", "issue-1")
+    assert limited.reason is Reason.RATE_LIMIT and then.attempt == 2  # max_restarts 0
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
 
 
 def _agent(name: str) -> Any:

@@ -183,7 +183,7 @@ class RayExecutor:
             if not store.put_spec(self.namespace, spec, overwrite=False):
                 return
             old = store.spec(self.namespace, label)
-            young = old is not None and time.time() - old.submitted < STALE_SPEC
+            young = old is not None and time.time() - max(old.submitted, old.touched) < STALE_SPEC
             if young or store.group(label, self.namespace) is not None:
                 continue  # another start is being made: look at it again
             store.drop_spec(self.namespace, label)

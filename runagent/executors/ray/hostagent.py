@@ -28,6 +28,7 @@ from runagent.errors import AlreadyRunningError, RunAgentError
 from runagent.executors import local as localexecutor
 from runagent.executors.ray.boundary import ClusterError
 from runagent.executors.ray.mirror import Mirror
+from runagent.executors.ray.slot import CLUSTER_ENV, SLOT, Cluster
 from runagent.executors.ray.store import LoopSpec
 from runagent.loop.context import QUEUED_SINCE
 from runagent.record import record
@@ -94,6 +95,7 @@ class HostAgent:
         context = ray.get_runtime_context()
         self.node = context.get_node_id()
         self.namespace = context.namespace
+        self.gcs = context.gcs_address
         self.host = host.this_host()
         self.loops: dict[str, _Loop] = {}
         # The loops that ended here lately, by task: the start they came from (its `submitted`)
@@ -228,7 +230,12 @@ class HostAgent:
         as a local loop that waited records it (a fraction of a second where a host was free)."""
         spec, task = loop.spec, loop.task
         since = spec.queued_since or runfolder.timestamp(spec.submitted)
-        env = None if again else {**os.environ, QUEUED_SINCE: since}
+        # The loop learns its cluster, to give its slot back while its agent is paused.
+        held = self._held_back(spec) if again else {}
+        cluster = Cluster(self.gcs, self.namespace, self.node, held)
+        env = {**os.environ, CLUSTER_ENV: cluster.to_env()}
+        if not again:
+            env[QUEUED_SINCE] = since
         if spec.prompt is not None and taskfolder.read_task_prompt(task) is None:
             taskfolder.write_task_prompt(task, spec.prompt)  # its folder made with it
         argv = localexecutor.loop_argv(
@@ -256,6 +263,20 @@ class HostAgent:
             holder.since if holder is not None else "", node=self.node,
             log_from=log_from,
         )  # fmt: skip
+
+    def _held_back(self, spec: LoopSpec) -> dict[str, float]:
+        """What a loop started again here gave back of its host while its agent was paused, and
+        had not taken again: its supervisor takes it again before its next attempt ({} when it
+        holds its slot, or never gave it back)."""
+        if not spec.held:
+            return {}
+        name = spec.label + SLOT
+        again = store.group(name, self.namespace)
+        if again is not None and again.get("state") == "CREATED":
+            return {}
+        if again is not None:  # asked for by the supervisor that died (on its old host, maybe)
+            store.remove_group(name, self.namespace, again["placement_group_id"])
+        return dict(spec.held)
 
     # Watching ---------------------------------------------------------------------------------
 
@@ -331,9 +352,14 @@ class HostAgent:
             end = {"code": code, "submitted": spec.submitted, "host": self.host,
                    "node": self.node, "log_from": log_from}  # fmt: skip
             store.put_end(self.namespace, spec.label, end)
-            store.remove_group(spec.label, self.namespace, spec.group or None)
             left = store.spec(self.namespace, spec.label)
-            if left is not None and left.submitted == spec.submitted:
+            mine = left is not None and left.submitted == spec.submitted
+            # Its group, the one its spec names now if a pause replaced it (slot.Slot), and
+            # the group that held its slot again after that pause.
+            group = left.group if left is not None and mine else spec.group
+            store.remove_group(spec.label, self.namespace, group or None)
+            store.remove_group(spec.label + SLOT, self.namespace)
+            if mine:
                 store.drop_spec(self.namespace, spec.label)
         finally:
             with self.lock:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import pickle
 from collections.abc import Callable, Mapping
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,12 @@ import ray
 from ray._private import state as ray_state  # the cluster's tables: groups, free resources
 from ray._raylet import PlacementGroupID
 from ray.experimental import internal_kv
-from ray.util.placement_group import PlacementGroup, placement_group, remove_placement_group
+from ray.util.placement_group import (
+    NODE_ID_LABEL_KEY,
+    PlacementGroup,
+    placement_group,
+    remove_placement_group,
+)
 
 from runagent.config.overrides import LoopOverrides
 from runagent.executors.ray.boundary import mapped
@@ -61,6 +67,12 @@ class LoopSpec:
     group: str = ""  # its placement group's id, once the group is made
     # When its start was queued before it came to the cluster (the keeper's queue), if it was.
     queued_since: str = ""
+    # When its loop last replaced its group (slot.give_back, a pause): a start that finds no
+    # group meanwhile takes the spec for one still in use, not one left behind.
+    touched: float = 0.0
+    # What its group held of its host before its loop gave it back while its agent was paused
+    # (slot.give_back); a loop started again meanwhile takes that again before it runs.
+    held: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -137,11 +149,22 @@ def state_kept() -> str:
 
 
 @mapped()
-def make_group(label: str, bundle: Mapping[str, float]) -> Any:
+def make_group(label: str, bundle: Mapping[str, float], *, near: str = "", only: str = "") -> Any:
     """The task's placement group of one `bundle` on one host, made detached (it outlives its
     maker) and named by the label, which makes the name the cluster-wide lock: NameTakenError
-    if the task has one already."""
-    return placement_group([dict(bundle)], strategy="STRICT_PACK", name=label, lifetime="detached")
+    if the task has one already. `near`: on that node where it has room (else anywhere);
+    `only`: on that node, waiting in Ray's queue until it has room."""
+    return placement_group(
+        [dict(bundle)], strategy="STRICT_PACK", name=label, lifetime="detached",
+        _soft_target_node_id=near or None,
+        bundle_label_selector=[{NODE_ID_LABEL_KEY: only}] if only else None,
+    )  # fmt: skip
+
+
+def group_bundle(group: Mapping[str, Any]) -> dict[str, float]:
+    """What the group holds of its host (its one bundle)."""
+    bundles = list((group.get("bundles") or {}).values())
+    return {str(k): float(v) for k, v in (bundles[0] if bundles else {}).items()}
 
 
 @mapped()
