@@ -35,12 +35,23 @@ def since_value(value: str | None) -> datetime | date | None:
     return datetime.now(UTC) - timedelta(seconds=seconds or 0)
 
 
+NOT_REPORTED = "not reported"  # what no agent of a group said: never shown as 0 or free
+
+
 def _row(group: Spend) -> dict[str, object]:
-    return {"runs": group.runs, "reported": group.reported, **group.used.to_dict()}
+    used = group.used.to_dict()
+    if not group.reported:  # no run of it said: its tokens are not known, not 0
+        used = {**used, "tokens_in": None, "tokens_out": None}
+    return {"runs": group.runs, "reported": group.reported, **used}
 
 
-def _cost(group: Spend) -> str:
-    return "-" if group.used.cost_usd is None else f"${group.used.cost_usd:.4f}"
+def _cells(group: Spend) -> list[str]:
+    """A group's runs, tokens and cost; what its agents did not say reads "not reported"."""
+    used = group.used
+    cost = NOT_REPORTED if used.cost_usd is None else f"${used.cost_usd:.4f}"
+    if not group.reported:
+        return [str(group.runs), NOT_REPORTED, NOT_REPORTED, NOT_REPORTED]
+    return [str(group.runs), str(used.tokens_in), str(used.tokens_out), cost]
 
 
 @cli.command()
@@ -71,10 +82,8 @@ def usage(
         click.echo(f"run-agent: no runs {s.where()}" + (f" since {since}" if since else ""),
                    err=True)  # fmt: skip
         return
-    table = [[*g.key, str(g.runs), str(g.used.tokens_in), str(g.used.tokens_out), _cost(g)]
-             for g in groups]  # fmt: skip
-    table.append(["total", *[""] * (len(names) - 1), str(total.runs), str(total.used.tokens_in),
-                  str(total.used.tokens_out), _cost(total)])  # fmt: skip
+    table = [[*g.key, *_cells(g)] for g in groups]
+    table.append(["total", *[""] * (len(names) - 1), *_cells(total)])
     print_table(table, [*names, "runs", "tokens in", "tokens out", "cost"])
     if total.reported < total.runs:
         silent = total.runs - total.reported

@@ -64,10 +64,12 @@ def test_usage_by_task_agent_and_day_as_json(spent: Workspace) -> None:
     assert data["total"]["cost_usd"] == pytest.approx(3 * COST)
     tasks = json.loads(spent.invoke("usage", "--by", "task", "--json", "-p", "b").stdout)
     assert [(r["task"], r["runs"], r["tokens_out"]) for r in tasks["rows"]] == [
-        ("b/three", 1, 0),
+        ("b/three", 1, None),  # no agent of it said: not 0 tokens
         ("b/two", 1, 5),
     ]
     assert tasks["rows"][0]["cost_usd"] is None  # no agent said: not a cost of 0
+    text = spent.invoke("usage", "--by", "task", "-p", "b").stdout.splitlines()
+    assert text[1].split(None, 2) == ["b/three", "1", "not reported  not reported  not reported"]
 
 
 def test_usage_since_a_duration_or_a_day(spent: Workspace) -> None:
