@@ -14,7 +14,8 @@ import { refreshTask } from "./taskview.js";
 
 export async function route() {
   const where = parseHash();
-  document.body.classList.toggle("nav-open", where.view === "home");
+  // On a narrow screen each view opens on itself (the home view on the fleet); ☰ opens the list.
+  document.body.classList.remove("nav-open");
   $("#new-task").hidden = where.view !== "new";
   $("#task-view").hidden = where.view !== "task";
   showFleet(where.view === "home");

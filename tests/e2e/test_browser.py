@@ -998,7 +998,11 @@ def test_the_sidebar_filters_by_words_and_status_and_collapses_when_narrow(
     page.select_option("#status-filter", "")
     # At 420 px the list and the task share the screen in turns.
     page.set_viewport_size({"width": 420, "height": 800})
-    expect(page.locator("nav")).to_be_visible()  # the home view is the list
+    page.goto(f"{server.url}/#")
+    expect(page.locator("#fleet")).to_be_visible()  # the home view opens on the fleet
+    expect(page.locator("nav")).to_be_hidden()
+    page.click("#nav-toggle")  # ...and ☰ opens the list
+    expect(page.locator("nav")).to_be_visible()
     shot(page, "narrow-list-420")
     links.filter(has_text="bad-one").click()
     expect(page.locator("nav")).to_be_hidden()
