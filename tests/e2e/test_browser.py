@@ -406,7 +406,8 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     log = page.locator("#log")
     expect(log).to_contain_text("row 80")
     at_bottom = "el => el.scrollHeight - el.scrollTop - el.clientHeight < 40"
-    assert log.evaluate(at_bottom)  # following the tail
+    # following the tail (the page scrolls once it has drawn: waited for, on a loaded machine)
+    wait_for(lambda: log.evaluate(at_bottom), timeout=30, what="the log at its tail")
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
     go.touch()
     # Lines keep arriving (the log grows by a row each; only the rows on screen are drawn)...
@@ -418,7 +419,7 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     expect(follow).to_be_visible()
     follow.click()
     expect(follow).to_be_hidden()
-    assert log.evaluate(at_bottom)
+    wait_for(lambda: log.evaluate(at_bottom), timeout=30, what="the log back at its tail")
     expect(page.locator("#task-status")).to_have_text("completed", timeout=30000)
 
 
