@@ -1031,15 +1031,15 @@ class Service:
         if self._queue_exists():
             from runagent.fleet import gate
 
-            left = gate.dequeue(task)
-            if left is not None and not self._paused_loop(task, left):
+            def settle() -> None:
                 if not task.run_ids():  # it never ran: say what became of it
-                    runfolder.atomic_write(
-                        runfolder.confine(task).left_queue,
-                        runfolder.dump_yaml(
-                            {"at": runfolder.timestamp(), "left": "stopped before it started"}
-                        ),
-                    )
+                    said = {"at": runfolder.timestamp(), "left": "stopped before it started"}
+                    runfolder.atomic_write(runfolder.confine(task).left_queue,
+                                           runfolder.dump_yaml(said))  # fmt: skip
+
+            left = gate.dequeue(task, settle)
+            if left is not None and not self._paused_loop(task, left):
+                self.tell_blocked(task)  # the tasks that ran after it never start now
                 return left
         withdrawn = control.withdraw(task, self.executor)  # from the cluster's queue
         if withdrawn is not None:

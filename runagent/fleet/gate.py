@@ -234,15 +234,20 @@ def release(task: TaskPaths) -> None:
         ensure_keeper(task.root)
 
 
-def dequeue(task: TaskPaths) -> Waiting | None:
+def dequeue(task: TaskPaths, settle: Callable[[], None] | None = None) -> Waiting | None:
     """Take the task out of the queue (`stop`, `delete`); its record, or None if it was not in
-    it. A foreground run waiting for it notices, and ends."""
+    it. A foreground run waiting for it notices, and ends. `settle` runs, still under the
+    queue's lock, once it is out (`stop` says what became of it there), and the tasks that run
+    after it are judged again: one that now never starts is blocked at once."""
     fleet = Fleet(task.root)
     if not fleet.exists():
         return None
     with fleet.locked():
         record = fleet.record_of(task)
         fleet.drop(task)
+        if record is not None and settle is not None:
+            settle()
+            depends.refresh(fleet, fleet.waiting())
     return record
 
 

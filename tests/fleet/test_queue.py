@@ -744,3 +744,23 @@ def test_listings_show_the_queue_in_its_order_with_how_many_are_ahead(ws: Worksp
                              for t in ("a", "q10", "q2", "q1")), timeout=90,
                  what="the queue to empty")  # fmt: skip
         wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_a_task_that_runs_after_one_stopped_in_the_queue_is_blocked(ws: Workspace) -> None:
+    """p/b never ran: it was taken out of the queue. p/c, which runs after it, is blocked for
+    it ("which was stopped"), not left waiting for a task that will never start."""
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    door.start(StartRequest(ws.task("p", "a"), "go"))
+    wait_for(lambda: running(ws, "a"), what="a running")
+    door.start(StartRequest(ws.task("p", "b"), "go"))
+    door.start(StartRequest(ws.task("p", "c"), "go", after=("p/b",)))
+    try:
+        assert isinstance(door.stop(ws.task("p", "b"), 5), Waiting)
+        row = listed(ws)["p/c"]
+        assert row["status"] == "blocked" and "which was stopped" in row["queue"]["waits_for"], row
+    finally:
+        go(ws, "a")
+        wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", what="a to complete")
+        door.stop(ws.task("p", "c"), 5)
+        wait_for(lambda: not keepers(ws), what="the keeper to exit")
