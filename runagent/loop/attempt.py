@@ -498,16 +498,15 @@ class Attempt:
             return None
 
     def _usage(self) -> Usage | None:
-        try:
-            return self.lent.backend.usage(self.ctx)
-        except Exception as exc:  # a parser bug must not lose the run
-            _note(self.ctx.paths, f"could not read the usage ({type(exc).__name__}: {exc})")
-            return None
+        return self._read_usage(self.lent.backend.usage)
 
     def _working(self) -> Usage | None:
         """What it reported while it worked, its closing report left out (Backend)."""
+        return self._read_usage(self.lent.backend.working_usage)
+
+    def _read_usage(self, read: Callable[[RunContext], Usage | None]) -> Usage | None:
         try:
-            return self.lent.backend.working_usage(self.ctx)
+            return read(self.ctx)
         except Exception as exc:  # a parser bug must not lose the run
             _note(self.ctx.paths, f"could not read the usage ({type(exc).__name__}: {exc})")
             return None
