@@ -56,6 +56,7 @@ from runagent.store.steering import Message
 if TYPE_CHECKING:  # the executors are imported when a loop is started or stopped, not before
     from subprocess import Popen
 
+    from runagent.executors.control import ClusterSlot
     from runagent.executors.local import Started
     from runagent.fleet.overview import Overview
     from runagent.fleet.queue import Turn, Waiting
@@ -1303,11 +1304,16 @@ class FleetPause:
     back while the pause lasts, its turn taken again in the queue when it lifts."""
 
     def __init__(self, service: Service, request: StartRequest, agent: str) -> None:
-        from runagent.executors import control
+        from runagent.executors.local import CLUSTER_ENV
 
         self.service, self.request, self.agent = service, request, agent
-        # On a host of a Ray cluster: the loop's agent_slot there, given back meanwhile too.
-        self.slot = control.cluster_slot(request.task)
+        # On a host of a Ray cluster: the loop's agent_slot there, given back meanwhile too
+        # (the cluster's code is loaded only by a loop a host agent started).
+        self.slot: ClusterSlot | None = None
+        if os.environ.get(CLUSTER_ENV):
+            from runagent.executors import control
+
+            self.slot = control.cluster_slot(request.task)
 
     def pause(self, seconds: float, why: str) -> str:
         from runagent.fleet import gate

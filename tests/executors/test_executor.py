@@ -40,7 +40,7 @@ def test_the_executor_section_reads_into_typed_settings(tmp_path: Path) -> None:
         ("executor: {type: rya}", "executor.type: 'rya' is not one of: local, ray"),
         ("executor: {adress: auto}", "executor.adress: unknown key; did you mean 'address'?"),
         ("executor: {address: 'head'}", "executor.address: 'head' is not auto or HOST:PORT"),
-        ("executor: {resources: {agent_slot: 0}}", "executor.resources: {'agent_slot': 0} is not"),
+        ("executor: {resources: {agent_slot: 0}}", "executor.resources: {agent_slot: 0} is not"),
         ("executor: {max_restarts: -1}", "executor.max_restarts: -1 is not a whole number >= 0"),
     ],
 )
