@@ -15,7 +15,7 @@ from typing import Any
 from runagent import listing
 from runagent.config.settings import Budget, BudgetSettings, LimitsSettings
 from runagent.fleet import depends
-from runagent.fleet.queue import Fleet, Pause
+from runagent.fleet.queue import Fleet, Pause, QueueHold
 from runagent.loop import needs
 from runagent.loop.needs import Need
 from runagent.record import record
@@ -102,6 +102,7 @@ class Overview:
     races: tuple[TaskView, ...] = ()  # the races running, each with its racers side by side
     paused: tuple[Pause, ...] = ()  # agents paused by their provider's limit, by name
     running: tuple[Running, ...] = ()  # the loops that run, longest running first
+    hold: QueueHold | None = None  # the whole queue held by a person: nothing queued starts
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +115,7 @@ class Overview:
             "limits": self.limits.to_record(),
             "races": [v.to_dict() for v in self.races],
             "paused": [{**p.to_json(), "words": p.words()} for p in self.paused],
+            "hold": self.hold and {**self.hold.to_json(), "words": self.hold.words()},
         }
 
 
@@ -145,12 +147,13 @@ def overview(
     spent = _spent(root, budgets or BudgetSettings(), today)
     if projects is not None:
         spent = tuple(s for s in spent if s.project in projects)
-    paused = tuple(sorted(Fleet(root).pauses(clean=False).values(), key=lambda p: p.agent))
+    fleet = Fleet(root)
+    paused = tuple(sorted(fleet.pauses(clean=False).values(), key=lambda p: p.agent))
     loops = [running(v) for v in views if v.status is TaskStatus.RUNNING and v.race is None]
     loops.sort(key=lambda r: (r.started or "~", r.view.label))
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
                     limits or LimitsSettings(), today.isoformat(), tuple(unreadable),
-                    races, paused, tuple(loops))  # fmt: skip
+                    races, paused, tuple(loops), fleet.queue_hold())  # fmt: skip
 
 
 def _blocked(view: TaskView) -> bool:
