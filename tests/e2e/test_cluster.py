@@ -1060,3 +1060,33 @@ def test_a_loop_started_again_while_its_agent_is_paused_takes_its_slot_again_fir
     wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
     wait_for(lambda: not groups_of(task), 30, "both of its groups gone")
     wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+
+
+def test_a_held_queue_holds_starts_to_the_cluster_and_stop_all_stops_its_loops(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """`fleet hold` holds a start to the cluster in this root's queue, saying so; `fleet
+    release` lets the keeper hand it over; `stop --all` stops the loops running on the hosts."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    config = ("--config", str(ws.config))
+    first, second = ws.task("p", "first"), ws.task("p", "second")
+    held = ws.cli("fleet", "hold", *config)
+    assert held.returncode == 0 and held.stdout.startswith("the queue is held since "), held
+    queued = ws.cli("run", "-p", "p", "-t", "first", "-d", *config, "go")
+    assert queued.returncode == 0, queued.stderr
+    assert "queued: 0 ahead (the queue is held since " in queued.stderr, queued.stderr
+    assert first.run_ids() == [] and listed(ws)["p/first"]["status"] == "queued"
+    released = ws.cli("fleet", "release", *config)
+    assert released.returncode == 0 and released.stdout.startswith("released: "), released
+    started = ws.cli("run", "-p", "p", "-t", "second", "-d", *config, "go")
+    assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
+    for task in (first, second):
+        wait_for(lambda t=task: listed(ws)[t.label]["status"] == "running", 90,
+                 f"{task.label} running on the cluster")  # fmt: skip
+    stopped = ws.cli("stop", "--all", *config)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped 2 running: p/first, p/second" in stopped.stdout, stopped.stdout
+    for task in (first, second):
+        assert listed(ws)[task.label]["status"] == "stopped"
+        wait_for(lambda t=task: name_free(settings, t.label), 30, "its loop to end")
