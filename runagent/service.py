@@ -976,6 +976,8 @@ class Service:
             mine = view.paths.project_id
             return (project is None or mine == project) and (projects is None or mine in projects)
 
+        if not any(reached(v) and _stoppable(v) for v in listing.all_tasks(self.root, project)):
+            return Everything((), (), self._queue_exists() and self._held())
         hold, made = self.hold_queue("stop --all")
         stopped: list[str] = []
         left: list[str] = []
@@ -1003,6 +1005,11 @@ class Service:
                 self.release_queue(hold)
         return Everything(tuple(sorted(set(stopped))), tuple(sorted(set(left) - set(stopped))),
                           not made)  # fmt: skip
+
+    def _held(self) -> bool:
+        from runagent.fleet.queue import Fleet
+
+        return Fleet(self.root).queue_hold() is not None
 
     def limits(self) -> LimitsSettings:
         config = self.current_config()

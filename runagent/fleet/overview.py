@@ -90,6 +90,19 @@ def running(view: TaskView, now: datetime | None = None) -> Running:
 
 
 @record
+class Waits:
+    """A task that waits for others (`--after`), and where each of them stands now."""
+
+    view: TaskView
+    on: tuple[tuple[str, str], ...]  # (P/T, its status; `unknown` for one not listed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project_id": self.view.paths.project_id, "task_id": self.view.paths.task_id,
+                "status": self.view.status.value,
+                "on": [{"task": label, "status": status} for label, status in self.on]}  # fmt: skip
+
+
+@record
 class Overview:
     counts: dict[str, int]
     queued: tuple[TaskView, ...]  # in the order they start
@@ -103,6 +116,7 @@ class Overview:
     paused: tuple[Pause, ...] = ()  # agents paused by their provider's limit, by name
     running: tuple[Running, ...] = ()  # the loops that run, longest running first
     hold: QueueHold | None = None  # the whole queue held by a person: nothing queued starts
+    after: tuple[Waits, ...] = ()  # which task waits for which (`--after`), by name
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -116,6 +130,7 @@ class Overview:
             "races": [v.to_dict() for v in self.races],
             "paused": [{**p.to_json(), "words": p.words()} for p in self.paused],
             "hold": self.hold and {**self.hold.to_json(), "words": self.hold.words()},
+            "after": [w.to_dict() for w in self.after],
         }
 
 
@@ -153,7 +168,21 @@ def overview(
     loops.sort(key=lambda r: (r.started or "~", r.view.label))
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
                     limits or LimitsSettings(), today.isoformat(), tuple(unreadable),
-                    races, paused, tuple(loops), fleet.queue_hold())  # fmt: skip
+                    races, paused, tuple(loops), fleet.queue_hold(),
+                    _waits(views, waiting))  # fmt: skip
+
+
+def _waits(views: list[TaskView], waiting: list[TaskView]) -> tuple[Waits, ...]:
+    """The tasks in the queue that name others with `--after`, each with their statuses now
+    (`unknown` for one not listed: deleted, or of a project the listing leaves out)."""
+    statuses = {v.label: v.status.value for v in views}
+    found = []
+    for view in sorted(waiting, key=lambda v: v.label):
+        assert view.queue is not None
+        if view.queue.after:
+            on = tuple((label, statuses.get(label, "unknown")) for label in view.queue.after)
+            found.append(Waits(view, on))
+    return tuple(found)
 
 
 def _blocked(view: TaskView) -> bool:
