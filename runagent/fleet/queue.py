@@ -302,7 +302,10 @@ def places(root: Path) -> dict[str, QueuePlace]:
             len(ahead), waits, waiting.priority, waiting.after, waiting.start is not None,
             not waiting.eligible,
         )  # fmt: skip
-    for n, waiting in enumerate(fleet.on_cluster()):
+    # One Ray has placed whose loop waits on its host in this root's queue (for a hold, or its
+    # agent's pause) is there, no longer in Ray's queue.
+    on_cluster = [w for w in fleet.on_cluster() if w.label not in found]
+    for n, waiting in enumerate(on_cluster):
         found[waiting.label] = QueuePlace(n, waiting.cluster_words(), waiting.priority)
     return found
 
