@@ -177,3 +177,22 @@ def test_the_api_holds_releases_and_stops_all_within_a_token_s_reach(ws: Workspa
         assert every.status_code == 200, every.text
         assert every.json()["stopped"] == ["q/b", "q/c"] and every.json()["held"] is False
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_a_hold_whose_record_cannot_be_read_still_holds_until_released(ws: Workspace) -> None:
+    configure(ws, None)
+    fleet = Fleet(ws.root)
+    with fleet.locked():
+        (fleet.folder / "hold.json").write_text('{"since": 7')
+    held = fleet.queue_hold()
+    assert held is not None and held.unreadable is not None
+    assert held.words().startswith("the queue is held (its record .fleet/hold.json cannot be read")
+    queued = ws.cli("run", "-p", "p", "-t", "a", "-d", "go")
+    assert queued.returncode == 0 and "queued: 0 ahead (the queue is held (its record" in (
+        queued.stderr), queued.stderr  # fmt: skip
+    released = ws.cli("fleet", "release")
+    assert released.returncode == 0 and released.stdout.startswith("released: the queue was held")
+    wait_for(lambda: status(ws, "p/a") == "running", what="a started once released")
+    go(ws, "a")
+    wait_for(lambda: status(ws, "p/a") == "completed", what="a to complete")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
