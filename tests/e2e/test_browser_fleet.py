@@ -125,3 +125,31 @@ def test_the_fleet_shows_which_task_waits_for_which(
     page.goto(server.url)
     expect(page.locator("#fleet-after-box")).to_be_hidden()
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_the_hold_and_stop_all_buttons_show_only_where_the_token_may_use_them(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    """A read token's fleet view offers neither button; an operate token limited to projects
+    offers Stop all (its projects' loops) but not the hold, which holds every project's queue."""
+    from runagent.store import tokens
+
+    reader, _ = tokens.create(ws.root, tokens.Scope.READ)
+    limited, _ = tokens.create(ws.root, tokens.Scope.OPERATE, ["p"])
+    every, _ = tokens.create(ws.root, tokens.Scope.OPERATE)
+    page.goto(f"{server.url}/?key={reader}")
+    expect(page.locator("#access-note")).to_contain_text("read-only access")
+    expect(page.locator("#fleet-hold-state")).to_have_text(
+        "the queue runs: queued tasks start as their turns come"
+    )
+    for hidden in ("#fleet-hold-button", "#fleet-stop-all"):
+        expect(page.locator(hidden)).to_be_hidden()
+    page.context.clear_cookies()
+    page.goto(f"{server.url}/?key={limited}")
+    expect(page.locator("#access-note")).to_contain_text("operate access (projects p)")
+    expect(page.locator("#fleet-stop-all")).to_be_visible()
+    expect(page.locator("#fleet-hold-button")).to_be_hidden()
+    page.context.clear_cookies()
+    page.goto(f"{server.url}/?key={every}")
+    expect(page.locator("#fleet-hold-button")).to_be_visible()
+    expect(page.locator("#fleet-stop-all")).to_be_visible()
