@@ -196,3 +196,22 @@ def test_a_hold_whose_record_cannot_be_read_still_holds_until_released(ws: Works
     go(ws, "a")
     wait_for(lambda: status(ws, "p/a") == "completed", what="a to complete")
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_metrics_say_whether_the_queue_is_held(ws: Workspace) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from server import metrics
+
+    def held() -> float:
+        scraped = metrics.render(ws.root, 0).decode()
+        (sample,) = [s for f in text_string_to_metric_families(scraped) for s in f.samples
+                     if s.name == "run_agent_queue_held"]  # fmt: skip
+        return sample.value
+
+    configure(ws, None)
+    assert held() == 0
+    assert ws.cli("fleet", "hold").returncode == 0
+    assert held() == 1
+    assert ws.cli("fleet", "release").returncode == 0
+    assert held() == 0
