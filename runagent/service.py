@@ -59,7 +59,7 @@ if TYPE_CHECKING:  # the executors are imported when a loop is started or stoppe
     from runagent.executors.control import ClusterSlot
     from runagent.executors.local import Started
     from runagent.fleet.overview import Overview
-    from runagent.fleet.queue import Turn, Waiting
+    from runagent.fleet.queue import QueueHold, Turn, Waiting
     from runagent.issues.rebasing import Rebased
     from runagent.loop.attempt import StopSignal
     from runagent.loop.backend import Backend
@@ -946,6 +946,72 @@ class Service:
         lifted = gate.unpause(self.root, agent)
         return lifted.words() if lifted is not None else None
 
+    def hold_queue(self, by: str) -> tuple[QueueHold, bool]:
+        """Hold the whole queue (`fleet hold`, the API, the page): no queued task starts until
+        it is released; the loops that run go on. The hold in force, and whether this made it."""
+        from runagent.fleet import gate
+
+        return gate.hold_queue(self.root, by)
+
+    def release_queue(self, only: QueueHold | None = None) -> QueueHold | None:
+        """Release the queue (or only the hold `only`): the hold released, None if none was."""
+        if not self._queue_exists():
+            return None
+        from runagent.fleet import gate
+
+        return gate.release_queue(self.root, only)
+
+    def stop_everything(
+        self, wait: float, project: str | None = None, projects: frozenset[str] | None = None
+    ) -> Everything:
+        """Stop every loop (`stop --all`), or `project`'s, or those of `projects` (a token's
+        reach), and take every task of theirs out of the queue, never started: the queue is held
+        meanwhile, so a slot one frees does not start the next, and released after unless it
+        was held before. Loops are asked at once, then waited for up to `wait` seconds; a look
+        again catches one a keeper was starting as the hold came."""
+        import time
+
+        from runagent.fleet.queue import Waiting
+
+        def reached(view: tasks.TaskView) -> bool:
+            mine = view.paths.project_id
+            return (project is None or mine == project) and (projects is None or mine in projects)
+
+        if not any(reached(v) and _stoppable(v) for v in listing.all_tasks(self.root, project)):
+            return Everything((), (), self._queue_exists() and self._held())
+        hold, made = self.hold_queue("stop --all")
+        stopped: list[str] = []
+        left: list[str] = []
+        try:
+            for _ in range(2):
+                asked: list[Holder] = []
+                for view in listing.all_tasks(self.root, project):
+                    if not reached(view) or not _stoppable(view):
+                        continue
+                    try:
+                        held = self.stop(view.paths, None)
+                    except RunAgentError:  # on a host this one cannot reach
+                        continue
+                    if isinstance(held, Waiting):
+                        left.append(view.label)
+                    elif held is not None:
+                        stopped.append(view.label)
+                        asked.append(held)
+                deadline = time.monotonic() + wait
+                for holder in asked:
+                    while holder.alive() and time.monotonic() < deadline:
+                        time.sleep(0.02)
+        finally:
+            if made:
+                self.release_queue(hold)
+        return Everything(tuple(sorted(set(stopped))), tuple(sorted(set(left) - set(stopped))),
+                          not made)  # fmt: skip
+
+    def _held(self) -> bool:
+        from runagent.fleet.queue import Fleet
+
+        return Fleet(self.root).queue_hold() is not None
+
     def limits(self) -> LimitsSettings:
         config = self.current_config()
         return config.limits if config is not None else LimitsSettings()
@@ -1287,6 +1353,25 @@ def _never_stopped(seconds: float) -> bool:
 
     time.sleep(seconds)
     return False
+
+
+@record
+class Everything:
+    """What `stop --all` did: the loops it stopped, the tasks it took out of the queue (never
+    started), and whether the queue was held before (and so is still)."""
+
+    stopped: tuple[str, ...]
+    left_queue: tuple[str, ...]
+    held: bool
+
+    def to_dict(self) -> dict[str, object]:
+        return {"stopped": list(self.stopped), "left_queue": list(self.left_queue),
+                "held": self.held}  # fmt: skip
+
+
+def _stoppable(view: tasks.TaskView) -> bool:
+    """What `stop --all` stops (a running loop) or takes out of the queue (any record)."""
+    return view.status is tasks.TaskStatus.RUNNING or view.queue is not None
 
 
 def _secret_variables(config: Config | None) -> tuple[str, ...]:

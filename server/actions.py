@@ -55,6 +55,9 @@ class Actions:
             Route("/api/agents", self.agents),
             Route("/api/fleet", self.fleet),
             Route("/api/fleet/unpause", self.unpause, methods=["POST"]),
+            Route("/api/fleet/hold", self.hold, methods=["POST"]),
+            Route("/api/fleet/release", self.release, methods=["POST"]),
+            Route("/api/stop-all", self.stop_all, methods=["POST"]),
             Route("/api/schedules/{name}/run", self.run_schedule, methods=["POST"]),
             Route("/api/gc", self.gc, methods=["POST"]),
             Route("/api/projects/{project}/tasks", self.start, methods=["POST"]),
@@ -87,6 +90,44 @@ class Actions:
                                 "some projects")  # fmt: skip
         lifted = await run_in_threadpool(self.service.unpause, agent)
         return JSONResponse({"agent": agent, "lifted": lifted})
+
+    async def hold(self, request: Request) -> Response:
+        """Hold the whole queue: no queued task starts until released, the loops that run go
+        on. It holds every project's starts, so only a token that reaches every project may;
+        `hold` says the hold in force, `made` whether this request made it."""
+        await self._body(request)
+        self._whole_root(request, "a hold holds every project's queue")
+        held, made = await run_in_threadpool(self.service.hold_queue, "the API")
+        return JSONResponse({"hold": {**held.to_json(), "words": held.words()}, "made": made})
+
+    async def release(self, request: Request) -> Response:
+        """Release the queue a hold held; `released` says the hold in words, null when the
+        queue was not held."""
+        await self._body(request)
+        self._whole_root(request, "a hold holds every project's queue")
+        released = await run_in_threadpool(self.service.release_queue)
+        return JSONResponse({"released": released.words(past=True) if released else None})
+
+    async def stop_all(self, request: Request) -> Response:
+        """`{"project": P?}`: stop every loop (of P) and take every task (of P) out of the
+        queue, the queue held meanwhile; a token limited to projects stops only theirs."""
+        body = await self._body(request)
+        grant, project = grant_of(request), body.get("project")
+        if project is not None:
+            if not isinstance(project, str):
+                raise UsageError(f"project {shown(project)} is not a project id; send "
+                                 '{"project": P} or nothing')  # fmt: skip
+            project = validate_id("project", project)
+            grant.reach(project)
+        done = await run_in_threadpool(
+            self.service.stop_everything, STOP_WAIT, project, grant.projects
+        )
+        return JSONResponse(done.to_dict())
+
+    def _whole_root(self, request: Request, why: str) -> None:
+        if grant_of(request).projects is not None:
+            raise HTTPException(403, f"{why}; this token reaches only some projects, not every "
+                                "project")  # fmt: skip
 
     async def _body(self, request: Request, limit: int = MAX_BODY) -> dict[str, Any]:
         """The JSON object a same-origin write sends; a body over `limit` bytes is a 413."""

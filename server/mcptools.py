@@ -160,6 +160,17 @@ class Tools:
                  "tasks start as their turns come, before the reset its provider said.",
                  {"agent": {"type": "string", "description": "The agent's name in config.yaml."}},
                  ("agent",), self.unpause),
+            Tool("hold_queue", Scope.OPERATE,
+                 "Hold the whole queue: no queued task starts until release_queue; the loops "
+                 "that run go on (not for a token limited to projects).", {}, (), self.hold),
+            Tool("release_queue", Scope.OPERATE,
+                 "Release the queue hold_queue held: its tasks start as their turns come.", {},
+                 (), self.release),
+            Tool("stop_all", Scope.OPERATE,
+                 "Stop every loop (of project, if given) and take every task (of it) out of "
+                 "the queue, the queue held meanwhile so that none starts; a token limited to "
+                 "projects stops only theirs.", {"project": _TASK["project"]}, (),
+                 self.stop_all),
             Tool("paste_reply", Scope.OPERATE,
                  "Hand a paste task's run the chat's reply (the whole answer, as text).",
                  {**_TASK, "reply": {"type": "string"}}, ("project", "task", "reply"),
@@ -245,6 +256,23 @@ class Tools:
             )
         return {"agent": agent, "lifted": self.service.unpause(agent)}
 
+    def hold(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
+        _whole_root(grant)
+        held, made = self.service.hold_queue("MCP")
+        return {"hold": {**held.to_json(), "words": held.words()}, "made": made}
+
+    def release(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
+        _whole_root(grant)
+        released = self.service.release_queue()
+        return {"released": released.words(past=True) if released else None}
+
+    def stop_all(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
+        project = None
+        if args.get("project") is not None:
+            project = validate_id("project", _text(args, "project"))
+            grant.reach(project)
+        return self.service.stop_everything(STOP_WAIT, project, grant.projects).to_dict()
+
     def approvals(self, grant: Grant, args: dict[str, Any]) -> list[dict[str, Any]]:
         return pending_approvals(self.root, grant.reaches)
 
@@ -314,6 +342,13 @@ class Tools:
 def uri_of(task: TaskPaths, run_id: str, name: str) -> str:
     return URI.format(project=quote(task.project_id), task=quote(task.task_id), run=run_id,
                       file=name)  # fmt: skip
+
+
+def _whole_root(grant: Grant) -> None:
+    if grant.projects is not None:
+        raise ForbiddenError(
+            "a hold holds every project's queue; this token reaches only some projects"
+        )
 
 
 def _text(args: dict[str, Any], name: str) -> str:

@@ -246,6 +246,15 @@ class RootCollector(Collector):
             for pause in Fleet(self.root).pauses(clean=False).values():
                 paused.add_metric([pause.agent, pause.why], pause.until)
         yield paused
+        held = GaugeMetricFamily("run_agent_queue_held", "1 while a person holds the whole "
+                                 "queue (fleet hold): no queued task starts; else 0.")  # fmt: skip
+        if (self.root / runfolder.FLEET).is_dir():
+            from runagent.fleet.queue import Fleet
+
+            held.add_metric([], 1 if Fleet(self.root).queue_hold() is not None else 0)
+        else:
+            held.add_metric([], 0)
+        yield held
 
 
 def _racers(views: list[tasks.TaskView]) -> Iterator[Metric]:

@@ -23,7 +23,8 @@ def fleet(ctx: click.Context, as_json: bool, config_path: Path | None, root: Pat
     """The fleet at a glance: what runs, the queue in order, today's spend against each
     budget, what needs a person.
 
-    `fleet unpause AGENT` lifts the pause a provider's limit put an agent in."""
+    `fleet hold` holds the whole queue (nothing queued starts, what runs goes on) until `fleet
+    release`; `fleet unpause AGENT` lifts the pause a provider's limit put an agent in."""
     if ctx.invoked_subcommand is not None:
         return
     s = setup(config_path, root)
@@ -48,6 +49,54 @@ def unpause(agent: str, config_path: Path | None, root: Path | None) -> None:
     click.echo(f"lifted: {lifted.words()}" if lifted else f"agent {agent} is not paused")
 
 
+@fleet.command()
+@common
+def hold(config_path: Path | None, root: Path | None) -> None:
+    """Hold the whole queue: no queued task starts (neither by the keeper nor a run waiting its
+    turn) until `fleet release`; the loops that run go on. Also spelled `fleet pause`."""
+    _hold(config_path, root)
+
+
+@fleet.command()
+@common
+def release(config_path: Path | None, root: Path | None) -> None:
+    """Release the queue `fleet hold` held: its tasks start as their turns come. Also spelled
+    `fleet resume`."""
+    _release(config_path, root)
+
+
+@fleet.command("pause", hidden=True)
+@common
+def pause(config_path: Path | None, root: Path | None) -> None:
+    """`fleet hold`: hold the whole queue."""
+    _hold(config_path, root)
+
+
+@fleet.command("resume", hidden=True)
+@common
+def resume(config_path: Path | None, root: Path | None) -> None:
+    """`fleet release`: release the queue."""
+    _release(config_path, root)
+
+
+def _hold(config_path: Path | None, root: Path | None) -> None:
+    from runagent.cli.options import service_for
+
+    held, made = service_for(setup(config_path, root)).hold_queue("run-agent fleet hold")
+    if made:
+        click.echo(f"{held.words()}: no queued task starts, the loops that run go on; "
+                   "`run-agent fleet release` lets it go")  # fmt: skip
+    else:
+        click.echo(f"the queue was held already: {held.words()}")
+
+
+def _release(config_path: Path | None, root: Path | None) -> None:
+    from runagent.cli.options import service_for
+
+    released = service_for(setup(config_path, root)).release_queue()
+    click.echo(f"released: {released.words(past=True)}" if released else "the queue is not held")
+
+
 def describe(found: Overview) -> list[str]:
     c = found.counts
     cap = found.limits.max_running
@@ -60,6 +109,9 @@ def describe(found: Overview) -> list[str]:
         + (f" · {c['unreadable']} unreadable" if c["unreadable"] else "")
         + f" · {c['needs_person']} need a person · {c['tasks']} tasks"
     ]
+    if found.hold is not None:
+        lines.append(f"{found.hold.words()}: no queued task starts (`run-agent fleet release` "
+                     "lets it go)")  # fmt: skip
     lines += [f"{p.words()} (`run-agent fleet unpause {p.agent}` lifts it)" for p in found.paused]
     if found.running:
         lines.append("running:")

@@ -286,13 +286,27 @@ def dispatch(s: Setup, request: StartRequest, quiet: bool = False) -> None:
 
 
 @cli.command()
-@task_option(required=True)
+@task_option(required=False)
+@click.option("--all", "every", is_flag=True,
+              help="Stop every loop (of -p's project, if given) and empty the queue of its "
+                   "tasks, none of them started meanwhile.")  # fmt: skip
 @click.option("--wait/--no-wait", default=True, show_default=True, help="Wait until it stopped.")
 @common
 def stop(
-    project_id: str, task_id: str, wait: bool, config_path: Path | None, root: Path | None
-) -> None:
-    """Stop a task's loop: its agent tree is killed and nothing restarts."""
+    project_id: str | None, task_id: str | None, every: bool, wait: bool,
+    config_path: Path | None, root: Path | None,
+) -> None:  # fmt: skip
+    """Stop a task's loop: its agent tree is killed and nothing restarts. With --all, every
+    loop, and every task waiting in the queue leaves it."""
+    if every:
+        if task_id is not None:
+            raise UsageError(f"--all stops every task; -t {task_id} names one: give one or the "
+                             "other")  # fmt: skip
+        _stop_all(project_id, wait, config_path, root)
+        return
+    if project_id is None or task_id is None:
+        missing = " and ".join(o for o, v in (("-p", project_id), ("-t", task_id)) if v is None)
+        raise UsageError(f"stop needs {missing} (the task to stop), or --all to stop every one")
     s, task = existing_task(config_path, root, project_id, task_id)
     grace = s.config.defaults.kill_grace + STOP_WAIT_MARGIN
     from runagent.fleet.queue import Waiting  # (loaded already where there is a queue)
@@ -310,6 +324,31 @@ def stop(
         click.echo(
             f"run-agent: asked the supervisor of {task.label} ({stopped.describe()}) to stop"
         )
+
+
+def _stop_all(
+    project_id: str | None, wait: bool, config_path: Path | None, root: Path | None
+) -> None:
+    """`stop --all`: the queue held while every loop in reach is stopped and every queued task
+    of theirs taken out, then released unless it was held before."""
+    from runagent.loop.context import validate_id
+
+    s = setup(config_path, root)
+    project = validate_id("project", project_id) if project_id is not None else None
+    grace = s.config.defaults.kill_grace + STOP_WAIT_MARGIN
+    done = service_for(s).stop_everything(grace if wait else 0.0, project)
+    if done.stopped:
+        click.echo(f"run-agent: {'stopped' if wait else 'asked to stop'} {len(done.stopped)} "
+                   f"running: {', '.join(done.stopped)}")  # fmt: skip
+    if done.left_queue:
+        click.echo(f"run-agent: took {len(done.left_queue)} out of the queue, never started: "
+                   f"{', '.join(done.left_queue)}")  # fmt: skip
+    if not (done.stopped or done.left_queue):
+        click.echo("run-agent: nothing runs or waits" + (f" in project {project}" if project
+                                                         else ""))  # fmt: skip
+    if done.held:
+        click.echo("run-agent: the queue stays held, as it was; `run-agent fleet release` lets "
+                   "it go")  # fmt: skip
 
 
 @cli.command()

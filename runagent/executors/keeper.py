@@ -69,7 +69,7 @@ def _due(fleet: Fleet) -> list[Waiting] | None:
     records = depends.refresh(fleet, fleet.waiting())
     if not any(w.start is not None and w.blocked is None for w in records):
         return None  # a blocked one starts only when resumed, which starts a keeper again
-    holders, paused = fleet.holders(), fleet.pauses()
+    holders, paused, held = fleet.holders(), fleet.pauses(), fleet.queue_hold()
     due: list[Waiting] = []
     for waiting in [w for w in records if w.start is not None and w.eligible]:
         refused = _untrusted(fleet, waiting)
@@ -86,7 +86,7 @@ def _due(fleet: Fleet) -> list[Waiting] | None:
             continue
         ahead = fleet.ahead_of(waiting, [w for w in records if w not in due])
         limits = waiting.limit_settings()
-        if decide(limits, waiting.project, waiting.agent, ahead, holders, paused).go:
+        if decide(limits, waiting.project, waiting.agent, ahead, holders, paused, held).go:
             task = TaskPaths(fleet.root, waiting.project, waiting.task)
             fleet.drop(task)
             if limits.active:

@@ -23,7 +23,7 @@ from typing import Any
 from runagent.config.settings import LimitsSettings
 from runagent.errors import AlreadyRunningError, BlockedError, DamagedRecordError, StoppedError
 from runagent.fleet import depends
-from runagent.fleet.queue import Fleet, Pause, Turn, Waiting, decide, now
+from runagent.fleet.queue import Fleet, Pause, QueueHold, Turn, Waiting, decide, now
 from runagent.store.runfolder import TaskPaths, private
 
 POLL = 1.0  # seconds between looks when nothing under .fleet/ changed (a SIGKILLed holder)
@@ -33,14 +33,15 @@ def needed(
     task: TaskPaths, limits: LimitsSettings, after: Sequence[str], agent: str | None = None
 ) -> bool:
     """Whether a start must pass the gate: limits are on, it waits for other tasks, the task
-    is in the queue already (a resume of a blocked task), or its agent is paused."""
+    is in the queue already (a resume of a blocked task), its agent is paused, or the queue is
+    held."""
     if limits.active or after:
         return True
     fleet = Fleet(task.root)
     if not fleet.exists():
         return False
-    return fleet.record_of(task) is not None or (agent is not None and agent in fleet.pauses(
-        clean=False))  # fmt: skip
+    return fleet.record_of(task) is not None or fleet.queue_hold() is not None or (
+        agent is not None and agent in fleet.pauses(clean=False))  # fmt: skip
 
 
 def submit(
@@ -76,7 +77,8 @@ def submit(
                 return Turn(False, 0, f"waits for {words}", blocked=True)
             waiting = replace(waiting, joined=True)
         eligible = [w for w in records if w.eligible]
-        turn = decide(limits, task.project_id, agent, eligible, fleet.holders(), fleet.pauses())
+        turn = decide(limits, task.project_id, agent, eligible, fleet.holders(), fleet.pauses(),
+                      fleet.queue_hold())  # fmt: skip
         if turn.go:
             fleet.drop(task)
             if limits.active:
@@ -147,7 +149,7 @@ def _my_turn(fleet: Fleet, task: TaskPaths, limits: LimitsSettings, agent: str) 
         if not mine.eligible:
             return False
         if not decide(limits, task.project_id, agent, fleet.ahead_of(mine, records),
-                      fleet.holders(), fleet.pauses()).go:  # fmt: skip
+                      fleet.holders(), fleet.pauses(), fleet.queue_hold()).go:  # fmt: skip
             return False
         fleet.drop(task)
         if limits.active:
@@ -180,6 +182,30 @@ def unpause(root: Path, agent: str) -> Pause | None:
     if detached:
         ensure_keeper(root)
     return lifted
+
+
+def hold_queue(root: Path, by: str) -> tuple[QueueHold, bool]:
+    """Hold the whole queue (`fleet hold`): no queued task starts until `release`; the loops
+    that run go on. The hold in force, and whether this made it (False: it was held)."""
+    fleet = Fleet(root)
+    with fleet.locked():
+        made = QueueHold(now(), by)
+        before = fleet.hold_queue(made)
+    return (made, True) if before is None else (before, False)
+
+
+def release_queue(root: Path, only: QueueHold | None = None) -> QueueHold | None:
+    """Release the queue (`fleet release`), or only the hold `only` (one `stop --all` made):
+    the queued tasks start as their turns come. The hold released; None if none was."""
+    fleet = Fleet(root)
+    if not fleet.exists():
+        return None
+    with fleet.locked():
+        released = fleet.release_queue(only)
+        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
+    if released is not None and detached:
+        ensure_keeper(root)
+    return released
 
 
 def wait_out(

@@ -15,7 +15,7 @@ from typing import Any
 from runagent import listing
 from runagent.config.settings import Budget, BudgetSettings, LimitsSettings
 from runagent.fleet import depends
-from runagent.fleet.queue import Fleet, Pause
+from runagent.fleet.queue import Fleet, Pause, QueueHold
 from runagent.loop import needs
 from runagent.loop.needs import Need
 from runagent.record import record
@@ -90,6 +90,19 @@ def running(view: TaskView, now: datetime | None = None) -> Running:
 
 
 @record
+class Waits:
+    """A task that waits for others (`--after`), and where each of them stands now."""
+
+    view: TaskView
+    on: tuple[tuple[str, str], ...]  # (P/T, its status; `unknown` for one not listed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project_id": self.view.paths.project_id, "task_id": self.view.paths.task_id,
+                "status": self.view.status.value,
+                "on": [{"task": label, "status": status} for label, status in self.on]}  # fmt: skip
+
+
+@record
 class Overview:
     counts: dict[str, int]
     queued: tuple[TaskView, ...]  # in the order they start
@@ -102,6 +115,8 @@ class Overview:
     races: tuple[TaskView, ...] = ()  # the races running, each with its racers side by side
     paused: tuple[Pause, ...] = ()  # agents paused by their provider's limit, by name
     running: tuple[Running, ...] = ()  # the loops that run, longest running first
+    hold: QueueHold | None = None  # the whole queue held by a person: nothing queued starts
+    after: tuple[Waits, ...] = ()  # which task waits for which (`--after`), by name
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,6 +129,8 @@ class Overview:
             "limits": self.limits.to_record(),
             "races": [v.to_dict() for v in self.races],
             "paused": [{**p.to_json(), "words": p.words()} for p in self.paused],
+            "hold": self.hold and {**self.hold.to_json(), "words": self.hold.words()},
+            "after": [w.to_dict() for w in self.after],
         }
 
 
@@ -145,12 +162,27 @@ def overview(
     spent = _spent(root, budgets or BudgetSettings(), today)
     if projects is not None:
         spent = tuple(s for s in spent if s.project in projects)
-    paused = tuple(sorted(Fleet(root).pauses(clean=False).values(), key=lambda p: p.agent))
+    fleet = Fleet(root)
+    paused = tuple(sorted(fleet.pauses(clean=False).values(), key=lambda p: p.agent))
     loops = [running(v) for v in views if v.status is TaskStatus.RUNNING and v.race is None]
     loops.sort(key=lambda r: (r.started or "~", r.view.label))
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
                     limits or LimitsSettings(), today.isoformat(), tuple(unreadable),
-                    races, paused, tuple(loops))  # fmt: skip
+                    races, paused, tuple(loops), fleet.queue_hold(),
+                    _waits(views, waiting))  # fmt: skip
+
+
+def _waits(views: list[TaskView], waiting: list[TaskView]) -> tuple[Waits, ...]:
+    """The tasks in the queue that name others with `--after`, each with their statuses now
+    (`unknown` for one not listed: deleted, or of a project the listing leaves out)."""
+    statuses = {v.label: v.status.value for v in views}
+    found = []
+    for view in sorted(waiting, key=lambda v: v.label):
+        assert view.queue is not None
+        if view.queue.after:
+            on = tuple((label, statuses.get(label, "unknown")) for label in view.queue.after)
+            found.append(Waits(view, on))
+    return tuple(found)
 
 
 def _blocked(view: TaskView) -> bool:

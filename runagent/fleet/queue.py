@@ -17,6 +17,11 @@ lock, so the cap holds whichever process starts a task.
 - `paused/AGENT.json`: an agent paused across the fleet until its provider's limit lifts (a run of
   it was rate limited, and said until when): no task of it starts before then, wherever it was
   queued; `fleet unpause` lifts it sooner. One past its time counts for nothing.
+- `hold.json`: the whole queue held by a person (`fleet hold`, the page, the API; `stop --all`
+  while it stops everything): no queued task starts, whatever its agent or project, until
+  `fleet release` removes it; the loops that run go on. Not a pause: a pause is an agent's,
+  set by its provider's limit, and lifts by itself; a hold is the queue's, and only a person
+  lifts it. One that cannot be read still holds.
 - `seq`: the counter that numbers places in the queue.
 - `lock`: held while any of these is read, decided on and written (a few milliseconds).
 
@@ -55,6 +60,7 @@ SEP = "@"  # between project and task in a file name: a character no id holds
 # Bytes a record may hold: twice what Linux lets a command line and its environment be.
 RECORD_CAP = 4 * 1024 * 1024
 LOG = "keeper.log"
+HOLD = "hold.json"  # the whole queue held by a person
 LOG_LOOKBACK = 64 * 1024  # bytes at the end of keeper.log looked through for a line said already
 
 
@@ -216,6 +222,31 @@ class Pause:
         )  # fmt: skip
 
 
+@record
+class QueueHold:
+    """The whole queue held by a person: since when (UTC, ISO 8601), and by what."""
+
+    since: str
+    by: str = ""  # `run-agent fleet hold`, `the API`, `stop --all`
+    unreadable: str | None = None  # its record cannot be read: it holds all the same
+
+    def words(self, past: bool = False) -> str:
+        """`the queue is held since 05:10 UTC` (`was`, once released)."""
+        when = _instant(self.since)
+        since = f" since {clock(when.timestamp())}" if when.year > 1970 else ""
+        if self.unreadable is not None:
+            since += f" (its record {FOLDER}/{HOLD} cannot be read: {self.unreadable})"
+        return f"the queue {'was' if past else 'is'} held{since}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"since": self.since, "by": self.by}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> QueueHold:
+        get = data.get
+        return cls(since=_text(get("since", ""), "since"), by=_text(get("by", ""), "by"))
+
+
 def clock(moment: float) -> str:
     """A moment as a person reads it on a fleet's page: `17:00 UTC` today (seconds when it has
     some), with its date another day."""
@@ -251,6 +282,7 @@ def places(root: Path) -> dict[str, QueuePlace]:
     records = fleet.waiting(clean=False)  # a listing reads; the queue's writers tidy it
     holders = fleet.holders(clean=False)
     paused = fleet.pauses(clean=False)
+    held = fleet.queue_hold()
     found = {}
     for waiting in records:
         if waiting.unreadable is not None:
@@ -264,13 +296,16 @@ def places(root: Path) -> dict[str, QueuePlace]:
             waits = f"waits for {', '.join(waiting.after)}"
         else:
             turn = decide(waiting.limit_settings(), waiting.project, waiting.agent, ahead,
-                          holders, paused)  # fmt: skip
+                          holders, paused, held)  # fmt: skip
             waits = turn.waits_for or "its turn: a slot is free"
         found[waiting.label] = QueuePlace(
             len(ahead), waits, waiting.priority, waiting.after, waiting.start is not None,
             not waiting.eligible,
         )  # fmt: skip
-    for n, waiting in enumerate(fleet.on_cluster()):
+    # One Ray has placed whose loop waits on its host in this root's queue (for a hold, or its
+    # agent's pause) is there, no longer in Ray's queue.
+    on_cluster = [w for w in fleet.on_cluster() if w.label not in found]
+    for n, waiting in enumerate(on_cluster):
         found[waiting.label] = QueuePlace(n, waiting.cluster_words(), waiting.priority)
     return found
 
@@ -299,10 +334,14 @@ def full_cap(limits: LimitsSettings, project: str, agent: str, holders: Sequence
 def decide(
     limits: LimitsSettings, project: str, agent: str, ahead: Sequence[Waiting],
     holders: Sequence[Holder], paused: Mapping[str, Pause] | None = None,
+    held: QueueHold | None = None,
 ) -> Turn:  # fmt: skip
     """May a task start now, with `ahead` (eligible, in order) before it in the queue? Each of
     them that fits is taken to have started first; the task then must fit what is left. A task
-    of a paused agent does not start, and takes no slot from those behind it."""
+    of a paused agent does not start, and takes no slot from those behind it; while the queue
+    is held, none starts."""
+    if held is not None:
+        return Turn(False, len(ahead), held.words())
     paused = paused or {}
     if agent in paused:
         return Turn(False, len(ahead), paused[agent].words())
@@ -416,6 +455,35 @@ class Fleet:
         held = _read(path, Pause.from_json)
         path.unlink(missing_ok=True)
         return held if held is not None and not held.lifted() else None
+
+    # The whole queue held by a person (not an agent's pause).
+
+    def queue_hold(self) -> QueueHold | None:
+        """The hold on the queue, if any (one whose record cannot be read holds all the same)."""
+        try:
+            return QueueHold.from_json(jsonfile.read_object(self.folder / HOLD, RECORD_CAP))
+        except FileNotFoundError:
+            return None
+        except ValueError as exc:  # jsonfile.Unreadable too
+            return QueueHold("", unreadable=str(exc))
+        except OSError as exc:
+            return QueueHold("", unreadable=exc.strerror or str(exc))
+
+    def hold_queue(self, hold: QueueHold) -> QueueHold | None:
+        """Hold the queue (under the lock); the hold it was in already (kept as it was)."""
+        held = self.queue_hold()
+        if held is None:
+            _write(self.folder / HOLD, hold.to_json())
+        return held
+
+    def release_queue(self, only: QueueHold | None = None) -> QueueHold | None:
+        """Release the queue (under the lock), or only if it is held by `only` (a hold another
+        made meanwhile stays); the hold it released."""
+        held = self.queue_hold()
+        if held is None or (only is not None and held != only):
+            return None
+        (self.folder / HOLD).unlink(missing_ok=True)
+        return held
 
     # The queue.
 

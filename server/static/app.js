@@ -27,6 +27,7 @@ async function showAccess() {
   const { access } = await response.json();
   if (!access) return;
   document.body.dataset.scope = access.scope;
+  document.body.dataset.reach = access.projects ? "some" : "every"; // a hold needs every project
   const note = $("#access-note");
   const where = access.projects ? ` (projects ${access.projects.join(", ")})` : "";
   const words = {

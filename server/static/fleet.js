@@ -2,7 +2,8 @@
 // slot, wait for other tasks or wait for a person; the tasks that need a person, each with its
 // action; the queue in the order it starts (and, after it, any task whose queue record cannot be
 // read, saying why); the agents paused by their provider's limit, each with a button that lifts
-// the pause; today's spend against each daily budget. It is read
+// the pause; whether the whole queue is held, with the buttons that hold or release it and stop
+// every loop; which task waits for which (`--after`); today's spend against each daily budget. It is read
 // again whenever a task's row changes (the root event stream), so it stays live.
 
 import { hashFor, navigate, taskUrl } from "./address.js";
@@ -48,7 +49,9 @@ export async function loadFleet() {
   renderNeeds(found.needs);
   renderPaused(found.paused || []);
   renderRaces(found.races || []);
+  renderHold(found.hold || null);
   renderQueue(found.queue, found.limits);
+  renderAfter(found.after || []);
   renderSpent(found.day, found.spent);
 }
 
@@ -253,6 +256,71 @@ function renderRaces(races) {
       racers.append(item);
     }
     li.append(taskAnchor(row.project_id, row.task_id), " ", badge(row.status), racers);
+    list.append(li);
+  }
+}
+
+// Whether the whole queue is held (by a person, not an agent's pause), and the button that holds
+// or releases it (POST /api/fleet/hold, /api/fleet/release).
+let held = false;
+
+function renderHold(hold) {
+  held = hold !== null;
+  $("#fleet-hold").classList.toggle("held", held);
+  $("#fleet-hold-state").textContent = held ? hold.words : "the queue runs: queued tasks start as their turns come";
+  $("#fleet-hold-button").textContent = held ? "Release the queue" : "Hold the queue";
+}
+
+async function post(path, body = {}) {
+  const response = await fetch(path, {
+    method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
+  });
+  const answer = await response.json();
+  $("#fleet-hold-error").textContent = response.ok ? "" : answer.error;
+  return response.ok ? answer : null;
+}
+
+$("#fleet-hold-button").addEventListener("click", async () => {
+  if (await post(held ? "/api/fleet/release" : "/api/fleet/hold")) loadFleet();
+});
+
+// Every loop stopped and the queue emptied at once (POST /api/stop-all), the queue held meanwhile
+// so that no slot one frees starts the next; what the token reaches only.
+$("#fleet-stop-all").addEventListener("click", async () => {
+  if (!confirm("Stop every running task and take every queued one out of the queue?")) return;
+  const said = $("#fleet-stop-all-said");
+  said.textContent = "stopping…";
+  const done = await post("/api/stop-all");
+  if (!done) {
+    said.textContent = "";
+    return;
+  }
+  const parts = [];
+  if (done.stopped.length) parts.push(`stopped ${done.stopped.length} running: ${done.stopped.join(", ")}`);
+  if (done.left_queue.length) parts.push(`took ${done.left_queue.length} out of the queue, never started: ${done.left_queue.join(", ")}`);
+  said.textContent = parts.join(" · ") || "nothing runs or waits";
+  loadFleet();
+});
+
+// Which task waits for which (`--after`): each waiting task, under it the tasks it waits for
+// with where each stands now, each a link.
+function renderAfter(rows) {
+  const list = $("#fleet-after");
+  list.replaceChildren();
+  $("#fleet-after-box").hidden = rows.length === 0;
+  for (const row of rows) {
+    const li = document.createElement("li");
+    li.dataset.task = `${row.project_id}/${row.task_id}`;
+    const on = document.createElement("ul");
+    on.setAttribute("aria-label", "waits for");
+    for (const other of row.on) {
+      const item = document.createElement("li");
+      item.dataset.on = other.task;
+      const [project, task] = other.task.split("/");
+      item.append(taskAnchor(project, task), " ", badge(other.status));
+      on.append(item);
+    }
+    li.append(taskAnchor(row.project_id, row.task_id), " ", badge(row.status), " waits for", on);
     list.append(li);
   }
 }

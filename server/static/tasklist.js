@@ -44,6 +44,12 @@ export function renderTasks() {
     nav.append(p);
     return;
   }
+  if (sortOrder() === "recent") {
+    // One list across projects, the latest activity first: what runs now, then by when each
+    // task's latest run ended (or started); a task that never ran last.
+    for (const row of shown.sort(byActivity)) nav.append(taskLink(row, "", true));
+    return;
+  }
   const byProject = new Map();
   for (const row of shown) {
     if (!byProject.has(row.project_id)) byProject.set(row.project_id, []);
@@ -73,14 +79,35 @@ export function renderTasks() {
   }
 }
 
-function taskLink(row, prefix = "") {
+// The list's order, chosen beside the status filter and remembered in this browser.
+const SORT_KEY = "run-agent.task-sort";
+
+function sortOrder() {
+  return $("#task-sort").value === "recent" ? "recent" : "name";
+}
+
+function activity(row) {
+  if (row.status === "running") return Number.MAX_SAFE_INTEGER;
+  const run = row.latest_run;
+  const when = run ? Date.parse(run.end_time || run.start_time || "") : NaN;
+  return Number.isNaN(when) ? -1 : when;
+}
+
+function byActivity(a, b) {
+  const running = a.status === "running" && b.status === "running";
+  const ta = running ? Date.parse(a.latest_run?.start_time || "") || 0 : activity(a);
+  const tb = running ? Date.parse(b.latest_run?.start_time || "") || 0 : activity(b);
+  return tb - ta || key(a).localeCompare(key(b));
+}
+
+function taskLink(row, prefix = "", named = false) {
   const a = document.createElement("a");
   a.href = `#${key(row)}`;
   a.dataset.task = key(row);
   if (state.task === key(row)) a.classList.add("selected");
   const name = document.createElement("span");
   const shown = prefix && row.task_id.startsWith(prefix) ? row.task_id.slice(prefix.length) : row.task_id;
-  name.textContent = `${shown} (${row.runs})`;
+  name.textContent = `${named ? key(row) : shown} (${row.runs})`;
   name.title = row.task_id;
   const status = badge(shownStatus(row));
   if (row.queue) status.title = row.queue.waits_for; // queued or blocked: what it waits for
@@ -160,3 +187,16 @@ $("#tasks").addEventListener("click", (e) => {
 });
 $("#task-filter").addEventListener("input", renderTasks);
 $("#status-filter").addEventListener("change", renderTasks);
+try {
+  $("#task-sort").value = localStorage.getItem(SORT_KEY) === "recent" ? "recent" : "name";
+} catch {
+  // storage refused (a private window's setting): the order is not remembered
+}
+$("#task-sort").addEventListener("change", () => {
+  try {
+    localStorage.setItem(SORT_KEY, sortOrder());
+  } catch {
+    // as above
+  }
+  renderTasks();
+});

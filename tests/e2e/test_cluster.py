@@ -1060,3 +1060,77 @@ def test_a_loop_started_again_while_its_agent_is_paused_takes_its_slot_again_fir
     wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
     wait_for(lambda: not groups_of(task), 30, "both of its groups gone")
     wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+
+
+def test_a_held_queue_holds_starts_to_the_cluster_and_stop_all_stops_its_loops(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """`fleet hold` holds a start to the cluster in this root's queue, saying so; `fleet
+    release` lets the keeper hand it over; `stop --all` stops the loops running on the hosts."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    config = ("--config", str(ws.config))
+    first, second = ws.task("p", "first"), ws.task("p", "second")
+    held = ws.cli("fleet", "hold", *config)
+    assert held.returncode == 0 and held.stdout.startswith("the queue is held since "), held
+    queued = ws.cli("run", "-p", "p", "-t", "first", "-d", *config, "go")
+    assert queued.returncode == 0, queued.stderr
+    assert "queued: 0 ahead (the queue is held since " in queued.stderr, queued.stderr
+    assert first.run_ids() == [] and listed(ws)["p/first"]["status"] == "queued"
+    released = ws.cli("fleet", "release", *config)
+    assert released.returncode == 0 and released.stdout.startswith("released: "), released
+    started = ws.cli("run", "-p", "p", "-t", "second", "-d", *config, "go")
+    assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
+    for task in (first, second):
+        wait_for(lambda t=task: listed(ws)[t.label]["status"] == "running", 90,
+                 f"{task.label} running on the cluster")  # fmt: skip
+    stopped = ws.cli("stop", "--all", *config)
+    assert stopped.returncode == 0, stopped.stderr
+    assert "stopped 2 running: p/first, p/second" in stopped.stdout, stopped.stdout
+    for task in (first, second):
+        assert listed(ws)[task.label]["status"] == "stopped"
+        wait_for(lambda t=task: name_free(settings, t.label), 30, "its loop to end")
+
+
+def test_a_loop_ray_places_while_the_queue_is_held_waits_on_its_host(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A task waiting in Ray's own queue when the queue is held is placed on a host once a slot
+    frees, and its loop waits there, in the shared root's queue, starting no run until `fleet
+    release`; `stop --all` then stops every loop on the hosts."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    config = ("--config", str(ws.config))
+    holders = [ws.task("p", f"hold{n}") for n in range(4)]
+    late = ws.task("p", "late")
+    try:
+        for task in holders:
+            start(ws, settings, task)
+        wait_for(lambda: all(listing.view(t).status is tasks.TaskStatus.RUNNING for t in holders),
+                 60, "four loops holding the four agent_slots")  # fmt: skip
+        queued = ws.cli("run", "-p", "p", "-t", "late", "-d", *config, "go")
+        assert "queued: 0 ahead (a Ray host with agent_slot 1 free)" in queued.stderr, queued
+        assert ws.cli("fleet", "hold", *config).returncode == 0
+        go(holders[0])  # a slot frees: Ray places late on a host, where its loop waits
+        row = wait_for(
+            lambda: (
+                (r := listed(ws)["p/late"])["queue"] is not None
+                and r["queue"]["waits_for"].startswith("the queue is held")
+                and r
+            ),
+            60,
+            "late waiting on its host",
+        )
+        assert row["status"] == "queued" and late.run_ids() == [], row
+        assert ws.cli("fleet", "release", *config).returncode == 0
+        wait_for(lambda: listed(ws)["p/late"]["status"] == "running", 60, "late running")
+        stopped = ws.cli("stop", "--all", *config)
+        assert stopped.returncode == 0, stopped.stderr
+        assert "stopped 4 running: p/hold1, p/hold2, p/hold3, p/late" in stopped.stdout, stopped
+        assert len(late.run_ids()) == 1
+    finally:
+        ws.cli("fleet", "release", *config)
+        for task in [*holders, late]:
+            go(task)
+        for task in [*holders, late]:
+            wait_for(lambda t=task: name_free(settings, t.label), 60, f"{task.label} to end")

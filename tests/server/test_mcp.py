@@ -31,8 +31,10 @@ from tests.server.test_server_paste import paste_session
 
 KEY = "k" * 40
 TOOLS = {"start_task", "list_tasks", "task_status", "run_output", "stop_task", "resume_task",
-         "list_approvals", "answer_approval", "paste_reply", "unpause_agent"}  # fmt: skip
+         "list_approvals", "answer_approval", "paste_reply", "unpause_agent", "hold_queue",
+         "release_queue", "stop_all"}  # fmt: skip
 READ_TOOLS = {"list_tasks", "task_status", "run_output", "list_approvals"}
+WHOLE_ROOT_TOOLS = {"unpause_agent", "hold_queue", "release_queue"}  # not a limited token's
 
 
 def stdio(ws: Workspace) -> Client:
@@ -334,7 +336,8 @@ def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
     needs = {"start_task": tokens.Scope.OPERATE, "stop_task": tokens.Scope.OPERATE,
              "resume_task": tokens.Scope.OPERATE, "answer_approval": tokens.Scope.OPERATE,
              "paste_reply": tokens.Scope.OPERATE,
-             "unpause_agent": tokens.Scope.OPERATE}  # fmt: skip
+             "unpause_agent": tokens.Scope.OPERATE, "hold_queue": tokens.Scope.OPERATE,
+             "release_queue": tokens.Scope.OPERATE, "stop_all": tokens.Scope.OPERATE}  # fmt: skip
     credentials = [("api_key", KEY, tokens.Scope.ADMIN, False)]
     for scope in tokens.Scope:
         credentials.append((scope.word, tokens.create(ws.root, scope)[0], scope, False))
@@ -354,6 +357,9 @@ def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
             "answer_approval": {"run": ops[project], "operation": "other", "decision": "denied"},
             "paste_reply": {"project": project, "task": "absent", "reply": "x"},
             "unpause_agent": {"agent": "nobody"},  # a pause holds across the root
+            "hold_queue": {},  # a hold holds every project's queue: released below
+            "release_queue": {},
+            "stop_all": {"project": project},  # nothing runs or waits there
         }[tool]
 
     tried = 0
@@ -369,7 +375,7 @@ def test_every_tool_checks_the_scope_and_the_project(ws: Workspace) -> None:
                         where = f"{name}: {tool} on {project}: {said[:120]}"
                         if scope < needs.get(tool, tokens.Scope.READ):
                             assert result.is_error and "this token's scope is" in said, where
-                        elif limited and tool == "unpause_agent":
+                        elif limited and tool in WHOLE_ROOT_TOOLS:
                             assert result.is_error and "only some projects" in said, where
                         elif limited and project == THEIRS and tool != "list_approvals":
                             assert result.is_error and "does not reach project" in said, where
@@ -429,3 +435,28 @@ def test_an_unknown_tool_is_the_protocols_error(ws: Workspace) -> None:
             assert "start_task" in raised.value.error.message
 
     anyio.run(main)
+
+
+def test_an_agent_holds_the_queue_stops_everything_and_releases_it_over_mcp(
+    ws: Workspace,
+) -> None:
+    ws.write_config(["--lines", "1", "--wait-in-task", "go"], max_restarts=0)
+
+    async def main() -> None:
+        async with stdio(ws) as client:
+            await call(client, "start_task", project="p", task="a", prompt="go")
+            await status_is(client, "p", "a", "running")
+            held = await call(client, "hold_queue")
+            assert held["made"] and held["hold"]["words"].startswith("the queue is held since ")
+            queued = await call(client, "start_task", project="p", task="b", prompt="go")
+            assert queued["queued"]["waits_for"].startswith("the queue is held"), queued
+            bad = await refusal(client, "stop_all", project="no such")
+            assert bad.startswith("project id 'no such' has characters"), bad
+            stopped = await call(client, "stop_all")
+            assert stopped == {"stopped": ["p/a"], "left_queue": ["p/b"], "held": True}
+            released = await call(client, "release_queue")
+            assert released["released"].startswith("the queue was held since "), released
+            assert (await call(client, "release_queue"))["released"] is None
+
+    anyio.run(main)
+    assert not ws.task("p", "b").run_ids()

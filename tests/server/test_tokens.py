@@ -80,7 +80,7 @@ def needs(method: str, path: str) -> tokens.Scope:
 
 # The routes with no project in their path that show or change the whole root: a token limited
 # to projects gets them cut to its projects (listings, events, /metrics), except these (403).
-WHOLE_ROOT = {"/api/gc"}
+WHOLE_ROOT = {"/api/gc", "/api/fleet/hold", "/api/fleet/release"}  # every project's
 SSE = ("/stream", "/api/events")
 
 
