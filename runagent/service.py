@@ -941,9 +941,13 @@ class Service:
     def unpause(self, agent: str) -> str | None:
         """Lift `agent`'s pause (`fleet unpause`, the API, MCP): the pause it lifted, in words;
         None if the agent was not paused."""
+        from runagent.executors import control
         from runagent.fleet import gate
 
         lifted = gate.unpause(self.root, agent)
+        # On a cluster whose hosts keep runs roots of their own: lifted on every host too.
+        elsewhere = control.unpause(self.executor, agent)
+        lifted = lifted or elsewhere
         return lifted.words() if lifted is not None else None
 
     def hold_queue(self, by: str) -> tuple[QueueHold, bool]:
@@ -1012,6 +1016,13 @@ class Service:
 
         return Fleet(self.root).queue_hold() is not None
 
+    def _cluster_pauses(self) -> None:
+        """Bring the agents paused on the hosts of a cluster that keep runs roots of their own
+        into this root (control.sync_pauses); nothing elsewhere."""
+        from runagent.executors import control
+
+        control.sync_pauses(self.root, self.executor)
+
     def limits(self) -> LimitsSettings:
         config = self.current_config()
         return config.limits if config is not None else LimitsSettings()
@@ -1029,7 +1040,10 @@ class Service:
     def _gated(
         self, task: TaskPaths, limits: LimitsSettings, after: tuple[str, ...], agent: str
     ) -> bool:
-        """Whether a start passes the fleet's gate (the fleet's code loads only then)."""
+        """Whether a start passes the fleet's gate (the fleet's code loads only then). On a
+        cluster whose hosts keep runs roots of their own, the agents paused on any of them are
+        brought into this root first: a start of one waits here, as on a shared root."""
+        self._cluster_pauses()
         if not (limits.active or after or self._queue_exists()):
             return False
         from runagent.fleet import gate
@@ -1328,6 +1342,7 @@ class Service:
         budgets as a start now would see them; only `projects`' part of it, if given."""
         from runagent.fleet.overview import overview
 
+        self._cluster_pauses()
         config = self.current_config()
         if config is None:
             return overview(self.root, projects=projects)

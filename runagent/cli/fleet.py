@@ -9,9 +9,9 @@ import click
 
 from runagent import duration
 from runagent.cli.group import cli
-from runagent.cli.options import common, json_option, setup
+from runagent.cli.options import common, json_option, service_for, setup
 from runagent.cli.show import RACER_HEADER, race_cell, racer_cells
-from runagent.fleet.overview import Overview, Running, Spent, overview
+from runagent.fleet.overview import Overview, Running, Spent
 from runagent.store.tasks import TaskView
 
 
@@ -28,7 +28,7 @@ def fleet(ctx: click.Context, as_json: bool, config_path: Path | None, root: Pat
     if ctx.invoked_subcommand is not None:
         return
     s = setup(config_path, root)
-    found = overview(s.root, s.config.limits, s.config.budgets)
+    found = service_for(s).fleet()  # with the agents paused on any host of the cluster
     if as_json:
         click.echo(json.dumps(found.to_dict(), indent=2))
         return
@@ -42,11 +42,9 @@ def fleet(ctx: click.Context, as_json: bool, config_path: Path | None, root: Pat
 def unpause(agent: str, config_path: Path | None, root: Path | None) -> None:
     """Lift AGENT's pause: its queued tasks start as their turns come, before the time its
     provider said its limit lifts."""
-    from runagent.fleet import gate
-
     s = setup(config_path, root)
-    lifted = gate.unpause(s.root, agent)
-    click.echo(f"lifted: {lifted.words()}" if lifted else f"agent {agent} is not paused")
+    lifted = service_for(s).unpause(agent)  # on every host of the cluster too
+    click.echo(f"lifted: {lifted}" if lifted else f"agent {agent} is not paused")
 
 
 @fleet.command()

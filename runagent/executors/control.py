@@ -26,7 +26,7 @@ from runagent.store.lock import Holder
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:  # a queued task's record: loaded where there is a queue
-    from runagent.fleet.queue import Waiting
+    from runagent.fleet.queue import Pause, Waiting
 
 __all__ = ["START_WAIT", "Started", "loop_argv", "start_detached", "stop"]
 
@@ -128,6 +128,10 @@ class Executor(Protocol):
 
     def waits(self, label: str, group_id: str) -> bool: ...
 
+    def sync_pauses(self, root: Path) -> None: ...
+
+    def unpause(self, agent: str) -> Pause | None: ...
+
 
 def ray_executor(settings: ExecutorSettings) -> Executor:
     """The Ray executor for `settings`, connected; MissingDependencyError saying how to install
@@ -167,6 +171,35 @@ def cluster_slot(task: TaskPaths) -> ClusterSlot | None:
 
     cluster = Cluster.from_env({CLUSTER_ENV: said})
     return Slot(cluster, task.label) if cluster is not None else None
+
+
+def apart(executor: ExecutorSettings | None) -> bool:
+    """Whether loops run on a Ray cluster whose hosts keep runs roots of their own."""
+    return executor is not None and executor.type is ExecutorType.RAY and not executor.shared_root
+
+
+def sync_pauses(root: Path, executor: ExecutorSettings | None) -> None:
+    """On a cluster whose hosts keep runs roots of their own: bring the agents paused on any
+    host into `root` (and those paused under `root` to the cluster), so a start from here, the
+    keeper and a listing of `root` see them (ray/pauses.py). Nothing elsewhere, nor in a loop a
+    host agent started, whose agent does it for its host's root; a cluster that cannot be
+    asked leaves `root` as it is (a start then fails on its own, saying why)."""
+    if not apart(executor) or os.environ.get(CLUSTER_ENV):
+        return
+    assert executor is not None
+    try:
+        ray_executor(executor).sync_pauses(root)
+    except RunAgentError:
+        return
+
+
+def unpause(executor: ExecutorSettings | None, agent: str) -> Pause | None:
+    """Lift `agent`'s pause on every host of a cluster whose hosts keep runs roots of their own
+    (`fleet unpause`); the pause the cluster had, if any. Nothing elsewhere."""
+    if not apart(executor):
+        return None
+    assert executor is not None
+    return ray_executor(executor).unpause(agent)
 
 
 def hold_scheduler(executor: ExecutorSettings | None) -> bool:

@@ -1134,3 +1134,63 @@ def test_a_loop_ray_places_while_the_queue_is_held_waits_on_its_host(
             go(task)
         for task in [*holders, late]:
             wait_for(lambda t=task: name_free(settings, t.label), 60, f"{task.label} to end")
+
+
+def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_every_host(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """Each host with a runs root of its own: a run limited on one host pauses its agent for the
+    whole cluster (its pause kept in the cluster's store). `fleet` here shows it, a start of the
+    agent from here waits in this root's queue instead of going to a host that would hit the same
+    limit, and `fleet unpause` here lifts it on every host: the limited loop takes its next
+    attempt on its own host, the queued task starts, and no restart was spent."""
+    settings = replace(on_cluster.settings, shared_root=False)
+    go_file = ws.path / "go"
+    hold = ["--lines", "1", "--wait-for", str(go_file)]
+    cluster_config(ws, settings, hold, max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["lim"] = {"type": "claude", "command": ws.agent_argv(
+        ["--ignore-unknown", "--rate-limited", "600", "--counter", str(ws.path / "lim-runs"),
+         *hold])}  # fmt: skip
+    ws.config.write_text(yaml.safe_dump(data))
+    first, second = ws.task("p", "first"), ws.task("p", "second")
+    on_host = {name: TaskPaths(on_cluster.base / name, "p", "first") for name in HOSTS}
+    try:
+        started = ws.cli("run", "-p", "p", "-t", "first", "--agent", "lim", "-d", "--config",
+                         str(ws.config), "go")  # fmt: skip
+        assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
+        # The pause is written on the limited run's host, under that host's own root.
+        limited_on = wait_for(lambda: next((name for name, t in on_host.items() if (
+            t.root / ".fleet" / "paused" / "lim.json").exists()), None), 60,
+            "lim paused on the limited run's host")  # fmt: skip
+        shown = wait_for(lambda: "lim paused until" in (s := ws.cli("fleet", "--config",
+                         str(ws.config)).stdout) and s, 30, "lim's pause shown here")  # fmt: skip
+        assert "usage limit" in shown or "limit" in shown, shown
+        queued = ws.cli("run", "-p", "p", "-t", "second", "--agent", "lim", "-d", "--config",
+                        str(ws.config), "go")  # fmt: skip
+        assert queued.returncode == 0, queued.stderr
+        assert "queued: " in queued.stderr and "lim paused until" in queued.stderr, queued.stderr
+        assert listed(ws)["p/second"]["status"] == "queued"
+        assert not any((on_cluster.base / name / "p" / "second").exists() for name in HOSTS)
+        lifted = ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
+        assert lifted.returncode == 0 and lifted.stdout.startswith("lifted: lim paused"), lifted
+        # Lifted on every host: the limited loop goes on on its own, the queued task starts.
+        wait_for(lambda: not any((on_cluster.base / name / ".fleet" / "paused" / "lim.json")
+                 .exists() for name in HOSTS), 30, "the pause lifted on every host")  # fmt: skip
+        go_file.touch()
+        for task in (first, second):  # no server holds this root: their folders stay there
+            wait_for(lambda t=task: any(TaskPaths(on_cluster.base / name, "p", t.task_id).done
+                     .exists() for name in HOSTS), 90, f"{task.label} to complete")  # fmt: skip
+        there = on_host[limited_on]
+        limited, then = [read_run_info(there.run_folder(r)) for r in there.run_ids()]
+        assert limited is not None and limited.reason == "rate_limit"
+        assert then is not None and then.attempt == 2 and then.host == limited_on
+        assert "lim paused" not in ws.cli("fleet", "--config", str(ws.config)).stdout
+    finally:
+        go_file.touch()
+        ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
+        for task in (first, second):
+            with contextlib.suppress(Exception):
+                control.stop(task, 20, settings)
+    for task in (first, second):
+        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")

@@ -22,6 +22,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import runagent.executors.ray.boundary as boundary
+import runagent.executors.ray.pauses as pauses
 import runagent.executors.ray.store as store
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings
@@ -52,7 +53,7 @@ from runagent.executors.ray.hostagent import (
 )
 from runagent.executors.ray.mirror import HOME, RemoteHome
 from runagent.executors.ray.store import WAITING_STATES, LoopSpec
-from runagent.fleet.queue import Fleet, Turn, Waiting, needs_words, now
+from runagent.fleet.queue import Fleet, Pause, Turn, Waiting, needs_words, now
 from runagent.loop.context import QUEUED_SINCE
 from runagent.store import host, runfolder, taskfolder
 from runagent.store.lock import Holder, already_running
@@ -417,6 +418,14 @@ class RayExecutor:
         except NameTakenError:
             return False
         return True
+
+    def sync_pauses(self, root: Path) -> None:
+        """Make `root`'s paused agents and the cluster's one (pauses.sync)."""
+        pauses.sync(root, self.namespace)
+
+    def unpause(self, agent: str) -> Pause | None:
+        """Lift `agent`'s pause on every host; the pause the cluster had, if any."""
+        return pauses.unpause(self.namespace, agent)
 
     def judge(self, label: str, on: str, pid: int, start: float | None) -> bool:
         """Whether the supervisor `pid` on host `on` still runs `label`'s loop: its host

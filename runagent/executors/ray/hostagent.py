@@ -23,6 +23,7 @@ from typing import Any
 import ray
 
 import runagent.executors.ray.mirror as mirror
+import runagent.executors.ray.pauses as pauses
 import runagent.executors.ray.store as store
 from runagent.errors import AlreadyRunningError, RunAgentError
 from runagent.executors import local as localexecutor
@@ -47,6 +48,7 @@ EAGER_TICK, EAGER_FOR = 0.05, 3.0  # looks (seconds apart) for so long after a s
 WATCH_TICK = 0.1  # seconds between a host agent's looks at its supervisors
 MIRROR_TICK = 0.25  # seconds between mirrorings of a live task's folder to the server's root
 LEASE_WAIT = 180.0  # seconds a moved loop waits for a dead host's lock to be released
+PAUSE_TICK = 0.5  # seconds between a host agent's looks at the agents paused (pauses.sync)
 ENDED_KEPT = 256  # loops ended on a host that its agent remembers (HostAgent.ended)
 
 
@@ -283,8 +285,9 @@ class HostAgent:
     def _watch(self) -> None:
         """Each supervisor's end frees its task's group (and so its slot and its name); groups
         placed on this host that no loop here holds yet are taken up; folders that are not on a
-        shared root are mirrored to the server's meanwhile."""
-        adopted = 0.0
+        shared root are mirrored to the server's meanwhile; the agents paused on this host's own
+        root and on the cluster are made one (pauses.sync)."""
+        adopted = synced = 0.0
         while True:
             try:
                 mirrored = self._look()
@@ -292,6 +295,9 @@ class HostAgent:
                 if time.monotonic() - adopted > ADOPT_TICK or eager:
                     adopted = time.monotonic()
                     self._adopt()
+                if time.monotonic() - synced > PAUSE_TICK:
+                    synced = time.monotonic()
+                    self._pauses()
             except Exception as exc:  # never let the watch die: every loop here depends on it
                 print(f"run-agent host agent: {type(exc).__name__}: {exc}", file=sys.stderr)
                 mirrored = eager = False
@@ -334,6 +340,14 @@ class HostAgent:
             loop, new = self._take(replace(spec, group=str(group["placement_group_id"])))
             if isinstance(loop, _Loop) and new:
                 threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
+
+    def _pauses(self) -> None:
+        """This host's own root (where loops run whose hosts do not share the runs root) and
+        the cluster agree on which agents are paused: a pause a loop here wrote holds on every
+        host, and one found elsewhere, or lifted by a person, holds or lifts here too."""
+        root = worker_root()
+        if root.is_dir():
+            pauses.sync(root, self.namespace)
 
     def _finish(self, loop: _Loop, code: int) -> None:
         """The loop ended with `code`: say so to whoever follows it, and free its group."""

@@ -29,6 +29,8 @@ from runagent.executors.ray.boundary import mapped
 from runagent.record import record
 
 SPECS, ENDS = "spec/", "end/"  # the cluster's key-value store: a loop's spec, its end
+# An agent paused by its provider's limit, and when a person last lifted its pause (pauses.py).
+PAUSES, LIFTS = "pause/", "lifted/"
 WAITING_STATES = ("PENDING", "PREPARED", "RESCHEDULING")  # a group not (or no longer) placed
 # Where the head keeps its state, as it records it on starting (Ray's usage tags, kept whether
 # or not usage stats are reported).
@@ -115,6 +117,48 @@ def end(namespace: str, label: str) -> dict[str, Any] | None:
     except ValueError:
         return None
     return found if isinstance(found, dict) else None
+
+
+def put_pause(namespace: str, agent: str, pause: Mapping[str, Any]) -> None:
+    """Keep an agent's pause (as its record under `.fleet/paused/` has it)."""
+    _kv_put(namespace, PAUSES + agent, json.dumps(pause).encode())
+
+
+def drop_pause(namespace: str, agent: str) -> None:
+    _kv_del(namespace, PAUSES + agent)
+
+
+def pauses(namespace: str) -> list[dict[str, Any]]:
+    """Every pause kept (lifted by its time or not); unreadable ones left out."""
+    return [found for key in _kv_keys(namespace, PAUSES) if (found := _json(namespace, key))]
+
+
+def put_lift(namespace: str, agent: str, at: float) -> None:
+    """Keep when a person lifted the agent's pause (time.time()): every pause of it found
+    before then is lifted on every host."""
+    _kv_put(namespace, LIFTS + agent, json.dumps({"agent": agent, "at": at}).encode())
+
+
+def lifts(namespace: str) -> dict[str, float]:
+    """When each agent's pause was last lifted by a person, by agent."""
+    found = (_json(namespace, key) for key in _kv_keys(namespace, LIFTS))
+    return {str(f["agent"]): float(f["at"]) for f in found
+            if f and isinstance(f.get("at"), int | float)}  # fmt: skip
+
+
+def _json(namespace: str, key: str) -> dict[str, Any] | None:
+    data = _kv_get(namespace, key)
+    try:
+        found = json.loads(data) if data else None
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+@mapped()
+def _kv_keys(namespace: str, prefix: str) -> list[str]:
+    keys = internal_kv._internal_kv_list(prefix, namespace=_kv(namespace))
+    return [key.decode() if isinstance(key, bytes) else str(key) for key in keys]
 
 
 @mapped()
