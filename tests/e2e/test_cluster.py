@@ -1194,3 +1194,36 @@ def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_eve
                 control.stop(task, 20, settings)
     for task in (first, second):
         wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
+
+
+def test_roots_of_their_own_agree_on_the_paused_agents_through_the_clusters_store(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """pauses.sync, as each host agent and the door run it: a pause found under one root holds
+    under every other; the later of two holds; an unpause lifts it under every root and none
+    brings it back; a limit found after the unpause pauses the agent again everywhere."""
+    from runagent.executors.ray import pauses
+    from runagent.fleet import gate
+    from runagent.fleet.queue import Fleet
+
+    namespace = "pauses-agree"  # the cluster's store, apart from the other tests'
+    one, two = ws.path / "one", ws.path / "two"
+
+    def paused(root: Path) -> float | None:
+        pauses.sync(root, namespace)
+        found = Fleet(root).pauses(clean=False).get("lim")
+        return found.until if found is not None else None
+
+    first = gate.pause(TaskPaths(one, "p", "a"), "lim", 600, "usage limit")
+    assert paused(one) == first.until and paused(two) == first.until
+    later = gate.pause(TaskPaths(two, "p", "b"), "lim", 900, "usage limit")
+    assert paused(two) == later.until and paused(one) == later.until
+    lifted = pauses.unpause(namespace, "lim")
+    assert lifted is not None and lifted.until == later.until
+    for _ in range(2):  # neither root brings the lifted pause back to the other
+        assert paused(one) is None and paused(two) is None
+    time.sleep(0.01)  # found after the unpause, by the clock its time of finding is read on
+    again = gate.pause(TaskPaths(one, "p", "c"), "lim", 60, "usage limit")
+    assert paused(one) == again.until and paused(two) == again.until
+    assert pauses.unpause(namespace, "lim") is not None
+    assert paused(one) is None and paused(two) is None

@@ -107,6 +107,10 @@ class HostAgent:
         self.ended: dict[str, tuple[float, Where | None]] = {}
         self.lock = threading.Lock()
         self.freed = 0.0  # when a loop here last ended: a waiting group is placed here soon
+        # Whether loops here run under this host's own root (a start with shared_root false
+        # came): only then are its paused agents and the cluster's made one (`_pauses`); a
+        # host of a shared root leaves alone whatever root its user keeps here.
+        self.apart = False
         # Supervisors die with the thread that forked them (PR_SET_PDEATHSIG): all are forked
         # by this one, which lives as long as the agent's worker.
         self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
@@ -215,6 +219,9 @@ class HostAgent:
             store.put_spec(self.namespace, spec)
             if again and not spec.shared_root:
                 mirror.seed(task, self.namespace)
+            if not spec.shared_root:  # its loop's gate knows the cluster's paused agents
+                self.apart = True
+                self._pauses(first=True)
             loop.where = self._start(loop, again)
         except RunAgentError as exc:
             code = int(exc.exit_code)
@@ -341,13 +348,19 @@ class HostAgent:
             if isinstance(loop, _Loop) and new:
                 threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
 
-    def _pauses(self) -> None:
+    def _pauses(self, first: bool = False) -> None:
         """This host's own root (where loops run whose hosts do not share the runs root) and
         the cluster agree on which agents are paused: a pause a loop here wrote holds on every
-        host, and one found elsewhere, or lifted by a person, holds or lifts here too."""
+        host, and one found elsewhere, or lifted by a person, holds or lifts here too. `first`:
+        before a loop starts here (its root made if it is the first); one that cannot be
+        agreed on now is said in the agent's log, and looked at again at the next tick."""
         root = worker_root()
-        if root.is_dir():
+        if not self.apart or not (first or root.is_dir()):
+            return
+        try:
             pauses.sync(root, self.namespace)
+        except (OSError, ClusterError) as exc:
+            print(f"run-agent host agent: the paused agents: {exc}", file=sys.stderr)
 
     def _finish(self, loop: _Loop, code: int) -> None:
         """The loop ended with `code`: say so to whoever follows it, and free its group."""
