@@ -1171,6 +1171,8 @@ def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_eve
         assert queued.returncode == 0, queued.stderr
         assert "queued: " in queued.stderr and "lim paused until" in queued.stderr, queued.stderr
         assert listed(ws)["p/second"]["status"] == "queued"
+        status = ws.cli("status", "-p", "p", "-t", "second", "--config", str(ws.config))
+        assert "lim paused until" in status.stdout, status.stdout
         assert not any((on_cluster.base / name / "p" / "second").exists() for name in HOSTS)
         lifted = ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
         assert lifted.returncode == 0 and lifted.stdout.startswith("lifted: lim paused"), lifted
