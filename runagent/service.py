@@ -1018,7 +1018,10 @@ class Service:
 
     def _cluster_pauses(self) -> None:
         """Bring the agents paused on the hosts of a cluster that keep runs roots of their own
-        into this root (control.sync_pauses); nothing elsewhere."""
+        into this root (control.sync_pauses); nothing elsewhere (the cluster's code is not
+        even loaded then)."""
+        if self.executor is None or not self.executor.apart:
+            return
         from runagent.executors import control
 
         control.sync_pauses(self.root, self.executor)

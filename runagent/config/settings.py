@@ -401,6 +401,11 @@ class ExecutorSettings:
     # directly. Otherwise each host writes under its own root and the server reads through Ray.
     shared_root: bool = True
 
+    @property
+    def apart(self) -> bool:
+        """Whether loops run on a Ray cluster whose hosts keep runs roots of their own."""
+        return self.type is ExecutorType.RAY and not self.shared_root
+
 
 @record
 class LimitsSettings:

@@ -175,7 +175,7 @@ def cluster_slot(task: TaskPaths) -> ClusterSlot | None:
 
 def apart(executor: ExecutorSettings | None) -> bool:
     """Whether loops run on a Ray cluster whose hosts keep runs roots of their own."""
-    return executor is not None and executor.type is ExecutorType.RAY and not executor.shared_root
+    return executor is not None and executor.apart
 
 
 def sync_pauses(root: Path, executor: ExecutorSettings | None) -> None:
