@@ -944,10 +944,11 @@ class Service:
         from runagent.executors import control
         from runagent.fleet import gate
 
-        lifted = gate.unpause(self.root, agent)
-        # On a cluster whose hosts keep runs roots of their own: lifted on every host too.
+        # On a cluster whose hosts keep runs roots of their own: lifted on every host first, so
+        # that a start here meanwhile (the keeper's, as this root's pause goes) brings back no
+        # pause from the cluster; then here.
         elsewhere = control.unpause(self.executor, agent)
-        lifted = lifted or elsewhere
+        lifted = gate.unpause(self.root, agent) or elsewhere
         return lifted.words() if lifted is not None else None
 
     def hold_queue(self, by: str) -> tuple[QueueHold, bool]:
