@@ -1160,8 +1160,10 @@ def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_eve
                          str(ws.config), "go")  # fmt: skip
         assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
         # The pause is written on the limited run's host, under that host's own root.
-        limited_on = wait_for(lambda: next((name for name, t in on_host.items() if (
-            t.root / ".fleet" / "paused" / "lim.json").exists()), None), 60,
+        # The limited run's host: the one that holds its run (the pause it wrote there reaches
+        # the other hosts' roots within a second, so it does not tell which host found it).
+        limited_on = wait_for(lambda: next((name for name, t in on_host.items() if t.run_ids()
+            and (t.root / ".fleet" / "paused" / "lim.json").exists()), None), 60,
             "lim paused on the limited run's host")  # fmt: skip
         shown = wait_for(lambda: "lim paused until" in (s := ws.cli("fleet", "--config",
                          str(ws.config)).stdout) and s, 30, "lim's pause shown here")  # fmt: skip
