@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import socket
 import subprocess
 import sys
@@ -20,19 +21,23 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def serving(root: Path, cwd: str) -> Iterator[str]:
-    """Serve `root`; yield the base URL once the server answers (and its first listing is warm)."""
+def serving(
+    root: Path, cwd: str, env: dict[str, str] | None = None, wait: bool = True
+) -> Iterator[str]:
+    """Serve `root` (with `env` added to the environment); yield the base URL once the server
+    answers (and, with `wait`, its first listing is warm)."""
     port = free_port()
     server = subprocess.Popen(
         [sys.executable, "-m", "runagent", "serve", "--port", str(port), "--root", str(root)],
         cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=os.environ | (env or {}),
     )  # fmt: skip
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 120  # a loaded machine starts it slowly
         while True:
             try:
-                httpx.get(f"{base}/api/tasks", timeout=10)
+                httpx.get(f"{base}/api/tasks" if wait else f"{base}/api/health", timeout=600)
                 break
             except httpx.HTTPError:
                 if time.monotonic() > deadline:

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths
 from runagent.store.tasks import QueuePlace, TaskView
+
+if TYPE_CHECKING:
+    from runagent.store.index import Covers, Summary
 
 
 def places(root: Path) -> Mapping[str, QueuePlace]:
@@ -27,8 +31,27 @@ def view(task: TaskPaths) -> TaskView:
 
 
 def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
-    """Every task under `root` (or one project's), queued or blocked included."""
-    return tasks.all_tasks(root, places(root), project_id)
+    """Every task under `root` (or one project's), queued or blocked included, their runs as
+    the root's index sums them up (runagent/store/index.py: it costs what is shown, not the
+    runs in history)."""
+    found = tasks.all_paths(root, project_id)
+    queue = places(root)
+    covers = f"{project_id}/" if project_id else ""
+    runs = summaries(root, found, covers=lambda label: label.startswith(covers)) if found else {}
+    return [tasks.view(task, queue, runs) for task in found]
+
+
+def summaries(
+    root: Path, found: list[TaskPaths], sums: bool = False, covers: Covers | None = None
+) -> Mapping[str, Summary]:
+    """What the runs of each of `found` add up to, by P/T, from the root's index (`sums`: the
+    metrics' figures too; `covers` as for `Index.summaries`); read from the folders where the
+    index is turned off."""
+    from runagent.store import index
+
+    if not index.enabled():
+        return index.Index(root, persist=False).summaries(found, sums) if sums else {}
+    return index.for_root(root).summaries(found, sums, covers)
 
 
 def in_order(views: list[TaskView]) -> list[TaskView]:

@@ -1,15 +1,16 @@
-"""`GET /metrics`: the runs root's figures in Prometheus' text format, read afresh from the run
-folders at each scrape (nothing is kept in the server, so a restarted server, or one of several
-over one root, says the same), with the official client library's families and exposition.
+"""`GET /metrics`: the runs root's figures in Prometheus' text format, read afresh at each
+scrape (a restarted server, or one of several over one root, says the same), with the official
+client library's families and exposition.
 
 Counters only grow: what `gc` and `delete` removed is kept in a tally under the runs root and
 counted beside what the run folders hold (runagent/store/removed.py), so Prometheus' `rate()` and
 `increase()` never read a removal as a reset.
 
-A server keeps one `Tally` between scrapes: an ended run's run-info.yaml never changes again, so
-what it adds is kept by the file's identity (inode, size, mtime) and a scrape parses only the runs
-that are new, still running or rewritten since; an operations run's events likewise. A scrape of
-10,000 ended runs is then a walk of stats instead of 10,000 YAML parses (bench/listing.py).
+What the runs add up to comes from the root's index (runagent/store/index.py): each task's ended
+runs summed, checked against its folders' stamps, so a scrape of 100,000 ended runs reads what
+changed since the last look, not every record (bench/listing.py). A server keeps one `Tally`
+between scrapes for the operations runs' events, by each file's identity (inode, size, mtime):
+a scrape parses only the events files that grew.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
@@ -35,9 +36,9 @@ from prometheus_client.registry import Collector
 
 from runagent import listing
 from runagent.store import removed, runfolder, tasks
-from runagent.store.removed import Figures, Histogram, Sums
+from runagent.store.index import Summary
+from runagent.store.removed import Histogram, Sums
 from runagent.store.runfolder import RunPaths, TaskPaths
-from runagent.store.runinfo import RunInfo, RunStatus
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
@@ -59,20 +60,18 @@ def render(
 
 
 class Tally:
-    """What the root's runs and operations add up to, kept between scrapes (module docstring).
+    """What the root's operations runs answered, kept between scrapes (module docstring).
     Scrapes take their turn: two at once would each parse what the other is parsing."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[str, tuple[Stamp, Figures]] = {}
         self._events: dict[str, tuple[Stamp, Counter[tuple[str, ...]]]] = {}
         # What the scrape under way has seen, to become the above at its end.
-        self._kept_runs: dict[str, tuple[Stamp, Figures]] = {}
         self._kept_events: dict[str, tuple[Stamp, Counter[tuple[str, ...]]]] = {}
 
     def __len__(self) -> int:
         """How many files' figures are kept."""
-        return len(self._runs) + len(self._events)
+        return len(self._events)
 
     @contextlib.contextmanager
     def scrape(self, root: Path, reaches: Reaches | None) -> Iterator[Tally]:
@@ -80,66 +79,34 @@ class Tally:
         `reaches`; None: all) is gone (gc, delete) and forgotten, so the tally stays the size of
         the root."""
         with self._lock:
-            self._kept_runs, self._kept_events = {}, {}
+            self._kept_events = {}
             yield self
             if reaches is None:
-                self._runs, self._events = self._kept_runs, self._kept_events
+                self._events = self._kept_events
                 return
             under = len(os.fspath(root)) + 1  # a key is ROOT/PROJECT/...
 
             def unseen(path: str) -> bool:
                 return not reaches(path[under:].split("/", 1)[0])
 
-            self._runs = {k: v for k, v in self._runs.items() if unseen(k)} | self._kept_runs
             self._events = {k: v for k, v in self._events.items() if unseen(k)} | self._kept_events
 
-    def runs(self, task: TaskPaths) -> Iterator[Figures]:
-        """What each run of `task` adds, as `tasks.runs` reads them (liveness-checked)."""
-        runs = os.fspath(task.runs)  # joined as text: a scrape stats every run of the root
-        bounds = task.fence
-        for run_id in task.run_ids():
-            path = f"{runs}/{run_id}/{runfolder.RUN_INFO}"
-            stamp = _stamp(path)
-            known = self._runs.get(path)
-            if stamp is not None and known is not None and known[0] == stamp:
-                self._kept_runs[path] = known
-                yield known[1]
-                continue
-            folder = task.run_folder(run_id)
-            info = runfolder.read_run_record(folder, bounds)
-            if info is None:
-                continue
-            figures = Figures.of(tasks.effective(info, folder))
-            if stamp is not None and _final(info):
-                self._kept_runs[path] = (stamp, figures)
-            yield figures
-
-    def operations(self, root: Path, reaches: Reaches | None) -> Counter[tuple[str, ...]]:
-        """Every operation an operations run (of the projects it `reaches`) answered, by its
-        type and what became of it."""
-        from runagent.ops import runs as opsruns
-
+    def operations(self, task: TaskPaths, run_ids: Iterable[str]) -> Counter[tuple[str, ...]]:
+        """Every operation the operations runs `run_ids` of `task` answered, by its type and
+        what became of it."""
         found: Counter[tuple[str, ...]] = Counter()
-        if not root.is_dir():
-            return found
-        for folder in opsruns.all_runs(root, reaches or (lambda project: True)):
-            path = os.fspath(RunPaths(folder).events)
+        for run_id in run_ids:
+            path = os.fspath(RunPaths(task.run_folder(run_id)).events)
             stamp = _stamp(path)
             known = self._events.get(path)
             if stamp is not None and known is not None and known[0] == stamp:
                 counted = known[1]
             else:
-                counted = removed.operations(Path(path), RunPaths(Path(path).parent).fence)
+                counted = removed.operations(Path(path), task.fence)
             if stamp is not None:
                 self._kept_events[path] = (stamp, counted)
             found.update(counted)
         return found
-
-
-def _final(info: RunInfo) -> bool:
-    """Whether what a record adds stays as long as its file does: not while it runs (it turns
-    lost without its file changing), nor while it cannot be read (a chmod makes it readable)."""
-    return info.status not in (RunStatus.RUNNING, RunStatus.UNREADABLE)
 
 
 def _stamp(path: str) -> Stamp | None:
@@ -163,24 +130,31 @@ class RootCollector(Collector):
             gathered = list(self._collect())
         yield from gathered
 
-    def _views(self) -> list[tasks.TaskView]:
+    def _views(self) -> tuple[list[tasks.TaskView], Mapping[str, Summary]]:
+        """The tasks it shows, and what their runs add up to (by P/T)."""
         if not self.root.is_dir():
-            return []
-        if self.reaches is None:
-            return listing.all_tasks(self.root)
-        reached = filter(self.reaches, runfolder.project_ids(self.root))
-        return [view for project in reached for view in listing.all_tasks(self.root, project)]
+            return [], {}
+        reached = [p for p in runfolder.project_ids(self.root) if self.reaches is None or
+                   self.reaches(p)]  # fmt: skip
+        found = [task for p in reached for task in tasks.all_paths(self.root, p)]
+        reaches = self.reaches
+        covers = None if reaches is None else lambda label: reaches(label.split("/", 1)[0])
+        runs = listing.summaries(self.root, found, sums=True, covers=covers or (lambda _: True))
+        queue = listing.places(self.root)
+        return [tasks.view(task, queue, runs) for task in found], runs
 
     def _collect(self) -> Iterator[Metric]:
-        views = self._views()
+        views, runs = self._views()
         by_status: Counter[str] = Counter()
         # What gc and delete removed, then what the run folders hold (module docstring).
         sums = removed.removed(self.root, self.reaches) if self.root.is_dir() else Sums()
         for view in views:
             by_status[view.status.value] += 1  # over_budget, stuck: as everywhere else
-            for run in self.tally.runs(view.paths):
+            summary = runs[view.label]
+            sums.add(summary.sums)
+            for run in summary.unsettled:
                 sums.add_run(run)
-        sums.operations.update(self.tally.operations(self.root, self.reaches))
+            sums.operations.update(self.tally.operations(view.paths, summary.operations))
         yield _gauge("run_agent_tasks", "Tasks under the runs root by status.", ["status"],
                      {(s,): n for s, n in by_status.items()})  # fmt: skip
         yield _counter("run_agent_runs_started", "Runs started, by agent.", ["agent"],

@@ -83,3 +83,16 @@ def test_the_session_bench_measures_a_continued_attempt_beside_a_fresh_one() -> 
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("claude")]
     assert [row[1] for row in rows] == ["continue", "fresh"], done.stdout
+
+
+def test_the_listing_bench_measures_the_index_beside_reading_every_run() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "listing.py"), "--quick", "--page"],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "built 50 runs over 10 tasks as the supervisor writes them" in done.stdout
+    for row in ("run-agent list --json (process)", "GET /api/tasks (warm server)",
+                "GET /metrics, a server's first scrape", "GET /metrics, later scrapes",
+                "page: the fleet view on screen"):  # fmt: skip
+        assert row in done.stdout, done.stdout

@@ -96,3 +96,18 @@ def delete(
 
     service_for(s).delete(task, force, confirm)
     click.echo(f"run-agent: deleted {what[0]}", err=True)
+
+
+@cli.command()
+@common
+def reindex(config_path: Path | None, root: Path | None) -> None:
+    """Build the runs root's index afresh from its run folders (what listings and /metrics read)."""
+    import time
+
+    from runagent.store import index, tasks
+
+    s = setup(config_path, root)
+    started = time.monotonic()
+    counted, runs = index.rebuild(s.root, tasks.all_paths(s.root))
+    click.echo(f"run-agent: indexed {plural(runs, 'run')} of {plural(counted, 'task')} under "
+               f"{s.root} in {time.monotonic() - started:.1f} s", err=True)  # fmt: skip

@@ -74,6 +74,8 @@ LAZY: dict[str, Lazy] = {
                   "(spec/copy-paste-protocol.md)."),
     "rebase": Lazy("runagent.cli.issues", "Bring the branch a task's worktree merges into "
                    "into its worktree; conflicts go to its agent."),
+    "reindex": Lazy("runagent.cli.cleanup", "Build the runs root's index afresh from its run "
+                    "folders (what listings and /metrics read)."),
     "resume": Lazy("runagent.cli.run", "Run a task's loop again from its TASK.md; or steer it "
                    "with a person's --message."),
     "run": Lazy("runagent.cli.run", "Run a task in a loop: restart the agent until it completes "

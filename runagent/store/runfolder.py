@@ -553,6 +553,11 @@ def write_run_info(run_folder: Path, info: RunInfo) -> None:
     except OSError as exc:
         if exc.errno not in _NO_SPACE or not _overwrite(path, text.encode("utf-8")):
             raise
+    if info.status is not RunStatus.RUNNING:
+        # An ended record is final to the index of the root (runagent/store/index.py), which
+        # looks at it again only when its task's runs/ folder changes: make it change.
+        with contextlib.suppress(OSError):
+            os.utime(run_folder.parent, follow_symlinks=False)
 
 
 # A disk (or quota, or file size limit) with no room for one more block.

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Protocol
 
 from runagent.errors import AlreadyCompletedError, NotFoundError
 from runagent.record import record
@@ -24,6 +24,15 @@ from runagent.store.lock import Holder, live_holder
 from runagent.store.pids import group_alive, is_alive
 from runagent.store.runfolder import RunPaths, TaskPaths
 from runagent.store.runinfo import Reason, RunInfo, RunStatus, Usage
+
+
+class Runs(Protocol):
+    """A task's runs as a listing shows them (the root's index sums them up: store/index.py)."""
+
+    @property
+    def count(self) -> int: ...
+    @property
+    def latest(self) -> RunInfo | None: ...
 
 
 class TaskStatus(enum.StrEnum):
@@ -272,13 +281,20 @@ def latest_run(task: TaskPaths, run_ids: list[str] | None = None) -> RunInfo | N
     return None
 
 
-def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
+def view(
+    task: TaskPaths, places: Mapping[str, QueuePlace], runs: Mapping[str, Runs] | None = None
+) -> TaskView:
     """The task as it is now, with its place in the queue from `places` (P/T: where a queued or
     blocked task stands, as runagent.listing reads them; NO_QUEUE below the fleet, where
-    a queued task is as a pending one)."""
+    a queued task is as a pending one); its runs as `runs` sums them up (P/T: the root's
+    index, runagent/store/index.py), else as its folder holds them."""
     holder = live_holder(task.lock)
-    run_ids = task.run_ids()  # listed once, for the latest run and the count
-    latest = latest_run(task, run_ids)
+    summary = runs.get(task.label) if runs is not None else None
+    if summary is not None:
+        count, latest = summary.count, summary.latest
+    else:
+        run_ids = task.run_ids()  # listed once, for the latest run and the count
+        count, latest = len(run_ids), latest_run(task, run_ids)
     # A loop that holds its task yet waits in the queue (its agent paused by a provider's
     # limit, its slot given back) is queued, saying what for.
     place = places.get(task.label)
@@ -301,9 +317,9 @@ def view(task: TaskPaths, places: Mapping[str, QueuePlace]) -> TaskView:
         elif status is TaskStatus.FAILED and latest.reason in _ENDED_FOR:
             status = _ENDED_FOR[latest.reason]  # one word for why run-agent ended it, everywhere
     used = taskfolder.read_task_usage(task)
-    found = TaskView(task, status, len(run_ids), latest, holder, used, place)
+    found = TaskView(task, status, count, latest, holder, used, place)
     if runfolder.stat_in(task.fence, task.race) is not None:
-        return _race_view(found, places)
+        return _race_view(found, places, runs)
     return found
 
 
@@ -321,7 +337,9 @@ _RACE_ENDED = {
 _RACING = frozenset({TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.BLOCKED, TaskStatus.PENDING})
 
 
-def _race_view(found: TaskView, places: Mapping[str, QueuePlace]) -> TaskView:
+def _race_view(
+    found: TaskView, places: Mapping[str, QueuePlace], runs: Mapping[str, Runs] | None
+) -> TaskView:
     """A race's task as it is: running while its watcher holds it, then as its record says it
     ended (lost, when its watcher died before that), with its racers side by side."""
     try:
@@ -331,7 +349,7 @@ def _race_view(found: TaskView, places: Mapping[str, QueuePlace]) -> TaskView:
     if record is None:  # gone since it was seen
         return found
     racers = tuple(
-        RacerView(r, view(t, places), won=r.task_id == record.winner)
+        RacerView(r, view(t, places, runs), won=r.task_id == record.winner)
         for r, t in zip(record.racers, record.tasks(found.paths), strict=True)
     )
     status = found.status
@@ -382,10 +400,13 @@ def all_tasks(
     root: Path, places: Mapping[str, QueuePlace], project_id: str | None = None
 ) -> list[TaskView]:
     """Every task under `root` (or one project's), `places` as for `view`."""
+    return [view(task, places) for task in all_paths(root, project_id)]
+
+
+def all_paths(root: Path, project_id: str | None = None) -> list[TaskPaths]:
+    """Every task's paths under `root` (or one project's)."""
     projects = [project_id] if project_id else runfolder.project_ids(root)
-    return [
-        view(TaskPaths(root, p, t), places) for p in projects for t in runfolder.task_ids(root, p)
-    ]
+    return [TaskPaths(root, p, t) for p in projects for t in runfolder.task_ids(root, p)]
 
 
 def refuse_completed(view: TaskView, again: bool) -> None:

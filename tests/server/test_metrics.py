@@ -144,23 +144,30 @@ def test_a_server_scraped_again_counts_what_changed_since_as_a_fresh_one_would(
 
 
 def test_what_a_server_keeps_between_scrapes_is_what_the_root_holds_now(ws: Workspace) -> None:
+    from runagent.store import index
+
     configure(ws)
     for task in ("one", "two"):
         assert ws.cli("run", "-p", "p", "-t", task, "go").returncode == 0  # two runs each
     assert ws.cli("run", "-p", "other", "-t", "three", "go").returncode == 0
-    tally = metrics.Tally()
-    first = metrics.render(ws.root, 0, tally)
-    assert len(tally) == 6
-    assert metrics.render(ws.root, 0, tally) == first
+    known = index.for_root(ws.root)
+    first = metrics.render(ws.root, 0)
+    assert len(known) == 3
+    assert metrics.render(ws.root, 0) == first
     assert ws.cli("delete", "-p", "p", "-t", "one", "--yes").returncode == 0
-    metrics.render(ws.root, 0, tally)
-    assert len(tally) == 4  # a deleted task's runs are forgotten, not kept for the server's life
+    metrics.render(ws.root, 0)
+    assert len(known) == 2  # a deleted task is forgotten, not kept for the server's life
     # A scrape of one project (a token limited to it) forgets only what it looked at.
     assert ws.cli("delete", "-p", "other", "-t", "three", "--yes").returncode == 0
-    metrics.render(ws.root, 0, tally, lambda project: project == "p")
-    assert len(tally) == 4  # other's runs: not looked at, so not known to be gone
-    metrics.render(ws.root, 0, tally, lambda project: project == "other")
-    assert len(tally) == 2
+    metrics.render(ws.root, 0, reaches=lambda project: project == "p")
+    assert len(known) == 2  # other's task: not looked at, so not known to be gone
+    metrics.render(ws.root, 0, reaches=lambda project: project == "other")
+    assert len(known) == 1
+    # What the file keeps is forgotten with it: a fresh process knows p/two alone.
+    fresh = index.Index(ws.root)
+    fresh.summaries([])
+    assert len(fresh) == 1
+    fresh.close()
 
 
 def test_conductor_loops_restarts_are_the_runs_that_name_the_run_before_them(
