@@ -72,7 +72,7 @@ def usage(
     groups_by = tuple(GroupBy(b) for b in by) or (GroupBy.PROJECT,)
     after = since_value(since)
     project = validate_id("project", project_id) if project_id else None
-    groups, total = spend.summed(spend.runs(s.root, project), groups_by, after)
+    groups, total = spend.summed(spend.runs(s.root, project, after), groups_by, after)
     names = [b.value for b in groups_by]
     if as_json:
         rows = [{**dict(zip(names, g.key, strict=True)), **_row(g)} for g in groups]

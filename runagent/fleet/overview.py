@@ -196,7 +196,7 @@ def _place(view: TaskView) -> tuple[int, str]:
 
 def _spent(root: Path, budgets: BudgetSettings, today: date) -> tuple[Spent, ...]:
     """Today's spend of the whole root and of each project that has a budget or spent any."""
-    groups, total = spend.summed(spend.runs(root), (GroupBy.PROJECT,), today)
+    groups, total = spend.summed(spend.runs(root, since=today), (GroupBy.PROJECT,), today)
     by_project = {group.key[0]: group.used for group in groups}
     found = [Spent("the runs root today", total.used, budgets.daily)]
     for project in sorted(by_project.keys() | budgets.projects.keys()):

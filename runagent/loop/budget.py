@@ -79,7 +79,8 @@ class Spending:
         limits = tuple(
             _fellows_spent(limit, run_id) if limit.fellows else
             limit if limit.project is None else replace(limit, before=_spent(
-                (r for r in spend.runs(self.root, limit.project or None) if r.run_id != run_id),
+                (r for r in spend.runs(self.root, limit.project or None, today)
+                 if r.run_id != run_id),
                 today,
             ))
             for limit in self.limits

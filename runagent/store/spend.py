@@ -6,7 +6,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable
 from dataclasses import field
-from datetime import date, datetime
+from datetime import date, datetime, timedelta
 from pathlib import Path
 
 from runagent.record import record
@@ -49,11 +49,25 @@ class Spend:
         return Spend(self.key, self.runs + 1, self.reported + 1, self.used + used)
 
 
-def runs(root: Path, project: str | None = None) -> Iterable[RunInfo]:
-    """Every recorded run under `root` (of `project` only, if given)."""
+def runs(
+    root: Path, project: str | None = None, since: datetime | date | None = None
+) -> Iterable[RunInfo]:
+    """Every recorded run under `root` (of `project` only, if given), or every one that may
+    have started `since` then: a run whose id says it started two days or more before is not
+    read (ids begin with their start's date, YYYYMMDD, in UTC; a day more for ids of another
+    clock), so a day's spend costs that day's runs, not the runs in history."""
+    first = None
+    if since is not None:
+        day = since.date() if isinstance(since, datetime) else since
+        first = f"{day - timedelta(days=1):%Y%m%d}"
     for project_id in [project] if project else runfolder.project_ids(root):
         for task_id in runfolder.task_ids(root, project_id):
-            yield from tasks.runs(TaskPaths(root, project_id, task_id))
+            task = TaskPaths(root, project_id, task_id)
+            if first is None:
+                yield from tasks.runs(task)
+                continue
+            ids = [i for i in task.run_ids() if not (i[:8].isdigit() and i[:8] < first)]
+            yield from tasks.runs(task, ids)
 
 
 def started_since(run: RunInfo, since: datetime | date | None) -> bool:

@@ -257,12 +257,13 @@ def effective(info: RunInfo, run_folder: Path) -> RunInfo:
     return info
 
 
-def runs(task: TaskPaths) -> list[RunInfo]:
-    """Every run of the task with run-info, oldest first, liveness-checked; one whose
-    run-info.yaml cannot be read is there as `unreadable`, saying why."""
+def runs(task: TaskPaths, run_ids: list[str] | None = None) -> list[RunInfo]:
+    """Every run of the task with run-info (of `run_ids`, if given), oldest first,
+    liveness-checked; one whose run-info.yaml cannot be read is there as `unreadable`, saying
+    why."""
     found = []
     bounds = task.fence
-    for run_id in task.run_ids():
+    for run_id in task.run_ids() if run_ids is None else run_ids:
         folder = task.run_folder(run_id)
         info = runfolder.read_run_record(folder, bounds)
         if info is not None:

@@ -84,6 +84,27 @@ def test_usage_since_a_duration_or_a_day(spent: Workspace) -> None:
     assert json.loads(spent.invoke("usage", "--since", tomorrow, "--json").stdout)["rows"] == []
 
 
+def test_a_days_spend_reads_only_the_runs_that_may_have_started_that_day(
+    spent: Workspace,
+) -> None:
+    """Run ids begin with their start's day (UTC): `--since`, a daily budget and the fleet's
+    spend today read the runs of that day, not every run in history. A record in a folder
+    named two days back is not read, whatever it says."""
+    from runagent.store import runfolder, spend
+
+    task = spent.task("a", "one")
+    text = (task.run_folder(task.run_ids()[0]) / runfolder.RUN_INFO).read_text()
+    old = task.run_folder(f"{datetime.now(UTC) - timedelta(days=2):%Y%m%d}-0000000000-1")
+    old.mkdir()
+    (old / runfolder.RUN_INFO).write_text(text.replace("tokens_in: 10", "tokens_in: 1000000"))
+    week = json.loads(spent.invoke("usage", "--json").stdout)
+    assert week["total"]["tokens_in"] == 1000030  # every run: the old folder's record too
+    today = datetime.now(UTC).date()
+    day = json.loads(spent.invoke("usage", "--since", today.isoformat(), "--json").stdout)
+    assert day["total"]["tokens_in"] == 30  # its id says it started days ago: not read
+    assert {r.run_id for r in spend.runs(spent.root, "a", today)} == set(task.run_ids()[1:])
+
+
 @pytest.mark.parametrize(
     ("args", "said"),
     [
