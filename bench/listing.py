@@ -69,12 +69,17 @@ def build(root: Path, seed: Path, tasks: int, runs: int) -> None:
     assert info is not None
     files = {name: (seed / name).read_bytes() for name in os.listdir(seed)
              if name != runfolder.RUN_INFO and (seed / name).is_file()}  # fmt: skip
+    kept = {name: (seed.parent.parent / name).read_bytes()  # its task folder's own files
+            for name in (".lock", runfolder.TASK_SETTINGS, runfolder.TASK_USAGE)
+            if (seed.parent.parent / name).is_file()}  # fmt: skip
     start = datetime(2026, 1, 1, tzinfo=UTC)
     fsync, os.fsync = os.fsync, lambda fd: None  # the same bytes, without a flush per file
     try:
         for t in range(tasks):
             task = TaskPaths(root, f"project-{t % 10}", f"task-{t:04d}")
             taskfolder.write_task_prompt(task, "list the files")
+            for name, data in kept.items():
+                runfolder.atomic_write_bytes(task.folder / name, data)
             previous = None
             for r in range(runs):
                 began = start + timedelta(minutes=t * runs + r)

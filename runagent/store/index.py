@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from runagent.record import record
-from runagent.store import runfolder, tasks
+from runagent.store import runfolder, runinfo, tasks
 from runagent.store.removed import Figures, Sums
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus
@@ -62,6 +62,9 @@ CREATE TABLE IF NOT EXISTS task (label TEXT PRIMARY KEY, entry TEXT NOT NULL, su
 CREATE TABLE IF NOT EXISTS run (label TEXT NOT NULL, run_id TEXT NOT NULL, stamp TEXT NOT NULL,
                                 figures TEXT NOT NULL, PRIMARY KEY (label, run_id)) WITHOUT ROWID;
 """
+
+
+_NO_SUMS = Sums()  # a listing's summaries' (never added to: a scrape asks for its own)
 
 
 @record
@@ -139,9 +142,9 @@ class _Entry:
         latest = data["latest"]
         return cls(
             _stamp_of(data["stamp"]), int(data["read_ns"]), int(data["count"]),
-            {str(run_id): _Run(_stamp_of(s), int(n), RunInfo.from_dict(i) if i else None, bool(o))
+            {str(run_id): _Run(_stamp_of(s), int(n), runinfo.trusted(i) if i else None, bool(o))
              for run_id, (s, n, i, o) in data["unsettled"].items()},
-            data["latest_id"], RunInfo.from_dict(latest) if latest else None,
+            data["latest_id"], runinfo.trusted(latest) if latest else None,
             _stamp_of(data["latest_stamp"]), changed=False,
         )  # fmt: skip
 
@@ -215,11 +218,11 @@ class Index:
         for run_id, run in entry.unsettled.items():
             if run.info is not None and (latest_id is None or run_id > latest_id):
                 latest_id, latest = run_id, run.info
-        if latest is not None and latest_id is not None:
-            latest = tasks.effective(latest, task.run_folder(latest_id))
+        if latest is not None and latest_id is not None and latest.status is RunStatus.RUNNING:
+            latest = tasks.effective(latest, task.run_folder(latest_id))  # or lost
         operations = tuple(run_id for run_id, run in entry.unsettled.items() if run.operations)
         if not sums:
-            return Summary(entry.count, latest, Sums(), (), operations)
+            return Summary(entry.count, latest, _NO_SUMS, (), operations)
         unsettled = tuple(
             Figures.of(tasks.effective(run.info, task.run_folder(run_id)))
             for run_id, run in entry.unsettled.items()

@@ -119,19 +119,19 @@ class TaskPaths:
         """What the task's files must really lie under: its project's (`fence`)."""
         return fence(self.root, self.project_id)
 
-    @property
-    def folder(self) -> Path:
+    @functools.cached_property
+    def folder(self) -> Path:  # joined once: a listing asks each task's for a dozen paths
         return self.root / self.project_id / self.task_id
 
     @property
     def task_md(self) -> Path:
         return self.folder / TASK
 
-    @property
+    @functools.cached_property
     def done(self) -> Path:
         return self.folder / DONE
 
-    @property
+    @functools.cached_property
     def lock(self) -> Path:
         return self.folder / LOCK
 
@@ -140,7 +140,7 @@ class TaskPaths:
         """What the task's check printed when last run again by itself (`run-agent check`)."""
         return self.folder / CHECK
 
-    @property
+    @functools.cached_property  # this, and the paths a listing asks each task for, joined once
     def runs(self) -> Path:
         return self.folder / RUNS
 
@@ -166,11 +166,11 @@ class TaskPaths:
     def worktree_record(self) -> Path:
         return self.folder / WORKTREE_RECORD
 
-    @property
+    @functools.cached_property
     def race(self) -> Path:
         return self.folder / RACE
 
-    @property
+    @functools.cached_property
     def left_queue(self) -> Path:
         return self.folder / LEFT_QUEUE
 
@@ -357,6 +357,7 @@ def stat_in(fence: str, path: Path | str, follow: bool = True) -> os.stat_result
     """What `path` is (a link at its end followed unless not `follow`), if it lies inside
     `fence`; None if it is not there or leads out."""
     try:
+        os.lstat(path)  # most often asked of what is not there (DONE, race.yaml): a call, not four
         fd = open_in(fence, path, os.O_PATH | (0 if follow else os.O_NOFOLLOW))
     except OSError:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -147,11 +148,11 @@ class RunInfo:
         return self.message or f"ended {self.status.value} with exit code {self.exit_code}"
 
     def to_dict(self) -> dict[str, Any]:
-        data = dataclasses.asdict(self)
+        # Every field is a plain value: read one by one (asdict deep-copies each, and a listing
+        # of a thousand tasks asks a thousand records).
+        data = {name: getattr(self, name) for name in _in_order()}
         data["status"] = self.status.value
         data["reason"] = self.reason.value if self.reason else None
-        order = ["version", "run_id", "project_id", "task_id", "attempt", "status"]
-        data = {k: data[k] for k in order} | {k: v for k, v in data.items() if k not in order}
         return {k: v for k, v in data.items() if v is not None or k not in _WHEN_KNOWN}
 
     @classmethod
@@ -168,6 +169,21 @@ class RunInfo:
         if values["status"] is RunStatus.RUNNING:
             values["exit_code"] = None  # conductor-loop's int field holds a placeholder
         return cls(**values)
+
+
+@functools.cache
+def _in_order() -> tuple[str, ...]:
+    """RunInfo's fields in the order a record is written: who it is first, then as declared."""
+    first = ("version", "run_id", "project_id", "task_id", "attempt", "status")
+    return first + tuple(f.name for f in dataclasses.fields(RunInfo) if f.name not in first)
+
+
+def trusted(data: dict[str, Any]) -> RunInfo:
+    """The record `data` holds as this program wrote it (`RunInfo.to_dict`, kept by the root's
+    index), without the checks a file's record goes through."""
+    reason = data.get("reason")
+    return RunInfo(**{**data, "status": RunStatus(data["status"]),
+                      "reason": Reason(reason) if reason else None})  # fmt: skip
 
 
 # Written only when known: a run's git checkout, how long its loop's start waited, its check,
