@@ -14,6 +14,8 @@ import asyncio
 import contextlib
 import json
 import os
+import time
+import weakref
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,6 +221,36 @@ def of_projects(rows: dict[str, V], reaches: Callable[[str], bool]) -> dict[str,
     return {key: row for key, row in rows.items() if reaches(key.partition("/")[0])}
 
 
+Look = tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, tuple[int, int]]]
+
+
+class Shared:
+    """The root as every task-list stream of a server sees it after one change: its rows,
+    paste marks and loop marks, worked out once for all the streams waiting on that change (a
+    hundred pages open cost one listing a change, not a hundred), in a worker thread, so the
+    event loop serves the logs meanwhile. Looked at again at least every RECHECK seconds."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._lock = anyio.Lock()
+        self._key: tuple[int, int] | None = None
+        self._found: Look = ({}, {}, {})
+
+    async def look(self, generation: int) -> Look:
+        key = (generation, int(time.monotonic() // RECHECK))
+        async with self._lock:
+            if self._key != key:
+                self._found = await anyio.to_thread.run_sync(self._walk)
+                self._key = key
+            return self._found
+
+    def _walk(self) -> Look:
+        return snapshot(self.root), paste_marks(self.root), loop_marks(self.root)
+
+
+_shared: weakref.WeakKeyDictionary[Hub, Shared] = weakref.WeakKeyDictionary()
+
+
 async def root_events(
     hub: Hub, root: Path, reaches: Callable[[str], bool] = lambda project: True
 ) -> AsyncIterator[Event]:
@@ -226,14 +258,17 @@ async def root_events(
     event (its ids) for every task whose paste session changed (GET .../paste reads it), and a
     `loop` event (its ids) when a task's detached loop said more (the detail's `loop_message`);
     of the projects `reaches` lets through (a token's)."""
-    rows = of_projects(snapshot(root), reaches)
-    marks = of_projects(paste_marks(root), reaches)
-    said = of_projects(loop_marks(root), reaches)
-    yield event("snapshot", list(rows.values()))
+    shared = _shared.setdefault(hub, Shared(root))
     seen = hub.meta_generation
+    whole, paste, loop = await shared.look(seen)
+    rows = of_projects(whole, reaches)
+    marks = of_projects(paste, reaches)
+    said = of_projects(loop, reaches)
+    yield event("snapshot", list(rows.values()))
     while True:
         seen = await hub.wait(seen, RECHECK, meta=True)
-        fresh = of_projects(snapshot(root), reaches)
+        whole, paste, loop = await shared.look(seen)
+        fresh = of_projects(whole, reaches)
         for key, row in fresh.items():
             if rows.get(key) != row:
                 yield event("task", row)
@@ -241,13 +276,13 @@ async def root_events(
             project, _, task = key.partition("/")
             yield event("removed", {"project_id": project, "task_id": task})
         rows = fresh
-        now = of_projects(paste_marks(root), reaches)
+        now = of_projects(paste, reaches)
         for key, mark in now.items():
             if marks.get(key) != mark:
                 project, _, task = key.partition("/")
                 yield event("paste", {"project_id": project, "task_id": task})
         marks = now
-        now_said = of_projects(loop_marks(root), reaches)
+        now_said = of_projects(loop, reaches)
         for key, size_time in now_said.items():
             if said.get(key) != size_time:
                 project, _, task = key.partition("/")

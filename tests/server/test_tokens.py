@@ -30,15 +30,17 @@ WRITE = {"content-type": "application/json"}
 
 def tree(root: Path) -> dict[str, tuple[int, int | bytes]]:
     """Every file under the root, with its size and time: what a refused request must leave.
-    The schedules' state and lock by their content: the server's scheduler rewrites them on
-    its own at a minute's turn, the same, whatever a request does."""
+    The schedules' state and lock by their content, but when the scheduler last looked: the
+    server's scheduler rewrites them on its own at each tick, whatever a request does."""
     found: dict[str, tuple[int, int | bytes]] = {}
     for folder, _, files in os.walk(root):
         for name in files:
             path = os.path.join(folder, name)
             info = os.lstat(path)
             if name in (".schedules.yaml", ".schedules.lock"):
-                found[path] = (info.st_size, Path(path).read_bytes())
+                kept = [line for line in Path(path).read_bytes().splitlines()
+                        if b"last_checked:" not in line]  # fmt: skip
+                found[path] = (0, b"\n".join(kept))
             else:
                 found[path] = (info.st_size, info.st_mtime_ns)
     return found
