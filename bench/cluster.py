@@ -17,7 +17,7 @@ more nodes, hostA, hostB and hostC, each offering agent_slot N/3 rounded up; eve
 this machine's cores, so Ray's figures include running three raylets here. Nothing asserts on
 speed; everything it starts is stopped and its temp folder removed.
 
-    python bench/cluster.py [--tasks 100] [--repeat 5]
+    python bench/cluster.py [--tasks 100] [--repeat 5] [--quick]
 """
 
 from __future__ import annotations
@@ -150,7 +150,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--quick", action="store_true", help="3 tasks, 1 dispatch round (for the tests)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.repeat = 3, 1
 
     from ray.cluster_utils import Cluster
 

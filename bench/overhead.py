@@ -7,7 +7,7 @@ against a bare `python -c pass`, each with its goal, and the load of the machine
 Then shows where the time goes: a bare interpreter, importing run-agent's command line, the
 reaper's interpreter, and the run itself as run-info.yaml's start_time -> end_time records it.
 
-    python bench/overhead.py [--repeat 20]
+    python bench/overhead.py [--repeat 20] [--quick]
 """
 
 from __future__ import annotations
@@ -90,7 +90,10 @@ def p90(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="2 rounds (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeat = 2
     true = shutil.which("true") or "/bin/true"
     env = bench_env()
     py = sys.executable
