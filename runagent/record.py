@@ -13,11 +13,14 @@ work on a record as on any dataclass.
 
 The rest of what a frozen dataclass compiles is shared or put off too: a record's
 `__setattr__` and `__delattr__` (which refuse, naming the field) are two functions for all of
-them, and its `__init__` is compiled when the first record of that class is made, so a class a
-command never builds costs no compilation (about 0.1 ms to define, against 0.45 ms: a job's
-path defines some sixty and builds fewer than half). The `__init__` is the one dataclasses
-would write (the same parameters, defaults, `default_factory` calls and `__post_init__`), and
-`inspect.signature` of the class reads it before any record is made. A class that needs more
+them, and its `__init__` is compiled only once many records of that class were made, the first
+ones bound by a shared `__init__` (SHARED_INIT_CALLS), so a class a command builds a few times,
+or never, costs no compilation (a record costs about a tenth of a frozen dataclass to define,
+and a job's path defines some sixty, most built once or never). The compiled `__init__` is the
+one dataclasses would write (the same parameters, defaults, `default_factory` calls and
+`__post_init__`); the shared one does the same with arguments that fit and hands any others to
+it, so a mistake is refused in Python's own words; `inspect.signature` of the class reads the
+compiled one. A class that needs more
 (no docstring of its own, a base class, `InitVar` or `ClassVar` fields, methods of its own
 named as those) is made by dataclasses whole, as before.
 """
@@ -97,15 +100,68 @@ class _Factory:
 _HAS_FACTORY = _Factory()
 
 
+# Records of a class made by the shared `__init__` before the class's own is compiled: most
+# classes are built a few times a command (a config's records once), where compiling costs
+# more than binding their arguments here; one built often gets its own soon.
+SHARED_INIT_CALLS = 32
+
+
 def _first_init(cls: type) -> Callable[..., None]:
-    """An `__init__` that compiles the class's own, puts it in its place and runs it."""
+    """An `__init__` that binds the arguments itself while the class is seldom built, then
+    compiles the class's own, puts it in its place and runs it. Arguments that do not fit go
+    to the compiled one at once, which refuses them in Python's own words."""
+    calls = 0
+    bind: Callable[[Any, tuple[Any, ...], dict[str, Any]], bool] | None = None
 
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        nonlocal calls, bind
+        calls += 1
+        if calls <= SHARED_INIT_CALLS:
+            if bind is None:
+                bind = _binder(cls)
+            if bind(self, args, kwargs):
+                return
         _compiled_init(cls)(self, *args, **kwargs)
 
     __init__.__qualname__ = f"{cls.__qualname__}.__init__"
     __init__.record_stand_in = True  # type: ignore[attr-defined]
     return __init__
+
+
+def _binder(cls: type) -> Callable[[Any, tuple[Any, ...], dict[str, Any]], bool]:
+    """What the compiled `__init__` does with arguments that fit its parameters (fields set in
+    their order, each default_factory called for a field not given, then `__post_init__`);
+    False, having set nothing, for arguments that do not fit."""
+    fields = dataclasses.fields(cls)
+    positional = tuple(f.name for f in fields if f.init and not f.kw_only)
+    accepted = frozenset(f.name for f in fields if f.init)
+    required = tuple(f.name for f in fields if f.init and f.default is MISSING
+                     and f.default_factory is MISSING)  # fmt: skip
+    steps = tuple((f.name, f.init, f.default, f.default_factory) for f in fields
+                  if f.init or f.default_factory is not MISSING)  # fmt: skip
+    post_init = hasattr(cls, "__post_init__")
+    set_ = object.__setattr__
+
+    def bind(self: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        if len(args) > len(positional):
+            return False
+        given = dict(zip(positional, args, strict=False))  # fewer given: the rest by name
+        for name, value in kwargs.items():
+            if name in given or name not in accepted:
+                return False
+            given[name] = value
+        if any(name not in given for name in required):
+            return False
+        for name, init, default, factory in steps:
+            if init and name in given:
+                set_(self, name, given[name])
+            else:
+                set_(self, name, factory() if factory is not MISSING else default)
+        if post_init:
+            self.__post_init__()
+        return True
+
+    return bind
 
 
 def _compiled_init(cls: type) -> Callable[..., None]:

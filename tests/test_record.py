@@ -160,3 +160,23 @@ def test_a_class_dataclasses_must_make_whole_is_still_one() -> None:
         assert r.__doc__ == d.__doc__ and r(2).a == d(2).a == 2 and r().a == 0
     with pytest.raises(TypeError, match="non-default argument 'b' follows default argument"):
         both('    """A record."""\n    a: int = 0\n    b: int\n')
+
+
+def test_the_shared_init_builds_as_the_compiled_one_then_gives_way_to_it() -> None:
+    from runagent import record as records
+
+    r, d = both(SHAPES)
+    calls = [((1,), {"g": 2}), ((1, [5]), {"e": 7, "g": 8}), ((), {"a": 1, "g": 2, "b": [3]})]
+    for args, kwargs in calls:  # bound by the shared __init__: no __init__ compiled yet
+        made, twin = r(*args, **kwargs), d(*args, **kwargs)
+        assert dataclasses.astuple(made) == dataclasses.astuple(twin)
+        assert made.seen == twin.seen == ["post"] and made.b is not r(1, g=2).b
+    assert getattr(r.__dict__["__init__"], "record_stand_in", False)
+    with pytest.raises(TypeError) as caught:
+        r(1)  # handed to the compiled __init__, which refuses it
+    assert str(caught.value) == "C.__init__() missing 1 required keyword-only argument: 'g'"
+    assert not getattr(r.__dict__["__init__"], "record_stand_in", False)
+    r2, _ = both(SHAPES)
+    for n in range(records.SHARED_INIT_CALLS + 1):
+        assert r2(n, g=n).a == n
+    assert not getattr(r2.__dict__["__init__"], "record_stand_in", False)  # built often: its own
