@@ -267,3 +267,24 @@ def test_libyaml_reads_the_config_and_a_run_info_as_pyyaml_does(ws: Workspace) -
     record = yaml.safe_load(info)
     written = runfolder.dump_yaml(record, sort_keys=False, allow_unicode=True)
     assert yaml.safe_load(written) == record
+
+
+def test_the_collector_runs_again_once_a_command_starts(tmp_path: Path) -> None:
+    # Off while the command loads (runagent/cli/__init__.py), on for the command's own work,
+    # with what was loaded left out of its collections; on again too after a refused command.
+    probe = (
+        "import gc, sys\n"
+        "from runagent.cli import main\n"
+        "seen = []\n"
+        "for args in (['list', '--root', sys.argv[1]], ['lsit']):\n"
+        "    sys.argv = ['run-agent', *args]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit:\n"
+        "        seen.append(gc.isenabled())\n"
+        "print(seen, gc.get_freeze_count() > 0)\n"
+    )
+    (tmp_path / "empty").mkdir()
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "empty")], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.stdout.split("\n")[-2] == "[True, True] True", done.stdout + done.stderr
