@@ -12,7 +12,7 @@ report usage at the end of their turn only, so theirs is crossed by their last l
 figure is how soon the tree is gone after it. The fake agent prints a codex turn every 0.1 s and
 would sleep a minute after.
 
-    python bench/budget.py [--repeat 3] [--only claude]
+    python bench/budget.py [--repeat 3] [--only claude] [--quick]
 
 Needs the CLIs in .cache/agent-clis (as `.ci/run` installs them) or RUN_AGENT_TEST_CLIS.
 """
@@ -193,7 +193,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--only", choices=list(PLAN), action="append")
+    parser.add_argument(
+        "--quick", action="store_true", help="1 run of claude and of the fake agent (for the tests)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.repeat, args.only = 1, ["claude", "fake"]
     wanted = args.only or list(PLAN)
     missing = [cli for cli in wanted if cli != "fake" and not (BIN / cli).exists()]
     if missing:

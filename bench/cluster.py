@@ -17,7 +17,7 @@ more nodes, hostA, hostB and hostC, each offering agent_slot N/3 rounded up; eve
 this machine's cores, so Ray's figures include running three raylets here. Nothing asserts on
 speed; everything it starts is stopped and its temp folder removed.
 
-    python bench/cluster.py [--tasks 100] [--repeat 5]
+    python bench/cluster.py [--tasks 100] [--repeat 5] [--quick]
 """
 
 from __future__ import annotations
@@ -150,7 +150,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=100)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--quick", action="store_true", help="3 tasks on one host, 1 dispatch round (for the tests)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.repeat = 3, 1
 
     from ray.cluster_utils import Cluster
 
@@ -162,6 +167,8 @@ def main() -> None:
     slots = math.ceil(args.tasks / 3)
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     hosts = {"hostA": slots, "hostB": slots, "hostC": slots}
+    if args.quick:  # one host: a node fewer to start is most of the quick mode's time
+        hosts = {"hostA": args.tasks}
     try:
         for name, n in hosts.items():
             cluster.add_node(num_cpus=1, resources={"agent_slot": n},

@@ -9,7 +9,7 @@ from the end of a run that freed a slot to the start of the next run (from the r
 run-info times). Every node shares this machine's cores. Nothing asserts on speed; everything
 it starts is stopped and its temp folder removed.
 
-    python bench/cluster_queue.py [--tasks 24] [--slots 4]
+    python bench/cluster_queue.py [--tasks 24] [--slots 4] [--quick]
 """
 
 from __future__ import annotations
@@ -127,7 +127,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tasks", type=int, default=24)
     parser.add_argument("--slots", type=int, default=4)
+    parser.add_argument("--quick", action="store_true", help="4 tasks on 2 slots (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.slots = 4, 2
 
     from ray.cluster_utils import Cluster
 

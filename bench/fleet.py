@@ -12,6 +12,7 @@ waits in its own process, as a shell's run does) and a schedule fired as cron fi
 (`run-agent schedule now`), each submitted once the one before is in the queue.
 
     python bench/fleet.py [--tasks 200] [--max-running 4] [--kill-serve] [--mixed] [--isolated]
+                          [--quick]
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ import yaml
 MARKER = "run-agent-bench-fleet"
 
 
+# How long `serve` may take to answer: beside other work on 2 cores it took 29 s to start.
+STARTUP_WAIT = 120
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -53,7 +58,7 @@ def serve(config: Path, root: Path, port: int) -> subprocess.Popen[bytes]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
     )  # fmt: skip
     STARTED.append(proc)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + STARTUP_WAIT
     while time.monotonic() < deadline:
         try:
             if httpx.get(f"http://127.0.0.1:{port}/api/health", timeout=1).status_code == 200:
@@ -149,7 +154,10 @@ def main() -> None:
         action="store_true",
         help="every task in a worktree of its own and its agent under bwrap",
     )
+    parser.add_argument("--quick", action="store_true", help="6 tasks, 2 at once (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.tasks, args.max_running = 6, 2
     # A loop that has just ended may still be writing its last lines as the folder goes: its
     # removal is tried again (remove_tree) rather than failing the bench at its very end.
     with tempfile.TemporaryDirectory(prefix=f"{MARKER}-", ignore_cleanup_errors=True) as tmp:

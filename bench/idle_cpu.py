@@ -7,7 +7,7 @@ is not idling) to half a second before its sleep ends. CPU seconds over wall sec
 percentage of one core. psutil counts CPU in clock ticks (10 ms), so /proc's schedstat (in ns) is
 shown beside it, and voluntary context switches tell how often each process woke.
 
-    python bench/idle_cpu.py [--seconds 30]
+    python bench/idle_cpu.py [--seconds 30] [--quick]
 """
 
 from __future__ import annotations
@@ -81,7 +81,12 @@ def child_running(parent: psutil.Process, needle: str) -> psutil.Process | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument(
+        "--quick", action="store_true", help="the shortest sleep it can sample (for the tests)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.seconds = SETTLE + END_MARGIN + 1
     # SIGTERM unwinds like Ctrl-C, so the temporary folder and the processes go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.seconds < SETTLE + END_MARGIN + 1:

@@ -9,7 +9,7 @@ decision per command over the corpus of tests/ops/test_policy.py (a small built-
 not importable), p50 and p99, interleaved with spawning `true` directly and with one `shell`
 operation running `true` through the runtime. No assertion on speed.
 
-    python bench/ops.py [--repeat 5] [--batch 1000]
+    python bench/ops.py [--repeat 5] [--batch 1000] [--quick]
 """
 
 from __future__ import annotations
@@ -59,13 +59,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5, help="batches of each kind")
     parser.add_argument("--batch", type=int, default=1000, help="operations per batch")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="1 batch of 20 of each kind, a tenth of the corpus (for the tests)",
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.repeat, args.batch = 1, 20
 
     rates: dict[str, list[float]] = {"createFile": [], "readFile": []}
     shell_ms: list[float] = []
     spawn_ms: list[float] = []
     decide_ms: list[float] = []
     commands, where = corpus()
+    if args.quick:  # a tenth of the corpus: each command also starts a shell op of `true`
+        commands, where = commands[::10], f"every tenth of {where}"
     with tempfile.TemporaryDirectory(prefix="bench-ops-") as tmp:
         work = Path(tmp, "work")
         work.mkdir()

@@ -7,7 +7,11 @@ against a bare `python -c pass`, each with its goal, and the load of the machine
 Then shows where the time goes: a bare interpreter, importing run-agent's command line, the
 reaper's interpreter, and the run itself as run-info.yaml's start_time -> end_time records it.
 
-    python bench/overhead.py [--repeat 20]
+    python bench/overhead.py [--repeat 20] [--instructions] [--quick]
+
+With --instructions it also counts, under valgrind's callgrind, the instructions each command's
+own process runs: a figure a loaded machine does not move, to compare two versions by (a bare
+interpreter's count beside them: over it, x1 is as much work again as starting python).
 """
 
 from __future__ import annotations
@@ -50,6 +54,16 @@ def clock(argv: list[str], cwd: str, env: dict[str, str]) -> float:
     return elapsed
 
 
+def instructions(argv: list[str], cwd: str, env: dict[str, str]) -> int:
+    """Instructions the command's own process ran, as valgrind's callgrind counts them."""
+    done = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+                          cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True)  # fmt: skip
+    if done.returncode != 0:
+        sys.exit(f"{' '.join(argv)} under valgrind exited {done.returncode}:\n{done.stderr}")
+    return int(next(line for line in done.stderr.splitlines() if "Collected" in line).split()[-1])
+
+
 def run_info_times(path: Path) -> dict[str, str]:
     """start_time and end_time of a run-info.yaml, read without a YAML library."""
     found = {}
@@ -90,7 +104,16 @@ def p90(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="2 rounds (for the tests)")
+    parser.add_argument(
+        "--instructions", action="store_true",
+        help="also count each command's instructions under valgrind (unmoved by a loaded machine)",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.quick:
+        args.repeat = 2
+    if args.instructions and shutil.which("valgrind") is None:
+        sys.exit("bench/overhead.py: --instructions needs valgrind (apt-get install valgrind)")
     true = shutil.which("true") or "/bin/true"
     env = bench_env()
     py = sys.executable
@@ -127,6 +150,13 @@ def main() -> None:
             stamps = run_info_times(run / "run-info.yaml")
             start, end = (datetime.fromisoformat(stamps[k]) for k in ("start_time", "end_time"))
             inside.append((end - start).total_seconds() * 1000)
+        counted = {}
+        if args.instructions:
+            for name in ("  python -c pass", "run-agent --version", "run-agent list (empty root)"):
+                counted[name] = instructions(cases[name](0), tmp, env)
+            counted["run-agent job (agent: true)"] = instructions(
+                [*job, "--task", "ir", "x"], tmp, env
+            )
 
     load_after = os.getloadavg()
     site, imports_by_module = import_profile(env)
@@ -161,6 +191,17 @@ def main() -> None:
         ("the rest, by difference (options, config, lock)", rest),
     ):
         print(f"  {label:<50} {value:6.1f} ms")
+    if counted:
+        bare = counted["  python -c pass"]
+        print("instructions of each process itself, under valgrind's callgrind (its children not "
+              "counted; the same on a loaded machine as on a quiet one):")  # fmt: skip
+        for name, n in counted.items():
+            over = (
+                f"  {(n - bare) / 1e6:7.1f} M over it, x{(n - bare) / bare:.2f} of it"
+                if n != bare
+                else ""
+            )
+            print(f"  {name.strip():<38} {n / 1e6:7.1f} M{over}")
     print("one `python -X importtime -c 'import runagent.cli'` (inflated by its own timing):")
     print(f"  {'site (with the editable install path finder)':<50} {site:6.1f} ms")
     for name, ms in imports_by_module[:8]:

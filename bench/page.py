@@ -11,7 +11,7 @@ Builds a runs root with one finished run whose stdout is LINES lines of about 90
   search alone measured inside the page);
 - `run-agent output --file stdout` of the same file to /dev/null (a whole process).
 
-    python bench/page.py [--lines 200000] [--repeat 5]
+    python bench/page.py [--lines 200000] [--repeat 5] [--quick]
 """
 
 from __future__ import annotations
@@ -61,7 +61,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument(
+        "--quick", action="store_true", help="a 2,000-line log, 1 round (for the tests)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.lines, args.repeat = 2000, 1
     from playwright.sync_api import sync_playwright
 
     with tempfile.TemporaryDirectory(prefix="bench-page-") as tmp:
@@ -100,7 +105,7 @@ def main() -> None:
                 started = time.perf_counter()
                 page.press("#search", "Enter")
                 page.wait_for_function("document.querySelector('#search-count').textContent"
-                                       " === '10 of 10'")  # fmt: skip
+                                       " === '10 of 10'", timeout=120000)  # fmt: skip
                 search_ms.append((time.perf_counter() - started) * 1000)
                 inside_ms.append(page.evaluate(
                     "() => { const t = performance.now(); search.run();"

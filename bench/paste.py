@@ -9,7 +9,7 @@ and what reading and carrying out a large reply takes, beside doing the same wor
 2. A reply of --files CREATE_FILE blocks (4 KiB each) parsed and carried out through the ops
    runtime (sandbox, policy, journals), beside writing the same files with plain open/write.
 
-    python bench/paste.py [--rounds 5] [--files 200]
+    python bench/paste.py [--rounds 5] [--files 200] [--quick]
 
 No assertion on speed.
 """
@@ -103,7 +103,10 @@ def main() -> None:
     args = argparse.ArgumentParser()
     args.add_argument("--rounds", type=int, default=5)
     args.add_argument("--files", type=int, default=200)
+    args.add_argument("--quick", action="store_true", help="1 round, 10 files (for the tests)")
     a = args.parse_args()
+    if a.quick:
+        a.rounds, a.files = 1, 10
     times = round_trip(a.rounds)
     median = statistics.median(times)
     print(f"reply saved -> next outbox: median {median * 1000:.0f} ms over {a.rounds} rounds "

@@ -11,7 +11,7 @@ latest run ended limited; goal 0), how many of `other`'s tasks started while the
 (goal: all that fit, every one when they take less than L), and whether every task completed.
 Nothing asserts on speed; everything it starts is stopped and its temp folder removed.
 
-    python bench/pause.py [--tasks 20] [--slots 4] [--limit 60]
+    python bench/pause.py [--tasks 20] [--slots 4] [--limit 60] [--quick]
 """
 
 from __future__ import annotations
@@ -61,7 +61,12 @@ def main() -> int:
     ap.add_argument("--tasks", type=int, default=20)
     ap.add_argument("--slots", type=int, default=4)
     ap.add_argument("--limit", type=float, default=60.0)
+    ap.add_argument(
+        "--quick", action="store_true", help="2 + 2 tasks, 1 slot, a 3 s limit (for the tests)"
+    )
     args = ap.parse_args()
+    if args.quick:
+        args.tasks, args.slots, args.limit = 2, 1, 3.0
     folder = Path(tempfile.mkdtemp(prefix="run-agent-bench-pause-"))
     root = folder / "runs"
     try:

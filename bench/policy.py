@@ -4,7 +4,7 @@ Judges every command of the policy corpus (tests/ops/test_policy.py) with its pr
 `true` right after each one, interleaved, then prints p50, p99 and max of both. The first decision,
 which loads the bash grammar, is shown apart. No assertion on speed.
 
-    python bench/policy.py [--repeat 20]
+    python bench/policy.py [--repeat 20] [--quick]
 """
 
 from __future__ import annotations
@@ -30,7 +30,10 @@ def percentile(values: list[float], fraction: float) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20, help="passes over the corpus")
+    parser.add_argument("--quick", action="store_true", help="1 pass (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeat = 1
 
     policies = {name: Policy.preset(name) for name in ("restrictive", "standard", "permissive")}
     start = time.perf_counter()

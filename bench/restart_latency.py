@@ -9,7 +9,7 @@ two figures come out, each less the delay:
 - run-info.yaml end_time of run N -> start_time of run N+1 (milliseconds, UTC): the loop's own
   bookkeeping between runs, with the pieces on either side of it shown too.
 
-    python bench/restart_latency.py [--restarts 10]
+    python bench/restart_latency.py [--restarts 10] [--quick]
 """
 
 from __future__ import annotations
@@ -69,7 +69,10 @@ def summary(label: str, values_ms: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--restarts", type=int, default=10)
+    parser.add_argument("--quick", action="store_true", help="2 restarts (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.restarts = 2
     bash = shutil.which("bash")
     if bash is None:
         sys.exit("restart_latency: needs bash (for $EPOCHREALTIME)")

@@ -8,7 +8,7 @@ bwrap when on, the agent's shell) and the whole command (its start to its exit: 
 making when on), median and max. Nothing asserts on speed; its folder (under /var/tmp, as a
 person's runs root is outside /tmp and the home, which the sandbox hides) goes at the end.
 
-    python bench/sandbox.py [--repeat 20]
+    python bench/sandbox.py [--repeat 20] [--quick]
 """
 
 from __future__ import annotations
@@ -36,7 +36,10 @@ KINDS = {"plain": [], "sandbox": ["--sandbox", "bwrap"], "worktree": ["--worktre
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="1 round of each kind (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.repeat = 1
     with tempfile.TemporaryDirectory(prefix="run-agent-bench-sandbox-", dir="/var/tmp") as tmp:
         repo, root, config = Path(tmp, "repo"), Path(tmp, "runs"), Path(tmp, "config.yaml")
         make_repository(repo)

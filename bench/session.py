@@ -12,7 +12,7 @@ the fake provider reports fixed counts, so the figures are bytes sent. A provide
 cache makes the part of a continued conversation it has seen before cheaper than new input;
 the fake one has none, so that is not in the figures.
 
-    python bench/session.py [--repeat 1] [--only claude]
+    python bench/session.py [--repeat 1] [--only claude] [--quick]
 
 Needs the CLIs in .cache/agent-clis (as `.ci/run` installs them) or RUN_AGENT_TEST_CLIS.
 """
@@ -103,7 +103,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--only", choices=CLIS, action="append")
+    parser.add_argument("--quick", action="store_true", help="claude alone (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.only = ["claude"]
     wanted = args.only or list(CLIS)
     missing = [cli for cli in wanted if not (BIN / cli).exists()]
     if missing:

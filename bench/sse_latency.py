@@ -6,7 +6,7 @@ tail that polls every 500 ms (the interval of the most used tool of this kind) w
 The clients run in this process, on the same cores as the server, so their own parsing (about as
 much CPU as the server's sending, by py-spy) is in the figures: a browser elsewhere costs nothing.
 
-    python bench/sse_latency.py [--lines 200] [--interval 0.02] [--clients 1 100]
+    python bench/sse_latency.py [--lines 200] [--interval 0.02] [--clients 1 100] [--quick]
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench.serving import serving  # noqa: E402
-from runagent.process import process_start_time  # noqa: E402
 from runagent.store import runfolder, taskfolder  # noqa: E402
+from runagent.store.pids import process_start_time  # noqa: E402
 from runagent.store.runfolder import TaskPaths  # noqa: E402
 from runagent.store.runinfo import RunInfo  # noqa: E402
 
@@ -123,7 +123,12 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=200)
     parser.add_argument("--interval", type=float, default=0.02)
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 100])
+    parser.add_argument(
+        "--quick", action="store_true", help="20 lines to 1 and to 10 clients (for the tests)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.lines, args.clients = 20, [1, 10]
     with tempfile.TemporaryDirectory(prefix="bench-sse-") as tmp:
         root = Path(tmp) / "runs"
         folder = make_running_run(root)

@@ -4,7 +4,7 @@ per request), and a task's status read over REST and through the MCP tool `task_
 `/mcp`, with the official SDK's client, and over stdio with `run-agent mcp`). Prints medians and
 ratios; nothing asserts on speed. The root holds 40 tasks of one run each.
 
-    python bench/surface.py [--requests 200]
+    python bench/surface.py [--requests 200] [--quick]
 """
 
 from __future__ import annotations
@@ -32,6 +32,10 @@ from bench.serving import free_port  # noqa: E402
 from runagent.store import tokens  # noqa: E402
 
 KEY = "bench-key-" + "k" * 30
+
+
+# How long `serve` may take to answer: beside other work on 2 cores it took 29 s to start.
+STARTUP_WAIT = 120
 
 
 def make_root(folder: Path, tasks: int) -> Path:
@@ -99,7 +103,12 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=200)
     parser.add_argument("--tasks", type=int, default=40)
+    parser.add_argument(
+        "--quick", action="store_true", help="10 requests each against 5 tasks (for the tests)"
+    )
     options = parser.parse_args()
+    if options.quick:
+        options.requests, options.tasks = 10, 5
     folder = Path(tempfile.mkdtemp(prefix="run-agent-bench-surface-"))
     server = None
     try:
@@ -113,7 +122,7 @@ def main() -> None:
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         with httpx.Client(base_url=url, timeout=30) as client:
-            deadline = time.monotonic() + 30
+            deadline = time.monotonic() + STARTUP_WAIT
             while True:
                 try:
                     client.get("/api/health")

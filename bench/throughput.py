@@ -5,7 +5,7 @@ the ratio should be close to 1. Repetitions are interleaved (the shell, run-agen
 `run-agent job` for the fixed start-up cost) and medians compared. Every big file is checked
 for its size and deleted as soon as it is timed; the page cache is synced before each timing.
 
-    python bench/throughput.py [--size-mib 1024] [--repeat 3]
+    python bench/throughput.py [--size-mib 1024] [--repeat 3] [--quick]
 """
 
 from __future__ import annotations
@@ -46,7 +46,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--size-mib", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="8 MiB, 1 round (for the tests)")
     args = parser.parse_args()
+    if args.quick:
+        args.size_mib, args.repeat = 8, 1
     # SIGTERM unwinds like Ctrl-C, so the temporary folder and the processes go too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     size = args.size_mib << 20

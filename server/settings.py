@@ -20,6 +20,9 @@ HEARTBEAT = 15
 
 @record
 class Settings:
+    """What a server is started with: its runs root and config, its key, where operations may
+    act, what runs the loops it starts."""
+
     root: Path
     api_key: str | None = None
     config_path: Path | None = None

@@ -203,6 +203,9 @@ class RunAgentGroup(click.Group):
         self.format_commands(ctx, formatter)
 
     def invoke(self, ctx: click.Context) -> Any:
+        from runagent.cli import collect
+
+        collect()  # the command is loaded: what it makes from here on may be collected
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:  # click's own: one line too, with where to read more

@@ -43,6 +43,9 @@ class PathValue(click.Path):
 
 @record
 class Setup:
+    """What every command reads first: the config and the runs root, and where each came from
+    (for the words of an error)."""
+
     config: Config
     root: Path
     root_from: str = "--root"  # where the runs root came from, in words

@@ -32,6 +32,9 @@ CLUSTER_ENV = "RUN_AGENT_CLUSTER"  # what a host agent of a cluster tells its lo
 
 @record
 class Started:
+    """A detached start, as its starter sees it: the loop's process and its lock's holder, or
+    its place in the queue."""
+
     pid: int  # 0: not started yet, but queued
     holder: Holder | None
     queued: Turn | None = None  # where it waits, when it waits in the queue

@@ -104,6 +104,9 @@ class Waits:
 
 @record
 class Overview:
+    """The fleet at a glance (`run-agent fleet`, the page's fleet view): counts by status, the
+    queue in order, what is blocked, spend against the budgets, what needs a person."""
+
     counts: dict[str, int]
     queued: tuple[TaskView, ...]  # in the order they start
     blocked: tuple[TaskView, ...]

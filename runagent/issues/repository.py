@@ -79,6 +79,8 @@ class GitDirs:
 
 @record
 class Commit:
+    """A commit of the loop's work: its id and its message."""
+
     sha: str
     message: str  # subject and body
 

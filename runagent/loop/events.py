@@ -37,6 +37,9 @@ class Outcome(enum.StrEnum):
 
 @record
 class Event:
+    """What a loop tells its listeners (the console, the notifiers): a run started or ended, a
+    restart waits, the loop ended, with what it knows of it."""
+
     kind: EventKind
     run: RunInfo | None = None
     run_folder: Path | None = None
@@ -48,6 +51,8 @@ class Event:
 
 @record
 class LoopResult:
+    """How a loop ended, in a word and a sentence, and the runs it made."""
+
     outcome: Outcome
     message: str
     runs: tuple[RunInfo, ...] = ()

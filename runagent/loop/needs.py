@@ -19,6 +19,9 @@ STUCK = "stuck"
 
 @record
 class Need:
+    """One task waiting for a person: what it waits for, the words for it, and the command that
+    answers it."""
+
     label: str  # P/T
     waits_for: str  # approval, reply, over_budget, stuck, blocked
     episode: str  # which wait this is: a notifier tells each one once

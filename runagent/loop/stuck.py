@@ -16,7 +16,6 @@ the idle timeout's business, not this. Two signs, each over `stuck_after` attemp
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import subprocess
@@ -59,6 +58,8 @@ def signature(info: RunInfo, run_folder: Path) -> tuple[str, str] | None:
     that did not fail."""
     if info.status is not RunStatus.FAILED:
         return None
+    import hashlib  # only a failed run pays for it (OpenSSL's library loads with it)
+
     paths = runfolder.RunPaths(run_folder)
     if info.reason is Reason.CHECK_FAILED:  # the agent said done: how its check failed counts
         said = normalize(runfolder.tail(paths.check, TAIL_BYTES))
@@ -110,8 +111,11 @@ def _git_state(
     folders in `skip` that lie inside it; None when it is not one (or git cannot tell)."""
     inside = [os.path.relpath(p, folder) for p in skip if _within(p, folder)]
     paths = ["--", ".", *(f":(exclude){p}" for p in inside)]
-    digest = hashlib.sha256()
+    import hashlib
+
     from runagent.issues.repository import host_argv, host_env
+
+    digest = hashlib.sha256()
 
     for args in (["rev-parse", "--is-inside-work-tree", "HEAD"],
                  ["status", "--porcelain=v1", "--untracked-files=all",

@@ -362,8 +362,10 @@ class Supervisor:
             self.on_event(Event(EventKind.BRANCH_KEPT, run=ended.info, message=said))
 
     def _progress(self) -> stuck.Progress | None:
-        """The working folder before an attempt, when stuck detection is on."""
-        if not self.settings.stuck_after:
+        """The working folder before an attempt, when stuck detection is on and can judge: a
+        loop that may not restart (a `job`) never does, as a failed run ends it (`_give_up`) and
+        a steered or rate-limited one is never judged, so it spends no look at git on it."""
+        if not self.settings.stuck_after or self.settings.max_restarts == 0:
             return None
         r = self._lent.request
         checkout = r.checkout or getattr(self._lent.rule, "checkout", None)

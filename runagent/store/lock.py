@@ -22,6 +22,9 @@ from runagent.store.runfolder import dump_yaml, load_yaml, make_folder, open_reg
 
 @record
 class Holder:
+    """Who holds a task, as its lock file says: a process known by its pid and start time, so
+    a pid used again by another process is no holder; on this host or another."""
+
     pid: int
     process_start: float | None
     since: str

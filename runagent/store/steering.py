@@ -22,6 +22,8 @@ MAX_MESSAGE_CHARS = 64 * 1024  # of one message: words for an attempt, not a doc
 
 @record
 class Message:
+    """One message of a person to a task, one line of messages.jsonl."""
+
     number: int  # from 1, in the order they were sent
     at: str  # when it was sent (ISO 8601, UTC)
     text: str

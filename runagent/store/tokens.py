@@ -96,6 +96,8 @@ ADMIN = Grant(Scope.ADMIN)  # the api_key, or a server that asks for no key
 
 @record
 class TokenRecord:
+    """One scoped token as the token file keeps it: its hash, never the secret."""
+
     id: str
     sha256: str
     scope: Scope
