@@ -168,6 +168,8 @@ class RaceView:
 
 @record
 class TaskView:
+    """A task as a listing shows it: its status, runs, latest run, supervisor and spend."""
+
     paths: TaskPaths
     status: TaskStatus
     run_count: int

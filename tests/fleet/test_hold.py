@@ -7,6 +7,7 @@ Real loops, a real queue and keeper, a real server."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -32,10 +33,11 @@ def fleet_json(ws: Workspace) -> dict[str, Any]:
 
 
 def test_a_held_queue_starts_nothing_and_takes_no_place_from_anyone() -> None:
-    held = QueueHold("2026-11-28T05:10:00.000Z", "run-agent fleet hold")
+    since = datetime.now(UTC).replace(second=0, microsecond=0)  # today: said by its time alone
+    held = QueueHold(since.isoformat(timespec="milliseconds"), "run-agent fleet hold")
     turn = decide(LIMITS, "p", "fake", [], [], held=held)
     assert not turn.go and turn.waits_for == held.words()
-    assert held.words() == "the queue is held since 05:10 UTC"
+    assert held.words() == f"the queue is held since {since:%H:%M} UTC"
     assert decide(LIMITS, "p", "fake", [waiting("q", "w", 1)], [], held=None).go
 
 
