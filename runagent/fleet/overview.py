@@ -212,7 +212,8 @@ def _spent(root: Path, budgets: BudgetSettings, today: date) -> tuple[Spent, ...
 def needs_of(view: TaskView) -> list[Need]:
     """What the task waits for from a person (runagent.loop.needs)."""
     task = view.paths
-    found = [needs.approval(task, task.run_folder(run_id)) for run_id in task.run_ids()]
+    ids = task.run_ids() if view.operations is None else view.operations  # only theirs ask
+    found = [needs.approval(task, task.run_folder(run_id)) for run_id in ids]
     found.append(needs.reply(task))
     latest = view.latest
     if latest is not None and latest.reason in _STOPPED_FOR and view.status not in _NOT_WAITING:

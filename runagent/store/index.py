@@ -302,27 +302,23 @@ class Index:
 
     def _look_again(self, task: TaskPaths, entry: _Entry, run_id: str, now: int) -> None:
         """Read an unsettled run again where its record changed; a run found final moves to
-        the final ones."""
+        the final ones. An operations run (its settings in its folder; an agent-mode one has a
+        record too) is never final: its events grow as it takes messages."""
         run = entry.unsettled[run_id]
         folder = f"{os.fspath(task.runs)}/{run_id}"
         st = _stat(f"{folder}/{runfolder.RUN_INFO}", follow=False)
         stamp = _file_stamp(st)
+        if not run.operations:  # looked for until the run is final (a run folder is made first)
+            run.operations = runfolder.is_file_in(task.fence, f"{folder}/{runfolder.OPS_SETTINGS}")
+            entry.changed = entry.changed or run.operations
         if stamp is None and run.stamp is None and run.read_ns:
-            if not run.operations:  # a run folder without a record (yet): is it operations'?
-                run.operations = runfolder.is_file_in(
-                    task.fence, f"{folder}/{runfolder.OPS_SETTINGS}"
-                )
-            return
+            return  # a run folder without a record (yet), as before
         if stamp != run.stamp or _racy(run.read_ns, st) or run.info is None or (
                 run.info.status is RunStatus.UNREADABLE):  # fmt: skip
             info = runfolder.read_run_record(task.run_folder(run_id), task.fence)
             if info is not None and info.status is RunStatus.UNREADABLE and stamp is None:
                 info = None
             entry.unsettled[run_id] = run = _Run(stamp, now, info, run.operations)
-            if info is None:
-                run.operations = runfolder.is_file_in(
-                    task.fence, f"{folder}/{runfolder.OPS_SETTINGS}"
-                )
             entry.changed = True
         info = run.info
         if info is None or info.status not in _ENDED or stamp is None or run.operations:

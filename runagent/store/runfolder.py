@@ -31,7 +31,7 @@ import itertools
 import os
 import resource
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -209,10 +209,16 @@ class TaskPaths:
     def saved_diff(self, stamp: str) -> Path:
         return self.folder / SAVED_DIFF.format(stamp=stamp)
 
-    def run_ids(self) -> list[str]:
+    def run_ids(self, since: str = "") -> list[str]:
         """The task's run ids, oldest first (ids sort in start order); none that lead out of
-        its project."""
-        return _subfolders(self.fence, self.runs, hidden=True)
+        its project; with `since` (a day, YYYYMMDD), none whose id says it started before."""
+        if not since:
+            return _subfolders(self.fence, self.runs, hidden=True)
+
+        def maybe(name: str) -> bool:
+            return not (name[:8].isdigit() and name[:8] < since)
+
+        return _subfolders(self.fence, self.runs, hidden=True, keep=maybe)
 
 
 @record
@@ -836,8 +842,11 @@ def task_ids(root: Path, project_id: str) -> list[str]:
     return _subfolders(fence(root, project_id), root / project_id)
 
 
-def _subfolders(fence: str, folder: Path, hidden: bool = False) -> list[str]:
-    """The folders in `folder` (itself inside `fence`), sorted; none that leads out of it."""
+def _subfolders(
+    fence: str, folder: Path, hidden: bool = False, keep: Callable[[str], bool] | None = None
+) -> list[str]:
+    """The folders in `folder` (itself inside `fence`), sorted; none that leads out of it;
+    only those whose name `keep` keeps, if given (asked first, of the name alone)."""
     try:
         fd, real = _opened(fence, folder, os.O_RDONLY | os.O_DIRECTORY)
     except OSError:  # not there, not a folder, or leading out
@@ -848,6 +857,7 @@ def _subfolders(fence: str, folder: Path, hidden: bool = False) -> list[str]:
                 e.name
                 for e in entries
                 if (hidden or not e.name.startswith("."))
+                and (keep is None or keep(e.name))
                 and e.is_dir()
                 and (not e.is_symlink() or holds(fence, os.path.join(real, e.name)))
             )

@@ -66,8 +66,7 @@ def runs(
             if first is None:
                 yield from tasks.runs(task)
                 continue
-            ids = [i for i in task.run_ids() if not (i[:8].isdigit() and i[:8] < first)]
-            yield from tasks.runs(task, ids)
+            yield from tasks.runs(task, task.run_ids(since=first))
 
 
 def started_since(run: RunInfo, since: datetime | date | None) -> bool:

@@ -33,6 +33,8 @@ class Runs(Protocol):
     def count(self) -> int: ...
     @property
     def latest(self) -> RunInfo | None: ...
+    @property
+    def operations(self) -> tuple[str, ...]: ...
 
 
 class TaskStatus(enum.StrEnum):
@@ -179,6 +181,8 @@ class TaskView:
     queue: QueuePlace | None = None  # queued or blocked: where it stands
     race: RaceView | None = None  # a race's task: its racers
     unreadable: str | None = None  # why its race record cannot be read
+    # Its operations runs, by id, where the root's index says (None: not known; look at each)
+    operations: tuple[str, ...] | None = None
 
     @property
     def label(self) -> str:
@@ -293,8 +297,9 @@ def view(
     index, runagent/store/index.py), else as its folder holds them."""
     holder = live_holder(task.lock)
     summary = runs.get(task.label) if runs is not None else None
+    operations = None
     if summary is not None:
-        count, latest = summary.count, summary.latest
+        count, latest, operations = summary.count, summary.latest, summary.operations
     else:
         run_ids = task.run_ids()  # listed once, for the latest run and the count
         count, latest = len(run_ids), latest_run(task, run_ids)
@@ -320,7 +325,7 @@ def view(
         elif status is TaskStatus.FAILED and latest.reason in _ENDED_FOR:
             status = _ENDED_FOR[latest.reason]  # one word for why run-agent ended it, everywhere
     used = taskfolder.read_task_usage(task)
-    found = TaskView(task, status, count, latest, holder, used, place)
+    found = TaskView(task, status, count, latest, holder, used, place, operations=operations)
     if runfolder.stat_in(task.fence, task.race) is not None:
         return _race_view(found, places, runs)
     return found
