@@ -171,7 +171,7 @@ class Follower:
         waiting, or moving from a dead host), or it waits in this root's queue."""
         if self.cluster.present(self.task.label):
             return True
-        view = tasks.view(self.task, listing.places(self.task.root))
+        view = listing.view(self.task)  # its own place, not the whole queue's
         return view.status in (tasks.TaskStatus.RUNNING, tasks.TaskStatus.QUEUED,
                                tasks.TaskStatus.BLOCKED)  # fmt: skip
 
