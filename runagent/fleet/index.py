@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
+import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -30,6 +31,9 @@ if TYPE_CHECKING:
     from runagent.fleet.queue import Fleet, Waiting
 
 NAME = "queue.db"
+WRITES_WAITED = (
+    20  # looks, 10 ms apart, a reader gives a write under way before it reads the folder
+)
 SCHEMA = "3"  # bumped when the rows change: an index of another schema is built again
 COLUMNS = ("name", "project", "task", "agent", "seq", "rank", "submitted", "after", "joined",
            "blocked", "told", "waiter", "waiter_started", "detached", "limits", "unreadable",
@@ -90,7 +94,9 @@ class Index:
 
     def _counter(self) -> int:
         found = self.db.execute("SELECT value FROM meta WHERE key = 'changed'").fetchone()
-        changed = int(found[0]) + 1 if found else 1
+        # Counted on from the microseconds of the index's making: an index made again (damaged,
+        # of an older schema) counts on past every number the one before it gave.
+        changed = int(found[0]) + 1 if found else time.time_ns() // 1000
         self.db.execute("INSERT OR REPLACE INTO meta VALUES ('changed', ?)", (str(changed),))
         return changed
 
@@ -221,9 +227,15 @@ def open_index(fleet: Fleet, locked: bool) -> Index:
         index = Index(fleet, _connect(path, locked))
         if locked:
             index.mend()
-        elif not index.in_step():
-            raise Stale(path)
-        return index
+            return index
+        for _ in range(WRITES_WAITED):
+            if index.in_step():
+                return index
+            if not index.dirty():
+                break  # changed by another hand: only a writer builds it again
+            time.sleep(0.01)  # a write under way settles in a few milliseconds
+        index.db.close()
+        raise Stale(path)
     except sqlite3.DatabaseError:
         if not locked:
             raise Stale(path) from None
