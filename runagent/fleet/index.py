@@ -25,10 +25,10 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Generic, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from runagent.fleet.queue import Fleet, Waiting
+W = TypeVar("W")  # a queue record (fleet.queue.Waiting), which this module does not import
+R = TypeVar("R", covariant=True)
 
 NAME = "queue.db"
 WRITES_WAITED = (
@@ -54,10 +54,22 @@ class Stale(Exception):
     """The index is out of step with the folder, and this reader may not mend it."""
 
 
-class Index:
+class Source(Protocol[R]):
+    """The queue an index is of (fleet.queue.Fleet): its folders, and its records as read from
+    their files and as made from the index's rows."""
+
+    folder: Path
+    queue: Path
+
+    def read_record(self, name: str) -> R | None: ...
+
+    def from_row(self, row: tuple[Any, ...]) -> R: ...
+
+
+class Index(Generic[W]):
     """The index of one runs root's queue, open for one look or change."""
 
-    def __init__(self, fleet: Fleet, db: sqlite3.Connection) -> None:
+    def __init__(self, fleet: Source[W], db: sqlite3.Connection) -> None:
         self.fleet = fleet
         self.db = db
         self._in_step = False  # the folder as noted when the change under way began
@@ -73,7 +85,7 @@ class Index:
         with self.db:
             self.db.execute("INSERT OR IGNORE INTO dirty VALUES (?)", (name,))
 
-    def settle(self, name: str, waiting: Waiting | None) -> None:
+    def settle(self, name: str, waiting: W | None) -> None:
         """Record `name` changed to `waiting` (None: removed): its row, the name no longer
         dirty, the folder's time noted if it was in step before."""
         with self.db:
@@ -82,7 +94,7 @@ class Index:
             if self._in_step:
                 self._note_time()
 
-    def _row(self, name: str, waiting: Waiting | None) -> None:
+    def _row(self, name: str, waiting: W | None) -> None:
         if waiting is None:
             self.db.execute("DELETE FROM waiting WHERE name = ?", (name,))
             return
@@ -118,16 +130,14 @@ class Index:
 
     def rebuild(self) -> None:
         """The index built afresh from every record in the folder."""
-        from runagent.fleet.queue import _files
-
         noted = _mtime(self.fleet)  # before the folder is read: a change after it is seen
         with self.db:
             self.db.execute("DELETE FROM waiting")
             self.db.execute("DELETE FROM dirty")
-            for path in _files(self.fleet.queue):
-                waiting = self.fleet.read_record(path.name)
+            for name in _names(self.fleet.queue):
+                waiting = self.fleet.read_record(name)
                 if waiting is not None:
-                    self._row(path.name, waiting)
+                    self._row(name, waiting)
             self.db.execute("INSERT OR REPLACE INTO meta VALUES ('mtime', ?)", (noted,))
 
     # Looks.
@@ -146,31 +156,33 @@ class Index:
         found = self.db.execute("SELECT value FROM meta WHERE key = 'mtime'").fetchone()
         return str(found[0]) if found else None
 
-    def all(self) -> list[Waiting]:
+    def all(self) -> list[W]:
         """Every record, in no order."""
-        return [_waiting(row) for row in self.db.execute(f"SELECT {_SELECT} FROM waiting")]
+        return [
+            self.fleet.from_row(row) for row in self.db.execute(f"SELECT {_SELECT} FROM waiting")
+        ]
 
-    def pending(self) -> list[Waiting]:
+    def pending(self) -> list[W]:
         """The records that wait for the tasks they run after (neither joined nor blocked)."""
         query = (f"SELECT {_SELECT} FROM waiting WHERE joined = 0 AND blocked IS NULL "
                  "AND unreadable IS NULL")  # fmt: skip
-        return [_waiting(row) for row in self.db.execute(query)]
+        return [self.fleet.from_row(row) for row in self.db.execute(query)]
 
-    def with_after(self) -> list[Waiting]:
+    def with_after(self) -> list[W]:
         """The records that name tasks they run after."""
         query = f"SELECT {_SELECT} FROM waiting WHERE after != '[]'"
-        return [_waiting(row) for row in self.db.execute(query)]
+        return [self.fleet.from_row(row) for row in self.db.execute(query)]
 
-    def blocked(self) -> list[Waiting]:
+    def blocked(self) -> list[W]:
         """The readable records that are blocked, in the queue's order."""
         query = (f"SELECT {_SELECT} FROM waiting WHERE blocked IS NOT NULL AND unreadable IS "
                  "NULL ORDER BY rank, seq")  # fmt: skip
-        return [_waiting(row) for row in self.db.execute(query)]
+        return [self.fleet.from_row(row) for row in self.db.execute(query)]
 
-    def waited_for(self) -> list[Waiting]:
+    def waited_for(self) -> list[W]:
         """The records a foreground run waits for in its own process."""
         query = f"SELECT {_SELECT} FROM waiting WHERE waiter IS NOT NULL"
-        return [_waiting(row) for row in self.db.execute(query)]
+        return [self.fleet.from_row(row) for row in self.db.execute(query)]
 
     def unreadable(self) -> list[str]:
         return [n for (n,) in self.db.execute("SELECT name FROM waiting WHERE unreadable "
@@ -190,7 +202,7 @@ class Index:
         query += " AND (rank, seq) < (?, ?)"
         return int(self.db.execute(query, (-before[0], before[1])).fetchone()[0])
 
-    def in_order(self, before: tuple[int, int] | None = None) -> Iterator[Waiting]:
+    def in_order(self, before: tuple[int, int] | None = None) -> Iterator[W]:
         """The eligible records in the queue's order (those ahead of place (priority, seq)
         `before`), read as they are asked for."""
         query = f"SELECT {_SELECT} FROM waiting WHERE eligible = 1"
@@ -199,18 +211,18 @@ class Index:
             query += " AND (rank, seq) < (?, ?)"
             args = (-before[0], before[1])
         for row in self.db.execute(query + " ORDER BY rank, seq", args):
-            yield _waiting(row)
+            yield self.fleet.from_row(row)
 
     def limits(self) -> list[Any]:
         """The limits (LimitsSettings, None for none) the eligible records carry, each once."""
         query = "SELECT DISTINCT limits FROM waiting WHERE eligible = 1"
         return [limits_of(text) for (text,) in self.db.execute(query)]
 
-    def changed_since(self, changed: int) -> tuple[list[Waiting], int]:
+    def changed_since(self, changed: int) -> tuple[list[W], int]:
         """The detached eligible records written since counter `changed`, and the counter now."""
         query = (f"SELECT {_SELECT} FROM waiting WHERE changed > ? AND detached = 1 "
                  "AND eligible = 1 ORDER BY rank, seq")  # fmt: skip
-        found = [_waiting(row) for row in self.db.execute(query, (changed,))]
+        found = [self.fleet.from_row(row) for row in self.db.execute(query, (changed,))]
         now = self.db.execute("SELECT value FROM meta WHERE key = 'changed'").fetchone()
         return found, int(now[0]) if now else 0
 
@@ -218,7 +230,7 @@ class Index:
 _SELECT = ", ".join(COLUMNS[:-1])
 
 
-def open_index(fleet: Fleet, locked: bool) -> Index:
+def open_index(fleet: Source[W], locked: bool) -> Index[W]:
     """The index of `fleet`'s queue, in step with its folder: mended when `locked` (this
     process holds the queue's lock), else Stale when it is not in step. A damaged index is
     removed and built again (under the lock)."""
@@ -283,7 +295,14 @@ def _statements() -> list[str]:
     return [s.strip() for s in TABLES.split(";") if s.strip()]
 
 
-def _mtime(fleet: Fleet) -> str:
+def _names(folder: Path) -> list[str]:
+    try:
+        return [name for name in os.listdir(folder) if name.endswith(".json")]
+    except OSError:
+        return []
+
+
+def _mtime(fleet: Source[Any]) -> str:
     try:
         return str(os.stat(fleet.queue).st_mtime_ns)
     except OSError:
@@ -293,7 +312,7 @@ def _mtime(fleet: Fleet) -> str:
 _LIMITS: dict[str, Any] = {}  # the limits of rows by their JSON: most rows carry the same
 
 
-def _row(name: str, w: Waiting, changed: int) -> tuple[Any, ...]:
+def _row(name: str, w: Any, changed: int) -> tuple[Any, ...]:
     limits = json.dumps(w.limits.to_record(), sort_keys=True) if w.limits is not None else None
     return (name, w.project, w.task, w.agent, w.seq, -w.priority, w.submitted,
             json.dumps(list(w.after)), int(w.joined), w.blocked, w.told, w.waiter,
@@ -311,15 +330,3 @@ def limits_of(text: str | None) -> Any:
 
         found = _LIMITS[text] = LimitsSettings.from_record(json.loads(text))
     return found
-
-
-def _waiting(row: tuple[Any, ...]) -> Waiting:
-    from runagent.fleet.queue import Waiting
-
-    (_name, project, task, agent, seq, rank, submitted, after, joined, blocked, told, waiter,
-     waiter_started, detached, limits, unreadable, _eligible) = row  # fmt: skip
-    return Waiting(
-        project, task, agent, seq, -rank, submitted, tuple(json.loads(after)), bool(joined),
-        blocked, told, waiter, waiter_started, IN_FILE if detached else None,
-        limits_of(limits), None, unreadable,
-    )  # fmt: skip

@@ -523,7 +523,7 @@ class Fleet:
         self.cluster = self.folder / "cluster"
         self.paused = self.folder / "paused"
         self._locked = False
-        self._index: Index | None = None
+        self._index: Index[Waiting] | None = None
 
     def exists(self) -> bool:
         return self.folder.is_dir()
@@ -545,7 +545,7 @@ class Fleet:
                     self._index.db.close()
                     self._index = None
 
-    def index(self) -> Index:
+    def index(self) -> Index[Waiting]:
         """The queue's index, in step with the folder (under the lock: mended once each time
         the lock is taken; fleet/index.py)."""
         from runagent.fleet.index import open_index
@@ -558,6 +558,18 @@ class Fleet:
     def read_record(self, name: str) -> Waiting | None:
         """The record of file `name` in the queue's folder (as `record_of`)."""
         return _record(self.queue / name)
+
+    def from_row(self, row: tuple[Any, ...]) -> Waiting:
+        """The record a row of the index holds (fleet/index.py): its start IN_FILE."""
+        from runagent.fleet.index import IN_FILE, limits_of
+
+        (_name, project, task, agent, seq, rank, submitted, after, joined, blocked, told, waiter,
+         waiter_started, detached, limits, unreadable, _eligible) = row  # fmt: skip
+        return Waiting(
+            project, task, agent, seq, -rank, submitted, tuple(json.loads(after)), bool(joined),
+            blocked, told, waiter, waiter_started, IN_FILE if detached else None,
+            limits_of(limits), None, unreadable,
+        )  # fmt: skip
 
     # Slots.
 
@@ -729,7 +741,7 @@ class Fleet:
         holders = self.holders(clean=locked)
         paused = self.pauses(clean=locked)
         held = self.queue_hold()
-        look: Index | None = None
+        look: Index[Waiting] | None = None
         if locked:
             look = self.index()
         elif (self.folder / queue_index.NAME).exists():
