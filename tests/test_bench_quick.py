@@ -96,3 +96,15 @@ def test_the_listing_bench_measures_the_index_beside_reading_every_run() -> None
                 "GET /metrics, a server's first scrape", "GET /metrics, later scrapes",
                 "page: the fleet view on screen"):  # fmt: skip
         assert row in done.stdout, done.stdout
+
+
+def test_the_queue_depth_bench_measures_admission_and_hand_over_at_each_depth() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "queue_depth.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if "a start admitted, median" in line]
+    assert [row[-4] for row in rows] == ["10", "100"], done.stdout
+    assert "freed slot to next start, median (ms)" in done.stdout
+    assert "keeper RSS (MiB)" in done.stdout and "serve CPU while idle" in done.stdout
