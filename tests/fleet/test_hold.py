@@ -7,6 +7,7 @@ Real loops, a real queue and keeper, a real server."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -32,7 +33,8 @@ def fleet_json(ws: Workspace) -> dict[str, Any]:
 
 
 def test_a_held_queue_starts_nothing_and_takes_no_place_from_anyone() -> None:
-    held = QueueHold("2026-11-28T05:10:00.000Z", "run-agent fleet hold")
+    today = datetime.now(UTC).date().isoformat()  # a hold of another day shows its date
+    held = QueueHold(f"{today}T05:10:00.000Z", "run-agent fleet hold")
     turn = decide(LIMITS, "p", "fake", [], [], held=held)
     assert not turn.go and turn.waits_for == held.words()
     assert held.words() == "the queue is held since 05:10 UTC"
