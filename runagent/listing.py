@@ -26,8 +26,13 @@ def places(root: Path) -> Mapping[str, QueuePlace]:
 
 
 def view(task: TaskPaths) -> TaskView:
-    """The task as it is now, queued or blocked included."""
-    return tasks.view(task, places(task.root))
+    """The task as it is now, queued or blocked included (its place worked out alone: a look at
+    one task reads its record and those ahead of it, not the whole queue)."""
+    if not (task.root / runfolder.FLEET).is_dir():
+        return tasks.view(task, tasks.NO_QUEUE)
+    from runagent.fleet import queue
+
+    return tasks.view(task, queue.Places(task.root))
 
 
 def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:

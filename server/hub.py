@@ -29,6 +29,7 @@ log = logging.getLogger("run-agent.server")
 # watchfiles groups changes: yield once nothing new came for STEP ms, or after DEBOUNCE ms.
 STEP_MS = 1
 DEBOUNCE_MS = 20
+READY_WAIT = 10  # seconds start-up waits for the watcher to be set up
 
 
 # Appends to these are the bulk of all changes and never change a listing or a status.
@@ -69,8 +70,15 @@ class Hub:
         self._stop = asyncio.Event()
         ready = asyncio.Event()
         self._task = asyncio.create_task(self._watch(ready))
-        # Wait until the watcher is set up, so no change right after start-up is missed.
-        await asyncio.wait_for(ready.wait(), timeout=10)
+        # Wait until the watcher is set up, so no change right after start-up is missed. A
+        # root of 100,000 runs is as many folders to watch: its watcher may take longer to
+        # set up than a server should take to answer; it goes on setting up meanwhile.
+        try:
+            await asyncio.wait_for(asyncio.shield(ready.wait()), timeout=READY_WAIT)
+        except TimeoutError:
+            log.warning("run-agent: watching %s for changes takes more than %d s to set up "
+                        "(a watch a folder); until it is, each stream looks every few seconds",
+                        self.root, READY_WAIT)  # fmt: skip
 
     async def stop(self) -> None:
         if self._stop is not None:
@@ -100,10 +108,14 @@ class Hub:
             yield_on_timeout=True,
             rust_timeout=200,
         )
-        async for changes in watcher:
-            ready.set()
-            if changes:
-                await self.notify({Path(path) for _, path in changes})
+        try:
+            async for changes in watcher:
+                ready.set()
+                if changes:
+                    await self.notify({Path(path) for _, path in changes})
+        except (OSError, RuntimeError) as exc:  # past the system's inotify watches, say
+            log.warning("run-agent: cannot watch %s for changes (%s); each stream looks every "
+                        "few seconds instead", self.root, exc)  # fmt: skip
 
     async def notify(self, paths: set[Path]) -> None:
         if self._changed is None:

@@ -198,3 +198,15 @@ def test_every_bench_runs_here() -> None:
     left = {p.name for p in BENCH.glob("*.py")} - {"__init__.py", "serving.py"}  # no bench
     assert {name for name in left if f'"{name}"' not in here and name not in BENCHES} == set()
     assert all("--quick" in (BENCH / name).read_text(encoding="utf-8") for name in left)
+
+
+def test_the_queue_depth_bench_measures_admission_and_hand_over_at_each_depth() -> None:
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "queue_depth.py"), "--quick"],
+        capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    rows = [line.split() for line in done.stdout.splitlines() if "a start admitted, median" in line]
+    assert [row[-4] for row in rows] == ["10", "100"], done.stdout
+    assert "freed slot to next start, median (ms)" in done.stdout
+    assert "keeper RSS (MiB)" in done.stdout and "serve CPU while idle" in done.stdout

@@ -171,7 +171,7 @@ class Follower:
         waiting, or moving from a dead host), or it waits in this root's queue."""
         if self.cluster.present(self.task.label):
             return True
-        view = tasks.view(self.task, listing.places(self.task.root))
+        view = listing.view(self.task)  # its own place, not the whole queue's
         return view.status in (tasks.TaskStatus.RUNNING, tasks.TaskStatus.QUEUED,
                                tasks.TaskStatus.BLOCKED)  # fmt: skip
 
@@ -184,9 +184,10 @@ class Follower:
         if not fleet.exists() or fleet.record_of(self.task) is None:
             return False
         with fleet.locked():
-            records = depends.refresh(fleet, fleet.waiting())
-        mine = next((w for w in records if w.label == self.task.label), None)
-        if mine is None or mine.blocked is None:
+            fleet.tidy()
+            depends.refresh_pending(fleet)
+            mine = fleet.record_of(self.task)
+        if mine is None or mine.abandoned() or mine.blocked is None:
             return False
         then = "; `run-agent resume` starts it once that task has completed"
         self.console.say(f"task {self.task.label} is blocked: it {mine.blocked}"

@@ -438,15 +438,30 @@ class LimitsSettings:
         """The first cap a task of `project` run by `agent` would exceed, `running` (the project
         and agent of each task holding a slot) holding slots, in words (`max_running 4`,
         `project web's limit of 1`); '' if none."""
-        if self.max_running is not None and len(running) >= self.max_running:
+        return self.full_cap_counted(
+            project, agent, len(running), sum(p == project for p, _ in running),
+            sum(a == agent for _, a in running),
+        )  # fmt: skip
+
+    def full_cap_counted(
+        self, project: str, agent: str, running: int, of_project: int, of_agent: int
+    ) -> str:  # fmt: skip
+        """`full_cap` with the slots held counted already: all of them, `project`'s and
+        `agent`'s (the queue keeps counts as it goes down its order, rather than a list)."""
+        if self.all_taken(running):
             return f"max_running {self.max_running}"
         per_project = self.projects.get(project, self.per_project)
-        if per_project is not None and sum(p == project for p, _ in running) >= per_project:
+        if per_project is not None and of_project >= per_project:
             return f"project {project}'s limit of {per_project}"
         per_agent = self.agents.get(agent)
-        if per_agent is not None and sum(a == agent for _, a in running) >= per_agent:
+        if per_agent is not None and of_agent >= per_agent:
             return f"agent {agent}'s limit of {per_agent}"
         return ""
+
+    def all_taken(self, running: int) -> bool:
+        """Whether `running` slots held fill the cap on all tasks (no task fits, whatever its
+        project or agent: the queue looks no further down its order)."""
+        return self.max_running is not None and running >= self.max_running
 
     def to_record(self) -> dict[str, Any]:
         """The limits as JSON: in a queue record, and in the fleet's listing (the API, the

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from runagent.errors import RunAgentError
 from runagent.fleet import depends, gate
-from runagent.fleet.queue import Fleet, Waiting, decide
+from runagent.fleet.queue import Ahead, Fleet, Waiting
 from runagent.loop.context import QUEUED_SINCE
 from runagent.store import credentials
 from runagent.store.runfolder import TaskPaths
@@ -43,10 +43,11 @@ def keep(root: Path) -> int:
         os.close(fd)
         return 0  # another keeper has it
     changes = gate._changes(fleet)
+    seen = Seen()
     try:
         while True:
             with fleet.locked():
-                due = _due(fleet)
+                due = _due(fleet, seen)
                 if due is None:
                     # Let go of the keeper's lock before the fleet's: a record written after
                     # this look finds no keeper, and its writer starts one.
@@ -63,36 +64,72 @@ def keep(root: Path) -> int:
             os.close(fd)
 
 
-def _due(fleet: Fleet) -> list[Waiting] | None:
+class Seen:
+    """How far the keeper has checked the records (the index's counter of writes): a record is
+    checked once as it comes (whether this user's own, its environment complete), not at
+    every look."""
+
+    def __init__(self) -> None:
+        self.changed = 0
+
+
+def _due(fleet: Fleet, seen: Seen | None = None) -> list[Waiting] | None:
     """The detached tasks whose turn has come, their slots taken for them (under the lock);
-    None when no detached task is queued at all."""
-    records = depends.refresh(fleet, fleet.waiting())
-    if not any(w.start is not None and w.blocked is None for w in records):
+    None when no detached task is queued at all. One walk down the queue's order (the index),
+    as far as a task may yet start: each task ahead taken to have started if it fits, as
+    `decide` takes them."""
+    seen = seen if seen is not None else Seen()
+    fleet.tidy()
+    depends.refresh_pending(fleet)
+    index = fleet.index()
+    if not index.any_detached():
         return None  # a blocked one starts only when resumed, which starts a keeper again
+    fresh, seen.changed = index.changed_since(seen.changed)
+    for waiting in fresh:
+        _check(fleet, waiting)
     holders, paused, held = fleet.holders(), fleet.pauses(), fleet.queue_hold()
+    if held is not None:
+        return []
+    ahead = Ahead(holders, paused, index.limits())
     due: list[Waiting] = []
-    for waiting in [w for w in records if w.start is not None and w.eligible]:
-        refused = _untrusted(fleet, waiting)
-        if refused:  # never started: a record is what this process runs, and is checked so
-            fleet.drop(TaskPaths(fleet.root, waiting.project, waiting.task))
-            print(f"run-agent: dropped the queue record of {waiting.label}: {refused}",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            records.remove(waiting)
-            continue
-        missing = _environment(waiting)[1]
-        if missing:
-            _block(fleet, waiting, _lacks(missing))
-            records.remove(waiting)
-            continue
-        ahead = fleet.ahead_of(waiting, [w for w in records if w not in due])
-        limits = waiting.limit_settings()
-        if decide(limits, waiting.project, waiting.agent, ahead, holders, paused, held).go:
-            task = TaskPaths(fleet.root, waiting.project, waiting.task)
-            fleet.drop(task)
-            if limits.active:
-                holders.append(fleet.hold(task, waiting.agent))
-            due.append(waiting)
+    for waiting in index.in_order():
+        if ahead.none_fits():
+            break
+        started = False
+        if waiting.start is not None:
+            limits = waiting.limit_settings()
+            if ahead.turn(limits, waiting.project, waiting.agent, held).go:
+                record = _check(fleet, waiting)  # what it runs: its record, read now
+                if record is None:
+                    continue
+                task = TaskPaths(fleet.root, waiting.project, waiting.task)
+                fleet.drop(task)
+                if limits.active:
+                    fleet.hold(task, waiting.agent)
+                due.append(record)
+                started = True
+        ahead.add(waiting, started)
     return due
+
+
+def _check(fleet: Fleet, waiting: Waiting) -> Waiting | None:
+    """The record of a detached task as it is in its file, if it may be started: one that is
+    not this user's own is dropped, one whose secret variables the keeper lacks is blocked
+    (None for either, and for one gone or changed since)."""
+    record = fleet.record_of(TaskPaths(fleet.root, waiting.project, waiting.task))
+    if record is None or record.start is None or not record.eligible:
+        return None
+    refused = _untrusted(fleet, record)
+    if refused:  # never started: a record is what this process runs, and is checked so
+        fleet.drop(TaskPaths(fleet.root, record.project, record.task))
+        print(f"run-agent: dropped the queue record of {record.label}: {refused}",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return None
+    missing = _environment(record)[1]
+    if missing:
+        _block(fleet, record, _lacks(missing))
+        return None
+    return record
 
 
 # What a queued start may run: run-agent's own loop commands, nothing else.

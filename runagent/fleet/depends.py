@@ -124,6 +124,12 @@ def refresh(fleet: Fleet, records: Sequence[Waiting]) -> list[Waiting]:
     return order(out)
 
 
+def refresh_pending(fleet: Fleet) -> None:
+    """`refresh` of the records that wait for the tasks they run after, and those alone (under
+    the lock): the others' dependencies are judged already."""
+    refresh(fleet, fleet.pending())
+
+
 def need(task: TaskPaths, after: Sequence[str]) -> Need | None:
     """What a person does for a task that a task it runs after will never release (failed,
     stopped, deleted), judged now whether or not the queue has written it down yet; None
@@ -151,9 +157,9 @@ def untold(root: Path, *, on: str | None = None, label: str | None = None) -> li
         return []
     found: list[Need] = []
     with fleet.locked():
-        for waiting in refresh(fleet, fleet.waiting()):
-            if waiting.blocked is None or waiting.unreadable is not None:
-                continue
+        fleet.tidy()
+        refresh_pending(fleet)
+        for waiting in fleet.index().blocked():
             if (on is not None and on not in waiting.after) or label not in (None, waiting.label):
                 continue
             said = need(TaskPaths(root, waiting.project, waiting.task), waiting.after)

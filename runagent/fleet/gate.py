@@ -23,7 +23,7 @@ from typing import Any
 from runagent.config.settings import LimitsSettings
 from runagent.errors import AlreadyRunningError, BlockedError, DamagedRecordError, StoppedError
 from runagent.fleet import depends
-from runagent.fleet.queue import Fleet, Pause, QueueHold, Turn, Waiting, decide, now
+from runagent.fleet.queue import Fleet, Pause, QueueHold, Turn, Waiting, now
 from runagent.store.runfolder import TaskPaths, private
 
 POLL = 1.0  # seconds between looks when nothing under .fleet/ changed (a SIGKILLed holder)
@@ -58,8 +58,11 @@ def submit(
                 f"task {task.label} is already in the queue; stopping it takes it out "
                 "(`run-agent stop`, or Leave the queue on the page)"
             )
-        records = [w for w in depends.refresh(fleet, fleet.waiting()) if w.label != task.label]
-        depends.refuse_cycle(records, task.label, after)
+        fleet.tidy()
+        depends.refresh_pending(fleet)
+        if after:  # the edges are those of the records that run after others
+            edges = [w for w in fleet.index().with_after() if w.label != task.label]
+            depends.refuse_cycle(edges, task.label, after)
         me = os.getpid()
         waiting = Waiting(
             task.project_id, task.task_id, agent, fleet.next_seq(), priority, now(),
@@ -76,9 +79,8 @@ def submit(
                 fleet.put(waiting)
                 return Turn(False, 0, f"waits for {words}", blocked=True)
             waiting = replace(waiting, joined=True)
-        eligible = [w for w in records if w.eligible]
-        turn = decide(limits, task.project_id, agent, eligible, fleet.holders(), fleet.pauses(),
-                      fleet.queue_hold())  # fmt: skip
+        # Behind every eligible record, whatever its priority, as a start always was.
+        turn = fleet.turn(limits, task.project_id, agent, None)
         if turn.go:
             fleet.drop(task)
             if limits.active:
@@ -138,8 +140,9 @@ def _my_turn(fleet: Fleet, task: TaskPaths, limits: LimitsSettings, agent: str) 
             raise DamagedRecordError(f"task {task.label}: {mine.unreadable_words()}")
         if mine is None or mine.waiter != os.getpid():
             raise StoppedError(f"task {task.label} was taken out of the queue")
-        records = depends.refresh(fleet, fleet.waiting())
-        mine = next((w for w in records if w.label == task.label), mine)
+        fleet.tidy()
+        depends.refresh_pending(fleet)
+        mine = fleet.record_of(task) or mine  # joined or blocked just now, maybe
         if mine.blocked is not None:
             fleet.put(replace(mine, waiter=None, waiter_started=None))
             raise BlockedError(
@@ -148,8 +151,7 @@ def _my_turn(fleet: Fleet, task: TaskPaths, limits: LimitsSettings, agent: str) 
             )
         if not mine.eligible:
             return False
-        if not decide(limits, task.project_id, agent, fleet.ahead_of(mine, records),
-                      fleet.holders(), fleet.pauses(), fleet.queue_hold()).go:  # fmt: skip
+        if not fleet.turn(limits, task.project_id, agent, (mine.priority, mine.seq)).go:
             return False
         fleet.drop(task)
         if limits.active:
@@ -178,7 +180,7 @@ def unpause(root: Path, agent: str) -> Pause | None:
         return None
     with fleet.locked():
         lifted = fleet.unpause(agent)
-        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
+        detached = fleet.detached_waits()
     if detached:
         ensure_keeper(root)
     return lifted
@@ -202,7 +204,7 @@ def release_queue(root: Path, only: QueueHold | None = None) -> QueueHold | None
         return None
     with fleet.locked():
         released = fleet.release_queue(only)
-        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
+        detached = fleet.detached_waits()
     if released is not None and detached:
         ensure_keeper(root)
     return released
@@ -221,7 +223,7 @@ def wait_out(
     fleet = Fleet(task.root)
     with fleet.locked():
         fleet.release(task)
-        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
+        detached = fleet.detached_waits()
     if detached:
         ensure_keeper(task.root)
     while True:
@@ -255,7 +257,7 @@ def release(task: TaskPaths) -> None:
         return
     with fleet.locked():
         fleet.release(task)
-        detached = any(w.start is not None and w.blocked is None for w in fleet.waiting())
+        detached = fleet.detached_waits()
     if detached:
         ensure_keeper(task.root)
 
@@ -273,7 +275,8 @@ def dequeue(task: TaskPaths, settle: Callable[[], None] | None = None) -> Waitin
         fleet.drop(task)
         if record is not None and settle is not None:
             settle()
-            depends.refresh(fleet, fleet.waiting())
+            fleet.tidy()
+            depends.refresh_pending(fleet)
     return record
 
 

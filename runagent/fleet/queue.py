@@ -39,12 +39,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from runagent.config.settings import LimitsSettings
 from runagent.errors import shown
@@ -53,6 +53,9 @@ from runagent.store import jsonfile, runfolder
 from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import FLEET, TaskPaths, make_folder
 from runagent.store.tasks import QueuePlace
+
+if TYPE_CHECKING:
+    from runagent.fleet.index import Index
 
 T = TypeVar("T")
 FOLDER = FLEET  # in the runs root: an id may not start with '.', so no project is named so
@@ -277,37 +280,180 @@ def _instant(stamp: str) -> datetime:
 
 
 def places(root: Path) -> dict[str, QueuePlace]:
-    """Every queued or blocked task under `root`, by P/T, with where it stands (read only)."""
+    """Every queued or blocked task under `root`, by P/T, with where it stands (read only). One
+    walk down the queue's order, counting the slots the tasks ahead would take as it goes."""
     fleet = Fleet(root)
     records = fleet.waiting(clean=False)  # a listing reads; the queue's writers tidy it
     holders = fleet.holders(clean=False)
     paused = fleet.pauses(clean=False)
     held = fleet.queue_hold()
     found = {}
-    for waiting in records:
+    ahead = Ahead(holders, paused, (w.limits for w in records if w.eligible))
+    for waiting in records:  # in order: each eligible one sees those before it
         if waiting.unreadable is not None:
             found[waiting.label] = QueuePlace(0, waiting.unreadable_words(), detached=False,
                                               unreadable=waiting.unreadable)  # fmt: skip
             continue
-        ahead = fleet.ahead_of(waiting, records) if waiting.eligible else []
         if waiting.blocked is not None:
             waits = f"blocked: {waiting.blocked}"
         elif not waiting.joined:
             waits = f"waits for {', '.join(waiting.after)}"
         else:
-            turn = decide(waiting.limit_settings(), waiting.project, waiting.agent, ahead,
-                          holders, paused, held)  # fmt: skip
+            turn = ahead.turn(waiting.limit_settings(), waiting.project, waiting.agent, held)
             waits = turn.waits_for or "its turn: a slot is free"
         found[waiting.label] = QueuePlace(
-            len(ahead), waits, waiting.priority, waiting.after, waiting.start is not None,
-            not waiting.eligible,
+            ahead.count if waiting.eligible else 0, waits, waiting.priority, waiting.after,
+            waiting.start is not None, not waiting.eligible,
         )  # fmt: skip
+        if waiting.eligible:
+            ahead.add(waiting)
     # One Ray has placed whose loop waits on its host in this root's queue (for a hold, or its
     # agent's pause) is there, no longer in Ray's queue.
     on_cluster = [w for w in fleet.on_cluster() if w.label not in found]
     for n, waiting in enumerate(on_cluster):
         found[waiting.label] = QueuePlace(n, waiting.cluster_words(), waiting.priority)
     return found
+
+
+def place(root: Path, project: str, task: str) -> QueuePlace | None:
+    """Where one task stands in the queue (None: it is in none), reading what it touches: its
+    record, and the records ahead of it only as far as the caps need (read only)."""
+    fleet = Fleet(root)
+    waiting = _record(fleet.record_path(project, task))
+    if waiting is None or waiting.abandoned():
+        return _place_on_cluster(fleet, f"{project}/{task}")
+    if waiting.unreadable is not None:
+        return QueuePlace(0, waiting.unreadable_words(), detached=False,
+                          unreadable=waiting.unreadable)  # fmt: skip
+    if waiting.blocked is not None:
+        waits = f"blocked: {waiting.blocked}"
+    elif not waiting.joined:
+        waits = f"waits for {', '.join(waiting.after)}"
+    else:
+        turn = fleet.turn(waiting.limit_settings(), waiting.project, waiting.agent,
+                          (waiting.priority, waiting.seq), locked=False)  # fmt: skip
+        return QueuePlace(turn.ahead, turn.waits_for or "its turn: a slot is free",
+                          waiting.priority, waiting.after, waiting.start is not None)  # fmt: skip
+    return QueuePlace(0, waits, waiting.priority, waiting.after, waiting.start is not None, True)
+
+
+def _place_on_cluster(fleet: Fleet, label: str) -> QueuePlace | None:
+    on_cluster = fleet.on_cluster() if fleet.cluster.is_dir() else []
+    for n, waiting in enumerate(on_cluster):
+        if waiting.label == label:
+            if fleet.record_path(waiting.project, waiting.task).exists():
+                return None  # in this root's queue after all (gone from it since)
+            return QueuePlace(n, waiting.cluster_words(), waiting.priority)
+    return None
+
+
+class Places(Mapping[str, QueuePlace]):
+    """The queue's places, each worked out when it is asked for (`place`): a view of one task
+    reads what it touches; going through them all reads them all at once (`places`)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.known: dict[str, QueuePlace | None] = {}
+        self.every: dict[str, QueuePlace] | None = None
+
+    def __getitem__(self, label: str) -> QueuePlace:
+        if self.every is not None:
+            return self.every[label]
+        if label not in self.known:
+            project, _, task = label.partition("/")
+            self.known[label] = place(self.root, project, task) if task else None
+        found = self.known[label]
+        if found is None:
+            raise KeyError(label)
+        return found
+
+    def _all(self) -> dict[str, QueuePlace]:
+        if self.every is None:
+            self.every = places(self.root)
+        return self.every
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._all())
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+
+class Tally:
+    """The slots taken as a look goes down the queue's order: all of them, by project, by agent
+    (counts, so a look at a deep queue costs a step per task, not a pass over those before)."""
+
+    def __init__(self, holders: Sequence[Holder] = ()) -> None:
+        from collections import Counter
+
+        self.total = 0
+        self.projects: Counter[str] = Counter()
+        self.agents: Counter[str] = Counter()
+        for holder in holders:
+            self.add(holder.project, holder.agent)
+
+    def add(self, project: str, agent: str) -> None:
+        self.total += 1
+        self.projects[project] += 1
+        self.agents[agent] += 1
+
+    def full_cap(self, limits: LimitsSettings, project: str, agent: str) -> str:
+        """The first cap a task of `project` run by `agent` would exceed now; '' if none."""
+        return limits.full_cap_counted(
+            project, agent, self.total, self.projects[project], self.agents[agent]
+        )
+
+
+class Ahead:
+    """The eligible tasks a look down the queue's order has passed, as `decide` takes them to
+    have started: for each limits the records carry (one, unless the config changed while they
+    waited), the slots they take."""
+
+    def __init__(self, holders: Sequence[Holder], paused: Mapping[str, Pause],
+                 limits: Iterable[LimitsSettings | None]) -> None:  # fmt: skip
+        self.holders, self.paused, self.count = list(holders), paused, 0
+        # Limits are records of mappings, compared but not hashed: a short list.
+        self.tallies: list[tuple[LimitsSettings, Tally]] = []
+        for each in limits:
+            self._tally(each if each is not None else LimitsSettings())
+
+    def _tally(self, limits: LimitsSettings) -> Tally:
+        for known, tally in self.tallies:
+            if known is limits or known == limits:
+                return tally
+        if self.count:
+            raise ValueError("limits named after the look began")
+        tally = Tally(self.holders)
+        self.tallies.append((limits, tally))
+        return tally
+
+    def add(self, waiting: Waiting, started: bool = False) -> None:
+        """`waiting` passed: under each limits it takes a slot if it fits (`started`: it holds
+        one now, fit or not)."""
+        self.count += 1
+        for limits, tally in self.tallies:
+            if started or (
+                waiting.agent not in self.paused
+                and not tally.full_cap(limits, waiting.project, waiting.agent)
+            ):
+                tally.add(waiting.project, waiting.agent)
+
+    def turn(
+        self, limits: LimitsSettings, project: str, agent: str, held: QueueHold | None
+    ) -> Turn:  # fmt: skip
+        """`decide` for a task of `project` run by `agent` behind those passed."""
+        if held is not None:
+            return Turn(False, self.count, held.words())
+        if agent in self.paused:
+            return Turn(False, self.count, self.paused[agent].words())
+        cap = self._tally(limits).full_cap(limits, project, agent)
+        return Turn(False, self.count, cap) if cap else Turn(True)
+
+    def none_fits(self) -> bool:
+        """Whether every cap on all tasks is full: no task further down may start."""
+        return bool(self.tallies) and all(
+            limits.all_taken(tally.total) for limits, tally in self.tallies
+        )
 
 
 @record
@@ -345,13 +491,15 @@ def decide(
     paused = paused or {}
     if agent in paused:
         return Turn(False, len(ahead), paused[agent].words())
-    taken = list(holders)
+    tally = Tally(holders)
     for waiting in ahead:
+        if limits.all_taken(tally.total):
+            break  # none further fits: the cap found is this one
         if waiting.agent in paused:
             continue
-        if not full_cap(limits, waiting.project, waiting.agent, taken):
-            taken.append(Holder(waiting.project, waiting.task, waiting.agent, 0))
-    cap = full_cap(limits, project, agent, taken)
+        if not tally.full_cap(limits, waiting.project, waiting.agent):
+            tally.add(waiting.project, waiting.agent)
+    cap = tally.full_cap(limits, project, agent)
     return Turn(False, len(ahead), cap) if cap else Turn(True)
 
 
@@ -374,6 +522,8 @@ class Fleet:
         self.queue = self.folder / "queue"
         self.cluster = self.folder / "cluster"
         self.paused = self.folder / "paused"
+        self._locked = False
+        self._index: Index[Waiting] | None = None
 
     def exists(self) -> bool:
         return self.folder.is_dir()
@@ -386,7 +536,40 @@ class Fleet:
         self.slots.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.queue.mkdir(parents=True, exist_ok=True, mode=0o700)
         with runfolder.exclusive(self.folder / "lock"):
-            yield self
+            self._locked = True
+            try:
+                yield self
+            finally:
+                self._locked = False
+                if self._index is not None:
+                    self._index.db.close()
+                    self._index = None
+
+    def index(self) -> Index[Waiting]:
+        """The queue's index, in step with the folder (under the lock: mended once each time
+        the lock is taken; fleet/index.py)."""
+        from runagent.fleet.index import open_index
+
+        assert self._locked, "the queue's index is written under its lock"
+        if self._index is None:
+            self._index = open_index(self, locked=True)
+        return self._index
+
+    def read_record(self, name: str) -> Waiting | None:
+        """The record of file `name` in the queue's folder (as `record_of`)."""
+        return _record(self.queue / name)
+
+    def from_row(self, row: tuple[Any, ...]) -> Waiting:
+        """The record a row of the index holds (fleet/index.py): its start IN_FILE."""
+        from runagent.fleet.index import IN_FILE, limits_of
+
+        (_name, project, task, agent, seq, rank, submitted, after, joined, blocked, told, waiter,
+         waiter_started, detached, limits, unreadable, _eligible) = row  # fmt: skip
+        return Waiting(
+            project, task, agent, seq, -rank, submitted, tuple(json.loads(after)), bool(joined),
+            blocked, told, waiter, waiter_started, IN_FILE if detached else None,
+            limits_of(limits), None, unreadable,
+        )  # fmt: skip
 
     # Slots.
 
@@ -490,20 +673,108 @@ class Fleet:
     def waiting(self, clean: bool = True) -> list[Waiting]:
         """Every task in the queue, in order (those whose record cannot be read as stand-ins
         saying why), but those of foreground runs that are gone (a waiter that died never
-        holds up the queue); with `clean` (under the lock), their records are removed, and a
-        record that cannot be read is said in keeper.log (once), never removed."""
+        holds up the queue); with `clean` under the lock, their records are removed, and a
+        record that cannot be read is said in keeper.log (once), never removed. Read from the
+        index: a detached record's start is IN_FILE (fleet/index.py)."""
+        if clean and self._locked:
+            self.tidy()
+            return order(self.index().all())
+        found = [w for w in self._unlocked_records() if not w.abandoned()]
+        return order(found)
+
+    def _unlocked_records(self) -> list[Waiting]:
+        """Every record, for a reader without the lock: from the index, with those about to
+        change read afresh; from the folder when the index is out of step with it."""
+        from runagent.fleet import index
+
+        if not (self.folder / index.NAME).exists():
+            return self._from_folder()
+        try:
+            look = index.open_index(self, locked=False)
+        except index.Stale:
+            return self._from_folder()
+        try:
+            return look.all()
+        finally:
+            look.db.close()
+
+    def _from_folder(self) -> list[Waiting]:
         found = []
         for path in _files(self.queue):
             waiting = _record(path)
-            if waiting is None:
-                continue  # gone since it was listed
-            if not waiting.abandoned():
+            if waiting is not None:
                 found.append(waiting)
-                if clean and waiting.unreadable is not None:
-                    self.report(waiting, path)
-            elif clean:
-                path.unlink(missing_ok=True)
-        return order(found)
+        return found
+
+    def tidy(self) -> None:
+        """Under the lock: remove the records of foreground runs that are gone, and say in
+        keeper.log (once) each record that cannot be read."""
+        index = self.index()
+        for waiting in index.waited_for():
+            if waiting.abandoned():
+                self._remove(_file_name(waiting.project, waiting.task))
+        for name in index.unreadable():
+            damaged = self.read_record(name)
+            if damaged is not None and damaged.unreadable is not None:
+                self.report(damaged, self.queue / name)
+
+    def pending(self) -> list[Waiting]:
+        """Under the lock: the records that wait for the tasks they run after."""
+        return self.index().pending()
+
+    def detached_waits(self) -> bool:
+        """Under the lock: whether a detached task that is not blocked is queued (the keeper
+        has work)."""
+        self.tidy()
+        return self.index().any_detached()
+
+    def turn(
+        self, limits: LimitsSettings, project: str, agent: str, before: tuple[int, int] | None,
+        *, locked: bool = True,
+    ) -> Turn:  # fmt: skip
+        """`decide` for a task of `project` run by `agent` behind the eligible records ahead of
+        place (priority, seq) `before` (None: all of them), reading them down the queue's
+        order only until every cap on all tasks is full. Without the lock (a listing), from
+        the index if it is in step, else from the folder."""
+        from runagent.fleet import index as queue_index
+
+        holders = self.holders(clean=locked)
+        paused = self.pauses(clean=locked)
+        held = self.queue_hold()
+        look: Index[Waiting] | None = None
+        if locked:
+            look = self.index()
+        elif (self.folder / queue_index.NAME).exists():
+            try:
+                look = queue_index.open_index(self, locked=False)
+            except queue_index.Stale:
+                look = None
+        try:
+            if look is None:  # read every record: the index is not to be trusted now
+                records = [w for w in order(self._from_folder()) if not w.abandoned()]
+                key = (-before[0], before[1]) if before is not None else None
+                ahead = [w for w in records if w.eligible
+                         and (key is None or (-w.priority, w.seq) < key)]  # fmt: skip
+                return decide(limits, project, agent, ahead, holders, paused, held)
+            if held is not None or agent in paused:
+                count = look.count_ahead(before)
+                why = held.words() if held is not None else paused[agent].words()
+                return Turn(False, count, why)
+            tally = Tally(holders)
+            for waiting in look.in_order(before):
+                if limits.all_taken(tally.total):
+                    break  # none further fits: the cap found is this one
+                if waiting.agent in paused:
+                    continue
+                if not tally.full_cap(limits, waiting.project, waiting.agent):
+                    tally.add(waiting.project, waiting.agent)
+            cap = tally.full_cap(limits, project, agent)
+            if not cap:
+                return Turn(True)
+            return Turn(False, look.count_ahead(before), cap)
+        finally:
+            if look is not None and not locked:
+                look.db.close()
 
     def record_path(self, project: str, task: str) -> Path:
         return self.queue / _file_name(project, task)
@@ -514,8 +785,25 @@ class Fleet:
         return _record(self.record_path(task.project_id, task.task_id))
 
     def put(self, waiting: Waiting) -> None:
+        """Write the task's record (under the lock), and its row in the index. One read from
+        the index keeps its start in its file: it is taken from there, and a record gone
+        meanwhile stays gone."""
+        from runagent.fleet.index import IN_FILE
+
         assert waiting.unreadable is None, "a stand-in for a damaged record is never written"
-        _write(self.record_path(waiting.project, waiting.task), waiting.to_json())
+        name = _file_name(waiting.project, waiting.task)
+        if waiting.start is IN_FILE:
+            kept = self.read_record(name)
+            if kept is None or kept.unreadable is not None or kept.start is None:
+                return
+            waiting = replace(waiting, start=kept.start)
+        if not self._locked:
+            _write(self.queue / name, waiting.to_json())  # the index sees the folder changed
+            return
+        index = self.index()
+        index.mark(name)
+        _write(self.queue / name, waiting.to_json())
+        index.settle(name, waiting)
 
     def report(self, waiting: Waiting, path: Path | None = None) -> None:
         """Say in keeper.log that a queue record (at `path`, by default the task's) cannot be
@@ -537,11 +825,19 @@ class Fleet:
 
     def drop(self, task: TaskPaths) -> bool:
         """Take the task out of the queue; whether it was in it."""
-        path = self.record_path(task.project_id, task.task_id)
+        return self._remove(_file_name(task.project_id, task.task_id))
+
+    def _remove(self, name: str) -> bool:
+        index = self.index() if self._locked else None
+        if index is not None:
+            index.mark(name)
         try:
-            path.unlink()
+            (self.queue / name).unlink()
         except FileNotFoundError:
             return False
+        finally:
+            if index is not None:
+                index.settle(name, None)
         return True
 
     def next_seq(self) -> int:
