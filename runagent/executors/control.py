@@ -6,6 +6,7 @@ and never asks which one runs them."""
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -133,9 +134,30 @@ class Executor(Protocol):
     def unpause(self, agent: str) -> Pause | None: ...
 
 
-def ray_executor(settings: ExecutorSettings) -> Executor:
-    """The Ray executor for `settings`, connected; MissingDependencyError saying how to install
+_broker_root: Path | None = None  # the command line's runs root: its calls go by its broker
+
+
+def use_broker(root: Path | None) -> None:
+    """Hand this process's calls to the cluster to the broker of `root` (the command line, whose
+    commands are short: joining would cost each about a second); None: join it here."""
+    global _broker_root
+    _broker_root = root
+
+
+def ray_executor(settings: ExecutorSettings, direct: bool = False) -> Executor:
+    """The Ray executor for `settings`: for the command line, the one its runs root's broker
+    carries (executors/broker.py), unless `direct`, where none can answer, or in a process that
+    joined the cluster already; else joined here. MissingDependencyError saying how to install
     the extra when Ray is not installed. Ray is imported here only: it costs a second."""
+    if not direct and _broker_root is not None and not _joined() and not os.environ.get(
+        CLUSTER_ENV
+    ):  # fmt: skip
+        from runagent.executors import broker
+
+        if not broker.disabled():
+            found = broker.reach(_broker_root, settings)
+            if found is not None:
+                return found
     try:
         from runagent.executors import ray as rayexecutor
     except ImportError as exc:
@@ -146,6 +168,12 @@ def ray_executor(settings: ExecutorSettings) -> Executor:
             "pip install 'run-agent[ray]', or use --executor local"
         ) from None
     return rayexecutor.connect(settings)
+
+
+def _joined() -> bool:
+    """Whether this process joined a Ray cluster already (Ray is not imported to ask)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(getattr(ray, "is_initialized", lambda: False)())
 
 
 class ClusterSlot(Protocol):

@@ -31,7 +31,8 @@ Ray's exceptions are told apart and become run-agent's errors.
 """
 
 from runagent.executors.ray.driver import RayExecutor, connect, disconnect
-from runagent.executors.ray.hostagent import HostAgent, Where, worker_root
+from runagent.executors.ray.hostagent import HostAgent, worker_root
 from runagent.executors.ray.store import LoopSpec  # specs kept by a cluster name it here too
+from runagent.executors.where import Where
 
 __all__ = ["HostAgent", "LoopSpec", "RayExecutor", "Where", "connect", "disconnect", "worker_root"]

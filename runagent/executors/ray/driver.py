@@ -49,10 +49,10 @@ from runagent.executors.ray.hostagent import (
     CALL_WAIT,
     PLACEMENT_WAIT,
     RemoteHostAgent,
-    Where,
 )
 from runagent.executors.ray.mirror import HOME, RemoteHome
 from runagent.executors.ray.store import WAITING_STATES, LoopSpec
+from runagent.executors.where import Where
 from runagent.fleet.queue import Fleet, Pause, Turn, Waiting, needs_words, now
 from runagent.loop.context import QUEUED_SINCE
 from runagent.store import host, runfolder, taskfolder
@@ -107,13 +107,19 @@ class RayExecutor:
     def start(
         self, task: TaskPaths, command: str, overrides: LoopOverrides, *,
         config_path: Path | None, cwd: Path, schedule: str | None, again: bool, wait: float,
+        queued_since: str | None = None,
     ) -> localexecutor.Started:  # fmt: skip
+        """Start the task's loop on a host with room, or queue it in Ray's queue. `queued_since`:
+        when its start was queued before it came here (None: as this process's environment says,
+        QUEUED_SINCE; the broker hands on its command's)."""
         s = self.settings
+        if queued_since is None:
+            queued_since = os.environ.get(QUEUED_SINCE, "")
         spec = LoopSpec(
             task.project_id, task.task_id, task.root.resolve(), s.shared_root, command, overrides,
             config_path.resolve() if config_path else None, cwd.resolve(), schedule, again,
             taskfolder.read_task_prompt(task), wait, time.time(), s.max_restarts,
-            queued_since=os.environ.get(QUEUED_SINCE, ""),
+            queued_since=queued_since,
         )  # fmt: skip
         self._refuse_unmeetable(task.label)
         queued_at = now()  # before the group: any run of it starts later

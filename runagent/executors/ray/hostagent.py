@@ -31,10 +31,10 @@ from runagent.executors.ray.boundary import ClusterError
 from runagent.executors.ray.mirror import Mirror
 from runagent.executors.ray.slot import CLUSTER_ENV, SLOT, Cluster
 from runagent.executors.ray.store import LoopSpec
+from runagent.executors.where import Where
 from runagent.loop.context import QUEUED_SINCE
-from runagent.record import record
 from runagent.store import host, runfolder, taskfolder
-from runagent.store.lock import Holder, live_holder
+from runagent.store.lock import live_holder
 from runagent.store.pids import process_start_time
 from runagent.store.runfolder import TaskPaths
 
@@ -56,23 +56,6 @@ def worker_root() -> Path:
     """This host's own runs root (RUN_AGENT_WORKER_ROOT, set when it joined the cluster)."""
     given = os.environ.get(WORKER_ROOT_ENV)
     return Path(given) if given else Path.home() / ".local" / "share" / "run-agent" / "runs"
-
-
-@record
-class Where:
-    """Where a loop runs, or why it could not start."""
-
-    host: str
-    pid: int
-    process_start: float | None
-    since: str
-    error: str | None = None
-    exit_code: int | None = None
-    node: str = ""
-    log_from: int = 0  # where the loop's lines begin in the task's supervisor.log
-
-    def holder(self, label: str) -> Holder:
-        return Holder(self.pid, self.process_start, self.since, self.host, label)
 
 
 class _Loop:
