@@ -5,6 +5,7 @@ and never asks which one runs them."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable, Mapping
@@ -195,10 +196,44 @@ def cluster_slot(task: TaskPaths) -> ClusterSlot | None:
     said = os.environ.pop(CLUSTER_ENV, None)
     if not said:
         return None
-    from runagent.executors.ray.slot import Cluster, Slot
+    try:
+        found = json.loads(said)
+        held = {str(k): float(v) for k, v in (found.get("held") or {}).items()}
+        if not (found.get("address") and found.get("namespace")):
+            return None
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return _SlotLater(said, task.label, held)
 
-    cluster = Cluster.from_env({CLUSTER_ENV: said})
-    return Slot(cluster, task.label) if cluster is not None else None
+
+class _SlotLater:
+    """A loop's ClusterSlot (ray/slot.py), made, and so Ray imported, only when it is given back
+    or taken again: every loop on a cluster host has one, and importing Ray costs it a second
+    before its first run (seconds on a busy host), where most loops' agents are never paused."""
+
+    def __init__(self, said: str, label: str, held: dict[str, float]) -> None:
+        self.said, self.label, self.held = said, label, held
+        self.slot: ClusterSlot | None = None
+
+    def _made(self) -> ClusterSlot:
+        if self.slot is None:
+            from runagent.executors.ray.slot import Cluster, Slot
+
+            cluster = Cluster.from_env({CLUSTER_ENV: self.said})
+            if cluster is None:
+                raise RunAgentError(f"{CLUSTER_ENV} does not name a cluster: {self.said!r}")
+            self.slot = Slot(cluster, self.label)
+        return self.slot
+
+    def give_back(self) -> bool:
+        return self._made().give_back()
+
+    @property
+    def bundle(self) -> dict[str, float]:
+        return self.slot.bundle if self.slot is not None else dict(self.held)
+
+    def take_again(self, stopped: Callable[[float], bool]) -> bool:
+        return self._made().take_again(stopped)
 
 
 def apart(executor: ExecutorSettings | None) -> bool:

@@ -63,6 +63,12 @@ PLACEMENT_GRACE = 10.0  # seconds a group is given to be placed while a host has
 QUEUED_LOOK = 0.2  # seconds a start with no host free waits before it counts as queued
 STALE_SPEC = 30.0  # seconds a spec without its group counts as a start still being made
 JUDGE_TTL = 1.0  # seconds a judgement of a foreign supervisor is reused
+# Ray starts its workers at nice 15 (its worker_niceness), and what a worker starts inherits
+# it: the host agent's supervisors, reapers and agents would run behind everything else on
+# their host, seconds late to start on a busy one. The host agent's worker runs at the host's
+# own priority, as a driver Ray's job submission starts does (Ray reads this variable of a
+# worker's runtime environment as it starts the worker).
+HOST_AGENT_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 _executors: dict[str, RayExecutor] = {}  # by settings: one view of the cluster per process
 
@@ -224,6 +230,7 @@ class RayExecutor:
                 name=AGENT + node, namespace=self.namespace, lifetime="detached",
                 get_if_exists=True, num_cpus=0, max_concurrency=64, max_restarts=-1,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                runtime_env=HOST_AGENT_ENV,
             ).remote()  # fmt: skip
         self._agents[node] = agent
         return agent

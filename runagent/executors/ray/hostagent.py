@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,7 @@ import runagent.executors.ray.pauses as pauses
 import runagent.executors.ray.store as store
 from runagent.errors import AlreadyRunningError, RunAgentError
 from runagent.executors import local as localexecutor
+from runagent.executors.forkserver import Forked, ForkServer
 from runagent.executors.ray.boundary import ClusterError
 from runagent.executors.ray.mirror import Mirror
 from runagent.executors.ray.slot import CLUSTER_ENV, SLOT, Cluster
@@ -97,6 +99,10 @@ class HostAgent:
         # Supervisors die with the thread that forked them (PR_SET_PDEATHSIG): all are forked
         # by this one, which lives as long as the agent's worker.
         self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
+        # Which forks them from a process that loaded run-agent ahead (a new interpreter costs
+        # a supervisor its imports, seconds on a loaded host), started now by that thread.
+        self.forks = ForkServer()
+        self.spawner.submit(self.forks.start, dict(os.environ))
         # A holder on another host of a task placed here is a supervisor that died with its
         # host: the task's group, the cluster-wide lock, has moved here.
         host.set_judge(lambda task, on, pid, start: task not in self.loops)
@@ -240,7 +246,7 @@ class HostAgent:
         while True:
             try:
                 spawned = self.spawner.submit(
-                    localexecutor.spawn_local, task, argv, spec.cwd, env, True
+                    localexecutor.spawn_local, task, argv, spec.cwd, env, True, self._fork
                 )
                 started = localexecutor.await_lock(task, spawned.result(), spec.wait)
                 break
@@ -255,6 +261,13 @@ class HostAgent:
             holder.since if holder is not None else "", node=self.node,
             log_from=log_from,
         )  # fmt: skip
+
+    def _fork(self, argv: list[str], cwd: Path, env: Mapping[str, str], log: Path) -> Forked:
+        """A supervisor forked by the fork server (started again if it died), in the spawner
+        thread; OSError if it cannot be."""
+        if not self.forks.start(dict(os.environ)):
+            raise OSError("the fork server could not start")
+        return self.forks.fork(argv, cwd, env, log)
 
     def _held_back(self, spec: LoopSpec) -> dict[str, float]:
         """What a loop started again here gave back of its host while its agent was paused, and
