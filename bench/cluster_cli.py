@@ -152,14 +152,14 @@ def commands(modes: list[Mode], repeat: int) -> dict[str, dict[str, list[float]]
     return figures
 
 
-def hand_over(work: Path, address: str, kind: str, n: int) -> list[float]:
-    """Each run's end to the next run's start (ms), N tasks of `nap` against one slot, started
-    detached from the command line one after the other."""
+def hand_over(work: Path, address: str, kind: str, n: int, slots: int) -> list[float]:
+    """Each run's end to the start of the run that took its slot (ms): N tasks of `nap`
+    against `slots` slots, started detached from the command line one after the other."""
     folder = work / f"handover-{kind}"
     root = folder / "runs"
     root.mkdir(parents=True)
     executor = {"type": kind, "address": address, "namespace": "bench-handover"}
-    extra: dict[str, object] = {"limits": {"max_running": 1}} if kind == "local" else {}
+    extra: dict[str, object] = {"limits": {"max_running": slots}} if kind == "local" else {}
     config = write_config(folder / "config.yaml", root, executor, **extra)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     tasks = [TaskPaths(root, "h", f"t{i:02d}") for i in range(n)]
@@ -172,9 +172,11 @@ def hand_over(work: Path, address: str, kind: str, n: int) -> list[float]:
         return all(task.done.exists() or _ended_runs(task) for task in tasks)
 
     wait_for(ended, n * 10 + 120, f"{n} {kind} tasks to end")
-    runs = sorted(r for task in tasks for r in _ended_runs(task))
+    runs = [r for task in tasks for r in _ended_runs(task)]
     broker.stop_all(root)
-    return [(runs[k][0] - runs[k - 1][1]) * 1000 for k in range(1, len(runs))]
+    starts, ends = sorted(s for s, _ in runs), sorted(e for _, e in runs)
+    return [(starts[k] - ends[k - slots]) * 1000 for k in range(slots, len(starts))
+            if starts[k] >= ends[k - slots]]  # fmt: skip
 
 
 def _ended_runs(task: TaskPaths) -> list[tuple[float, float]]:
@@ -195,32 +197,49 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--tasks", type=int, default=12, help="tasks for the freed-slot figure")
     parser.add_argument("--quick", action="store_true", help="2 rounds, 3 tasks (CI)")
+    parser.add_argument(
+        "--address", help="a running cluster's head (HOST:PORT) to use instead of one started "
+        "here; its agent hosts' agent_slot, given as --slots",
+    )  # fmt: skip
+    parser.add_argument("--slots", type=int, default=1, help="with --address")
+    parser.add_argument("--only", choices=("commands", "handover"), help="measure one part")
     args = parser.parse_args()
     if args.quick:
         args.repeat, args.tasks = 2, 3
 
-    from ray.cluster_utils import Cluster
-
     work = Path(tempfile.mkdtemp(prefix="bench-cluster-cli-"))
     ray_tmp = Path(tempfile.mkdtemp(prefix="ray"))  # a socket's path is at most 107 bytes
     os.environ["RAY_TMPDIR"] = str(ray_tmp)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    cluster = None
     modes: list[Mode] = []
     try:
-        cluster.add_node(num_cpus=1, resources={"agent_slot": 1},
-                         env_vars={"RUN_AGENT_HOST": "hostA"})  # fmt: skip
-        cluster.wait_for_nodes()
-        modes = [Mode(name, work, cluster.address) for name in MODES]
-        # The broker's first command starts it and waits for it to join: timed apart.
-        cold, _ = modes[2].run("list")
-        figures = commands(modes, args.repeat)
-        local = hand_over(work, cluster.address, "local", args.tasks)
-        ray_ = hand_over(work, cluster.address, "ray", args.tasks)
+        address = args.address
+        if address is None:
+            from ray.cluster_utils import Cluster
+
+            cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+            cluster.add_node(num_cpus=1, resources={"agent_slot": 1},
+                             env_vars={"RUN_AGENT_HOST": "hostA"})  # fmt: skip
+            cluster.wait_for_nodes()
+            address, args.slots = cluster.address, 1
+        figures: dict[str, dict[str, list[float]]] = {}
+        cold = float("nan")
+        if args.only != "handover":
+            modes = [Mode(name, work, address) for name in MODES]
+            # The broker's first command starts it and waits for it to join: timed apart.
+            cold, _ = modes[2].to_first_act("cold", "run", "-p", "b", "-t", "cold", "go")
+            figures = commands(modes, args.repeat)
+        local: list[float] = []
+        ray_: list[float] = []
+        if args.only != "commands":
+            local = hand_over(work, address, "local", args.tasks, args.slots)
+            ray_ = hand_over(work, address, "ray", args.tasks, args.slots)
         report(figures, cold, local, ray_, args)
     finally:
         for mode in modes:
             broker.stop_all(mode.root)
-        cluster.shutdown()
+        if cluster is not None:
+            cluster.shutdown()
         shutil.rmtree(work, ignore_errors=True)
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -228,15 +247,19 @@ def main() -> None:
 def report(figures: dict[str, dict[str, list[float]]], cold: float, local: list[float],
            ray_: list[float], args: argparse.Namespace) -> None:  # fmt: skip
     load = os.getloadavg()[0]
-    print(f"each command a new process, median of {args.repeat} (ms), on {os.cpu_count()} cores "
-          f"at load {load:.1f}")  # fmt: skip
-    head = f"{'':40}{'local':>8}{'ray join':>10}{'ray broker':>12}{'join/local':>12}"
-    print(f"{head}{'broker/local':>14}")
-    for row, by in figures.items():
-        a, b, c = (statistics.median(by[m]) for m in MODES)
-        print(f"{row:40}{a:8.0f}{b:10.0f}{c:12.0f}{b / a:12.2f}{c / a:14.2f}")
-    print(f"{'the first command, starting the broker':40}{'':8}{'':10}{cold:12.0f}")
-    print(f"\na freed slot to the next start, {args.tasks} tasks against one slot (ms)")
+    print(f"on {os.cpu_count()} cores at load {load:.1f}")
+    if figures:
+        print(f"each command a new process, median of {args.repeat} (ms)")
+        head = f"{'':40}{'local':>8}{'ray join':>10}{'ray broker':>12}{'join/local':>12}"
+        print(f"{head}{'broker/local':>14}")
+        for row, by in figures.items():
+            a, b, c = (statistics.median(by[m]) for m in MODES)
+            print(f"{row:40}{a:8.0f}{b:10.0f}{c:12.0f}{b / a:12.2f}{c / a:14.2f}")
+        print(f"{'the first run, starting the broker':40}{'':8}{'':10}{cold:12.0f}")
+    if not local and not ray_:
+        return
+    print(f"\na freed slot to the next start, {args.tasks} tasks against {args.slots} slot(s) "
+          "(ms)")  # fmt: skip
     print(f"{'':40}{'local':>8}{'ray':>10}{'ratio':>12}")
     for name, f in (("median", statistics.median), ("max", max)):
         a, b = (f(x) if x else float("nan") for x in (local, ray_))

@@ -346,9 +346,13 @@ class RayExecutor:
         asked, as a listing never fails on it."""
         try:
             found = store.group_by_id(group_id)
+            if bool(found) and found.get("state") not in (None, "REMOVED"):
+                return True
+            # A host agent that freed a slot made the waiting group again (hostagent's
+            # _hand_over): it waits, or was placed, under its name.
+            return store.group(label, self.namespace) is not None
         except (ClusterError, OSError, ValueError):
             return True
-        return bool(found) and found.get("state") not in (None, "REMOVED")
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
         group = store.group(task.label, self.namespace)
