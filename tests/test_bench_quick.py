@@ -83,3 +83,23 @@ def test_the_session_bench_measures_a_continued_attempt_beside_a_fresh_one() -> 
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines() if line.strip().startswith("claude")]
     assert [row[1] for row in rows] == ["continue", "fresh"], done.stdout
+
+
+def test_the_cluster_command_bench_measures_each_command_beside_a_local_one() -> None:
+    """Each command a new process on a real Ray cluster, through the broker and joining, beside
+    the local executor, and a freed slot's hand-over (its own in-process cluster, stopped)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("the ray extra is not installed (pip install -e '.[ray]')")
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "cluster_cli.py"), "--quick"],
+        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for row in ("run, to the agent's first act", "run --detach, to its return", "list",
+                "stop -p b -t T", "the first run, starting the broker"):  # fmt: skip
+        assert row in done.stdout, done.stdout
+    assert "a freed slot to the next start" in done.stdout, done.stdout

@@ -34,10 +34,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import runagent
 from runagent import errors
@@ -45,13 +45,11 @@ from runagent.config.settings import ExecutorSettings
 from runagent.errors import RunAgentError
 from runagent.store import host, runfolder
 
-if TYPE_CHECKING:
-    from runagent.executors.control import Executor
-
 BROKER_ENV = "RUN_AGENT_BROKER"  # "0": never hand calls to a broker (each command joins itself)
 IDLE = 600.0  # seconds a broker stays without a command before it leaves
 SPAWN_WAIT = 60.0  # seconds a command waits for the broker it started to answer
 SERVER = "runagent.executors.ray.broker"  # the broker's module, run as its program
+ROOT_ENV = "RUN_AGENT_BROKER_ROOT"  # the runs root a broker serves, in its environment
 FRAME_LIMIT = 64 << 20  # bytes of one message (a read of a file is at most 1 MiB)
 # The calls a broker carries: the Ray executor's, each the same there as here.
 CALLS = frozenset({
@@ -92,6 +90,20 @@ def peer(sock: socket.socket) -> tuple[int, int]:
     """The pid and uid of the process at the other end, as the kernel says."""
     pid, uid, _ = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
     return pid, uid
+
+
+def admitted(pid: int, uid: int) -> bool:
+    """Whether the peer `pid` (the kernel's word) is this user's, in this process's user and
+    mount namespaces: never a process in the agent's sandbox, nor another user's."""
+    if uid != os.getuid() or pid <= 0:
+        return False
+    try:
+        return all(
+            os.readlink(f"/proc/{pid}/ns/{ns}") == os.readlink(f"/proc/self/ns/{ns}")
+            for ns in ("user", "mnt")
+        )
+    except OSError:
+        return False
 
 
 def send(sock: socket.socket, message: Any) -> None:
@@ -158,8 +170,11 @@ class Brokered:
     `receive_runs`, which hold something for as long as this process lives, join the cluster
     here."""
 
-    def __init__(self, settings: ExecutorSettings, sock: socket.socket, pid: int) -> None:
+    def __init__(
+        self, settings: ExecutorSettings, sock: socket.socket, pid: int, direct: Callable[[], Any]
+    ) -> None:
         self.settings = settings
+        self._direct = direct  # the executor joined here (control.ray_executor's, direct)
         self.sock = sock
         self.pid = pid  # the broker's
         self.lock = threading.Lock()
@@ -179,11 +194,6 @@ class Brokered:
         if kind == "ok":
             return value
         raise rebuilt(*value)
-
-    def _direct(self) -> Executor:
-        from runagent.executors.control import ray_executor
-
-        return ray_executor(self.settings, direct=True)
 
     def start(self, task: Any, command: str, overrides: Any, **kwargs: Any) -> Any:
         from runagent.loop.context import QUEUED_SINCE
@@ -229,7 +239,7 @@ class Brokered:
         return self._call("unpause", agent)
 
     def hold_name(self, name: str) -> bool:
-        return self._direct().hold_name(name)
+        return bool(self._direct().hold_name(name))
 
     def receive_runs(self, root: Path) -> None:
         self._direct().receive_runs(root)
@@ -242,15 +252,16 @@ def disabled() -> bool:
     return os.environ.get(BROKER_ENV, "").strip().lower() in ("0", "no", "off", "false")
 
 
-def reach(root: Path, settings: ExecutorSettings) -> Brokered | None:
+def reach(root: Path, settings: ExecutorSettings, direct: Callable[[], Any]) -> Brokered | None:
     """The broker of `root` for `settings`' cluster, started if none answers (and waited for);
-    None if none can answer, said in one line (the command then joins the cluster itself)."""
+    None if none can answer, said in one line (the command then joins the cluster itself).
+    `direct`: the executor joined in this process, for what must be held by it."""
     root = root.resolve()
     cache = (str(root), repr(settings))
     if cache in _reached:
         return _reached[cache]
     try:
-        found = _answer(root, settings) or _spawn(root, settings)
+        found = _answer(root, settings, direct) or _spawn(root, settings, direct)
     except (OSError, BrokerError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"run-agent: no cluster broker for {root} ({why}); this command joins the Ray "
@@ -260,7 +271,7 @@ def reach(root: Path, settings: ExecutorSettings) -> Brokered | None:
     return found
 
 
-def _answer(root: Path, settings: ExecutorSettings) -> Brokered | None:
+def _answer(root: Path, settings: ExecutorSettings, direct: Callable[[], Any]) -> Brokered | None:
     """The broker's answer at its socket, or None if nothing listens there."""
     path = folder(root) / f"{key(settings)}.sock"
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -285,10 +296,10 @@ def _answer(root: Path, settings: ExecutorSettings) -> Brokered | None:
     if kind != "ok":
         sock.close()
         return None
-    return Brokered(settings, sock, pid)
+    return Brokered(settings, sock, pid, direct)
 
 
-def _spawn(root: Path, settings: ExecutorSettings) -> Brokered:
+def _spawn(root: Path, settings: ExecutorSettings, direct: Callable[[], Any]) -> Brokered:
     """Start the broker (detached, its output in its log) and wait until it answers."""
     where = folder(root)
     where.mkdir(mode=runfolder.FOLDER_MODE, parents=True, exist_ok=True)
@@ -297,17 +308,19 @@ def _spawn(root: Path, settings: ExecutorSettings) -> Brokered:
 
     env = credentials.scrub(os.environ, "")  # it runs no agent: it needs no credential
     env[BROKER_ENV] = "0"  # its own calls join the cluster (it is the one that joined)
+    # Its root, in its environment rather than on its command line: a process that names a
+    # folder on its command line is taken for one of that folder's loops (`ps`, the tests).
+    env[ROOT_ENV] = str(root)
     log = where / f"{key(settings)}.log"
     with open(log, "ab", opener=runfolder.private) as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", SERVER, str(root), settings.address,
-             settings.namespace],
+            [sys.executable, "-m", SERVER, settings.address, settings.namespace],
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd="/",
             start_new_session=True,
         )  # fmt: skip
     deadline = time.monotonic() + SPAWN_WAIT
     while time.monotonic() < deadline:
-        found = _answer(root, settings)
+        found = _answer(root, settings, direct)
         if found is not None:
             return found
         if proc.poll() is not None and not held(root, settings):
@@ -359,9 +372,11 @@ def _is_broker(pid: int, root: Path) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             argv = f.read().split(b"\0")
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = f.read().split(b"\0")
     except OSError:
         return False
-    return SERVER.encode() in argv and str(root.resolve()).encode() in argv
+    return SERVER.encode() in argv and f"{ROOT_ENV}={root.resolve()}".encode() in env
 
 
 def _alive(pid: int) -> bool:

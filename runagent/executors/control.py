@@ -156,7 +156,7 @@ def ray_executor(settings: ExecutorSettings, direct: bool = False) -> Executor:
         from runagent.executors import broker
 
         if not broker.disabled():
-            found = broker.reach(_broker_root, settings)
+            found = broker.reach(_broker_root, settings, lambda: ray_executor(settings, True))
             if found is not None:
                 return found
     try:

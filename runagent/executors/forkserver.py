@@ -52,6 +52,7 @@ WARM = (
     "click",
 )
 ANSWER_WAIT = 30.0  # seconds a request waits for the server's pid
+TITLE_ROOM = 4096  # bytes of the server's command line a child's is written over (_retitle)
 
 
 # The server ----------------------------------------------------------------------------------
@@ -136,6 +137,7 @@ def _fork(request: Mapping[str, Any], answers: int, own: tuple[int, int, Any]) -
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        _retitle([sys.executable, "-m", "runagent", *request["argv"]])
         code = _run(list(request["argv"]))
         for thread in threading.enumerate():  # as the interpreter's exit waits for them
             if thread is not threading.main_thread() and not thread.daemon:
@@ -148,6 +150,23 @@ def _fork(request: Mapping[str, Any], answers: int, own: tuple[int, int, Any]) -
             sys.stdout.flush()
             sys.stderr.flush()
         os._exit(code)
+
+
+def _retitle(argv: list[str]) -> None:
+    """Show `argv` as this process's command line (`ps`, /proc/PID/cmdline), as a supervisor
+    started as a new interpreter shows it: written over the server's own, which it padded for
+    this (TITLE_ROOM); a longer one is cut."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    except (OSError, ValueError, IndexError):
+        return
+    room = end - start
+    said = "\0".join(argv).encode()[: room - 1]
+    ctypes.memmove(start, said + b" " * (room - 1 - len(said)) + b"\0", room)
 
 
 def _run(argv: list[str]) -> int:
@@ -225,7 +244,7 @@ class ForkServer:
             return True
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "runagent.executors.forkserver"],
+                [sys.executable, "-m", "runagent.executors.forkserver", " " * TITLE_ROOM],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env=dict(env), preexec_fn=_die_with_parent, cwd="/",
             )  # fmt: skip

@@ -26,8 +26,9 @@ again on its host, and it takes its groups up again as a moved loop.
 
 One module per concern: `driver` (the starter's side: RayExecutor, connect), `hostagent` (the
 actor on each host), `mirror` (a task's folder sent to the server's root from a host that does
-not share it), `store` (the cluster's key-value store and tables), and `boundary`, the one place
-Ray's exceptions are told apart and become run-agent's errors.
+not share it), `store` (the cluster's key-value store and tables), `broker` (the process that
+carries a runs root's commands' calls to the cluster: executors/broker.py says why), and
+`boundary`, the one place Ray's exceptions are told apart and become run-agent's errors.
 """
 
 from runagent.executors.ray.driver import RayExecutor, connect, disconnect

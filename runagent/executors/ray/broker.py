@@ -7,7 +7,7 @@ It holds `.broker/KEY.lock` while it lives (one per root, cluster and host), ans
 or with its cluster (Ray ends a driver whose head is gone for good). A peer is admitted only if
 the kernel says it is a process of this user in this process's user and mount namespaces.
 
-    python -m runagent.executors.ray.broker ROOT ADDRESS NAMESPACE
+    RUN_AGENT_BROKER_ROOT=ROOT python -m runagent.executors.ray.broker ADDRESS NAMESPACE
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class Broker:
 
     def _answer(self, conn: socket.socket) -> None:
         pid, uid = broker.peer(conn)
-        if not admitted(pid, uid):
+        if not broker.admitted(pid, uid):
             print(f"run-agent broker: refused pid {pid} (uid {uid}): not this user's process in "
                   "this user and mount namespace", file=sys.stderr, flush=True)  # fmt: skip
             return
@@ -116,22 +116,8 @@ class Broker:
         return None
 
 
-def admitted(pid: int, uid: int) -> bool:
-    """Whether the peer `pid` (the kernel's word) is this user's, in this process's user and
-    mount namespaces: never a process in the agent's sandbox, nor another user's."""
-    if uid != os.getuid() or pid <= 0:
-        return False
-    try:
-        return all(
-            os.readlink(f"/proc/{pid}/ns/{ns}") == os.readlink(f"/proc/self/ns/{ns}")
-            for ns in ("user", "mnt")
-        )
-    except OSError:
-        return False
-
-
 def main(argv: list[str]) -> int:
-    root, address, namespace = Path(argv[0]).resolve(), argv[1], argv[2]
+    root, (address, namespace) = Path(os.environ[broker.ROOT_ENV]).resolve(), argv[:2]
     settings = ExecutorSettings(type=ExecutorType.RAY, address=address, namespace=namespace)
     where, key = broker.folder(root), broker.key(settings)
     where.mkdir(mode=runfolder.FOLDER_MODE, parents=True, exist_ok=True)
