@@ -48,7 +48,7 @@ from runagent.store import host, runfolder
 BROKER_ENV = "RUN_AGENT_BROKER"  # "0": never hand calls to a broker (each command joins itself)
 IDLE = 600.0  # seconds a broker stays without a command before it leaves
 SPAWN_WAIT = 60.0  # seconds a command waits for the broker it started to answer
-SERVER = "runagent.executors.ray.broker"  # the broker's module, run as its program
+SERVER = "runagent.executors.broker"  # the broker's program: this module, run (`main` below)
 ROOT_ENV = "RUN_AGENT_BROKER_ROOT"  # the runs root a broker serves, in its environment
 FRAME_LIMIT = 64 << 20  # bytes of one message (a read of a file is at most 1 MiB)
 # The calls a broker carries: the Ray executor's, each the same there as here.
@@ -63,6 +63,10 @@ READS = frozenset({"read", "locate", "ended", "hosts", "present", "state_kept", 
 
 class BrokerError(RunAgentError):
     """A broker did not answer as one (gone mid-call, refused us, or another version)."""
+
+
+class CannotJoinError(BrokerError):
+    """The broker could not join the cluster: the command cannot either, and says why itself."""
 
 
 def key(settings: ExecutorSettings) -> str:
@@ -262,6 +266,8 @@ def reach(root: Path, settings: ExecutorSettings, direct: Callable[[], Any]) -> 
         return _reached[cache]
     try:
         found = _answer(root, settings, direct) or _spawn(root, settings, direct)
+    except CannotJoinError:
+        return None  # joining fails here too, and says why in its own one line
     except (OSError, BrokerError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         print(f"run-agent: no cluster broker for {root} ({why}); this command joins the Ray "
@@ -324,6 +330,8 @@ def _spawn(root: Path, settings: ExecutorSettings, direct: Callable[[], Any]) ->
         if found is not None:
             return found
         if proc.poll() is not None and not held(root, settings):
+            if proc.returncode == errors.ExitCode.MISSING_DEPENDENCY:
+                raise CannotJoinError("no cluster to join")
             tail = runfolder.tail(log, 400).strip().splitlines()
             raise BrokerError(f"it exited: {tail[-1] if tail else f'exit code {proc.returncode}'}")
         time.sleep(0.02)
@@ -385,3 +393,19 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except OSError:
         return False
+
+
+def main() -> int:
+    """The broker's program: ray/broker.py's, which needs Ray (MISSING_DEPENDENCY without)."""
+    try:
+        from runagent.executors.ray.broker import main as serve
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("ray"):
+            raise
+        print(f"run-agent broker: {exc}", file=sys.stderr)
+        return int(errors.ExitCode.MISSING_DEPENDENCY)
+    return serve(sys.argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -7,7 +7,7 @@ It holds `.broker/KEY.lock` while it lives (one per root, cluster and host), ans
 or with its cluster (Ray ends a driver whose head is gone for good). A peer is admitted only if
 the kernel says it is a process of this user in this process's user and mount namespaces.
 
-    RUN_AGENT_BROKER_ROOT=ROOT python -m runagent.executors.ray.broker ADDRESS NAMESPACE
+    RUN_AGENT_BROKER_ROOT=ROOT python -m runagent.executors.broker ADDRESS NAMESPACE
 """
 
 from __future__ import annotations
@@ -132,9 +132,9 @@ def main(argv: list[str]) -> int:
     try:
         try:
             connect(settings)
-        except RunAgentError as exc:
+        except RunAgentError as exc:  # MissingDependencyError: no cluster at the address
             print(f"run-agent broker: {exc}", file=sys.stderr, flush=True)
-            return 1
+            return int(exc.exit_code)
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
@@ -154,7 +154,3 @@ def main(argv: list[str]) -> int:
                 left.unlink()
         os.close(fd)
         disconnect()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
