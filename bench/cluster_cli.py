@@ -28,6 +28,7 @@ stopped and its temp folder removed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -98,8 +99,13 @@ class Mode:
         )  # fmt: skip
         took = (time.time() - began) * 1000
         if done.returncode != 0:
+            log = ""
+            if "-t" in args:
+                task = TaskPaths(self.root, "b", args[args.index("-t") + 1])
+                with contextlib.suppress(OSError):
+                    log = (task.folder / "supervisor.log").read_text()[-3000:]
             sys.exit(f"bench: {self.name}: run-agent {' '.join(args)} exited {done.returncode}:\n"
-                     f"{done.stderr}")  # fmt: skip
+                     f"{done.stderr}\nits supervisor.log ends:\n{log}")  # fmt: skip
         return took, done
 
     def to_first_act(self, task: str, *args: str) -> tuple[float, float]:
@@ -164,9 +170,15 @@ def hand_over(work: Path, address: str, kind: str, n: int, slots: int) -> list[f
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     tasks = [TaskPaths(root, "h", f"t{i:02d}") for i in range(n)]
     for task in tasks:
-        subprocess.run([*run_agent(), "run", "-d", "-p", "h", "-t", task.task_id, "--agent", "nap",
-                        "go", "--config", str(config)], cwd=folder, env=env, check=True,
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=300)  # fmt: skip
+        done = subprocess.run(
+            [*run_agent(), "run", "-d", "-p", "h", "-t", task.task_id, "--agent", "nap", "go",
+             "--config", str(config)],
+            cwd=folder, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True,
+            timeout=300,
+        )  # fmt: skip
+        if done.returncode != 0:
+            sys.exit(f"bench: {kind}: the start of {task.label} exited {done.returncode}:\n"
+                     f"{done.stderr}")  # fmt: skip
 
     def ended() -> bool:
         return all(task.done.exists() or _ended_runs(task) for task in tasks)

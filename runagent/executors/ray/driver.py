@@ -139,14 +139,14 @@ class RayExecutor:
                 raise
             raise AlreadyRunningError(self._refusal(task.label)) from None
         fleet = Fleet(task.root)
-        if not group.wait(PLACEMENT_GRACE if room else QUEUED_LOOK):
+        found = self._placed(task.label, group, PLACEMENT_GRACE if room else QUEUED_LOOK)
+        if found is None:
             self.ensure_agents()  # the host it lands on takes it up
             return localexecutor.Started(0, None, self._queue(fleet, task, group, queued_at))
         if fleet.exists():
             fleet.off_cluster(task)
-        found = store.group(task.label, self.namespace)
-        node = store.group_node(found) if found is not None else ""
-        spec = replace(spec, group=group.id.hex())
+        node = store.group_node(found)
+        spec = replace(spec, group=str(found["placement_group_id"]))
         try:
             where: Where = self._ask(node, "start", spec, wait=wait + PLACEMENT_WAIT)
         except TimedOutError:
@@ -165,6 +165,25 @@ class RayExecutor:
                 raise error_for_exit(code, where.error)
             where = ran  # its loop was taken up from the queue and ended before this call
         return localexecutor.Started(where.pid, where.holder(task.label))
+
+    def _placed(self, label: str, group: Any, wait: float) -> dict[str, Any] | None:
+        """The task's group once placed, waited for up to `wait` seconds; None if it still
+        waits. A host agent that freed a slot may make the waiting group again under its name
+        meanwhile (hostagent's hand-over): then the group of that name is waited for."""
+        deadline = time.monotonic() + wait
+        if boundary.placed(group, wait):
+            placed = store.group(label, self.namespace)
+            if placed is not None:
+                return placed
+        while True:
+            found = store.group(label, self.namespace)
+            if found is None or found["placement_group_id"] == group.id.hex():
+                return None  # gone (stopped meanwhile), or still the one that waits
+            if found.get("state") == "CREATED":
+                return found
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
 
     def _bundle(self) -> dict[str, float]:
         """What the task's group holds of a host: executor.resources (a group must hold
