@@ -48,7 +48,7 @@ from runagent.store import host, runfolder
 BROKER_ENV = "RUN_AGENT_BROKER"  # "0": never hand calls to a broker (each command joins itself)
 IDLE = 600.0  # seconds a broker stays without a command before it leaves
 SPAWN_WAIT = 60.0  # seconds a command waits for the broker it started to answer
-SERVER = "runagent.executors.broker"  # the broker's program: this module, run (`main` below)
+SERVER = "runagent.executors.brokerd"  # the broker's program
 ROOT_ENV = "RUN_AGENT_BROKER_ROOT"  # the runs root a broker serves, in its environment
 FRAME_LIMIT = 64 << 20  # bytes of one message (a read of a file is at most 1 MiB)
 # The calls a broker carries: the Ray executor's, each the same there as here.
@@ -393,19 +393,3 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
     except OSError:
         return False
-
-
-def main() -> int:
-    """The broker's program: ray/broker.py's, which needs Ray (MISSING_DEPENDENCY without)."""
-    try:
-        from runagent.executors.ray.broker import main as serve
-    except ImportError as exc:
-        if exc.name is None or not exc.name.startswith("ray"):
-            raise
-        print(f"run-agent broker: {exc}", file=sys.stderr)
-        return int(errors.ExitCode.MISSING_DEPENDENCY)
-    return serve(sys.argv[1:])
-
-
-if __name__ == "__main__":
-    sys.exit(main())

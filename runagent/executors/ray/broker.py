@@ -7,7 +7,7 @@ It holds `.broker/KEY.lock` while it lives (one per root, cluster and host), ans
 or with its cluster (Ray ends a driver whose head is gone for good). A peer is admitted only if
 the kernel says it is a process of this user in this process's user and mount namespaces.
 
-    RUN_AGENT_BROKER_ROOT=ROOT python -m runagent.executors.broker ADDRESS NAMESPACE
+    RUN_AGENT_BROKER_ROOT=ROOT python -m runagent.executors.brokerd ADDRESS NAMESPACE
 """
 
 from __future__ import annotations
