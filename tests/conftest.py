@@ -270,11 +270,17 @@ def ws(tmp_path: Path) -> Iterator[Workspace]:
     workspace = Workspace(tmp_path, marker=str(tmp_path), pid_file=tmp_path / "agent-pids")
     workspace.write_config()
     yield workspace
-    _insist_none_left(workspace.marker)
+    _insist_none_left(workspace.marker, workspace.root)
 
 
-def _insist_none_left(marker: str) -> None:
-    """Give trees being torn down by the test's last step a moment, then insist."""
+def _insist_none_left(marker: str, root: Path | None = None) -> None:
+    """Give trees being torn down by the test's last step a moment, then insist. The cluster
+    broker a command on a Ray cluster started for `root` lives past its commands, as it does
+    for a person: its session, the test, ends here, and so does it."""
+    if root is not None:
+        from runagent.executors import broker
+
+        broker.stop_all(root)
     deadline = time.monotonic() + 10
     while _leftovers(marker) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -302,7 +308,7 @@ def ws_outside() -> Iterator[Workspace]:
     workspace.write_config()
     try:
         yield workspace
-        _insist_none_left(workspace.marker)
+        _insist_none_left(workspace.marker, workspace.root)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
 

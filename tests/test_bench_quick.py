@@ -210,3 +210,23 @@ def test_the_queue_depth_bench_measures_admission_and_hand_over_at_each_depth() 
     assert [row[-4] for row in rows] == ["10", "100"], done.stdout
     assert "freed slot to next start, median (ms)" in done.stdout
     assert "keeper RSS (MiB)" in done.stdout and "serve CPU while idle" in done.stdout
+
+
+def test_the_cluster_command_bench_measures_each_command_beside_a_local_one() -> None:
+    """Each command a new process on a real Ray cluster, through the broker and joining, beside
+    the local executor, and a freed slot's hand-over (its own in-process cluster, stopped)."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip("the ray extra is not installed (pip install -e '.[ray]')")
+    done = subprocess.run(
+        [sys.executable, str(BENCH / "cluster_cli.py"), "--quick"],
+        capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    for row in ("run, to the agent's first act", "run --detach, to its return", "list",
+                "stop -p b -t T", "the first run, starting the broker"):  # fmt: skip
+        assert row in done.stdout, done.stdout
+    assert "a freed slot to the next start" in done.stdout, done.stdout

@@ -126,6 +126,10 @@ def setup(config_path: Path | None, root: Path | None, works_on: Path | None = N
         control.judge_foreign_hosts(config.executor)
     found = path is not None and config_path is None and not os.environ.get("RUN_AGENT_CONFIG")
     s = Setup(config, *runs_root(root, os.environ, config), config_found=found)
+    if config.executor.type is ExecutorType.RAY:  # a command's calls go by its root's broker
+        from runagent.executors import control
+
+        control.use_broker(s.root)
     if works_on is not None:
         s.refuse_inside(works_on)
     return s

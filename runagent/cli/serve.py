@@ -48,10 +48,12 @@ def serve(
     problem = bind_problem(host, port)
     if problem is not None:
         raise UsageError(f"cannot listen on {host}:{port} ({problem}); pass --port")
-    if s.config.executor.type is ExecutorType.RAY and not s.config.executor.shared_root:
-        from runagent.executors import control  # hosts send finished task folders to this root
+    if s.config.executor.type is ExecutorType.RAY:
+        from runagent.executors import control
 
-        control.ray_executor(s.config.executor).receive_runs(s.root)
+        control.use_broker(None)  # a server lives long: it joins the cluster itself, once
+        if not s.config.executor.shared_root:  # hosts send finished task folders to this root
+            control.ray_executor(s.config.executor).receive_runs(s.root)
     app = create_app(
         Settings(
             root=s.root,

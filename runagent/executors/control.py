@@ -5,7 +5,9 @@ and never asks which one runs them."""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -133,9 +135,30 @@ class Executor(Protocol):
     def unpause(self, agent: str) -> Pause | None: ...
 
 
-def ray_executor(settings: ExecutorSettings) -> Executor:
-    """The Ray executor for `settings`, connected; MissingDependencyError saying how to install
+_broker_root: Path | None = None  # the command line's runs root: its calls go by its broker
+
+
+def use_broker(root: Path | None) -> None:
+    """Hand this process's calls to the cluster to the broker of `root` (the command line, whose
+    commands are short: joining would cost each about a second); None: join it here."""
+    global _broker_root
+    _broker_root = root
+
+
+def ray_executor(settings: ExecutorSettings, direct: bool = False) -> Executor:
+    """The Ray executor for `settings`: for the command line, the one its runs root's broker
+    carries (executors/broker.py), unless `direct`, where none can answer, or in a process that
+    joined the cluster already; else joined here. MissingDependencyError saying how to install
     the extra when Ray is not installed. Ray is imported here only: it costs a second."""
+    if not direct and _broker_root is not None and not _joined() and not os.environ.get(
+        CLUSTER_ENV
+    ):  # fmt: skip
+        from runagent.executors import broker
+
+        if not broker.disabled():
+            found = broker.reach(_broker_root, settings, lambda: ray_executor(settings, True))
+            if found is not None:
+                return found
     try:
         from runagent.executors import ray as rayexecutor
     except ImportError as exc:
@@ -146,6 +169,12 @@ def ray_executor(settings: ExecutorSettings) -> Executor:
             "pip install 'run-agent[ray]', or use --executor local"
         ) from None
     return rayexecutor.connect(settings)
+
+
+def _joined() -> bool:
+    """Whether this process joined a Ray cluster already (Ray is not imported to ask)."""
+    ray = sys.modules.get("ray")
+    return ray is not None and bool(getattr(ray, "is_initialized", lambda: False)())
 
 
 class ClusterSlot(Protocol):
@@ -167,10 +196,44 @@ def cluster_slot(task: TaskPaths) -> ClusterSlot | None:
     said = os.environ.pop(CLUSTER_ENV, None)
     if not said:
         return None
-    from runagent.executors.ray.slot import Cluster, Slot
+    try:
+        found = json.loads(said)
+        held = {str(k): float(v) for k, v in (found.get("held") or {}).items()}
+        if not (found.get("address") and found.get("namespace")):
+            return None
+    except (ValueError, TypeError, AttributeError):
+        return None
+    return _SlotLater(said, task.label, held)
 
-    cluster = Cluster.from_env({CLUSTER_ENV: said})
-    return Slot(cluster, task.label) if cluster is not None else None
+
+class _SlotLater:
+    """A loop's ClusterSlot (ray/slot.py), made, and so Ray imported, only when it is given back
+    or taken again: every loop on a cluster host has one, and importing Ray costs it a second
+    before its first run (seconds on a busy host), where most loops' agents are never paused."""
+
+    def __init__(self, said: str, label: str, held: dict[str, float]) -> None:
+        self.said, self.label, self.held = said, label, held
+        self.slot: ClusterSlot | None = None
+
+    def _made(self) -> ClusterSlot:
+        if self.slot is None:
+            from runagent.executors.ray.slot import Cluster, Slot
+
+            cluster = Cluster.from_env({CLUSTER_ENV: self.said})
+            if cluster is None:
+                raise RunAgentError(f"{CLUSTER_ENV} does not name a cluster: {self.said!r}")
+            self.slot = Slot(cluster, self.label)
+        return self.slot
+
+    def give_back(self) -> bool:
+        return self._made().give_back()
+
+    @property
+    def bundle(self) -> dict[str, float]:
+        return self.slot.bundle if self.slot is not None else dict(self.held)
+
+    def take_again(self, stopped: Callable[[float], bool]) -> bool:
+        return self._made().take_again(stopped)
 
 
 def apart(executor: ExecutorSettings | None) -> bool:

@@ -10,10 +10,10 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyRunningError, RunAgentError, error_for_exit
@@ -40,7 +40,7 @@ class Started:
     queued: Turn | None = None  # where it waits, when it waits in the queue
     # The supervisor's process, to the one that started it (an executor's host agent waits on
     # it for the loop's exit code); never compared nor shown.
-    process: subprocess.Popen[bytes] | None = field(default=None, compare=False, repr=False)
+    process: Child | None = field(default=None, compare=False, repr=False)
 
 
 def loop_argv(
@@ -86,21 +86,44 @@ def start_local(
     return await_lock(task, spawn_local(task, argv, cwd, env, die_with_parent), wait)
 
 
+class Child(Protocol):
+    """A supervisor's process as its starter waits on it: a Popen, or one a fork server made."""
+
+    pid: int
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+
+# Forks `run-agent ARGV` in FOLDER with ENV, its output appended to LOG (forkserver.py);
+# OSError if it cannot.
+Fork = Callable[[list[str], Path, Mapping[str, str], Path], Child]
+
+
 def spawn_local(
     task: TaskPaths,
     argv: list[str],
     cwd: Path,
     env: Mapping[str, str] | None = None,
     die_with_parent: bool = False,
-) -> subprocess.Popen[bytes]:
-    """The supervisor's process, started (refused if another holds the task). The kernel's
-    parent-death signal follows the *thread* that forks: an executor that wants it calls this
-    from a thread that lives as long as it does."""
+    fork: Fork | None = None,
+) -> Child:
+    """The supervisor's process, started (refused if another holds the task): forked by `fork`
+    where one is given and can, else a new interpreter. The kernel's parent-death signal
+    follows the *thread* that forks: an executor that wants it calls this from a thread that
+    lives as long as it does."""
     holder = live_holder(task.lock)
     if holder is not None:
         raise AlreadyRunningError(already_running(task.label, holder))
     runfolder.make_task_folder(task)
-    with open(runfolder.supervisor_log_path(task), "ab", opener=runfolder.private) as out:
+    log = runfolder.supervisor_log_path(task)
+    if fork is not None:
+        try:
+            return fork(argv, cwd, dict(env if env is not None else os.environ), log)
+        except OSError:
+            pass  # started as a new interpreter instead
+    with open(log, "ab", opener=runfolder.private) as out:
         return subprocess.Popen(
             [sys.executable, "-m", "runagent", *argv],
             cwd=cwd,
@@ -113,7 +136,7 @@ def spawn_local(
         )
 
 
-def await_lock(task: TaskPaths, proc: subprocess.Popen[bytes], wait: float) -> Started:
+def await_lock(task: TaskPaths, proc: Child, wait: float) -> Started:
     """Wait for a started supervisor to take the task's lock; the error its exit code stands
     for, with its last word in supervisor.log, if it exits first."""
     deadline = time.monotonic() + wait

@@ -56,6 +56,8 @@ SUPERVISOR_LOG = "supervisor.log"  # what a detached supervisor prints
 SCHEDULE_STATE = ".schedules.yaml"  # in the runs root: what each schedule last fired
 SCHEDULE_LOCK = ".schedules.lock"  # held while the schedule state is read, changed and written
 FLEET = ".fleet"  # in the runs root: the queue's slots and records (runagent/fleet/)
+# In the runs root: the sockets of this root's cluster brokers (runagent/executors/broker.py).
+BROKER = ".broker"
 SCHEDULE_LOG = "schedule.log"  # in the runs root: what the crontab lines' firings print
 REMOVED = ".removed.json"  # in the runs root: what gc and delete removed, as /metrics counts it
 REMOVED_LOCK = ".removed.lock"  # held by a removal exclusively, by a scrape of /metrics shared

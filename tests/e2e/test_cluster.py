@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -39,7 +40,7 @@ from runagent import listing, schedule
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorSettings, ExecutorType, ScheduleConfig
 from runagent.errors import AlreadyRunningError, ExitCode
-from runagent.executors import control
+from runagent.executors import broker, control
 from runagent.store import taskfolder, tasks
 from runagent.store.host import this_host
 from runagent.store.runfolder import TaskPaths, read_run_info
@@ -528,6 +529,80 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
             go(task)
         for task in [*holders, *queued]:
             wait_for(lambda t=task: name_free(settings, t.label), 60, f"{task.label} to end")
+
+
+# A command as a person runs it, its Ray calls carried by the root's broker: whether it loaded
+# Ray is said on its stderr as it exits.
+PROBE = """
+import atexit, sys
+atexit.register(lambda: print("ray " + ("loaded" if "ray" in sys.modules else "never loaded"),
+                              file=sys.stderr))
+from runagent.cli import main
+main()
+"""
+
+
+def probed(ws: Workspace, *args: str, env: dict[str, str] | None = None) -> Any:
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *args, "--config", str(ws.config)], cwd=ws.path,
+        env={**os.environ, **(env or {})}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+def test_commands_on_the_cluster_go_through_the_roots_broker_and_never_load_ray(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """`run --detach`, `status` and `stop` of a loop on the cluster: none loads Ray (a second
+    each), all go through the one broker the first started, whose folder and socket are the
+    user's alone."""
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    task = ws.task("p", "brokered")
+    try:
+        started = probed(ws, "run", "-p", "p", "-t", "brokered", "-d", "go")
+        assert started.returncode == 0, started.stderr
+        assert "started on ray" in started.stderr and "ray never loaded" in started.stderr
+        folder = broker.folder(ws.root)
+        [pid_file] = list(folder.glob("*.pid"))
+        pid = int(pid_file.read_text())
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+        assert stat.S_IMODE(pid_file.with_suffix(".sock").stat().st_mode) == 0o600
+        status = probed(ws, "status", "-p", "p", "-t", "brokered")
+        assert status.returncode == 0 and "ray never loaded" in status.stderr, status.stderr
+        # Its supervisor on another host, judged alive by the cluster through the broker.
+        assert re.search(r"supervisor +pid \d+ on host host[BC] since", status.stdout)
+        stopped = probed(ws, "stop", "-p", "p", "-t", "brokered")
+        assert stopped.returncode == 0, stopped.stderr
+        assert f"task {task.label} stopped" in stopped.stdout
+        assert "ray never loaded" in stopped.stderr
+        assert int(pid_file.read_text()) == pid and alive(pid)  # the one broker of them all
+        assert latest(task).status is RunStatus.STOPPED
+    finally:
+        go(task)
+        wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
+
+
+def test_where_no_broker_can_answer_a_command_joins_the_cluster_itself_and_says_so(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    ws.root.mkdir(parents=True, exist_ok=True)
+    broker.folder(ws.root).write_text("in the broker's way")
+    task = ws.task("p", "joined")
+    try:
+        done = probed(ws, "run", "-p", "p", "-t", "joined", "-d", "go")
+        assert done.returncode == 0, done.stderr
+        said = [line for line in done.stderr.splitlines() if "no cluster broker" in line]
+        assert len(said) == 1 and "this command joins the Ray cluster itself" in said[0], said
+        assert "started on ray" in done.stderr and "ray loaded" in done.stderr
+        # Turned off, a command joins the cluster without a word about it.
+        quiet = probed(ws, "status", "-p", "p", "-t", "joined", env={broker.BROKER_ENV: "0"})
+        assert quiet.returncode == 0 and "no cluster broker" not in quiet.stderr, quiet.stderr
+        assert "running" in quiet.stdout
+    finally:
+        go(task)
+        wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
 
 
 def test_a_starters_call_that_comes_after_its_loop_ran_and_ended_starts_nothing_again(

@@ -26,12 +26,14 @@ again on its host, and it takes its groups up again as a moved loop.
 
 One module per concern: `driver` (the starter's side: RayExecutor, connect), `hostagent` (the
 actor on each host), `mirror` (a task's folder sent to the server's root from a host that does
-not share it), `store` (the cluster's key-value store and tables), and `boundary`, the one place
-Ray's exceptions are told apart and become run-agent's errors.
+not share it), `store` (the cluster's key-value store and tables), `broker` (the process that
+carries a runs root's commands' calls to the cluster: executors/broker.py says why), and
+`boundary`, the one place Ray's exceptions are told apart and become run-agent's errors.
 """
 
 from runagent.executors.ray.driver import RayExecutor, connect, disconnect
-from runagent.executors.ray.hostagent import HostAgent, Where, worker_root
+from runagent.executors.ray.hostagent import HostAgent, worker_root
 from runagent.executors.ray.store import LoopSpec  # specs kept by a cluster name it here too
+from runagent.executors.where import Where
 
 __all__ = ["HostAgent", "LoopSpec", "RayExecutor", "Where", "connect", "disconnect", "worker_root"]

@@ -113,5 +113,20 @@ def join(address: str, namespace: str) -> None:
         raise NoClusterError(first_line(exc)) from None
 
 
+def placed(group: Any, timeout: float) -> bool | None:
+    """Whether the placement group `group` was placed within `timeout` seconds; None if it went
+    meanwhile (removed, or made again under its name: hostagent's hand-over of a freed slot)."""
+    try:
+        with mapped():
+            return bool(group.wait(timeout))
+    except ClusterError:
+        return None
+    except Exception as exc:  # how Ray's wait says the group is no more: a bare Exception
+        said = str(exc)
+        if "does not exist" in said or "removed" in said:
+            return None
+        raise ClusterError(first_line(exc)) from exc
+
+
 def first_line(exc: BaseException) -> str:
     return (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -49,10 +49,10 @@ from runagent.executors.ray.hostagent import (
     CALL_WAIT,
     PLACEMENT_WAIT,
     RemoteHostAgent,
-    Where,
 )
 from runagent.executors.ray.mirror import HOME, RemoteHome
 from runagent.executors.ray.store import WAITING_STATES, LoopSpec
+from runagent.executors.where import Where
 from runagent.fleet.queue import Fleet, Pause, Turn, Waiting, needs_words, now
 from runagent.loop.context import QUEUED_SINCE
 from runagent.store import host, runfolder, taskfolder
@@ -63,6 +63,12 @@ PLACEMENT_GRACE = 10.0  # seconds a group is given to be placed while a host has
 QUEUED_LOOK = 0.2  # seconds a start with no host free waits before it counts as queued
 STALE_SPEC = 30.0  # seconds a spec without its group counts as a start still being made
 JUDGE_TTL = 1.0  # seconds a judgement of a foreign supervisor is reused
+# Ray starts its workers at nice 15 (its worker_niceness), and what a worker starts inherits
+# it: the host agent's supervisors, reapers and agents would run behind everything else on
+# their host, seconds late to start on a busy one. The host agent's worker runs at the host's
+# own priority, as a driver Ray's job submission starts does (Ray reads this variable of a
+# worker's runtime environment as it starts the worker).
+HOST_AGENT_ENV = {"env_vars": {"RAY_worker_niceness": "0"}}
 
 _executors: dict[str, RayExecutor] = {}  # by settings: one view of the cluster per process
 
@@ -107,13 +113,19 @@ class RayExecutor:
     def start(
         self, task: TaskPaths, command: str, overrides: LoopOverrides, *,
         config_path: Path | None, cwd: Path, schedule: str | None, again: bool, wait: float,
+        queued_since: str | None = None,
     ) -> localexecutor.Started:  # fmt: skip
+        """Start the task's loop on a host with room, or queue it in Ray's queue. `queued_since`:
+        when its start was queued before it came here (None: as this process's environment says,
+        QUEUED_SINCE; the broker hands on its command's)."""
         s = self.settings
+        if queued_since is None:
+            queued_since = os.environ.get(QUEUED_SINCE, "")
         spec = LoopSpec(
             task.project_id, task.task_id, task.root.resolve(), s.shared_root, command, overrides,
             config_path.resolve() if config_path else None, cwd.resolve(), schedule, again,
             taskfolder.read_task_prompt(task), wait, time.time(), s.max_restarts,
-            queued_since=os.environ.get(QUEUED_SINCE, ""),
+            queued_since=queued_since,
         )  # fmt: skip
         self._refuse_unmeetable(task.label)
         queued_at = now()  # before the group: any run of it starts later
@@ -127,14 +139,14 @@ class RayExecutor:
                 raise
             raise AlreadyRunningError(self._refusal(task.label)) from None
         fleet = Fleet(task.root)
-        if not group.wait(PLACEMENT_GRACE if room else QUEUED_LOOK):
+        found = self._placed(task.label, group, PLACEMENT_GRACE if room else QUEUED_LOOK)
+        if found is None:
             self.ensure_agents()  # the host it lands on takes it up
             return localexecutor.Started(0, None, self._queue(fleet, task, group, queued_at))
         if fleet.exists():
             fleet.off_cluster(task)
-        found = store.group(task.label, self.namespace)
-        node = store.group_node(found) if found is not None else ""
-        spec = replace(spec, group=group.id.hex())
+        node = store.group_node(found)
+        spec = replace(spec, group=str(found["placement_group_id"]))
         try:
             where: Where = self._ask(node, "start", spec, wait=wait + PLACEMENT_WAIT)
         except TimedOutError:
@@ -153,6 +165,25 @@ class RayExecutor:
                 raise error_for_exit(code, where.error)
             where = ran  # its loop was taken up from the queue and ended before this call
         return localexecutor.Started(where.pid, where.holder(task.label))
+
+    def _placed(self, label: str, group: Any, wait: float) -> dict[str, Any] | None:
+        """The task's group once placed, waited for up to `wait` seconds; None if it still
+        waits. A host agent that freed a slot may make the waiting group again under its name
+        meanwhile (hostagent's hand-over): then the group of that name is waited for."""
+        deadline = time.monotonic() + wait
+        if boundary.placed(group, wait):
+            placed = store.group(label, self.namespace)
+            if placed is not None:
+                return placed
+        while True:
+            found = store.group(label, self.namespace)
+            if found is None or found["placement_group_id"] == group.id.hex():
+                return None  # gone (stopped meanwhile), or still the one that waits
+            if found.get("state") == "CREATED":
+                return found
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
 
     def _bundle(self) -> dict[str, float]:
         """What the task's group holds of a host: executor.resources (a group must hold
@@ -218,6 +249,7 @@ class RayExecutor:
                 name=AGENT + node, namespace=self.namespace, lifetime="detached",
                 get_if_exists=True, num_cpus=0, max_concurrency=64, max_restarts=-1,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False),
+                runtime_env=HOST_AGENT_ENV,
             ).remote()  # fmt: skip
         self._agents[node] = agent
         return agent
@@ -333,9 +365,13 @@ class RayExecutor:
         asked, as a listing never fails on it."""
         try:
             found = store.group_by_id(group_id)
+            if bool(found) and found.get("state") not in (None, "REMOVED"):
+                return True
+            # A host agent that freed a slot made the waiting group again (hostagent's
+            # _hand_over): it waits, or was placed, under its name.
+            return store.group(label, self.namespace) is not None
         except (ClusterError, OSError, ValueError):
             return True
-        return bool(found) and found.get("state") not in (None, "REMOVED")
 
     def stop(self, task: TaskPaths, wait: float | None) -> Holder | None:
         group = store.group(task.label, self.namespace)

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -27,14 +28,15 @@ import runagent.executors.ray.pauses as pauses
 import runagent.executors.ray.store as store
 from runagent.errors import AlreadyRunningError, RunAgentError
 from runagent.executors import local as localexecutor
-from runagent.executors.ray.boundary import ClusterError
+from runagent.executors.forkserver import Forked, ForkServer
+from runagent.executors.ray.boundary import ClusterError, NameTakenError
 from runagent.executors.ray.mirror import Mirror
-from runagent.executors.ray.slot import CLUSTER_ENV, SLOT, Cluster
+from runagent.executors.ray.slot import CLUSTER_ENV, HOLD, SLOT, Cluster
 from runagent.executors.ray.store import LoopSpec
+from runagent.executors.where import Where
 from runagent.loop.context import QUEUED_SINCE
-from runagent.record import record
 from runagent.store import host, runfolder, taskfolder
-from runagent.store.lock import Holder, live_holder
+from runagent.store.lock import live_holder
 from runagent.store.pids import process_start_time
 from runagent.store.runfolder import TaskPaths
 
@@ -56,23 +58,6 @@ def worker_root() -> Path:
     """This host's own runs root (RUN_AGENT_WORKER_ROOT, set when it joined the cluster)."""
     given = os.environ.get(WORKER_ROOT_ENV)
     return Path(given) if given else Path.home() / ".local" / "share" / "run-agent" / "runs"
-
-
-@record
-class Where:
-    """Where a loop runs, or why it could not start."""
-
-    host: str
-    pid: int
-    process_start: float | None
-    since: str
-    error: str | None = None
-    exit_code: int | None = None
-    node: str = ""
-    log_from: int = 0  # where the loop's lines begin in the task's supervisor.log
-
-    def holder(self, label: str) -> Holder:
-        return Holder(self.pid, self.process_start, self.since, self.host, label)
 
 
 class _Loop:
@@ -114,6 +99,10 @@ class HostAgent:
         # Supervisors die with the thread that forked them (PR_SET_PDEATHSIG): all are forked
         # by this one, which lives as long as the agent's worker.
         self.spawner = ThreadPoolExecutor(1, thread_name_prefix="spawner")
+        # Which forks them from a process that loaded run-agent ahead (a new interpreter costs
+        # a supervisor its imports, seconds on a loaded host), started now by that thread.
+        self.forks = ForkServer()
+        self.spawner.submit(self.forks.start, dict(os.environ))
         # A holder on another host of a task placed here is a supervisor that died with its
         # host: the task's group, the cluster-wide lock, has moved here.
         host.set_judge(lambda task, on, pid, start: task not in self.loops)
@@ -257,7 +246,7 @@ class HostAgent:
         while True:
             try:
                 spawned = self.spawner.submit(
-                    localexecutor.spawn_local, task, argv, spec.cwd, env, True
+                    localexecutor.spawn_local, task, argv, spec.cwd, env, True, self._fork
                 )
                 started = localexecutor.await_lock(task, spawned.result(), spec.wait)
                 break
@@ -266,12 +255,28 @@ class HostAgent:
                     raise
                 time.sleep(2)
         loop.process = started.process
+        # Its end is met as it happens, not at the watch's next look: a freed slot waits for none.
+        threading.Thread(target=self._await_end, args=(loop,), daemon=True).start()
         holder = started.holder or live_holder(task.lock)
         return Where(
             self.host, started.pid, process_start_time(started.pid),
             holder.since if holder is not None else "", node=self.node,
             log_from=log_from,
         )  # fmt: skip
+
+    def _fork(self, argv: list[str], cwd: Path, env: Mapping[str, str], log: Path) -> Forked:
+        """A supervisor forked by the fork server (started again if it died), in the spawner
+        thread; OSError if it cannot be."""
+        if not self.forks.start(dict(os.environ)):
+            raise OSError("the fork server could not start")
+        return self.forks.fork(argv, cwd, env, log)
+
+    def _await_end(self, loop: _Loop) -> None:
+        process = loop.process
+        if process is None:
+            return
+        code = process.wait()
+        self._finish(loop, exit_code(code))
 
     def _held_back(self, spec: LoopSpec) -> dict[str, float]:
         """What a loop started again here gave back of its host while its agent was paused, and
@@ -384,10 +389,13 @@ class HostAgent:
             # Its group, the one its spec names now if a pause replaced it (slot.Slot), and
             # the group that held its slot again after that pause.
             group = left.group if left is not None and mine else spec.group
+            held = store.group(spec.label, self.namespace)
             store.remove_group(spec.label, self.namespace, group or None)
             store.remove_group(spec.label + SLOT, self.namespace)
             if mine:
                 store.drop_spec(self.namespace, spec.label)
+            if held is not None and held.get("state") == "CREATED":
+                self._hand_over(store.group_bundle(held))
         finally:
             with self.lock:
                 if self.loops.get(spec.label) is loop:
@@ -397,6 +405,44 @@ class HostAgent:
                 if len(self.ended) > ENDED_KEPT:
                     del self.ended[next(iter(self.ended))]
             self.freed = time.monotonic()
+
+    def _hand_over(self, freed: Mapping[str, float]) -> None:
+        """Have the oldest group waiting in this namespace that `freed` (what an ended loop's
+        group held here) fits placed now, here. Ray tries a waiting group again only after a
+        back-off that grows to a second, and a freed slot does not wake it: so that group is
+        made again under its name (its spec says so meanwhile, as a start finds no group for a
+        moment), which Ray places at once. A group waiting to take a paused loop's slot again
+        goes first: none is made again while one waits. Nothing is lost if this fails: Ray
+        places the waiting group at its next try."""
+        if freed == HOLD:
+            return  # a paused loop's group held no slot
+        try:
+            waiting = []
+            for group in store.groups():
+                name = str(group.get("name") or "")
+                if group.get("state") != "PENDING" or not name:
+                    continue
+                mine = store.group_by_name(name, self.namespace)
+                if mine is None or mine.get("placement_group_id") != group["placement_group_id"]:
+                    continue  # another namespace's
+                if name.endswith(SLOT):
+                    return  # a paused loop taking its slot again comes first: Ray's to place
+                bundle = store.group_bundle(group)
+                spec = store.spec(self.namespace, name)
+                if spec is not None and store.fits(freed, bundle):
+                    waiting.append((spec.submitted, name, group["placement_group_id"], bundle))
+            if not waiting:
+                return
+            _, name, group_id, bundle = min(waiting)
+            spec = store.spec(self.namespace, name)
+            if spec is None:
+                return
+            store.put_spec(self.namespace, replace(spec, touched=time.time()))
+            store.remove_group(name, self.namespace, group_id)
+            store.make_group(name, bundle, near=self.node)
+        except ClusterError as exc:  # NameTakenError: another host agent made it again first
+            if not isinstance(exc, NameTakenError):
+                print(f"run-agent host agent: handing a freed slot over: {exc}", file=sys.stderr)
 
     def _log(self, task: TaskPaths, line: str) -> None:
         try:

@@ -1,0 +1,327 @@
+"""Detached supervisors started by forking a process that loaded run-agent ahead of need.
+
+A loop's supervisor is `run-agent run --admitted ...`: a new interpreter that imports the command
+line, the loop and the backends before it does anything, a tenth of a second on a quiet machine
+and several on a loaded one. A cluster's host agent starts one for every loop placed on its host,
+and a person's `run` there waits for it, where a loop run here in the foreground pays none of it.
+So the host agent keeps one fork server (this module run as a program, its own child) that
+imported those modules once, and asks it for each supervisor: the server forks, and the child
+becomes the supervisor exactly as `python -m runagent ARGV` would (its own session, its output
+in the task's supervisor.log, the environment and folder it is given). The server reports each
+child's pid and, when it exits, its exit code.
+
+Each child dies with the server (PR_SET_PDEATHSIG), and the server with the host agent's thread
+that started it, as a supervisor the host agent starts itself does; so a host agent that is
+killed still leaves no loop running. Where the server cannot start or answer, the host agent
+starts the supervisor itself (local.spawn_local).
+
+The server is one thread (forking a process with threads is unsafe); it reads requests, one
+JSON line each, on its stdin, and writes answers and exits, one JSON line each, on its stdout.
+
+    python -m runagent.executors.forkserver
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import IO, Any
+
+# What a supervisor's command line loads before it runs, loaded once by the server.
+WARM = (
+    "runagent.cli",
+    "runagent.cli.run",
+    "runagent.cli.foreground",
+    "runagent.cli.console",
+    "runagent.loop.supervisor",
+    "runagent.loop.attempt",
+    "runagent.service",
+    "runagent.fleet.queue",
+    "runagent.process",
+    "backends",
+    "backends.command",
+    "yaml",
+    "click",
+)
+ANSWER_WAIT = 30.0  # seconds a request waits for the server's pid
+TITLE_ROOM = 4096  # bytes of the server's command line a child's is written over (_retitle)
+
+
+# The server ----------------------------------------------------------------------------------
+
+
+def serve() -> int:
+    import importlib
+
+    for name in WARM:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    requests, answers = sys.stdin.fileno(), sys.stdout.fileno()
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)  # only to wake the loop
+    selector = selectors.DefaultSelector()
+    selector.register(requests, selectors.EVENT_READ)
+    selector.register(wake_r, selectors.EVENT_READ)
+    pending = b""
+    _write(answers, {"ready": os.getpid()})
+    while True:
+        for key, _ in selector.select():
+            if key.fd == wake_r:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wake_r, 4096)
+                _reap(answers)
+                continue
+            chunk = os.read(requests, 65536)
+            if not chunk:  # the host agent is gone: its children go with this process
+                return 0
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line.strip():
+                    _fork(json.loads(line), answers, (wake_r, wake_w, selector))
+
+
+def _reap(answers: int) -> None:
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        _write(answers, {"exited": pid, "code": code})
+
+
+def _fork(request: Mapping[str, Any], answers: int, own: tuple[int, int, Any]) -> None:
+    server = os.getpid()
+    try:
+        log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    except OSError as exc:
+        _write(answers, {"id": request["id"], "error": f"{request['log']}: {exc.strerror}"})
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid != 0:
+        os.close(log)
+        _write(answers, {"id": request["id"], "pid": pid})
+        return
+    code = 1
+    try:
+        os.setsid()
+        _die_with_parent()
+        if os.getppid() != server:  # the server died meanwhile
+            os._exit(1)
+        wake_r, wake_w, selector = own
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        selector.close()
+        for fd in (wake_r, wake_w):
+            os.close(fd)
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(devnull)
+        os.close(log)
+        os.chdir(request["cwd"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        _retitle([sys.executable, "-m", "runagent", *request["argv"]])
+        code = _run(list(request["argv"]))
+        for thread in threading.enumerate():  # as the interpreter's exit waits for them
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+    except BaseException as exc:  # the child never returns into the server's loop
+        with contextlib.suppress(Exception):
+            print(f"run-agent: the supervisor could not start: {exc}", file=sys.stderr)
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+def _retitle(argv: list[str]) -> None:
+    """Show `argv` as this process's command line (`ps`, /proc/PID/cmdline), as a supervisor
+    started as a new interpreter shows it: written over the server's own, which it padded for
+    this (TITLE_ROOM); a longer one is cut."""
+    import ctypes
+
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+    except (OSError, ValueError, IndexError):
+        return
+    room = end - start
+    said = "\0".join(argv).encode()[: room - 1]
+    ctypes.memmove(start, said + b" " * (room - 1 - len(said)) + b"\0", room)
+
+
+def _run(argv: list[str]) -> int:
+    """`python -m runagent ARGV` in this process; its exit code."""
+    import runpy
+
+    import runagent
+
+    sys.argv = [str(Path(runagent.__file__).with_name("__main__.py")), *argv]
+    try:
+        runpy.run_module("runagent", run_name="__main__", alter_sys=True)
+    except SystemExit as done:
+        said = done.code
+        if said is None or isinstance(said, int):
+            return said or 0
+        print(said, file=sys.stderr)
+        return 1
+    return 0
+
+
+def _write(fd: int, message: Mapping[str, Any]) -> None:
+    data = json.dumps(message).encode() + b"\n"
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+# The host agent's side -----------------------------------------------------------------------
+
+
+class Forked:
+    """A supervisor the server forked, as the host agent waits on it (a Popen's pid, poll,
+    wait)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+        self.done = threading.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if not self.done.wait(timeout):
+            raise subprocess.TimeoutExpired(f"supervisor {self.pid}", timeout or 0)
+        assert self.returncode is not None
+        return self.returncode
+
+    def ended(self, code: int) -> None:
+        self.returncode = code
+        self.done.set()
+
+
+class ForkServer:
+    """The host agent's fork server: started by `start` (from the thread its children are to
+    die with), asked for a supervisor by `fork`."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.process: subprocess.Popen[bytes] | None = None
+        self.asked: dict[int, tuple[threading.Event, dict[str, Any]]] = {}
+        self.children: dict[int, Forked] = {}
+        self.exited: dict[int, int] = {}  # exits read before their pid's answer was
+        self.next_id = 0
+
+    def start(self, env: Mapping[str, str]) -> bool:
+        """Start the server (in the thread its children are to die with); whether it is up."""
+        if self.alive():
+            return True
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "runagent.executors.forkserver", " " * TITLE_ROOM],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                env=dict(env), preexec_fn=_die_with_parent, cwd="/",
+            )  # fmt: skip
+        except OSError:
+            return False
+        assert process.stdout is not None
+        ready = process.stdout.readline()  # it imported what a supervisor loads
+        if not ready.startswith(b'{"ready"'):
+            process.kill()
+            process.wait()
+            return False
+        self.process = process
+        threading.Thread(target=self._read, args=(process, process.stdout), daemon=True).start()
+        return True
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def fork(self, argv: list[str], cwd: Path, env: Mapping[str, str], log: Path) -> Forked:
+        """A supervisor `run-agent ARGV` forked by the server; OSError if it cannot be."""
+        process = self.process
+        if process is None or process.poll() is not None or process.stdin is None:
+            raise OSError("the fork server is not running")
+        with self.lock:
+            self.next_id += 1
+            ask = self.next_id
+            answered = threading.Event()
+            answer: dict[str, Any] = {}
+            self.asked[ask] = (answered, answer)
+            line = json.dumps({"id": ask, "argv": argv, "cwd": str(cwd), "env": dict(env),
+                               "log": str(log)})  # fmt: skip
+            try:
+                process.stdin.write(line.encode() + b"\n")
+                process.stdin.flush()
+            except (OSError, ValueError) as exc:
+                self.asked.pop(ask, None)
+                raise OSError(f"the fork server is gone: {exc}") from None
+        if not answered.wait(ANSWER_WAIT) or "pid" not in answer:
+            with self.lock:
+                self.asked.pop(ask, None)
+            raise OSError(answer.get("error") or "the fork server did not answer")
+        return self._child(int(answer["pid"]))
+
+    def _child(self, pid: int) -> Forked:
+        with self.lock:
+            child = self.children.setdefault(pid, Forked(pid))
+            if pid in self.exited:
+                child.ended(self.exited.pop(pid))
+                self.children.pop(pid, None)
+        return child
+
+    def _read(self, process: subprocess.Popen[bytes], out: IO[bytes]) -> None:
+        for line in out:
+            try:
+                said = json.loads(line)
+            except ValueError:
+                continue
+            with self.lock:
+                if "exited" in said:
+                    child = self.children.pop(int(said["exited"]), None)
+                    if child is None:
+                        self.exited[int(said["exited"])] = int(said["code"])
+                    else:
+                        child.ended(int(said["code"]))
+                elif "id" in said and int(said["id"]) in self.asked:
+                    answered, answer = self.asked.pop(int(said["id"]))
+                    answer.update(said)
+                    answered.set()
+        process.wait()
+        with self.lock:  # its children died with it (PR_SET_PDEATHSIG)
+            for child in self.children.values():
+                child.ended(-signal.SIGKILL)
+            self.children.clear()
+            for answered, _ in self.asked.values():
+                answered.set()
+            self.asked.clear()
+
+
+if __name__ == "__main__":
+    sys.exit(serve())
