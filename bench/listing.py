@@ -67,7 +67,8 @@ def build(root: Path, seed: Path, tasks: int, runs: int) -> None:
     """TASKS tasks of RUNS runs each, copies of `seed` as its supervisor wrote it."""
     info = runfolder.read_run_info(seed)
     assert info is not None
-    files = {name: (seed / name).read_bytes() for name in os.listdir(seed)
+    files = {name: ((seed / name).read_bytes(), (seed / name).stat().st_mode & 0o777)
+             for name in os.listdir(seed)
              if name != runfolder.RUN_INFO and (seed / name).is_file()}  # fmt: skip
     kept = {name: (seed.parent.parent / name).read_bytes()  # its task folder's own files
             for name in (".lock", runfolder.TASK_SETTINGS, runfolder.TASK_USAGE)
@@ -85,8 +86,9 @@ def build(root: Path, seed: Path, tasks: int, runs: int) -> None:
                 began = start + timedelta(minutes=t * runs + r)
                 run_id = f"{began:%Y%m%d-%H%M%S}000-{1000 + t}"
                 folder = runfolder.create_run_folder(task, run_id)
-                for name, data in files.items():
+                for name, (data, mode) in files.items():
                     (folder / name).write_bytes(data)
+                    os.chmod(folder / name, mode)
                 last = r == runs - 1
                 runfolder.write_run_info(folder, info.replace(
                     run_id=run_id, project_id=task.project_id, task_id=task.task_id,
@@ -122,18 +124,17 @@ def listing(root: Path, tmp: str, tasks: int, env: dict[str, str]) -> Callable[[
 
 
 def served(
-    root: Path, tmp: str, env: dict[str, str], args: argparse.Namespace
+    root: Path, tmp: str, env: dict[str, str], args: argparse.Namespace, repeat: int
 ) -> dict[str, list[float]]:
     """What a fresh server answers: /metrics first (cold), /api/tasks and /metrics warm, and
-    the page's fleet view."""
+    the page's fleet view, each `repeat` times."""
     found: dict[str, list[float]] = {}
-    with serving(root, tmp, env=env, wait=False) as base, httpx.Client(timeout=600) as http:
+    with serving(root, tmp, env=env, wait=False) as base, httpx.Client(timeout=900) as http:
         found["scrape_first"] = timed(lambda: http.get(f"{base}/metrics").raise_for_status(), 1)
-        found["api"] = timed(lambda: http.get(f"{base}/api/tasks").raise_for_status(), args.repeat)
-        found["scrape"] = timed(lambda: http.get(f"{base}/metrics").raise_for_status(),
-                                args.repeat)  # fmt: skip
+        found["api"] = timed(lambda: http.get(f"{base}/api/tasks").raise_for_status(), repeat)
+        found["scrape"] = timed(lambda: http.get(f"{base}/metrics").raise_for_status(), repeat)
         if args.page:
-            found["page"] = page(base, args.tasks, args.repeat)
+            found["page"] = page(base, args.tasks, repeat)
     return found
 
 
@@ -167,22 +168,32 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--page", action="store_true", help="time the page's fleet view too")
     parser.add_argument("--quick", action="store_true", help="10 tasks of 5 runs, once")
+    parser.add_argument("--root", type=Path, help="a root this bench built before (kept; its "
+                        "index is removed first), instead of building one")  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.tasks, args.runs, args.repeat = 10, 5, 1
     with tempfile.TemporaryDirectory(prefix="bench-list-") as tmp:
         root = Path(tmp) / "runs"
-        started = time.perf_counter()
-        build(root, real_run(Path(tmp)), args.tasks, args.runs)
         total = args.tasks * args.runs
-        took = time.perf_counter() - started
-        print(f"built {total:,} runs over {args.tasks:,} tasks as the supervisor writes them in "
-              f"{took:.0f} s; load average {os.getloadavg()[0]:.1f}")  # fmt: skip
+        if args.root is not None:
+            root = args.root
+            for found in root.glob(".index.sqlite*"):
+                found.unlink()
+            print(f"the root {root}, {total:,} runs over {args.tasks:,} tasks as built before")
+        else:
+            started = time.perf_counter()
+            build(root, real_run(Path(tmp)), args.tasks, args.runs)
+            took = time.perf_counter() - started
+            print(f"built {total:,} runs over {args.tasks:,} tasks as the supervisor writes them "
+                  f"in {took:.0f} s")  # fmt: skip
+        print(f"load average {os.getloadavg()[0]:.1f}")
         old_cli = timed(listing(root, tmp, args.tasks, OFF), args.repeat)
         first_cli = timed(listing(root, tmp, args.tasks, {}), 1)  # builds the index
         warm_cli = timed(listing(root, tmp, args.tasks, {}), args.repeat)
-        old = served(root, tmp, OFF, args)
-        new = served(root, tmp, {}, args)
+        # Every run read: a scrape of 100,000 takes most of a minute, so twice is enough.
+        old = served(root, tmp, OFF, args, min(args.repeat, 2))
+        new = served(root, tmp, {}, args, args.repeat)
         index_size = (root / ".index.sqlite").stat().st_size
 
     def row(name: str, before: list[float], after: list[float], goal: str) -> None:

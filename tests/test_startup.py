@@ -116,7 +116,7 @@ JOB = LIST - {"runagent.cli.show"} | {
 }  # fmt: skip
 # The fleet's gate and queue: on a job's path only under `limits:` or beside a queue.
 GATE = {"runagent.fleet", "runagent.fleet.depends", "runagent.fleet.gate",
-        "runagent.fleet.queue", "runagent.store.jsonfile"}  # fmt: skip
+        "runagent.fleet.index", "runagent.fleet.queue", "runagent.store.jsonfile"}  # fmt: skip
 # Loaded by none of the commands below: the server, the SDKs, what a job that cannot restart
 # never needs (a git look for stuck detection, OpenSSL's hashes).
 SERVER = {"server", "starlette", "uvicorn", "sse_starlette", "mcp", "prometheus_client", "ray",

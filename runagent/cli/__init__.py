@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import sys
 
-from runagent.cli.group import COMMON, cli
+from runagent.cli.group import COMMON, cli, collect
 
 __all__ = ["cli", "main"]
 
@@ -32,14 +32,6 @@ def main() -> None:
         cli(prog_name="run-agent")
     finally:
         collect()
-
-
-def collect() -> None:
-    """Let the collector run again, leaving out what the command loaded until now (nor will
-    the interpreter's last collection at exit walk it)."""
-    if not gc.isenabled():
-        gc.freeze()
-        gc.enable()
 
 
 def runs_an_agent(args: list[str]) -> bool:

@@ -203,8 +203,6 @@ class RunAgentGroup(click.Group):
         self.format_commands(ctx, formatter)
 
     def invoke(self, ctx: click.Context) -> Any:
-        from runagent.cli import collect
-
         collect()  # the command is loaded: what it makes from here on may be collected
         try:
             return super().invoke(ctx)
@@ -297,3 +295,13 @@ def cli() -> None:
 
     `run-agent --project P --task T "prompt"` is short for `run-agent run ...`.
     """
+
+
+def collect() -> None:
+    """Let the collector run again, leaving out what the command loaded until now (nor will
+    the interpreter's last collection at exit walk it): `main` turns it off while loading."""
+    import gc
+
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()

@@ -491,6 +491,17 @@ def decide(
     paused = paused or {}
     if agent in paused:
         return Turn(False, len(ahead), paused[agent].words())
+    cap = cap_left(limits, project, agent, ahead, holders, paused)
+    return Turn(False, len(ahead), cap) if cap else Turn(True)
+
+
+def cap_left(
+    limits: LimitsSettings, project: str, agent: str, ahead: Iterable[Waiting],
+    holders: Sequence[Holder], paused: Mapping[str, Pause],
+) -> str:  # fmt: skip
+    """The cap a task would exceed once each of `ahead` (in order) that fits has started
+    before it, in words; '' if it fits. The look down the order stops once every cap on all
+    tasks is full: none further can start first."""
     tally = Tally(holders)
     for waiting in ahead:
         if limits.all_taken(tally.total):
@@ -499,8 +510,7 @@ def decide(
             continue
         if not tally.full_cap(limits, waiting.project, waiting.agent):
             tally.add(waiting.project, waiting.agent)
-    cap = tally.full_cap(limits, project, agent)
-    return Turn(False, len(ahead), cap) if cap else Turn(True)
+    return tally.full_cap(limits, project, agent)
 
 
 def order(records: Sequence[Waiting]) -> list[Waiting]:
@@ -760,15 +770,7 @@ class Fleet:
                 count = look.count_ahead(before)
                 why = held.words() if held is not None else paused[agent].words()
                 return Turn(False, count, why)
-            tally = Tally(holders)
-            for waiting in look.in_order(before):
-                if limits.all_taken(tally.total):
-                    break  # none further fits: the cap found is this one
-                if waiting.agent in paused:
-                    continue
-                if not tally.full_cap(limits, waiting.project, waiting.agent):
-                    tally.add(waiting.project, waiting.agent)
-            cap = tally.full_cap(limits, project, agent)
+            cap = cap_left(limits, project, agent, look.in_order(before), holders, paused)
             if not cap:
                 return Turn(True)
             return Turn(False, look.count_ahead(before), cap)
