@@ -178,7 +178,7 @@ def test_approvals_wait_pauses_until_a_person_approves_from_another_process(
     try:
         info = wait_for(lambda: ws.runs()[0] if ws.runs() else None, what="the run")
         paths = ws.task().run(info.run_id)
-        wait_for(paths.approval_pending.exists, what="the pause")
+        wait_for(paths.approval_pending.exists, 60, "the pause")  # a loaded CI machine
         paused = time.monotonic()
         wait_for(lambda: "waiting for approval of operation 'clean'" in paths.stderr.read_text())
         # Waiting for a person is not idle: well past idle_timeout, the run is still there.
