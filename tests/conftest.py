@@ -355,8 +355,8 @@ def server(ws: Workspace) -> Iterator[Server]:
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             return False
 
-    wait_for(healthy, what="the server to answer")
-    try:
+    try:  # a loaded machine (the suite on more workers than cores) can take its time to start it
+        wait_for(healthy, 60, "the server to answer")
         yield Server(url, proc)
     finally:
         proc.terminate()
