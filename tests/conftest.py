@@ -83,7 +83,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return OneClusterScheduling(config, log)
 
 
-def wait_for(condition: Callable[[], Any], timeout: float = 15.0, what: str = "condition") -> Any:
+def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
     """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
