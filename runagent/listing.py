@@ -46,6 +46,26 @@ def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
     return [tasks.view(task, queue, runs) for task in found]
 
 
+def rows(root: Path, project_id: str | None = None) -> dict[str, str]:
+    """Every task's listing row (`TaskView.to_dict`) as JSON text, by P/T in listing order
+    (`in_order`): what `list --json`, the API, the task list's stream and MCP give. A settled
+    task's row comes from the root's index while its stamps hold (runagent/store/index.py)."""
+    import json
+
+    from runagent.store import index
+
+    found = tasks.all_paths(root, project_id)
+    queue = places(root)
+    if not found:
+        return {}
+    if not index.enabled():
+        made = {task.label: json.dumps(tasks.view(task, queue).to_dict()) for task in found}
+    else:
+        covers = f"{project_id}/" if project_id else ""
+        made = index.for_root(root).rows(found, queue, lambda label: label.startswith(covers))
+    return {label: made[label] for label in sorted(made, key=lambda label: _place(label, queue))}
+
+
 def summaries(
     root: Path, found: list[TaskPaths], sums: bool = False, covers: Covers | None = None
 ) -> Mapping[str, Summary]:
@@ -62,14 +82,16 @@ def summaries(
 def in_order(views: list[TaskView]) -> list[TaskView]:
     """Tasks as a listing shows them: by project, each project's tasks by name as a person
     counts (q2 before q10), then those that wait, in the order they start (the blocked last)."""
+    return sorted(views, key=lambda v: _place(v.label, {v.label: v.queue} if v.queue else {}))
+
+
+def _place(label: str, places: Mapping[str, QueuePlace]) -> tuple[object, ...]:
+    """Where the task `label` (P/T) stands in a listing, `places` as for `tasks.view`."""
     import re
 
-    def natural(name: str) -> tuple[tuple[int, int | str], ...]:
-        return tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
-
-    def place(v: TaskView) -> tuple[object, ...]:
-        waiting = v.queue is not None and v.queue.unreadable is None
-        where = (1 + v.queue.blocked, v.queue.ahead) if waiting and v.queue else (0, 0)
-        return (v.paths.project_id, *where, natural(v.paths.task_id))
-
-    return sorted(views, key=place)
+    project, _, name = label.partition("/")
+    natural = tuple((0, int(p)) if p.isdigit() else (1, p) for p in re.split(r"(\d+)", name) if p)
+    place = places.get(label)
+    waiting = place is not None and place.unreadable is None
+    where = (1 + place.blocked, place.ahead) if waiting and place else (0, 0)
+    return (project, *where, natural)

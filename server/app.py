@@ -221,7 +221,8 @@ class Api:
     async def all_tasks(self, request: Request) -> Response:
         reaches = grant_of(request).reaches
         rows = await run_in_threadpool(streams.snapshot, self.root)
-        return JSONResponse(list(streams.of_projects(rows, reaches).values()))
+        text = streams.json_array(streams.of_projects(rows, reaches).values())
+        return Response(text, media_type="application/json")
 
     async def project_tasks(self, request: Request) -> Response:
         try:

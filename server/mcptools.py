@@ -214,7 +214,8 @@ class Tools:
         if only is not None:
             grant.reach(validate_id("project", _text(args, "project")))
         rows = streams.of_projects(streams.snapshot(self.root), grant.reaches)
-        return [row for row in rows.values() if only is None or row["project_id"] == only]
+        return [json.loads(row) for label, row in rows.items()
+                if only is None or label.partition("/")[0] == only]  # fmt: skip
 
     def status(self, grant: Grant, args: dict[str, Any]) -> dict[str, Any]:
         return detail.of(self.task(grant, args), grant.reaches)

@@ -16,7 +16,7 @@ import json
 import os
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -164,9 +164,15 @@ async def task_events(
             seen = await hub.wait(seen, RECHECK)
 
 
-def snapshot(root: Path) -> dict[str, dict[str, Any]]:
-    """Every task's listing row, keyed by `project/task`."""
-    return {view.label: view.to_dict() for view in listing.all_tasks(root)}
+def snapshot(root: Path) -> dict[str, str]:
+    """Every task's listing row as JSON text, keyed by `project/task` (runagent.listing.rows:
+    a settled task's from the root's index)."""
+    return listing.rows(root)
+
+
+def json_array(texts: Iterable[str]) -> str:
+    """Rows already written as JSON text, as one JSON array."""
+    return "[" + ",".join(texts) + "]"
 
 
 PASTE_PARTS = ("outbox", "inbox", "sessions")  # of a task's paste/ folder (runagent.paste)
@@ -221,7 +227,7 @@ def of_projects(rows: dict[str, V], reaches: Callable[[str], bool]) -> dict[str,
     return {key: row for key, row in rows.items() if reaches(key.partition("/")[0])}
 
 
-Look = tuple[dict[str, dict[str, Any]], dict[str, Any], dict[str, tuple[int, int]]]
+Look = tuple[dict[str, str], dict[str, Any], dict[str, tuple[int, int]]]
 
 
 class Shared:
@@ -264,14 +270,14 @@ async def root_events(
     rows = of_projects(whole, reaches)
     marks = of_projects(paste, reaches)
     said = of_projects(loop, reaches)
-    yield event("snapshot", list(rows.values()))
+    yield {"event": "snapshot", "data": json_array(rows.values())}
     while True:
         seen = await hub.wait(seen, RECHECK, meta=True)
         whole, paste, loop = await shared.look(seen)
         fresh = of_projects(whole, reaches)
         for key, row in fresh.items():
             if rows.get(key) != row:
-                yield event("task", row)
+                yield {"event": "task", "data": row}
         for key in rows.keys() - fresh.keys():
             project, _, task = key.partition("/")
             yield event("removed", {"project_id": project, "task_id": task})

@@ -25,7 +25,12 @@ from runagent.store.tasks import RacerView, RaceView
 def json_rows(rows: list[dict[str, Any]]) -> str:
     """A JSON array of `rows`, one a line: json's C encoder writes each (an indented listing is
     written by its Python one, a third of `list --json` of a thousand tasks)."""
-    return "[\n" + ",\n".join(json.dumps(row) for row in rows) + "\n]" if rows else "[]"
+    return json_array([json.dumps(row) for row in rows])
+
+
+def json_array(texts: list[str]) -> str:
+    """A JSON array of rows already written as JSON text, one a line."""
+    return "[\n" + ",\n".join(texts) + "\n]" if texts else "[]"
 
 
 def print_table(rows: list[list[str]], header: list[str]) -> None:
@@ -72,10 +77,10 @@ def list_(
         validate_id("project", project_id)
         if not (s.root / project_id).is_dir():
             raise NotFoundError(f"project {project_id!r} not found {s.where()}")
-    views = listing.in_order(listing.all_tasks(s.root, project_id))
     if as_json:
-        click.echo(json_rows([v.to_dict() for v in views]))
+        click.echo(json_array(list(listing.rows(s.root, project_id).values())))
         return
+    views = listing.in_order(listing.all_tasks(s.root, project_id))
     if not views:
         click.echo(f"no tasks {s.where()}", err=True)
         return

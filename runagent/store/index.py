@@ -32,19 +32,21 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from runagent.record import record
 from runagent.store import runfolder, runinfo, tasks
+from runagent.store.host import is_here
+from runagent.store.lock import read_holder
 from runagent.store.removed import Figures, Sums
 from runagent.store.runfolder import TaskPaths
 from runagent.store.runinfo import RunInfo, RunStatus
 
 FILE = ".index.sqlite"  # in the runs root (a hidden name: never taken for a project)
-VERSION = 1  # of the tables below; a file of another version is built afresh
+VERSION = 2  # of the tables below; a file of another version is built afresh
 RACY_NS = 2_000_000_000  # a stamp read this soon after its change is looked at again
 BUSY_MS = 2_000  # how long a write waits for another process's
 
@@ -58,7 +60,8 @@ _ENDED = frozenset({RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.TIMED_OUT,
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS task (label TEXT PRIMARY KEY, entry TEXT NOT NULL, sums TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS task (label TEXT PRIMARY KEY, entry TEXT NOT NULL, sums TEXT NOT NULL,
+                                 row_key TEXT, row TEXT);
 CREATE TABLE IF NOT EXISTS run (label TEXT NOT NULL, run_id TEXT NOT NULL, stamp TEXT NOT NULL,
                                 figures TEXT NOT NULL, PRIMARY KEY (label, run_id)) WITHOUT ROWID;
 """
@@ -113,6 +116,23 @@ class _Final(NamedTuple):
         return cls(stamped, int(read_ns), Figures(*json.loads(figures)))
 
 
+class _Row(NamedTuple):
+    """A settled task's listing row (`TaskView.to_dict`, as JSON text), and the stamps of
+    everything it was made from: its `runs/` folder, its latest record, its own folder (DONE,
+    race.yaml, usage.json and the queue's leaving note are renamed in and out of it) and its
+    lock file (written in place by the next supervisor that takes it)."""
+
+    key: tuple[Any, ...]
+    text: str
+
+
+# A task's status that no process of its own can change without changing a stamp of its row.
+_SETTLED = frozenset({tasks.TaskStatus.COMPLETED, tasks.TaskStatus.FAILED,
+                      tasks.TaskStatus.TIMED_OUT, tasks.TaskStatus.STOPPED,
+                      tasks.TaskStatus.OVER_BUDGET, tasks.TaskStatus.STUCK,
+                      tasks.TaskStatus.PENDING})  # fmt: skip
+
+
 @dataclass
 class _Entry:
     stamp: Stamp | None  # of the task's runs/ folder; None: there is none
@@ -120,18 +140,37 @@ class _Entry:
     count: int
     unsettled: dict[str, _Run]
     latest_id: str | None = None  # its newest final run
-    latest: RunInfo | None = None
+    latest_data: dict[str, Any] | None = None  # its record as stored: made a RunInfo if asked
     latest_stamp: Stamp | None = None
     sums: Sums = field(default_factory=Sums)
     final: dict[str, _Final] = field(default_factory=dict)  # found final since it was stored
     gone: set[str] = field(default_factory=set)  # final runs removed since it was stored
     changed: bool = True  # to be stored
+    _latest: RunInfo | None = None
+
+    @property
+    def latest(self) -> RunInfo | None:
+        if self._latest is None and self.latest_data is not None:
+            self._latest = runinfo.trusted(self.latest_data)
+        return self._latest
+
+    @latest.setter
+    def latest(self, info: RunInfo | None) -> None:
+        self._latest, self.latest_data = info, None
+
+    def latest_unsupervised(self) -> bool:
+        """Whether its latest final run names no supervisor of run-agent's (conductor-loop's,
+        whose reconciler may rewrite it): asked of the stored record without making it one."""
+        data = self.latest_data
+        if data is None:
+            return self._latest is not None and tasks.unsupervised(self._latest)
+        return data.get("supervisor_pid") is None and data.get("host") is None
 
     def to_json(self) -> str:
         return json.dumps({
             "stamp": list(self.stamp) if self.stamp else None, "read_ns": self.read_ns,
             "count": self.count, "latest_id": self.latest_id,
-            "latest": self.latest.to_dict() if self.latest else None,
+            "latest": self.latest_data if self._latest is None else self._latest.to_dict(),
             "latest_stamp": list(self.latest_stamp) if self.latest_stamp else None,
             "unsettled": {run_id: run.to_json() for run_id, run in self.unsettled.items()},
         })  # fmt: skip
@@ -144,7 +183,7 @@ class _Entry:
             _stamp_of(data["stamp"]), int(data["read_ns"]), int(data["count"]),
             {str(run_id): _Run(_stamp_of(s), int(n), runinfo.trusted(i) if i else None, bool(o))
              for run_id, (s, n, i, o) in data["unsettled"].items()},
-            data["latest_id"], runinfo.trusted(latest) if latest else None,
+            data["latest_id"], latest if isinstance(latest, dict) else None,
             _stamp_of(data["latest_stamp"]), changed=False,
         )  # fmt: skip
 
@@ -161,6 +200,56 @@ def _stamp_of(value: Any) -> Stamp | None:
     return tuple(int(n) for n in value) if value else None
 
 
+def _row_key(task: TaskPaths, entry: _Entry) -> tuple[Any, ...] | None:
+    """The stamps a settled task's row is made from, as they are now (None: not all known)."""
+    if entry.latest_id is not None and entry.latest_stamp is None:
+        return None  # its latest record was read within its racy window
+    folder = _stat(os.fspath(task.folder), follow=False)
+    if folder is None or entry.stamp is None:
+        return None
+    lock = _stat(os.fspath(task.lock), follow=False)
+    return (entry.stamp, entry.latest_id, entry.latest_stamp, _folder_stamp(folder),
+            _file_stamp(lock) or ())  # fmt: skip
+
+
+def _holds(folder: str, row: _Row) -> bool:
+    """Whether every stamp `row` was made from is as it was, the task's `folder` given."""
+    runs, latest_id, latest, own, lock = row.key
+    return (
+        _folder_stamp(_stat(f"{folder}/runs")) == runs
+        and _folder_stamp(_stat(folder, follow=False)) == own
+        and (_file_stamp(_stat(f"{folder}/{runfolder.LOCK}", follow=False)) or ()) == lock
+        and (latest_id is None or
+             _file_stamp(_stat(f"{folder}/runs/{latest_id}/{runfolder.RUN_INFO}", False)) == latest)
+    )  # fmt: skip
+
+
+def _key_of(value: Any) -> tuple[Any, ...]:
+    """A row's key as stored (JSON's lists), comparable with one made now."""
+    return tuple(tuple(part) if isinstance(part, list) else part for part in value)
+
+
+def _settled(view: tasks.TaskView, key: tuple[Any, ...], now: int) -> bool:
+    """Whether the task's row can only change with one of the stamps of `key`: it has ended
+    (or never ran), nothing holds it or may come back to (a lock's note of a holder known by
+    its pid alone, or on another host, is looked at each time), it is not queued, raced or an
+    operations run's nor conductor-loop's, and no stamp changed within the racy window."""
+    if view.status not in _SETTLED or view.queue is not None or view.race is not None:
+        return False
+    if view.supervisor is not None or view.operations or view.unreadable is not None:
+        return False
+    if view.latest is not None and tasks.unsupervised(view.latest):
+        return False  # conductor-loop's, whose reconciler may rewrite it: read each time
+    runs, _, _, folder, lock = key
+    if any(now - stamp[-1] < RACY_NS for stamp in (runs, folder, lock) if stamp):
+        return False
+    if lock:
+        holder = read_holder(view.paths.lock)
+        if holder is not None and (holder.process_start is None or not is_here(holder.host)):
+            return False
+    return True
+
+
 class Index:
     """The index of one runs root, in this process (`for_root` shares one per root); safe to
     use from several threads, and beside other processes using the same file."""
@@ -170,6 +259,8 @@ class Index:
         self.persist = persist  # kept in its file (else in memory: read afresh in each process)
         self._lock = threading.RLock()
         self._entries: dict[str, _Entry] = {}
+        self._stored: dict[str, str] = {}  # entries loaded from the file, not decoded yet
+        self._rows: dict[str, _Row] = {}  # settled tasks' rows
         self._sums: dict[str, str] = {}  # stored sums of entries loaded, not decoded yet
         self._db: sqlite3.Connection | None = None
         self._loaded = False
@@ -191,15 +282,55 @@ class Index:
             self._store()
             return out
 
+    def rows(
+        self, found: Iterable[TaskPaths], places: Mapping[str, tasks.QueuePlace],
+        covers: Covers | None = None,
+    ) -> dict[str, str]:  # fmt: skip
+        """Each task of `found`'s listing row (`TaskView.to_dict`) as JSON text, by P/T,
+        `places` and `covers` as for `tasks.view` and `summaries`. A settled task's row (ended,
+        nothing holding it, not queued, no race, no operations run) is kept and given again
+        while every stamp it was made from holds: what a look at a thousand such tasks costs is
+        five `stat`s each, no file read."""
+        with self._lock:
+            self._load()
+            now = time.time_ns()
+            out = {}
+            root = os.fspath(self.root)
+            for task in found:
+                label = task.label
+                row = self._rows.get(label)
+                if row is not None and label not in places and _holds(f"{root}/{label}", row):
+                    out[label] = row.text  # its entry not even decoded
+                    continue
+                entry = self._fresh(task, now)
+                key = None if label in places or entry.unsettled else _row_key(task, entry)
+                if key is not None and row is not None and row.key == key:
+                    out[label] = row.text
+                    continue
+                summary = self._summary_of(task, entry, False)
+                view = tasks.view(task, places, {label: summary})
+                text = out[label] = json.dumps(view.to_dict())
+                kept = _Row(key, text) if key and _settled(view, key, now) else None
+                if kept != row:
+                    if kept is None:
+                        del self._rows[label]
+                    else:
+                        self._rows[label] = kept
+                    entry.changed = True
+            if covers is not None:
+                self._forget(lambda label: label not in out and covers(label))
+            self._store()
+            return out
+
     def __len__(self) -> int:
         """How many tasks it knows."""
-        return len(self._entries)
+        return len(self._entries.keys() | self._stored.keys())
 
     def _forget(self, gone: Callable[[str], bool]) -> None:
-        labels = [label for label in self._entries if gone(label)]
+        labels = [label for label in self._entries.keys() | self._stored.keys() if gone(label)]
         for label in labels:
-            del self._entries[label]
-            self._sums.pop(label, None)
+            for known in (self._entries, self._stored, self._sums, self._rows):
+                known.pop(label, None)
         if labels and self._db is not None:
             try:
                 with self._db:
@@ -213,7 +344,9 @@ class Index:
                 self._drop()
 
     def _summary(self, task: TaskPaths, now: int, sums: bool) -> Summary:
-        entry = self._fresh(task, now)
+        return self._summary_of(task, self._fresh(task, now), sums)
+
+    def _summary_of(self, task: TaskPaths, entry: _Entry, sums: bool) -> Summary:
         latest_id, latest = entry.latest_id, entry.latest
         for run_id, run in entry.unsettled.items():
             if run.info is not None and (latest_id is None or run_id > latest_id):
@@ -244,7 +377,7 @@ class Index:
         """The task's entry, brought up to date with its folders."""
         st = _stat(os.fspath(task.runs))
         stamp = _folder_stamp(st)
-        entry = self._entries.get(task.label)
+        entry = self._entry(task.label)
         if entry is None or entry.stamp != stamp or _racy(entry.read_ns, st):
             return self._relist(task, entry, stamp, now)
         for run_id in list(entry.unsettled):
@@ -252,9 +385,7 @@ class Index:
         if entry.latest_id is not None:  # a final record rewritten after all: read it again
             path = f"{os.fspath(task.runs)}/{entry.latest_id}/{runfolder.RUN_INFO}"
             st = _stat(path, follow=False)
-            if _file_stamp(st) != entry.latest_stamp or (
-                entry.latest is not None and tasks.unsupervised(entry.latest)
-            ):
+            if _file_stamp(st) != entry.latest_stamp or entry.latest_unsupervised():
                 self._read_latest(task, entry, now)
         return entry
 
@@ -294,9 +425,11 @@ class Index:
         if fresh.latest_id != latest_id:  # not the one found final just now
             fresh.latest_id, fresh.latest, fresh.latest_stamp = latest_id, None, None
             if entry is not None and entry.latest_id == latest_id:
-                fresh.latest, fresh.latest_stamp = entry.latest, entry.latest_stamp
-        if fresh.latest_id is not None and (fresh.latest is None or
-                                            tasks.unsupervised(fresh.latest)):  # fmt: skip
+                fresh.latest_data, fresh._latest = entry.latest_data, entry._latest
+                fresh.latest_stamp = entry.latest_stamp
+        if fresh.latest_id is not None and (
+            (fresh.latest_data is None and fresh._latest is None) or fresh.latest_unsupervised()
+        ):
             self._read_latest(task, fresh, now)
         return fresh
 
@@ -354,14 +487,25 @@ class Index:
         if db is None:
             return
         try:
-            for label, entry, sums in db.execute("SELECT label, entry, sums FROM task"):
-                try:
-                    self._entries[label] = _Entry.from_json(entry)
-                except (ValueError, TypeError, KeyError):
-                    continue  # read again from its folders
-                self._sums[label] = sums
+            rows = db.execute("SELECT label, entry, sums, row_key, row FROM task")
+            for label, entry, sums, row_key, row in rows:
+                self._stored[label], self._sums[label] = entry, sums
+                if row_key and row:
+                    with contextlib.suppress(ValueError, TypeError):
+                        self._rows[label] = _Row(_key_of(json.loads(row_key)), row)
         except sqlite3.Error:
             self._drop()
+
+    def _entry(self, label: str) -> _Entry | None:
+        """The task's entry, decoded from the file's the first time it is asked for."""
+        found = self._entries.get(label)
+        stored = self._stored.pop(label, None) if found is None else None
+        if stored is not None:
+            try:
+                self._entries[label] = found = _Entry.from_json(stored)
+            except (ValueError, TypeError, KeyError):
+                return None  # read again from its folders
+        return found
 
     def _final_runs(self, label: str, entry: _Entry | None) -> dict[str, _Final]:
         """The task's final runs as stored, with what `entry` found since and not stored."""
@@ -399,8 +543,11 @@ class Index:
                              for run_id, f in e.final.items()],
                         )  # fmt: skip
                         sums = self._sums.get(label) or json.dumps(e.sums.to_dict())
-                        db.execute("INSERT OR REPLACE INTO task VALUES (?, ?, ?)",
-                                   (label, e.to_json(), sums))  # fmt: skip
+                        row = self._rows.get(label)
+                        db.execute("INSERT OR REPLACE INTO task VALUES (?, ?, ?, ?, ?)",
+                                   (label, e.to_json(), sums,
+                                    json.dumps(row.key) if row else None,
+                                    row.text if row else None))  # fmt: skip
             except sqlite3.OperationalError:  # busy, or no room: kept for the next look
                 return
             except sqlite3.Error:
@@ -445,6 +592,7 @@ class Index:
                     self._db.close()
             self._db = None
             self._entries, self._sums, self._loaded = {}, {}, False
+            self._stored, self._rows = {}, {}
 
 
 def _connect(path: Path | None) -> sqlite3.Connection:

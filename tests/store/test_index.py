@@ -7,14 +7,17 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from runagent import listing
-from runagent.store import index, runfolder
-from runagent.store.runinfo import Reason
+from runagent.store import index, lock, runfolder, taskfolder, tasks
+from runagent.store.runinfo import Reason, Usage
 from server import metrics
 from tests.conftest import Workspace, wait_for
 from tests.server.test_metrics import counters, scrape
@@ -180,3 +183,68 @@ def test_reindex_builds_the_index_afresh_from_the_folders(ws: Workspace) -> None
     with sqlite3.connect(ws.root / index.FILE) as db:
         assert db.execute("SELECT count(*) FROM run").fetchone() == (4,)
     assert listed(ws) == truth
+
+
+def by_task(rows: list[dict[str, object]]) -> dict[str, dict[str, object]]:
+    return {f"{r['project_id']}/{r['task_id']}": r for r in rows}
+
+
+def test_a_settled_tasks_row_is_kept_and_made_afresh_when_what_it_shows_changes(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A settled task's row comes from the index while the stamps it was made from hold, and
+    each change that no new run makes (a supervisor taking the task, its sum of usage, a DONE
+    written, a place in the queue) shows at the very next look."""
+    ws.write_config(["--lines", "1"], max_restarts=0, agents={"bad": ["--fail-first", "1"]})
+    assert ws.cli("run", "-p", "p", "-t", "a", "go").returncode == 0
+    assert ws.cli("run", "-p", "p", "-t", "b", "--agent", "bad", "go").returncode == 1
+    listed(ws)
+    settle()
+    assert listed(ws) == listed(ws, OFF)  # the rows made past their racy window, and kept
+    index.for_root(ws.root).close()  # as a new process would, from the file
+    reads: list[str] = []
+
+    def counted(name: str, read: Callable[..., object]) -> Callable[..., object]:
+        def reading(*args: object, **kwargs: object) -> object:
+            reads.append(name)
+            return read(*args, **kwargs)
+
+        return reading
+
+    for module, name in ((runfolder, "read_run_record"), (lock, "read_holder"),
+                         (taskfolder, "read_task_usage"), (tasks, "view")):  # fmt: skip
+        monkeypatch.setattr(module, name, counted(name, getattr(module, name)))
+    kept = listing.rows(ws.root)
+    assert reads == []  # no record, lock note, usage or view read: five stats a task
+    assert [json.loads(row)["status"] for row in kept.values()] == ["completed", "failed"]
+    monkeypatch.undo()
+
+    a, b = ws.task("p", "a"), ws.task("p", "b")
+    taskfolder.add_task_usage(a, Usage(1000, 200, 0.5))
+    assert by_task(listed(ws))["p/a"]["usage"] == {"tokens_in": 1000, "tokens_out": 200,
+                                                    "cost_usd": 0.5}  # fmt: skip
+    runfolder.atomic_write(b.done, "done\n")
+    assert by_task(listed(ws))["p/b"]["status"] == "completed"
+    settle()
+    assert listed(ws) == listed(ws, OFF)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from pathlib import Path; "
+         "from runagent.store.lock import TaskLock; TaskLock(Path(sys.argv[1]), 'p/a').acquire(); "
+         "print('held', flush=True); sys.stdin.read()", str(a.lock)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        row = by_task(listed(ws))["p/a"]
+        assert (row["status"], row["supervisor_pid"]) == ("running", holder.pid)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert by_task(listed(ws))["p/a"]["status"] == "completed"
+    assert listed(ws) == listed(ws, OFF)
+    settle()
+    listed(ws)
+    place = tasks.QueuePlace(ahead=2, waits_for="max_running 1")
+    found = tasks.all_paths(ws.root)
+    queued = json.loads(index.for_root(ws.root).rows(found, {"p/a": place})["p/a"])
+    assert queued["status"] == "queued" and queued["queue"]["ahead"] == 2
