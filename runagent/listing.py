@@ -4,9 +4,9 @@ none shows a queued task as a pending one; the queue's code is loaded only where
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from runagent.store import runfolder, tasks
 from runagent.store.runfolder import TaskPaths
@@ -46,24 +46,61 @@ def all_tasks(root: Path, project_id: str | None = None) -> list[TaskView]:
     return [tasks.view(task, queue, runs) for task in found]
 
 
-def rows(root: Path, project_id: str | None = None) -> dict[str, str]:
+def rows(
+    root: Path, project_id: str | None = None, projects: frozenset[str] | None = None
+) -> dict[str, str]:
     """Every task's listing row (`TaskView.to_dict`) as JSON text, by P/T in listing order
-    (`in_order`): what `list --json`, the API, the task list's stream and MCP give. A settled
-    task's row comes from the root's index while its stamps hold (runagent/store/index.py)."""
+    (`in_order`), of one project or of `projects` (None: all): what `list --json`, the API,
+    the task list's stream and MCP give. A settled task's row comes from the root's index
+    while its stamps hold (runagent/store/index.py)."""
     import json
 
     from runagent.store import index
 
-    found = tasks.all_paths(root, project_id)
+    if projects is not None:
+        found = [task for p in runfolder.project_ids(root) if p in projects
+                 for task in tasks.all_paths(root, p)]  # fmt: skip
+    else:
+        found = tasks.all_paths(root, project_id)
     queue = places(root)
     if not found:
         return {}
     if not index.enabled():
         made = {task.label: json.dumps(tasks.view(task, queue).to_dict()) for task in found}
     else:
-        covers = f"{project_id}/" if project_id else ""
-        made = index.for_root(root).rows(found, queue, lambda label: label.startswith(covers))
+
+        def covers(label: str) -> bool:
+            project = label.partition("/")[0]
+            return project in projects if projects is not None else project_id in (None, project)
+
+        made = index.for_root(root).rows(found, queue, covers)
     return {label: made[label] for label in sorted(made, key=lambda label: _place(label, queue))}
+
+
+# A task's status that asks nothing of a fleet's view: no loop, no wait, nothing for a person.
+QUIET = frozenset({"completed", "failed", "timed_out", "stopped", "pending"})
+
+
+def glance(
+    root: Path, projects: frozenset[str] | None = None,
+    whole: Callable[[str, dict[str, Any]], bool] = lambda label, row: False,
+) -> tuple[dict[str, dict[str, Any]], list[TaskView]]:  # fmt: skip
+    """Every task's row (of `projects`; None: all), by P/T, and the whole view of those that
+    are not quiet (running, waiting, raced, stopped for a person, an operations run's, and
+    those `whole` asks for): a fleet's view and a scrape cost one row a task, and a view only
+    for what is going on."""
+    import json
+
+    from runagent.store import index
+
+    found = {label: json.loads(text) for label, text in rows(root, projects=projects).items()}
+    looked = [TaskPaths(root, *label.split("/", 1)) for label, row in found.items()
+              if row["status"] not in QUIET or "race" in row or whole(label, row)]  # fmt: skip
+    if not looked:
+        return found, []
+    queue = places(root)
+    runs = summaries(root, looked) if index.enabled() else None
+    return found, [tasks.view(task, queue, runs) for task in looked]
 
 
 def summaries(

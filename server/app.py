@@ -31,6 +31,7 @@ from runagent.paste import state as paste_state
 from runagent.store import runfolder, tasks
 from runagent.store.credentials import scrub_urls
 from runagent.store.runfolder import TaskPaths
+from runagent.store.runinfo import Usage
 from runagent.store.tokens import Scope
 from server import detail, streams
 from server.actions import MAX_BODY, Actions
@@ -205,7 +206,12 @@ class Api:
         reaches = grant_of(request).reaches
 
         def projects() -> list[dict[str, Any]]:
-            used = tasks.project_usage(listing.all_tasks(self.root))
+            used: dict[str, Usage] = {}
+            for label, row in listing.glance(self.root)[0].items():
+                if row["usage"] is not None:
+                    project = label.partition("/")[0]
+                    found = Usage(**row["usage"])
+                    used[project] = used[project] + found if project in used else found
             return [
                 {
                     "project_id": p,

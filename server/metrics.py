@@ -130,31 +130,34 @@ class RootCollector(Collector):
             gathered = list(self._collect())
         yield from gathered
 
-    def _views(self) -> tuple[list[tasks.TaskView], Mapping[str, Summary]]:
-        """The tasks it shows, and what their runs add up to (by P/T)."""
+    def _views(self) -> tuple[dict[str, str], list[tasks.TaskView], Mapping[str, Summary]]:
+        """The tasks it shows: each one's status, the whole view of the races among them, and
+        what their runs add up to (by P/T)."""
         if not self.root.is_dir():
-            return [], {}
+            return {}, [], {}
         reached = [p for p in runfolder.project_ids(self.root) if self.reaches is None or
                    self.reaches(p)]  # fmt: skip
         found = [task for p in reached for task in tasks.all_paths(self.root, p)]
         reaches = self.reaches
         covers = None if reaches is None else lambda label: reaches(label.split("/", 1)[0])
         runs = listing.summaries(self.root, found, sums=True, covers=covers or (lambda _: True))
-        queue = listing.places(self.root)
-        return [tasks.view(task, queue, runs) for task in found], runs
+        rows, views = listing.glance(self.root, frozenset(reached))
+        statuses = {label: str(row["status"]) for label, row in rows.items()}
+        return statuses, [v for v in views if v.race is not None], runs
 
     def _collect(self) -> Iterator[Metric]:
-        views, runs = self._views()
-        by_status: Counter[str] = Counter()
+        statuses, views, runs = self._views()
+        by_status = Counter(statuses.values())  # over_budget, stuck: as everywhere else
         # What gc and delete removed, then what the run folders hold (module docstring).
         sums = removed.removed(self.root, self.reaches) if self.root.is_dir() else Sums()
-        for view in views:
-            by_status[view.status.value] += 1  # over_budget, stuck: as everywhere else
-            summary = runs[view.label]
+        root = self.root
+        for label, summary in runs.items():
             sums.add(summary.sums)
             for run in summary.unsettled:
                 sums.add_run(run)
-            sums.operations.update(self.tally.operations(view.paths, summary.operations))
+            if summary.operations:
+                task = TaskPaths(root, *label.split("/", 1))
+                sums.operations.update(self.tally.operations(task, summary.operations))
         yield _gauge("run_agent_tasks", "Tasks under the runs root by status.", ["status"],
                      {(s,): n for s, n in by_status.items()})  # fmt: skip
         yield _counter("run_agent_runs_started", "Runs started, by agent.", ["agent"],

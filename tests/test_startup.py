@@ -212,7 +212,9 @@ def test_a_list_of_a_fleet_loads_its_queue_and_no_more(ws: Workspace) -> None:
                                     "runagent.config.overrides", "runagent.loop",
                                     "runagent.loop.context", "runagent.loop.needs",
                                     "runagent.service", "runagent.store.spend",
-                                    "runagent.store.steering"}),
+                                    "runagent.store.steering",  # and, as any listing with
+                                    "runagent.store.index",  # a task, the root's index
+                                    "runagent.store.removed"}),
         (("token", "list"), LIST | {"runagent.cli.tokens", "runagent.store.tokens",
                                     "runagent.store.jsonfile", "runagent.loop",
                                     "runagent.loop.context"}),

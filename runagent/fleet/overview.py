@@ -8,6 +8,7 @@ reads.
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any
@@ -143,9 +144,7 @@ def overview(
 ) -> Overview:  # fmt: skip
     """The fleet, or the part of it in `projects` (a token limited to them sees no other
     project's tasks or spend, and not the whole root's)."""
-    views = [
-        v for v in listing.all_tasks(root) if projects is None or v.paths.project_id in projects
-    ]
+    rows, views = listing.glance(root, projects, _may_need)
     needs = [need for view in views for need in needs_of(view)]
     waiting = [v for v in views if v.queue is not None and v.queue.unreadable is None]
     queued = sorted((v for v in waiting if not _blocked(v)), key=_place)
@@ -153,13 +152,13 @@ def overview(
     unreadable = [v for v in views if v.queue is not None and v.queue.unreadable is not None]
     races = tuple(v for v in views if v.race is not None and v.status is TaskStatus.RUNNING)
     counts = {  # a race's task is no loop of its own: its racers are, each counted
-        "running": sum(v.status is TaskStatus.RUNNING and v.race is None for v in views),
+        "running": sum(row["status"] == "running" and "race" not in row for row in rows.values()),
         "races": len(races),
         "queued": len(queued),
         "blocked": len(blocked),
         "unreadable": len(unreadable),
         "needs_person": len({n.label for n in needs}),
-        "tasks": len(views),
+        "tasks": len(rows),
     }
     today = datetime.now(UTC).date()
     spent = _spent(root, budgets or BudgetSettings(), today)
@@ -172,13 +171,22 @@ def overview(
     return Overview(counts, tuple(queued), tuple(blocked), spent, tuple(needs),
                     limits or LimitsSettings(), today.isoformat(), tuple(unreadable),
                     races, paused, tuple(loops), fleet.queue_hold(),
-                    _waits(views, waiting))  # fmt: skip
+                    _waits(rows, waiting))  # fmt: skip
 
 
-def _waits(views: list[TaskView], waiting: list[TaskView]) -> tuple[Waits, ...]:
+def _may_need(label: str, row: dict[str, Any]) -> bool:
+    """Whether a quiet task may still wait for a person: stopped by its budget or stuck, or a
+    copy-paste task (whose chat's reply may be awaited)."""
+    latest = row["latest_run"]
+    if latest is not None and latest.get("reason") in _STOPPED_FOR:
+        return True
+    return os.path.isdir(f"{row['folder']}/paste")
+
+
+def _waits(rows: dict[str, dict[str, Any]], waiting: list[TaskView]) -> tuple[Waits, ...]:
     """The tasks in the queue that name others with `--after`, each with their statuses now
     (`unknown` for one not listed: deleted, or of a project the listing leaves out)."""
-    statuses = {v.label: v.status.value for v in views}
+    statuses = {label: row["status"] for label, row in rows.items()}
     found = []
     for view in sorted(waiting, key=lambda v: v.label):
         assert view.queue is not None

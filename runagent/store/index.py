@@ -375,7 +375,8 @@ class Index:
 
     def _fresh(self, task: TaskPaths, now: int) -> _Entry:
         """The task's entry, brought up to date with its folders."""
-        st = _stat(os.fspath(task.runs))
+        runs = f"{os.fspath(self.root)}/{task.label}/{runfolder.RUNS}"  # no Path made: a look
+        st = _stat(runs)  # at a thousand tasks makes this a thousand times
         stamp = _folder_stamp(st)
         entry = self._entry(task.label)
         if entry is None or entry.stamp != stamp or _racy(entry.read_ns, st):
@@ -383,8 +384,7 @@ class Index:
         for run_id in list(entry.unsettled):
             self._look_again(task, entry, run_id, now)
         if entry.latest_id is not None:  # a final record rewritten after all: read it again
-            path = f"{os.fspath(task.runs)}/{entry.latest_id}/{runfolder.RUN_INFO}"
-            st = _stat(path, follow=False)
+            st = _stat(f"{runs}/{entry.latest_id}/{runfolder.RUN_INFO}", follow=False)
             if _file_stamp(st) != entry.latest_stamp or entry.latest_unsupervised():
                 self._read_latest(task, entry, now)
         return entry

@@ -4,9 +4,10 @@ by project, task, agent or day, for `run-agent usage`."""
 from __future__ import annotations
 
 import enum
+import os
 from collections.abc import Iterable
 from dataclasses import field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from pathlib import Path
 
 from runagent.record import record
@@ -55,16 +56,23 @@ def runs(
     """Every recorded run under `root` (of `project` only, if given), or every one that may
     have started `since` then: a run whose id says it started two days or more before is not
     read (ids begin with their start's date, YYYYMMDD, in UTC; a day more for ids of another
-    clock), so a day's spend costs that day's runs, not the runs in history."""
-    first = None
+    clock), nor is a task whose runs/ folder has not changed since (no run folder was made in
+    it), so a day's spend costs that day's runs and a stat a task, not the runs in history."""
+    first, floor = None, 0.0
     if since is not None:
         day = since.date() if isinstance(since, datetime) else since
         first = f"{day - timedelta(days=1):%Y%m%d}"
+        floor = datetime.combine(day - timedelta(days=1), time(), UTC).timestamp()
     for project_id in [project] if project else runfolder.project_ids(root):
         for task_id in runfolder.task_ids(root, project_id):
             task = TaskPaths(root, project_id, task_id)
             if first is None:
                 yield from tasks.runs(task)
+                continue
+            try:  # a runs/ folder unchanged since before then has no run folder made since
+                if os.stat(task.runs).st_mtime < floor:
+                    continue
+            except OSError:
                 continue
             yield from tasks.runs(task, task.run_ids(since=first))
 
