@@ -18,6 +18,7 @@ const ACTIONS = { approval: "approve or deny", reply: "paste the reply", over_bu
 let shown = false;
 let timer = null;
 let asked = 0;
+let rendered = 0; // the latest read shown
 
 export function showFleet(visible) {
   shown = visible;
@@ -37,8 +38,12 @@ export function refreshFleetSoon() {
 export async function loadFleet() {
   const mine = ++asked;
   const response = await fetch("/api/fleet");
-  if (mine !== asked || !shown) return; // a later read, or the reader went elsewhere
   const found = await response.json();
+  // A read answered after a later one was shown, or the reader went elsewhere: not shown. (One
+  // answered while a later one is under way is shown: the page opening on a busy sidebar shows
+  // the fleet as soon as its first read is in, not after the read its task list asked for.)
+  if (mine < rendered || !shown) return;
+  rendered = mine;
   if (!response.ok) {
     $("#fleet-error").textContent = found.error;
     return;
