@@ -183,6 +183,8 @@ class Attempt:
         self.spending: Spending | None = None  # the budgets it runs under (loop/budget.py)
         self.over_budget = ""  # which budget stopped it, in words
         self.reach: Reach | None = None  # what it may touch, when it runs sandboxed
+        # Its agent's version, once its --version (asked beside its start) said it.
+        self._version: Callable[[float | None], str | None] = lambda wait: None
 
     @property
     def folder(self) -> Path:
@@ -290,8 +292,9 @@ class Attempt:
     def _start(self) -> AgentProcess:
         backend = self.lent.backend
         spec = backend.launch(self.ctx)
+        self._version = backend.version_soon()
         self.info = self.info.replace(
-            commandline=backend.commandline(spec), agent_version=backend.version()
+            commandline=backend.commandline(spec), agent_version=self._version(0)
         )
         settings = self.lent.request.settings
         if settings.sandbox is AgentSandbox.BWRAP:  # the agent's process under bubblewrap
@@ -541,6 +544,7 @@ class Attempt:
             tokens_out=used.tokens_out if used else None,
             cost_usd=used.cost_usd if used else None,
             session_id=self._session(),
+            agent_version=self.info.agent_version or self._version(None),
         )
         try:
             self._record()

@@ -10,7 +10,8 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Iterable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -63,6 +64,7 @@ __all__ = [
 ]
 
 VERSION_TIMEOUT = 20.0
+VERSION_WAIT = 120.0  # for a --version asked beside the agent's start, which waits for none
 ERROR_TAG = "run_agent_error"  # the key of a child backend's last word on stderr
 
 
@@ -272,6 +274,31 @@ class Backend(abc.ABC):
         exe = self.executable() if self.tells_version() else None
         return cached_version(Path(exe)) if exe else None
 
+    def version_soon(self) -> Callable[[float | None], str | None]:
+        """The agent's version, as `version` says it, without waiting for it: when it is not
+        known yet, its `--version` is asked in a thread of its own while the agent starts (a
+        CLI that loads itself whole to say it takes 3 s, and 20 s or more on a loaded machine).
+        The callable gives it, waiting for it at most the seconds it is given (None: until
+        it is known or its `--version` gave up)."""
+        exe = self.executable() if self.tells_version() else None
+        if exe is None:
+            return lambda wait: None
+        known = cached_version(Path(exe), ask=False)
+        if known is not None:
+            return lambda wait: known
+        found: list[str | None] = []
+        asking = threading.Thread(
+            target=lambda: found.append(cached_version(Path(exe), timeout=VERSION_WAIT)),
+            name="agent-version", daemon=True,
+        )  # fmt: skip
+        asking.start()
+
+        def version(wait: float | None) -> str | None:
+            asking.join(wait)
+            return found[0] if found else None
+
+        return version
+
     def check(self) -> list[Finding]:
         """Whether this agent can run here: its executable and its credentials."""
         findings = []
@@ -372,8 +399,11 @@ def _not_found(name: str) -> str:
     return f"{name!r} not found on PATH"
 
 
-def cached_version(exe: Path, cache: Path | None = None) -> str | None:
-    """`exe --version`, remembered per executable (path, size, mtime) across runs."""
+def cached_version(
+    exe: Path, cache: Path | None = None, ask: bool = True, timeout: float = VERSION_TIMEOUT
+) -> str | None:
+    """`exe --version`, remembered per executable (path, size, mtime) across runs (not `ask`:
+    only if remembered)."""
     cache = cache or version_cache_path()
     try:
         st = exe.stat()
@@ -388,13 +418,15 @@ def cached_version(exe: Path, cache: Path | None = None) -> str | None:
         known = {}
     if key in known:
         return str(known[key])
+    if not ask:
+        return None
     try:
         out = subprocess.run(
             [str(exe), "--version"],
             stdin=subprocess.DEVNULL,
             capture_output=True,
             text=True,
-            timeout=VERSION_TIMEOUT,
+            timeout=timeout,
         )
     except (OSError, subprocess.TimeoutExpired):
         return None

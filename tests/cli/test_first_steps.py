@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from runagent.errors import ExitCode
-from tests.conftest import Workspace
+from tests.conftest import Workspace, wait_for
 
 
 def configure(ws: Workspace, kind: str, args: list[str], **extra: Any) -> None:
@@ -66,6 +66,48 @@ def test_an_agent_run_by_an_interpreter_is_not_given_the_interpreters_version(
     assert ws.cli("-p", "p", "-t", "t", "go").returncode == 0
     (run,) = ws.runs()
     assert run.agent == "spender" and run.agent_version is None, run.agent_version
+
+
+# A codex whose --version answers only once the test says so (a CLI that loads itself whole to
+# say its version takes seconds, and far longer on a loaded machine).
+SLOW_VERSION_CODEX = """#!/bin/sh
+if [ "$1" = --version ]; then
+  while [ ! -e "$0.go" ]; do sleep 0.05; done
+  echo 'codex-cli 9.9.9'
+  exit 0
+fi
+cat > /dev/null
+echo '{"type": "thread.started", "thread_id": "0123456789abcdef"}'
+echo '{"type": "item.completed", "item": {"type": "agent_message", "text": "done"}}'
+"""
+
+
+def test_an_agents_slow_version_holds_back_not_its_start_and_lands_in_its_record(
+    ws: Workspace,
+) -> None:
+    exe = ws.path / "codex"
+    exe.write_text(SLOW_VERSION_CODEX)
+    exe.chmod(0o755)
+    ws.write_config([], max_restarts=0)
+    data = yaml.safe_load(ws.config.read_text())
+    data["agents"]["slow"] = {"type": "codex", "command": [str(exe)]}
+    ws.config.write_text(yaml.safe_dump(data))
+    proc = ws.start_cli("-p", "p", "-t", "t", "--agent", "slow", "go")
+    try:  # the agent has run and said it is done while its --version still waits
+        wait_for(lambda: ws.runs() and b"agent_message" in (
+            ws.task().run_folder(ws.runs()[0].run_id) / "agent-stdout.txt").read_bytes(),
+            what="the agent to run before its version is known")  # fmt: skip
+        assert proc.poll() is None and ws.runs()[0].agent_version is None
+        (ws.path / "codex.go").touch()
+        proc.communicate(timeout=60)
+    finally:
+        (ws.path / "codex.go").touch()
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0
+    (run,) = ws.runs()
+    assert run.agent_version == "codex-cli 9.9.9"
 
 
 def test_a_string_command_is_refused_with_the_list_it_means(ws: Workspace) -> None:
