@@ -94,7 +94,7 @@ class Terminal:
 
     def finish(self) -> tuple[int, str]:
         try:
-            code = self.proc.wait(timeout=30)
+            code = self.proc.wait(timeout=120)  # a loaded machine: its event, not a time
         except subprocess.TimeoutExpired:
             self.proc.kill()
             code = self.proc.wait()

@@ -169,7 +169,7 @@ def test_a_dispatched_loop_runs_and_its_run_names_its_host(
     task = ws.task("p", f"dispatch-{executor.type}")
     started = start(ws, executor, task)
     assert started.holder is not None and started.holder.host in where_it_runs(executor)
-    wait_for(lambda: task.done.exists(), 30, "the task to complete")
+    wait_for(lambda: task.done.exists(), 120, "the task to complete")
     info = latest(task)
     assert info.status is RunStatus.COMPLETED and info.host == started.holder.host
     assert "line 3" in task.run(info.run_id).stdout.read_text()
@@ -183,7 +183,7 @@ def test_a_failed_run_is_restarted_by_the_same_loop_on_the_same_host(
     cluster_config(ws, executor, ["--fail-first", "2", "--lines", "1"])
     task = ws.task("p", f"restart-{executor.type}")
     started = start(ws, executor, task)
-    wait_for(lambda: task.done.exists(), 30, "the third attempt to complete")
+    wait_for(lambda: task.done.exists(), 120, "the third attempt to complete")
     runs = [read_run_info(task.run_folder(r)) for r in task.run_ids()]
     assert [(r.attempt, r.status) for r in runs] == [
         (1, RunStatus.FAILED), (2, RunStatus.FAILED), (3, RunStatus.COMPLETED)
@@ -224,7 +224,7 @@ def test_stop_kills_the_whole_tree_setsid_grandchildren_too(
     cluster_config(ws, executor, args)
     task = ws.task("p", f"stop-{executor.type}")
     start(ws, executor, task)
-    pids = wait_for(lambda: len(ws.agent_pids()) >= 3 and ws.agent_pids(), 30, "three agents")
+    pids = wait_for(lambda: len(ws.agent_pids()) >= 3 and ws.agent_pids(), 120, "three agents")
     asked = control.stop(task, 20, executor)
     assert asked is not None
     assert not [p for p in pids if alive(p)]
@@ -238,8 +238,8 @@ def test_a_timeout_kills_the_tree_as_locally(ws: Workspace, executor: ExecutorSe
     cluster_config(ws, executor, ["--setsid-grandchild", "--wait-pids", "2", "--sleep", "120"])
     task = ws.task("p", f"timeout-{executor.type}")
     start(ws, executor, task, timeout=2.0, max_restarts=0)
-    pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "two agents")
-    wait_for(lambda: (latest(task) or None) and latest(task).status is RunStatus.TIMED_OUT, 30,
+    pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 120, "two agents")
+    wait_for(lambda: (latest(task) or None) and latest(task).status is RunStatus.TIMED_OUT, 120,
              "the run to time out")  # fmt: skip
     assert not [p for p in pids if alive(p)]
     wait_for(lambda: name_free(executor, task.label), 15, "the loop to end")
@@ -274,7 +274,7 @@ def test_run_follows_its_loop_and_exits_with_its_code(
     quiet = cli_with(ws, "job", "-p", "p", "-t", f"quiet-{kind}", "-q", "--timeout", "1s", "go")
     assert quiet.returncode == ExitCode.TIMED_OUT
     assert len(quiet.stderr.strip().splitlines()) == 1, quiet.stderr  # the final line only
-    wait_for(lambda: not ws.leftovers(), 20, "nothing left")
+    wait_for(lambda: not ws.leftovers(), 120, "nothing left")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
@@ -288,7 +288,7 @@ def test_a_signal_to_run_stops_the_loop_wherever_it_runs(
         cwd=ws.path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 60, "agents")
+        pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 120, "agents")
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=90)
     finally:
@@ -297,7 +297,7 @@ def test_a_signal_to_run_stops_the_loop_wherever_it_runs(
     assert not [p for p in pids if alive(p)]
     assert latest(task).status is RunStatus.STOPPED
     assert name_free(executor, task.label)
-    wait_for(lambda: not ws.leftovers(), 20, "nothing left")
+    wait_for(lambda: not ws.leftovers(), 120, "nothing left")
 
 
 def test_a_check_judges_a_loop_on_either_executor(
@@ -334,14 +334,14 @@ def test_detach_starts_the_loop_says_where_and_returns(
         if executor.type is ExecutorType.RAY:  # on a cluster, always the host (this may be one)
             assert found[3] in HOSTS
         view = wait_for(lambda: (v := listing.view(task)).status is tasks.TaskStatus.RUNNING
-                        and v, 30, "the loop to run on")  # fmt: skip
+                        and v, 120, "the loop to run on")  # fmt: skip
         assert view.supervisor is not None and view.supervisor.pid == int(found[2])
         # Admitted by the door here, once: the loop where it runs is told so, not admitted again.
         assert "--admitted" in psutil.Process(view.supervisor.pid).cmdline()
     finally:
         go(task)
-    wait_for(lambda: listing.view(task).status is tasks.TaskStatus.COMPLETED, 30, "completed")
-    wait_for(lambda: name_free(executor, task.label), 30, "its loop to end")
+    wait_for(lambda: listing.view(task).status is tasks.TaskStatus.COMPLETED, 120, "completed")
+    wait_for(lambda: name_free(executor, task.label), 120, "its loop to end")
 
 
 # The cluster only ---------------------------------------------------------------------------
@@ -371,13 +371,13 @@ def test_a_sandboxed_loop_on_the_cluster_runs_its_agent_under_bwrap(
     ws.config.write_text(yaml.safe_dump(data))
     task = ws.task("p", "sandboxed")
     start(ws, on_cluster.settings, task)
-    info = wait_for(lambda: (i := latest(task)) and i.status is RunStatus.COMPLETED and i, 60,
+    info = wait_for(lambda: (i := latest(task)) and i.status is RunStatus.COMPLETED and i, 120,
                     "the sandboxed run on a host")  # fmt: skip
     assert info.host in HOSTS
     stdout = task.run(info.run_id).stdout.read_text()
     assert f"read {secret}: FileNotFoundError" in stdout
     assert "write /usr/sandbox-probe.txt: OSError" in stdout
-    wait_for(lambda: name_free(on_cluster.settings, task.label), 30, "its loop to end")
+    wait_for(lambda: name_free(on_cluster.settings, task.label), 120, "its loop to end")
 
 
 def test_the_command_line_dispatches_and_serve_streams_the_run(
@@ -389,7 +389,7 @@ def test_the_command_line_dispatches_and_serve_streams_the_run(
     assert "task p/cli started on ray (supervisor pid" in done.stderr
     assert any(f"on host {h})" in done.stderr for h in HOSTS)
     task = ws.task("p", "cli")
-    run_id = wait_for(lambda: task.run_ids(), 30, "the run")[0]
+    run_id = wait_for(lambda: task.run_ids(), 120, "the run")[0]
     path = f"/api/projects/p/tasks/cli/runs/{run_id}/stream/stdout"
     got, last = "", None
     for message in sse.stream(server.url + path, timeout=60):
@@ -405,7 +405,7 @@ def test_the_command_line_dispatches_and_serve_streams_the_run(
         elif message.event == "end":
             break
     assert (got + rest).count("line 1\n") == 1 and "line 5" in got + rest
-    run = wait_for(lambda: _api_run(server, run_id), 30, "the run to end")
+    run = wait_for(lambda: _api_run(server, run_id), 120, "the run to end")
     assert run["host"] in HOSTS
     stopped = ws.cli("stop", "-p", "p", "-t", "cli", "--config", str(ws.config))
     assert stopped.returncode == 0 and "is not running" in stopped.stdout
@@ -423,7 +423,7 @@ def test_the_pages_api_starts_and_stops_a_loop_on_the_cluster(
                              json={"task_id": "api", "prompt": "go"})  # fmt: skip
         assert started.status_code == 202, started.text
         assert started.json()["host"] in HOSTS
-        pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "agents")
+        pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 120, "agents")
         row = httpx.get(f"{url}/api/projects/p/tasks/api", timeout=30).json()
         assert row["status"] == "running" and row["supervisor_host"] in HOSTS
         again = httpx.post(f"{url}/api/projects/p/tasks", timeout=90,
@@ -509,7 +509,7 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
         freed = time.time()
         go(holders[0])  # its agent completes, its loop ends, its slot frees
         view = wait_for(
-            lambda: (v := listing.view(queued[0])).status is tasks.TaskStatus.RUNNING and v, 60,
+            lambda: (v := listing.view(queued[0])).status is tasks.TaskStatus.RUNNING and v, 120,
             "the queued task to start once a slot frees",
         )  # fmt: skip
         assert view.supervisor is not None and view.supervisor.host in HOSTS
@@ -517,18 +517,18 @@ def test_a_start_beyond_the_free_agent_slots_waits_in_the_clusters_queue(
         # Its first run records its wait in Ray's queue, which began before a slot was freed
         # for it (every start on a cluster is placed through Ray's queue: one placed at once
         # records its moment there too).
-        first = wait_for(lambda: tasks.latest_run(queued[0]), 60, "its first run's record")
+        first = wait_for(lambda: tasks.latest_run(queued[0]), 120, "its first run's record")
         assert first.queued_seconds is not None, first
         began = datetime.fromisoformat(first.start_time).timestamp()
         assert began - first.queued_seconds < freed
-        held = wait_for(lambda: ws.runs("p", "hold1"), 60, "hold1's run record")
+        held = wait_for(lambda: ws.runs("p", "hold1"), 120, "hold1's run record")
         assert held[0].queued_seconds is not None
         assert queued[1].run_ids() == []  # taken out: never started
     finally:
         for task in [*holders, *queued]:
             go(task)
         for task in [*holders, *queued]:
-            wait_for(lambda t=task: name_free(settings, t.label), 60, f"{task.label} to end")
+            wait_for(lambda t=task: name_free(settings, t.label), 120, f"{task.label} to end")
 
 
 # A command as a person runs it, its Ray calls carried by the root's broker: whether it loaded
@@ -579,7 +579,7 @@ def test_commands_on_the_cluster_go_through_the_roots_broker_and_never_load_ray(
         assert latest(task).status is RunStatus.STOPPED
     finally:
         go(task)
-        wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
+        wait_for(lambda: name_free(settings, task.label), 120, "its loop to end")
 
 
 def test_where_no_broker_can_answer_a_command_joins_the_cluster_itself_and_says_so(
@@ -602,7 +602,7 @@ def test_where_no_broker_can_answer_a_command_joins_the_cluster_itself_and_says_
         assert "running" in quiet.stdout
     finally:
         go(task)
-        wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
+        wait_for(lambda: name_free(settings, task.label), 120, "its loop to end")
 
 
 def test_a_starters_call_that_comes_after_its_loop_ran_and_ended_starts_nothing_again(
@@ -620,10 +620,10 @@ def test_a_starters_call_that_comes_after_its_loop_ran_and_ended_starts_nothing_
     started = start(ws, settings, task)
     # What its host agent was given, and which agent it is (the one that started it says so).
     spec = wait_for(lambda: (s := store.spec(settings.namespace, task.label)) and s.node
-                    and s, 30, "the spec its host agent started")  # fmt: skip
+                    and s, 120, "the spec its host agent started")  # fmt: skip
     agent = ray.get_actor(f"host:{spec.node}", namespace=settings.namespace)
     go(task)
-    wait_for(lambda: task.done.exists() and name_free(settings, task.label), 60, "its end")
+    wait_for(lambda: task.done.exists() and name_free(settings, task.label), 120, "its end")
     runs = task.run_ids()
     where = ray.get(agent.start.remote(spec), timeout=60)
     # Its supervisor: the start's own, or (a slot still held by the test before, so the start
@@ -659,7 +659,7 @@ def test_a_task_after_another_waits_here_then_runs_on_the_cluster(
     # Its wait began in this root's queue, before the keeper handed it to the cluster.
     began = datetime.fromisoformat(row["latest_run"]["start_time"]).timestamp()
     assert began - row["latest_run"]["queued_seconds"] < released, row["latest_run"]
-    wait_for(lambda: name_free(settings, then.label), 30, "its loop to end")
+    wait_for(lambda: name_free(settings, then.label), 120, "its loop to end")
 
 
 def _api_run(server: Server, run_id: str) -> dict[str, Any] | None:
@@ -681,18 +681,18 @@ def test_a_host_agent_killed_loses_its_run_and_its_loop_goes_on_on_that_host(
     task = ws.task("p", "gone")
     started = start(ws, on_cluster.settings, task)
     assert started.holder is not None
-    old = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "the agents")
+    old = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 120, "the agents")
     first = latest(task)
     group = ray.util.placement_group_table(ray.util.get_placement_group(task.label))
     node = group["bundles_to_node_id"][0]
     agent = ray.get_actor(f"host:{node}", namespace=on_cluster.settings.namespace)
     ray.kill(agent, no_restart=False)  # what a crashed host agent looks like
     try:
-        wait_for(lambda: not alive(started.pid), 20, "the supervisor to die with its agent")
-        wait_for(lambda: not [p for p in old if alive(p)], 20, "the agent's tree to go")
+        wait_for(lambda: not alive(started.pid), 120, "the supervisor to die with its agent")
+        wait_for(lambda: not [p for p in old if alive(p)], 120, "the agent's tree to go")
         again = wait_for(
             lambda: (i := latest(task)) is not None and i.run_id != first.run_id
-            and i.status is RunStatus.RUNNING and i, 60, "the loop to go on",
+            and i.status is RunStatus.RUNNING and i, 120, "the loop to go on",
         )  # fmt: skip
         assert again.host == started.holder.host and again.attempt == 2
         assert read_run_info(task.run_folder(first.run_id)).status is RunStatus.LOST
@@ -700,7 +700,7 @@ def test_a_host_agent_killed_loses_its_run_and_its_loop_goes_on_on_that_host(
     finally:
         control.stop(task, 20, on_cluster.settings)
     assert name_free(on_cluster.settings, task.label)
-    wait_for(lambda: not ws.leftovers(), 20, "nothing left")
+    wait_for(lambda: not ws.leftovers(), 120, "nothing left")
 
 
 def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_the_actor(
@@ -715,17 +715,17 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
         started = start(ws, settings, task)
         assert started.holder is not None
         remote = TaskPaths(on_cluster.base / str(started.holder.host), "p", "apart")
-        run_id = wait_for(lambda: remote.run_ids(), 30, "the run on its host")[0]
+        run_id = wait_for(lambda: remote.run_ids(), 120, "the run on its host")[0]
         # The live run is mirrored into serve's root: the page lists and streams it.
-        mirrored = wait_for(lambda: task.run_ids() == [run_id] and latest(task), 30,
+        mirrored = wait_for(lambda: task.run_ids() == [run_id] and latest(task), 120,
                             "the run mirrored while it runs")  # fmt: skip
         assert mirrored.status is RunStatus.RUNNING and mirrored.host in HOSTS
-        view = wait_for(lambda: (v := listing.view(task)).supervisor and v, 30, "its holder")
+        view = wait_for(lambda: (v := listing.view(task)).supervisor and v, 120, "its holder")
         assert view.status is tasks.TaskStatus.RUNNING and view.supervisor.host == mirrored.host
         executor = control.ray_executor(settings)
         go.touch()
         stdout = f"runs/{run_id}/agent-stdout.txt"
-        wait_for(lambda: b"apart 4" in executor.read(task, stdout, 0, 1 << 20), 30, "4 lines")
+        wait_for(lambda: b"apart 4" in executor.read(task, stdout, 0, 1 << 20), 120, "4 lines")
         whole = executor.read(task, stdout, 0, 1 << 20)
         assert executor.read(task, stdout, 7, 1 << 20) == whole[7:]  # by byte offset
         path = f"/api/projects/p/tasks/apart/runs/{run_id}/stream/stdout"
@@ -738,9 +738,9 @@ def test_without_a_shared_root_serve_streams_the_live_run_and_reads_go_through_t
             elif message.event == "end":
                 break
         assert (str(first.json()) + rest).encode() == whole
-        wait_for(lambda: name_free(settings, task.label), 30, "the loop to end")
+        wait_for(lambda: name_free(settings, task.label), 120, "the loop to end")
         # The host sends the ended folder here as it finishes: its files arrive one by one.
-        wait_for(lambda: task.done.exists() and latest(task).status is RunStatus.COMPLETED, 30,
+        wait_for(lambda: task.done.exists() and latest(task).status is RunStatus.COMPLETED, 120,
                  "the ended run's folder sent back")  # fmt: skip
         assert (task.run_folder(run_id) / "agent-stdout.txt").read_bytes() == whole
 
@@ -813,7 +813,7 @@ def test_the_scheduler_name_passes_on_when_its_holder_exits(on_cluster: RayClust
         assert not waiting.hold_name(control.SCHEDULER_NAME)  # another scheduler leads
         holder.kill()
         holder.wait(10)
-        wait_for(lambda: waiting.hold_name(control.SCHEDULER_NAME), 30, "the name to pass on")
+        wait_for(lambda: waiting.hold_name(control.SCHEDULER_NAME), 120, "the name to pass on")
     finally:
         holder.kill()
         holder.wait(10)
@@ -838,14 +838,14 @@ def test_a_host_that_dies_mid_run_moves_the_loop(ws: Workspace, on_cluster: RayC
     first = start(ws, on_cluster.settings, task)
     assert first.holder is not None and first.holder.host in HOSTS
     dead = first.holder.host
-    old = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 30, "the agents")
+    old = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 120, "the agents")
     first_run = latest(task).run_id
     on_cluster.cluster.remove_node(on_cluster.nodes.pop(str(dead)), allow_graceful=False)
     try:
-        wait_for(lambda: not [p for p in old if alive(p)], 30, "the dead host's agents to go")
+        wait_for(lambda: not [p for p in old if alive(p)], 120, "the dead host's agents to go")
         moved = wait_for(
             lambda: (i := latest(task)) is not None and i.run_id != first_run
-            and i.status is RunStatus.RUNNING and i, 60, "the loop on the other host",
+            and i.status is RunStatus.RUNNING and i, 120, "the loop on the other host",
         )  # fmt: skip
         assert moved.host != dead and moved.host in HOSTS
         assert read_run_info(task.run_folder(first_run)).status is RunStatus.LOST
@@ -871,7 +871,7 @@ def test_without_a_shared_root_a_loop_moved_by_a_dead_host_numbers_on(
         # The server's copy (the mirror) shows the first run before the host dies.
         running = wait_for(
             lambda: (i := latest(task)) is not None and i.status is RunStatus.RUNNING and i,
-            30, "the first run in the server's copy",
+            120, "the first run in the server's copy",
         )  # fmt: skip
         on_cluster.cluster.remove_node(on_cluster.nodes.pop(str(dead)), allow_graceful=False)
         try:
@@ -884,7 +884,7 @@ def test_without_a_shared_root_a_loop_moved_by_a_dead_host_numbers_on(
             assert moved.attempt == 2 and moved.previous_run_id == running.run_id
             lost = wait_for(
                 lambda: (i := read_run_info(task.run_folder(running.run_id))) is not None
-                and i.status is RunStatus.LOST and i, 30, "the first run marked lost",
+                and i.status is RunStatus.LOST and i, 120, "the first run marked lost",
             )  # fmt: skip
             assert lost.status is RunStatus.LOST
             assert control.stop(task, 20, settings) is not None
@@ -927,7 +927,7 @@ def test_a_race_on_the_cluster_is_won_by_the_racer_whose_check_passes(
     (slow,) = ws.runs("p", "t.slow")
     assert slow.reason is Reason.LOST_RACE and slow.host in HOSTS
     assert not ws.task("p", "t.slow").worktree.exists()
-    wait_for(lambda: not ws.leftovers(), 30, "nothing left")
+    wait_for(lambda: not ws.leftovers(), 120, "nothing left")
 
 
 def test_a_limit_found_on_a_host_pauses_the_agent_for_every_start_of_the_root(
@@ -948,8 +948,10 @@ def test_a_limit_found_on_a_host_pauses_the_agent_for_every_start_of_the_root(
     started = ws.cli("run", "-p", "p", "-t", "first", "--agent", "lim", "-d", "--config",
                      str(ws.config), "go")  # fmt: skip
     assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
-    shown = wait_for(lambda: "lim paused until" in (s := ws.cli("fleet", "--config",
-                     str(ws.config)).stdout) and s, 60, "lim paused by the host's run")  # fmt: skip
+    shown = wait_for(
+        lambda: "lim paused until" in (s := ws.cli("fleet", "--config", str(ws.config)).stdout)
+        and s, 120, "lim paused by the host's run",
+    )  # fmt: skip
     words = next(line for line in shown.splitlines() if line.startswith("lim paused until"))
     queued = ws.cli("run", "-p", "p", "-t", "second", "--agent", "lim", "-d", "--config",
                     str(ws.config), "go")  # fmt: skip
@@ -968,7 +970,7 @@ def test_a_limit_found_on_a_host_pauses_the_agent_for_every_start_of_the_root(
     assert limited is not None and limited.reason == "rate_limit"
     assert then is not None and then.attempt == 2 and then.host == limited.host
     for task in (first, second):
-        wait_for(lambda t=task: name_free(settings, t.label), 30, "its loop to end")
+        wait_for(lambda t=task: name_free(settings, t.label), 120, "its loop to end")
 
 
 def free_slots() -> float:
@@ -995,15 +997,15 @@ def test_a_limited_loop_on_the_cluster_gives_its_agent_slot_back_and_takes_one_a
     limited = ws.task("p", "limited")
     others = [ws.task("p", f"other{n}") for n in range(4)]
     try:
-        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        wait_for(lambda: free_slots() == 4, 120, "the cluster's four agent_slots free")
         started = ws.cli("run", "-p", "p", "-t", "limited", "--agent", "lim", "-d", "--config",
                          str(ws.config), "go")  # fmt: skip
         assert started.returncode == 0 and "started on ray" in started.stderr, started.stderr
         wait_for(lambda: "lim paused until" in ws.cli("fleet", "--config", str(ws.config)).stdout,
                  60, "lim paused by the host's run")  # fmt: skip
-        first = wait_for(lambda: latest(limited), 30, "the limited run's record")
+        first = wait_for(lambda: latest(limited), 120, "the limited run's record")
         assert first.reason == "rate_limit" and first.host in HOSTS
-        wait_for(lambda: free_slots() == 4, 30, "the limited loop's agent_slot given back")
+        wait_for(lambda: free_slots() == 4, 120, "the limited loop's agent_slot given back")
         assert listed(ws)[limited.label]["status"] == "queued"
         for task in others:
             start(ws, settings, task)
@@ -1024,17 +1026,17 @@ def test_a_limited_loop_on_the_cluster_gives_its_agent_slot_back_and_takes_one_a
             "its next attempt once a slot frees on its host",
         )
         assert then.attempt == 2 and then.host == first.host
-        wait_for(lambda: name_free(settings, mates[0].label), 30, "the mate's loop to end")
+        wait_for(lambda: name_free(settings, mates[0].label), 120, "the mate's loop to end")
         assert free_slots() == 0  # the limited loop holds the freed one again
         go(limited)
-        wait_for(lambda: limited.done.exists(), 60, "the limited task to complete")
+        wait_for(lambda: limited.done.exists(), 120, "the limited task to complete")
     finally:
         for task in (limited, *others):
             go(task)
     for task in (limited, *others):
-        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
-    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
-    wait_for(lambda: not groups_of(limited), 30, "both of the limited loop's groups gone")
+        wait_for(lambda t=task: name_free(settings, t.label), 120, "its loop to end")
+    wait_for(lambda: free_slots() == 4, 120, "every agent_slot free again")
+    wait_for(lambda: not groups_of(limited), 120, "both of the limited loop's groups gone")
 
 
 def groups_of(task: TaskPaths) -> list[str]:
@@ -1060,33 +1062,33 @@ def test_a_loop_waiting_on_the_cluster_for_its_slot_again_is_stopped_cleanly(
     limited = ws.task("p", "waits")
     others = [ws.task("p", f"full{n}") for n in range(4)]
     try:
-        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        wait_for(lambda: free_slots() == 4, 120, "the cluster's four agent_slots free")
         started = ws.cli("run", "-p", "p", "-t", "waits", "--agent", "lim", "-d", "--config",
                          str(ws.config), "go")  # fmt: skip
         assert started.returncode == 0, started.stderr
-        wait_for(lambda: free_slots() == 4 and latest(limited) is not None, 60,
+        wait_for(lambda: free_slots() == 4 and latest(limited) is not None, 120,
                  "the limited loop's slot given back")  # fmt: skip
         for task in others:
             start(ws, settings, task)
-        wait_for(lambda: free_slots() == 0, 60, "the four slots taken by another agent")
+        wait_for(lambda: free_slots() == 0, 120, "the four slots taken by another agent")
         assert ws.cli("fleet", "unpause", "lim", "--config", str(ws.config)).returncode == 0
         from runagent.executors.ray import store
         from runagent.executors.ray.slot import SLOT
 
-        wanted = wait_for(lambda: store.group(limited.label + SLOT, "test"), 60,
+        wanted = wait_for(lambda: store.group(limited.label + SLOT, "test"), 120,
                           "its group asking for a slot on its host")  # fmt: skip
         assert wanted["state"] == "PENDING" and len(limited.run_ids()) == 1
         stopped = ws.cli("stop", "-p", "p", "-t", "waits", "--config", str(ws.config))
         assert stopped.returncode == 0, stopped.stderr
-        wait_for(lambda: name_free(settings, limited.label), 60, "its loop to end")
-        wait_for(lambda: not groups_of(limited), 30, "both of its groups gone")
+        wait_for(lambda: name_free(settings, limited.label), 120, "its loop to end")
+        wait_for(lambda: not groups_of(limited), 120, "both of its groups gone")
         assert len(limited.run_ids()) == 1 and free_slots() == 0
     finally:
         for task in others:
             go(task)
     for task in others:
-        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
-    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+        wait_for(lambda t=task: name_free(settings, t.label), 120, "its loop to end")
+    wait_for(lambda: free_slots() == 4, 120, "every agent_slot free again")
 
 
 def test_a_loop_started_again_while_its_agent_is_paused_takes_its_slot_again_first(
@@ -1105,36 +1107,36 @@ def test_a_loop_started_again_while_its_agent_is_paused_takes_its_slot_again_fir
     ws.config.write_text(yaml.safe_dump(data))
     task = ws.task("p", "reborn")
     try:
-        wait_for(lambda: free_slots() == 4, 30, "the cluster's four agent_slots free")
+        wait_for(lambda: free_slots() == 4, 120, "the cluster's four agent_slots free")
         started = ws.cli("run", "-p", "p", "-t", "reborn", "--agent", "lim", "-d", "--config",
                          str(ws.config), "go")  # fmt: skip
         assert started.returncode == 0, started.stderr
-        wait_for(lambda: free_slots() == 4 and latest(task) is not None, 60,
+        wait_for(lambda: free_slots() == 4 and latest(task) is not None, 120,
                  "the limited loop's slot given back")  # fmt: skip
         from runagent.store.lock import live_holder
 
-        before = wait_for(lambda: live_holder(task.lock), 30, "its supervisor")
+        before = wait_for(lambda: live_holder(task.lock), 120, "its supervisor")
         group = ray.util.placement_group_table(ray.util.get_placement_group(task.label))
         node = group["bundles_to_node_id"][0]
         agent = ray.get_actor(f"host:{node}", namespace=settings.namespace)
         ray.kill(agent, no_restart=False)  # what a crashed host agent looks like
-        wait_for(lambda: not alive(before.pid), 20, "the supervisor to die with its agent")
+        wait_for(lambda: not alive(before.pid), 120, "the supervisor to die with its agent")
         from runagent.fleet.queue import Fleet
 
         # Started again, it waits for the pause in the queue (a record of its new supervisor).
         wait_for(lambda: (r := Fleet(task.root).record_of(task)) is not None
-                 and r.waiter not in (None, before.pid), 60, "its loop started again")  # fmt: skip
+                 and r.waiter not in (None, before.pid), 120, "its loop started again")  # fmt: skip
         assert free_slots() == 4 and len(task.run_ids()) == 1  # still paused: no slot held
         assert ws.cli("fleet", "unpause", "lim", "--config", str(ws.config)).returncode == 0
         then = wait_for(lambda: len(ids := task.run_ids()) == 2 and read_run_info(
-            task.run_folder(ids[1])), 60, "its next attempt")  # fmt: skip
+            task.run_folder(ids[1])), 120, "its next attempt")  # fmt: skip
         assert then.attempt == 2 and free_slots() == 3  # it runs holding its host's slot
     finally:
         go(task)
         ws.cli("fleet", "unpause", "lim", "--config", str(ws.config))
-    wait_for(lambda: name_free(settings, task.label), 60, "its loop to end")
-    wait_for(lambda: not groups_of(task), 30, "both of its groups gone")
-    wait_for(lambda: free_slots() == 4, 30, "every agent_slot free again")
+    wait_for(lambda: name_free(settings, task.label), 120, "its loop to end")
+    wait_for(lambda: not groups_of(task), 120, "both of its groups gone")
+    wait_for(lambda: free_slots() == 4, 120, "every agent_slot free again")
 
 
 def test_a_held_queue_holds_starts_to_the_cluster_and_stop_all_stops_its_loops(
@@ -1164,7 +1166,7 @@ def test_a_held_queue_holds_starts_to_the_cluster_and_stop_all_stops_its_loops(
     assert "stopped 2 running: p/first, p/second" in stopped.stdout, stopped.stdout
     for task in (first, second):
         assert listed(ws)[task.label]["status"] == "stopped"
-        wait_for(lambda t=task: name_free(settings, t.label), 30, "its loop to end")
+        wait_for(lambda t=task: name_free(settings, t.label), 120, "its loop to end")
 
 
 def test_a_loop_ray_places_while_the_queue_is_held_waits_on_its_host(
@@ -1208,7 +1210,7 @@ def test_a_loop_ray_places_while_the_queue_is_held_waits_on_its_host(
         for task in [*holders, late]:
             go(task)
         for task in [*holders, late]:
-            wait_for(lambda t=task: name_free(settings, t.label), 60, f"{task.label} to end")
+            wait_for(lambda t=task: name_free(settings, t.label), 120, f"{task.label} to end")
 
 
 def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_every_host(
@@ -1238,10 +1240,10 @@ def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_eve
         # The limited run's host: the one that holds its run (the pause it wrote there reaches
         # the other hosts' roots within a second, so it does not tell which host found it).
         limited_on = wait_for(lambda: next((name for name, t in on_host.items() if t.run_ids()
-            and (t.root / ".fleet" / "paused" / "lim.json").exists()), None), 60,
+            and (t.root / ".fleet" / "paused" / "lim.json").exists()), None), 120,
             "lim paused on the limited run's host")  # fmt: skip
         shown = wait_for(lambda: "lim paused until" in (s := ws.cli("fleet", "--config",
-                         str(ws.config)).stdout) and s, 30, "lim's pause shown here")  # fmt: skip
+                         str(ws.config)).stdout) and s, 120, "lim's pause shown here")  # fmt: skip
         assert "usage limit" in shown or "limit" in shown, shown
         queued = ws.cli("run", "-p", "p", "-t", "second", "--agent", "lim", "-d", "--config",
                         str(ws.config), "go")  # fmt: skip
@@ -1255,7 +1257,7 @@ def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_eve
         assert lifted.returncode == 0 and lifted.stdout.startswith("lifted: lim paused"), lifted
         # Lifted on every host: the limited loop goes on on its own, the queued task starts.
         wait_for(lambda: not any((on_cluster.base / name / ".fleet" / "paused" / "lim.json")
-                 .exists() for name in HOSTS), 30, "the pause lifted on every host")  # fmt: skip
+                 .exists() for name in HOSTS), 120, "the pause lifted on every host")  # fmt: skip
         go_file.touch()
         for task in (first, second):  # no server holds this root: their folders stay there
             wait_for(lambda t=task: any(TaskPaths(on_cluster.base / name, "p", t.task_id).done
@@ -1272,7 +1274,7 @@ def test_without_a_shared_root_a_limit_found_on_one_host_pauses_the_agent_on_eve
             with contextlib.suppress(Exception):
                 control.stop(task, 20, settings)
     for task in (first, second):
-        wait_for(lambda t=task: name_free(settings, t.label), 60, "its loop to end")
+        wait_for(lambda t=task: name_free(settings, t.label), 120, "its loop to end")
 
 
 def test_roots_of_their_own_agree_on_the_paused_agents_through_the_clusters_store(

@@ -252,7 +252,7 @@ def queued_while(run: RunInfo, other: RunInfo) -> None:
 def test_ctrl_c_leaves_the_queue_with_130_and_no_task_behind(ws: Workspace) -> None:
     first, second = one_runs_one_waits(ws)
     os.killpg(second.pid, signal.SIGINT)
-    assert second.wait(30) == 130
+    assert second.wait(120) == 130
     assert "left the queue" in (second.stderr.read() if second.stderr else "")
     assert Fleet(ws.root).record_of(ws.task("p", "b")) is None
     assert not ws.task("p", "b").folder.exists()  # it never ran: nothing is left of it
@@ -264,7 +264,7 @@ def test_stop_takes_a_waiting_run_out_of_the_queue(ws: Workspace) -> None:
     first, second = one_runs_one_waits(ws)
     stopped = ws.cli("stop", "-p", "p", "-t", "b")
     assert stopped.returncode == 0 and "left the queue" in stopped.stdout
-    assert second.wait(30) == 130
+    assert second.wait(120) == 130
     assert "taken out of the queue" in (second.stderr.read() if second.stderr else "")
     go(ws, "a")
     assert first.wait(60) == 0
