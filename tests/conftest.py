@@ -83,6 +83,14 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     return OneClusterScheduling(config, log)
 
 
+# A suite started in the background of a script (`cmd &` where the shell has no job control)
+# inherits SIGINT and SIGQUIT ignored, as POSIX has it, and so would every process a test
+# starts: Python leaves an ignored SIGINT ignored, so the tests of ^C would wait on a signal
+# their process never takes. The suite's own processes take it as a person's shell gives it.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
     """Poll `condition` until it returns something truthy, or fail after `timeout` seconds."""
     deadline = time.monotonic() + timeout
