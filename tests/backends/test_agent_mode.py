@@ -170,9 +170,12 @@ def test_approvals_wait_pauses_until_a_person_approves_from_another_process(
         ),
         done(),
     ]
+    # idle_timeout counts from the agent's start: it must outlast the start of a Python process
+    # and its first request on a loaded machine, which took more than 1 s in CI (killed as idle
+    # before it could pause).
     configure(
         ws, provider, ops_section={"approvals": "wait", "rules": {"deny": ["terraform"]}},
-        idle_timeout="1s",
+        idle_timeout="5s",
     )  # fmt: skip
     proc = ws.start_cli("--project", "p", "--task", "t", "--cwd", str(work), "make hello.txt")
     try:
@@ -182,7 +185,7 @@ def test_approvals_wait_pauses_until_a_person_approves_from_another_process(
         paused = time.monotonic()
         wait_for(lambda: "waiting for approval of operation 'clean'" in paths.stderr.read_text())
         # Waiting for a person is not idle: well past idle_timeout, the run is still there.
-        wait_for(lambda: time.monotonic() - paused > 2.5, what="two idle timeouts")
+        wait_for(lambda: time.monotonic() - paused > 11, what="two idle timeouts")
         assert proc.poll() is None and (work / "build").is_dir()
         assert "still waiting for approval" in paths.stderr.read_text()
         answer = ws.cli("ops", "approve", info.run_id, "clean")

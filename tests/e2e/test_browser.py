@@ -409,9 +409,11 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     # following the tail (the page scrolls once it has drawn: waited for, on a loaded machine)
     wait_for(lambda: log.evaluate(at_bottom), timeout=30, what="the log at its tail")
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
+    # The log's height while the agent holds, taken before it goes on: on a loaded machine the
+    # agent can write all its rows, and the page draw them, before a later look returns.
+    tall = log.evaluate("el => el.scrollHeight")
     go.touch()
     # Lines keep arriving (the log grows by a row each; only the rows on screen are drawn)...
-    tall = log.evaluate("el => el.scrollHeight")
     wait_for(lambda: log.evaluate("el => el.scrollHeight") > tall + 50 * 17, timeout=60,
              what="more lines")  # fmt: skip
     assert log.evaluate("el => el.scrollTop") == 0  # ...but the reader stays where they were
