@@ -8,6 +8,7 @@
 
 import { hashFor, navigate, taskUrl } from "./address.js";
 import { $, badge } from "./dom.js";
+import { countText } from "./format.js";
 import { describe, rulesOf } from "./lines.js";
 
 const COUNTS = [["running", "running"], ["queued", "queued"], ["blocked", "blocked"],
@@ -369,7 +370,7 @@ function renderSpent(day, spent) {
     const used = row.used;
     const cells = [
       row.what,
-      (used.tokens_in + used.tokens_out).toLocaleString("en"),
+      countText((used.tokens_in + used.tokens_out)),
       used.cost_usd == null ? "—" : `$${used.cost_usd.toFixed(2)}`,
       row.words ? row.words + (row.spent ? " · spent" : "") : "no budget",
     ];

@@ -10,6 +10,7 @@
 
 import { hashFor } from "./address.js";
 import { $ } from "./dom.js";
+import { countText } from "./format.js";
 import { ansiToNodes, describe, errorMarks } from "./lines.js";
 import { search } from "./search.js";
 import { state } from "./state.js";
@@ -206,8 +207,15 @@ export const log = {
     this.draw();
   },
   // The rows on screen (and OVERSCAN more each side), built afresh when that range changes.
+  // A log out of sight (the fleet view, a task without runs) draws nothing: reading its box
+  // would lay out the whole page, the sidebar's thousand tasks with it, for nothing. It is drawn
+  // when it comes into sight (the ResizeObserver below sees its box change).
   draw(force = false) {
     this.sizer.style.height = `${this.count * LINE_HEIGHT}px`;
+    if (this.el.closest("[hidden]")) {
+      this.shown = "";
+      return;
+    }
     const first = Math.max(0, Math.floor(this.el.scrollTop / LINE_HEIGHT) - OVERSCAN);
     const last = Math.min(this.count, first + Math.ceil((this.el.clientHeight || 600) / LINE_HEIGHT) + 2 * OVERSCAN);
     const key = `${first}:${last}:${this.base}`;
@@ -286,7 +294,7 @@ async function copyLog() {
   const button = $("#copy-button");
   try {
     await navigator.clipboard.writeText(text);
-    button.textContent = `copied ${log.count.toLocaleString("en")} lines`;
+    button.textContent = `copied ${countText(log.count)} lines`;
   } catch {
     button.textContent = "copy refused";
   }

@@ -3,6 +3,8 @@
 // messages, and the summary once it said DONE. The task view shows it with the task; the root
 // stream's `paste` event refreshes it. Everything from the server is shown as text, never as markup.
 
+import { countText } from "./format.js";
+
 const panel = document.createElement("section");
 panel.id = "paste";
 panel.hidden = true;
@@ -67,7 +69,7 @@ function render() {
     el("paste-name").textContent = v.outbox;
     el("paste-sequence").textContent = v.sequence;
     el("paste-size").textContent = v.size === null
-      ? "the outbox file cannot be read" : `${v.size.toLocaleString("en")} characters`;
+      ? "the outbox file cannot be read" : `${countText(v.size)} characters`;
     el("paste-copy").disabled = v.text === null;
     const text = el("paste-text");
     if (text.textContent !== (v.text || "")) text.textContent = v.text || "";
@@ -148,7 +150,7 @@ async function copy() {
     try {
       await navigator.clipboard.writeText(text);
       area.hidden = true;
-      said.textContent = `copied ${text.length.toLocaleString("en")} characters`;
+      said.textContent = `copied ${countText(text.length)} characters`;
       return;
     } catch {
       // refused (no permission, the page not focused): the fallback below
@@ -167,7 +169,7 @@ async function copy() {
   }
   if (done) {
     area.hidden = true;
-    said.textContent = `copied ${text.length.toLocaleString("en")} characters`;
+    said.textContent = `copied ${countText(text.length)} characters`;
   } else {
     said.textContent = "the browser would not copy: the outbox is selected below, press Ctrl+C (⌘C)";
   }
