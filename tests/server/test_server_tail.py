@@ -137,7 +137,10 @@ def test_many_clients_at_different_offsets_each_get_exactly_their_bytes(
     clients: list[Client] = []
     # While the agent writes, clients join at 0 and at whatever line ends the file by then.
     for wanted in range(0, 40, 4):
-        wait_for(lambda: stdout.read_bytes().count(b"\n") >= wanted, what=f"{wanted} lines")  # noqa: B023
+        # The run's folder comes before its stdout file: on a loaded machine, there is a moment
+        # when only the folder is there.
+        wait_for(lambda: stdout.is_file() and stdout.read_bytes().count(b"\n") >= wanted,  # noqa: B023
+                 what=f"{wanted} lines")  # fmt: skip
         ends = [m.end() for m in re.finditer(b"\n", stdout.read_bytes())][:wanted]
         offset = ends[-1] if ends else 0
         clients.append(Client(url, {"Last-Event-ID": str(offset)}))
