@@ -1069,6 +1069,80 @@ def groups_of(task: TaskPaths) -> list[str]:
     return [name for name in (task.label, task.label + SLOT) if store.group(name, "test")]
 
 
+def swept(label: str) -> bool:
+    """Whether a host agent said it removed the group `label` as one no start owned (the host
+    agents' stderr, in the Ray workers' logs of the module's cluster)."""
+    said = f"removing placement group {label!r}"
+    logs = Path(os.environ["RAY_TMPDIR"]).glob("**/logs/worker-*.err")
+    return any(said in log.read_text(errors="replace") for log in logs)
+
+
+def test_a_group_placed_on_a_host_that_no_start_owns_is_removed_by_its_host_agent(
+    on_cluster: RayCluster,
+) -> None:
+    """A placement group left on a host with no start's spec and no loop holding it (a process
+    killed between removing a loop's group and its spec, a stop meeting a hand-over) would
+    hold its share of the host for good: the host's agent removes it, and says so."""
+    from runagent.executors.ray import store
+    from runagent.executors.ray.slot import SLOT
+
+    wait_for(lambda: free_slots() == 4, 120, "the cluster's four agent_slots free")
+    on_cluster.executor().ensure_agents()
+    left = [store.make_group("p/left", {"agent_slot": 1.0}),
+            store.make_group("p/paused" + SLOT, {"agent_slot": 1.0})]  # fmt: skip
+    try:
+        wait_for(lambda: free_slots() == 2, 60, "both groups placed, each holding a slot")
+        wait_for(lambda: free_slots() == 4, 120, "both removed by their hosts' agents")
+        assert store.group("p/left", "test") is None
+        assert store.group("p/paused" + SLOT, "test") is None
+        assert swept("p/left") and swept("p/paused" + SLOT)
+    finally:
+        for group in left:
+            with contextlib.suppress(Exception):
+                store.remove_placement_group(group)
+
+
+def test_a_loop_whose_group_a_hand_over_made_again_frees_that_group_as_it_ends(
+    ws: Workspace, on_cluster: RayCluster
+) -> None:
+    """A freed slot's hand-over makes a waiting group again under its name; when Ray placed the
+    old one first and a host agent started the loop from it, the loop's spec names the old
+    group's id while the new one holds its slot. The loop's end removes the group that bears
+    its name, whichever id it has: the slot is free at once, not when the host agent's sweep
+    of unowned groups comes to it."""
+    from runagent.executors.ray import store
+    from runagent.executors.ray.slot import _remade
+
+    settings = on_cluster.settings
+    cluster_config(ws, settings, HOLD, max_restarts=0)
+    task = ws.task("p", "handed")
+    try:
+        wait_for(lambda: free_slots() == 4, 120, "the cluster's four agent_slots free")
+        start(ws, settings, task)
+        wait_for(lambda: listing.view(task).status is tasks.TaskStatus.RUNNING, 60, "running")
+        first = store.group(task.label, "test")
+        spec = store.spec("test", task.label)
+        assert first is not None and spec is not None
+        assert spec.group == first["placement_group_id"]
+        node, bundle = store.group_node(first), store.group_bundle(first)
+        store.remove_group(task.label, "test", first["placement_group_id"])
+        _remade(lambda: store.make_group(task.label, bundle, near=node))
+        again = wait_for(
+            lambda: (g := store.group(task.label, "test")) and g["state"] == "CREATED" and g,
+            60, "the group made again, placed",
+        )  # fmt: skip
+        assert again["placement_group_id"] != spec.group and store.group_node(again) == node
+        wait_for(lambda: free_slots() == 3, 60, "the loop's slot held by the new group alone")
+        go(task)
+        wait_for(lambda: name_free(settings, task.label), 120, "its loop to end")
+        wait_for(lambda: free_slots() == 4, 120, "its slot free")
+        assert store.group(task.label, "test") is None
+        assert not swept(task.label)  # freed by the loop's end, not by the sweep
+    finally:
+        go(task)
+        wait_for(lambda: name_free(settings, task.label), 120, "its loop to end")
+
+
 def test_a_loop_waiting_on_the_cluster_for_its_slot_again_is_stopped_cleanly(
     ws: Workspace, on_cluster: RayCluster
 ) -> None:

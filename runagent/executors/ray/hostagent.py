@@ -52,6 +52,7 @@ MIRROR_TICK = 0.25  # seconds between mirrorings of a live task's folder to the 
 LEASE_WAIT = 180.0  # seconds a moved loop waits for a dead host's lock to be released
 PAUSE_TICK = 0.5  # seconds between a host agent's looks at the agents paused (pauses.sync)
 ENDED_KEPT = 256  # loops ended on a host that its agent remembers (HostAgent.ended)
+ORPHAN_AFTER = 10.0  # seconds a group placed on a host may be no start's before it is removed
 
 
 def worker_root() -> Path:
@@ -92,6 +93,7 @@ class HostAgent:
         self.ended: dict[str, tuple[float, Where | None]] = {}
         self.lock = threading.Lock()
         self.freed = 0.0  # when a loop here last ended: a waiting group is placed here soon
+        self.orphans: dict[str, float] = {}  # groups placed here that no start owns: since when
         # Whether loops here run under this host's own root (a start with shared_root false
         # came): only then are its paused agents and the cluster's made one (`_pauses`); a
         # host of a shared root leaves alone whatever root its user keeps here.
@@ -215,6 +217,8 @@ class HostAgent:
         except RunAgentError as exc:
             code = int(exc.exit_code)
             loop.where = Where(self.host, 0, None, "", str(exc), code, self.node)
+        except Exception as exc:  # a fork that failed, say: the loop ends, its group with it
+            loop.where = Where(self.host, 0, None, "", f"{type(exc).__name__}: {exc}", 1, self.node)
         finally:
             loop.placed.set()
         if loop.where.error is not None:
@@ -334,7 +338,9 @@ class HostAgent:
 
     def _adopt(self) -> None:
         """Start the loops of groups placed on this host that no loop here holds: one that
-        waited in the cluster's queue, or one moved here from a host that died."""
+        waited in the cluster's queue, or one moved here from a host that died. Groups placed
+        here that no start owns are removed once they have been so for a while."""
+        orphans: dict[str, str] = {}
         for group in store.groups():
             label = str(group.get("name") or "")
             if group.get("state") != "CREATED" or not label or label in self.loops:
@@ -346,12 +352,34 @@ class HostAgent:
                 continue  # another namespace's group of the same name
             if mine.get("state") != "CREATED":
                 continue  # being removed
-            spec = store.spec(self.namespace, label)
-            if spec is None:
+            base = label.removesuffix(SLOT)
+            spec = store.spec(self.namespace, base)
+            if spec is None and base not in self.loops:
+                orphans[group["placement_group_id"]] = label
+            if spec is None or base != label:
                 continue
             loop, new = self._take(replace(spec, group=str(group["placement_group_id"])))
             if isinstance(loop, _Loop) and new:
                 threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
+        self._remove_orphans(orphans)
+
+    def _remove_orphans(self, found: Mapping[str, str]) -> None:
+        """Remove the groups placed here that no start has owned for ORPHAN_AFTER seconds (by
+        id, with their names): no spec names them and no loop here holds them, so nothing would
+        ever remove them, and each would hold its share of this host for good. A start writes
+        its spec before it makes its group, and a loop's end removes its groups before its
+        spec, so only a moment's overlap is lawful; a group left by a process killed between
+        the two, or by a stop that met a freed slot's hand-over, is not."""
+        now = time.monotonic()
+        self.orphans = {group_id: self.orphans.get(group_id, now) for group_id in found}
+        for group_id, since in list(self.orphans.items()):
+            if now - since < ORPHAN_AFTER:
+                continue
+            label = found[group_id]
+            print(f"run-agent host agent: removing placement group {label!r} ({group_id}), "
+                  f"which no start has owned for {ORPHAN_AFTER:g}s", file=sys.stderr)  # fmt: skip
+            store.remove_group(label, self.namespace, group_id)
+            del self.orphans[group_id]
 
     def _pauses(self, first: bool = False) -> None:
         """This host's own root (where loops run whose hosts do not share the runs root) and
@@ -386,11 +414,13 @@ class HostAgent:
             store.put_end(self.namespace, spec.label, end)
             left = store.spec(self.namespace, spec.label)
             mine = left is not None and left.submitted == spec.submitted
-            # Its group, the one its spec names now if a pause replaced it (slot.Slot), and
-            # the group that held its slot again after that pause.
-            group = left.group if left is not None and mine else spec.group
+            # Its group, and the group that held its slot again after a pause (slot.Slot). While
+            # its spec is still this start's, whatever group bears its name is its own (no other
+            # start can take the name meanwhile), whichever id it has now: a pause or a freed
+            # slot's hand-over may have made it again since the spec was written (a hand-over
+            # racing Ray's own placement of the group, which this loop was started from).
             held = store.group(spec.label, self.namespace)
-            store.remove_group(spec.label, self.namespace, group or None)
+            store.remove_group(spec.label, self.namespace, None if mine else spec.group or None)
             store.remove_group(spec.label + SLOT, self.namespace)
             if mine:
                 store.drop_spec(self.namespace, spec.label)
@@ -438,6 +468,9 @@ class HostAgent:
             if spec is None:
                 return
             store.put_spec(self.namespace, replace(spec, touched=time.time()))
+            still = store.group(name, self.namespace)
+            if still is None or still.get("state") != "PENDING":
+                return  # placed by Ray meanwhile (a loop may run from it now), or gone
             store.remove_group(name, self.namespace, group_id)
             store.make_group(name, bundle, near=self.node)
         except ClusterError as exc:  # NameTakenError: another host agent made it again first
