@@ -46,4 +46,8 @@ def serving(
         yield base
     finally:
         server.terminate()
-        server.wait(15)
+        try:
+            server.wait(15)
+        except subprocess.TimeoutExpired:  # a request still being answered: never left behind
+            server.kill()
+            server.wait()
