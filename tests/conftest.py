@@ -183,7 +183,7 @@ class Workspace:
 
         from click.testing import CliRunner
 
-        from runagent.cli import cli
+        from runagent.cli.group import cli
 
         with contextlib.chdir(self.path):
             result = CliRunner().invoke(

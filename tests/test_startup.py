@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 import backends
+import runagent
 import runagent.cli
 from runagent.cli.group import LAZY, cli
 from runagent.config import file as configfile
@@ -137,8 +138,17 @@ def with_fleet(ws: Workspace, limits: bool = True, queue: bool = True) -> None:
 HOLDS_A_SETTING = {"runagent.ops"}
 
 
-def test_version_imports_none_of_the_commands(tmp_path: Path) -> None:
+def test_version_alone_imports_neither_click_nor_any_command(tmp_path: Path) -> None:
     modules = imported(tmp_path, "--version")
+    ours = {m for m in modules if m.split(".")[0] in ("runagent", "backends", "server")}
+    assert ours == {"runagent", "runagent.cli"}, ours
+    assert not {"click", "yaml", "typing", "dataclasses"} & modules
+
+
+def test_version_with_anything_else_is_clicks_and_imports_none_of_the_commands(
+    tmp_path: Path,
+) -> None:
+    modules = imported(tmp_path, "--version", "--version")  # no longer the fast path's alone
     ours = {m for m in modules if m.split(".")[0] in ("runagent", "backends", "server")}
     assert ours <= {
         "runagent",
@@ -149,6 +159,13 @@ def test_version_imports_none_of_the_commands(tmp_path: Path) -> None:
     }, ours
     assert "yaml" not in modules
     assert not beyond_click(tmp_path, modules)
+
+
+def test_the_version_line_without_click_is_the_one_click_prints(ws: Workspace) -> None:
+    fast = ws.cli("--version")
+    through_click = ws.cli("--version", "--version")
+    assert fast.returncode == through_click.returncode == 0, (fast.stderr, through_click.stderr)
+    assert fast.stdout == through_click.stdout == f"run-agent, version {runagent.__version__}\n"
 
 
 def test_list_on_an_empty_root_loads_no_backend(ws: Workspace) -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 import gc
 import sys
 
-from runagent.cli.group import COMMON, cli, collect
+__all__ = ["main"]
 
-__all__ = ["cli", "main"]
-
-# Each command's module is imported when that command runs (group.LAZY), not here.
+# Each command's module is imported when that command runs (group.LAZY), not here; click itself
+# only once a command line needs parsing (`run-agent --version` alone needs none). The command
+# group is `runagent.cli.group.cli`.
 
 
 # The commands that run an agent in this process (`run` also when no command is named).
@@ -23,7 +23,14 @@ def main() -> None:
     # What a command loads is kept for its whole life: the collector finds no garbage in it,
     # yet every few hundred objects made it would walk them all (a tenth of a job's work).
     # It runs again, over what is made from then on, once the command starts (see `collect`).
+    if sys.argv[1:] == ["--version"]:  # asked by scripts and health checks: no click for it
+        from runagent import __version__
+
+        sys.stdout.write(f"{VERSION_LINE % {'prog': 'run-agent', 'version': __version__}}\n")
+        return
     gc.disable()
+    from runagent.cli.group import cli, collect
+
     try:
         if runs_an_agent(sys.argv[1:]):
             from runagent.process import start_reaper_early
@@ -34,9 +41,14 @@ def main() -> None:
         collect()
 
 
+VERSION_LINE = "%(prog)s, version %(version)s"  # click's own `--version` line, with or without it
+
+
 def runs_an_agent(args: list[str]) -> bool:
     """Whether a command line most likely runs an agent in this process: a guess, made before
     parsing, that costs a spare reaper's start when wrong (it exits with this process)."""
+    from runagent.cli.group import COMMON
+
     if any(a in ("--help", "-h", "--version") for a in args):
         return False
     i = 0

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import click
 
 from runagent import __version__
+from runagent.cli import VERSION_LINE
 from runagent.errors import ExitCode, RunAgentError
 from runagent.record import record
 
@@ -289,7 +290,7 @@ def fail(message: str, code: ExitCode) -> NoReturn:
 
 
 @click.group(cls=RunAgentGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="run-agent")
+@click.version_option(__version__, prog_name="run-agent", message=VERSION_LINE)
 def cli() -> None:
     """Run an AI coding agent in a supervised run folder, restarting it until the task is done.
 

@@ -598,7 +598,7 @@ def test_shell_completion_completes_commands_as_the_readme_says(ws: Workspace) -
 def test_every_option_of_every_command_has_help() -> None:
     import click
 
-    from runagent.cli import cli
+    from runagent.cli.group import cli
 
     def commands(group: click.Group, path: str) -> list[tuple[str, click.Command]]:
         found = []
