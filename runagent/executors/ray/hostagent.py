@@ -15,7 +15,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -53,6 +53,9 @@ LEASE_WAIT = 180.0  # seconds a moved loop waits for a dead host's lock to be re
 PAUSE_TICK = 0.5  # seconds between a host agent's looks at the agents paused (pauses.sync)
 ENDED_KEPT = 256  # loops ended on a host that its agent remembers (HostAgent.ended)
 ORPHAN_AFTER = 10.0  # seconds a group placed on a host may be no start's before it is removed
+# A freed slot's hand-over: how long it waits for the host's resources to show the slot free,
+# and for the group it made again to be placed, looking this often.
+HAND_OVER_WAIT, HAND_OVER_TICK = 0.5, 0.005
 
 
 def worker_root() -> Path:
@@ -336,10 +339,11 @@ class HostAgent:
                           file=sys.stderr)  # fmt: skip
         return mirrored
 
-    def _adopt(self) -> None:
+    def _adopt(self, sweep: bool = True) -> None:
         """Start the loops of groups placed on this host that no loop here holds: one that
         waited in the cluster's queue, or one moved here from a host that died. Groups placed
-        here that no start owns are removed once they have been so for a while."""
+        here that no start owns are removed once they have been so for a while (`sweep`: the
+        watch's looks, not a hand-over's)."""
         orphans: dict[str, str] = {}
         for group in store.groups():
             label = str(group.get("name") or "")
@@ -361,7 +365,8 @@ class HostAgent:
             loop, new = self._take(replace(spec, group=str(group["placement_group_id"])))
             if isinstance(loop, _Loop) and new:
                 threading.Thread(target=self._launch, args=(loop, False), daemon=True).start()
-        self._remove_orphans(orphans)
+        if sweep:
+            self._remove_orphans(orphans)
 
     def _remove_orphans(self, found: Mapping[str, str]) -> None:
         """Remove the groups placed here that no start has owned for ORPHAN_AFTER seconds (by
@@ -425,7 +430,9 @@ class HostAgent:
             if mine:
                 store.drop_spec(self.namespace, spec.label)
             if held is not None and held.get("state") == "CREATED":
-                self._hand_over(store.group_bundle(held))
+                # Its own thread: a `stop` that ended the loop does not wait for the next start.
+                bundle = store.group_bundle(held)
+                threading.Thread(target=self._hand_over, args=(bundle,), daemon=True).start()
         finally:
             with self.lock:
                 if self.loops.get(spec.label) is loop:
@@ -438,12 +445,17 @@ class HostAgent:
 
     def _hand_over(self, freed: Mapping[str, float]) -> None:
         """Have the oldest group waiting in this namespace that `freed` (what an ended loop's
-        group held here) fits placed now, here. Ray tries a waiting group again only after a
-        back-off that grows to a second, and a freed slot does not wake it: so that group is
-        made again under its name (its spec says so meanwhile, as a start finds no group for a
-        moment), which Ray places at once. A group waiting to take a paused loop's slot again
-        goes first: none is made again while one waits. Nothing is lost if this fails: Ray
-        places the waiting group at its next try."""
+        group held here) fits placed now, here, and its loop started. Ray tries a waiting group
+        again only after a back-off that grows to a second, and neither a freed slot nor a
+        removed group wakes it: so that group is made again under its name (its spec says so
+        meanwhile, as a start finds no group for a moment), which Ray tries at once. Ray frees
+        a removed group's share of its host a moment after the removal: made again before
+        that, the group would fail its try and wait out its back-off, so the hand-over first
+        waits for this host's resources to show the slot free (the oldest waiting group is
+        found meanwhile). Once the group is placed here, its loop starts at once, not at the
+        watch's next look. A group waiting to take a paused loop's slot again goes first: none
+        is made again while one waits. Nothing is lost if this fails: Ray places the waiting
+        group at its next try, and the watch starts its loop."""
         if freed == HOLD:
             return  # a paused loop's group held no slot
         try:
@@ -468,14 +480,27 @@ class HostAgent:
             if spec is None:
                 return
             store.put_spec(self.namespace, replace(spec, touched=time.time()))
+            self._until(lambda: store.fits(store.free_per_host().get(self.node, {}), freed))
             still = store.group(name, self.namespace)
             if still is None or still.get("state") != "PENDING":
                 return  # placed by Ray meanwhile (a loop may run from it now), or gone
             store.remove_group(name, self.namespace, group_id)
             store.make_group(name, bundle, near=self.node)
-        except ClusterError as exc:  # NameTakenError: another host agent made it again first
+            if self._until(lambda: _placed(store.group(name, self.namespace))):
+                self._adopt(sweep=False)
+        except Exception as exc:  # NameTakenError: another host agent made it again first
             if not isinstance(exc, NameTakenError):
                 print(f"run-agent host agent: handing a freed slot over: {exc}", file=sys.stderr)
+
+    @staticmethod
+    def _until(done: Callable[[], bool]) -> bool:
+        """Whether `done` came true within HAND_OVER_WAIT, looking every HAND_OVER_TICK."""
+        deadline = time.monotonic() + HAND_OVER_WAIT
+        while not done():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(HAND_OVER_TICK)
+        return True
 
     def _log(self, task: TaskPaths, line: str) -> None:
         try:
@@ -485,6 +510,10 @@ class HostAgent:
 
 
 RemoteHostAgent: Any = ray.remote(HostAgent)
+
+
+def _placed(group: Mapping[str, Any] | None) -> bool:
+    return group is not None and group.get("state") == "CREATED"
 
 
 def exit_code(returned: int) -> int:
