@@ -11,8 +11,9 @@ Then, with the keeper the door started:
   `POST /api/tasks`), each answered as queued; the median and the slowest (after one start left
   out, with the process's imports and the index of the queue copied in behind its back, and
   once the keeper is quiet again: its first look at the copies checks each once);
-- the keeper's memory (RSS) and the CPU the keeper and a `run-agent serve` on the root take
-  while nothing changes (a percentage of one core over a few seconds);
+- the keeper's memory (RSS; its fork server's beside it) and the CPU the keeper and a
+  `run-agent serve` on the root take while nothing changes (a percentage of one core over a
+  few seconds);
 - a freed slot to the next start: the holders' agents end, and the keeper starts the queue's
   head as each slot frees, each an agent that sleeps a second; from the end of the run that freed
   a slot to the start of the next (the runs' own run-info times), median over H hand-overs.
@@ -102,6 +103,8 @@ def measure(size: int, work: Path, args: argparse.Namespace) -> dict[str, Any]:
         figures["admit_ms"] = admitted
         time.sleep(args.settle)
         figures["keeper_rss_mib"] = keeper.memory_info().rss / 2**20 if keeper else None
+        server = _fork_server(keeper) if keeper else None
+        figures["fork_server_rss_mib"] = server.memory_info().rss / 2**20 if server else None
         figures["keeper_cpu"] = _cpu(keeper, args.idle) if keeper else None
         serve = _serve(config, root)
         time.sleep(args.settle)
@@ -169,6 +172,18 @@ def _keeper(root: Path) -> Any:
             if "runagent.executors.keeper" in cmdline and str(root.resolve()) in cmdline:
                 return proc
         time.sleep(0.1)
+    return None
+
+
+def _fork_server(keeper: Any) -> Any:
+    """The keeper's fork server, if it has one (this code's keeper forks each supervisor from
+    it; an older one started each as a new interpreter)."""
+    for child in keeper.children():
+        try:
+            if "runagent.executors.forkserver" in child.cmdline():
+                return child
+        except Exception:  # gone meanwhile
+            continue
     return None
 
 
@@ -354,6 +369,7 @@ ROWS = (
     ("a start admitted, slowest (ms)", "admit_ms", "max"),
     ("freed slot to next start, median (ms)", "hand_over_ms", "median"),
     ("keeper RSS (MiB)", "keeper_rss_mib", "value"),
+    ("its fork server's RSS (MiB)", "fork_server_rss_mib", "value"),
     ("keeper CPU while idle (% of a core)", "keeper_cpu", "value"),
     ("serve CPU while idle (% of a core)", "serve_cpu", "value"),
 )

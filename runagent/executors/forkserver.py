@@ -3,17 +3,19 @@
 A loop's supervisor is `run-agent run --admitted ...`: a new interpreter that imports the command
 line, the loop and the backends before it does anything, a tenth of a second on a quiet machine
 and several on a loaded one. A cluster's host agent starts one for every loop placed on its host,
-and a person's `run` there waits for it, where a loop run here in the foreground pays none of it.
-So the host agent keeps one fork server (this module run as a program, its own child) that
-imported those modules once, and asks it for each supervisor: the server forks, and the child
-becomes the supervisor exactly as `python -m runagent ARGV` would (its own session, its output
-in the task's supervisor.log, the environment and folder it is given). The server reports each
-child's pid and, when it exits, its exit code.
+and the queue's keeper one for every queued task whose turn comes, each while a slot waits for
+it. So each keeps one fork server (this module run as a program, its own child) that imported
+those modules once, and asks it for each supervisor: the server forks, and the child becomes the
+supervisor exactly as `python -m runagent ARGV` would (its own session, its output in the task's
+supervisor.log, the environment and folder it is given). The server reports each child's pid
+and, when it exits, its exit code.
 
-Each child dies with the server (PR_SET_PDEATHSIG), and the server with the host agent's thread
-that started it, as a supervisor the host agent starts itself does; so a host agent that is
-killed still leaves no loop running. Where the server cannot start or answer, the host agent
-starts the supervisor itself (local.spawn_local).
+A host agent's server and children are bound: each child dies with the server
+(PR_SET_PDEATHSIG), and the server with the host agent's thread that started it, as a
+supervisor the host agent starts itself does; so a host agent that is killed still leaves no
+loop running. A keeper's children are detached loops, which outlive the keeper as those that
+the door starts do: only its server dies with it. Where the server cannot start or answer,
+the supervisor is started as a new interpreter (local.spawn_local).
 
 The server is one thread (forking a process with threads is unsafe); it reads requests, one
 JSON line each, on its stdin, and writes answers and exits, one JSON line each, on its stdout.
@@ -38,6 +40,7 @@ from typing import IO, Any
 # What a supervisor's command line loads before it runs, loaded once by the server.
 WARM = (
     "runagent.cli",
+    "runagent.cli.group",
     "runagent.cli.run",
     "runagent.cli.foreground",
     "runagent.cli.console",
@@ -119,9 +122,10 @@ def _fork(request: Mapping[str, Any], answers: int, own: tuple[int, int, Any]) -
     code = 1
     try:
         os.setsid()
-        _die_with_parent()
-        if os.getppid() != server:  # the server died meanwhile
-            os._exit(1)
+        if request.get("bound", True):
+            _die_with_parent()
+            if os.getppid() != server:  # the server died meanwhile
+                os._exit(1)
         wake_r, wake_w, selector = own
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -227,10 +231,12 @@ class Forked:
 
 
 class ForkServer:
-    """The host agent's fork server: started by `start` (from the thread its children are to
-    die with), asked for a supervisor by `fork`."""
+    """A fork server: started by `start` (from the thread it is to die with), asked for a
+    supervisor by `fork`. Its children die with it (`bound`, a host agent's) or outlive it (the
+    queue's keeper's, whose detached loops go on after it exits)."""
 
-    def __init__(self) -> None:
+    def __init__(self, bound: bool = True) -> None:
+        self.bound = bound
         self.lock = threading.Lock()
         self.process: subprocess.Popen[bytes] | None = None
         self.asked: dict[int, tuple[threading.Event, dict[str, Any]]] = {}
@@ -275,7 +281,7 @@ class ForkServer:
             answer: dict[str, Any] = {}
             self.asked[ask] = (answered, answer)
             line = json.dumps({"id": ask, "argv": argv, "cwd": str(cwd), "env": dict(env),
-                               "log": str(log)})  # fmt: skip
+                               "log": str(log), "bound": self.bound})  # fmt: skip
             try:
                 process.stdin.write(line.encode() + b"\n")
                 process.stdin.flush()
@@ -314,8 +320,8 @@ class ForkServer:
                     answer.update(said)
                     answered.set()
         process.wait()
-        with self.lock:  # its children died with it (PR_SET_PDEATHSIG)
-            for child in self.children.values():
+        with self.lock:  # bound, its children died with it (PR_SET_PDEATHSIG)
+            for child in self.children.values() if self.bound else ():
                 child.ended(-signal.SIGKILL)
             self.children.clear()
             for answered, _ in self.asked.values():

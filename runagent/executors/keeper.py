@@ -23,13 +23,18 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runagent.errors import RunAgentError
+from runagent.executors.forkserver import ForkServer
 from runagent.fleet import depends, gate
 from runagent.fleet.queue import Ahead, Fleet, Waiting
 from runagent.loop.context import QUEUED_SINCE
 from runagent.store import credentials
 from runagent.store.runfolder import TaskPaths
+
+if TYPE_CHECKING:
+    from runagent.executors.local import Fork
 
 
 def keep(root: Path) -> int:
@@ -44,6 +49,10 @@ def keep(root: Path) -> int:
         return 0  # another keeper has it
     changes = gate._changes(fleet)
     seen = Seen()
+    # The supervisors it starts, forked from a process that loaded them once: a freed slot
+    # waits for no interpreter's start. Started once a task is queued; a new interpreter for
+    # each start where it cannot be.
+    forks: ForkServer | None = None
     try:
         while True:
             with fleet.locked():
@@ -54,8 +63,11 @@ def keep(root: Path) -> int:
                     os.close(fd)
                     fd = -1
                     return 0
+            if forks is None:
+                forks = ForkServer(bound=False)
+                forks.start(dict(os.environ))
             for waiting in due:
-                _start(fleet, waiting)
+                _start(fleet, waiting, forks.fork if forks.alive() else None)
             if not due:
                 next(changes)
     finally:
@@ -194,9 +206,10 @@ def _block(fleet: Fleet, waiting: Waiting, why: str) -> None:
         pass
 
 
-def _start(fleet: Fleet, waiting: Waiting) -> None:
-    """Start a task whose turn has come; a start that fails frees its slot and says why in the
-    task's supervisor.log (where a detached loop's own words go)."""
+def _start(fleet: Fleet, waiting: Waiting, fork: Fork | None = None) -> None:
+    """Start a task whose turn has come (its supervisor forked by `fork` where one is given);
+    a start that fails frees its slot and says why in the task's supervisor.log (where a
+    detached loop's own words go)."""
     from runagent.executors.local import start_local
     from runagent.store import runfolder
 
@@ -209,7 +222,7 @@ def _start(fleet: Fleet, waiting: Waiting) -> None:
         if _executor_of(argv) == "ray":
             _hand_to_cluster(task, argv, cwd, env)
         else:
-            start_local(task, argv, cwd=cwd, env=env)
+            start_local(task, argv, cwd=cwd, env=env, fork=fork)
     except (RunAgentError, OSError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
         with fleet.locked():
             fleet.release(task)

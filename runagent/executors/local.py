@@ -78,12 +78,13 @@ def start_local(
     env: Mapping[str, str] | None = None,
     wait: float = START_WAIT,
     die_with_parent: bool = False,
+    fork: Fork | None = None,
 ) -> Started:
-    """Start `run-agent ARGV` for `task` in its own session on this machine; return once it
-    holds the lock. With `die_with_parent`, the kernel kills it (and so, through its reaper, its
-    agent's tree) when the thread that started it ends: an executor's worker that is killed
-    leaves nothing behind."""
-    return await_lock(task, spawn_local(task, argv, cwd, env, die_with_parent), wait)
+    """Start `run-agent ARGV` for `task` in its own session on this machine (forked by `fork`
+    where one is given and can); return once it holds the lock. With `die_with_parent`, the
+    kernel kills it (and so, through its reaper, its agent's tree) when the thread that started
+    it ends: an executor's worker that is killed leaves nothing behind."""
+    return await_lock(task, spawn_local(task, argv, cwd, env, die_with_parent, fork), wait)
 
 
 class Child(Protocol):

@@ -23,6 +23,7 @@ from runagent.config.settings import LimitsSettings
 from runagent.errors import ConfigError, UsageError
 from runagent.fleet.queue import Fleet, Holder, Waiting, decide
 from runagent.service import Command, Service, StartRequest
+from runagent.store.lock import live_holder
 from runagent.store.runinfo import RunInfo
 from tests.conftest import Workspace, wait_for
 
@@ -323,6 +324,46 @@ def test_detached_starts_queue_as_records_and_one_keeper_starts_them_in_order(
         assert len(overlapping) <= 2, (run.task_id, [o.task_id for o in overlapping])
     wait_for(lambda: not keepers(ws), what="the keeper to exit with the queue empty")
     assert not Fleet(ws.root).waiting()
+
+
+def test_the_keeper_forks_each_start_from_its_server_and_the_loops_outlive_both(
+    ws: Workspace,
+) -> None:
+    """A freed slot waits for no interpreter's start: the keeper's fork server, which loaded
+    the supervisor's modules once, forks each queued start. A detached loop is no one's to
+    take down: the last one started goes on after the keeper and its server have exited."""
+    import psutil
+
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    assert door.start(StartRequest(ws.task("p", "a"), "go")).queued is None
+    for task in ("b", "c"):
+        assert door.start(StartRequest(ws.task("p", task), "go")).queued is not None
+    (keeper,) = keepers(ws)
+
+    def server() -> list[psutil.Process]:
+        return [child for child in psutil.Process(keeper).children()
+                if "runagent.executors.forkserver" in child.cmdline()]  # fmt: skip
+
+    wait_for(server, what="the keeper's fork server")
+    (forks,) = server()
+
+    def supervisor(task: str) -> int:
+        wait_for(lambda: running(ws, task), timeout=60, what=f"{task} running")
+        holder = live_holder(ws.task("p", task).lock)
+        assert holder is not None
+        return holder.pid
+
+    go(ws, "a")
+    b = supervisor("b")
+    assert psutil.Process(b).ppid() == forks.pid  # c still queued: the keeper waits on
+    go(ws, "b")
+    c = supervisor("c")
+    wait_for(lambda: not keepers(ws), what="the keeper to exit with the queue empty")
+    wait_for(lambda: not forks.is_running(), what="its fork server to exit with it")
+    assert psutil.Process(c).is_running() and running(ws, "c")
+    go(ws, "c")
+    wait_for(lambda: listed(ws)["p/c"]["status"] == "completed", timeout=60, what="c")
 
 
 def test_a_queued_detached_task_is_stopped_before_it_starts(ws: Workspace) -> None:
