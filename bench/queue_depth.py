@@ -316,6 +316,9 @@ def checkout(ref: str, into: Path) -> Path | None:
         return None
     into.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    # Its supervisors read bytecode, as this code's do: a shell that turns writing it off
+    # would otherwise have each new interpreter compile every module it loads.
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(into)], check=True)
     return into
 
 
