@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from runagent import listing
+from runagent import listing, python
 from runagent.config.settings import Budget, ExecutorSettings, ExecutorType, parse_budget
 from runagent.errors import DamagedRecordError, ExitCode, RunAgentError
 from runagent.record import record
@@ -238,7 +238,7 @@ def ensure_watched(racer: TaskPaths) -> None:
     try:
         with open(runfolder.supervisor_log_path(owner), "ab", opener=runfolder.private) as out:
             subprocess.Popen(
-                [sys.executable, *race.watcher_argv(owner)], cwd=owner.root,
+                python(*race.watcher_argv(owner)), cwd=owner.root,
                 stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
             )  # fmt: skip
     except OSError as exc:  # said where the race's words go; its racers' stop still stops it

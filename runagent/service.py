@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from runagent import listing
+from runagent import listing, python
 from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import (
     AgentConfig,
@@ -788,7 +788,6 @@ class Service:
 
     def _start_race(self, request: StartRequest) -> Started:
         import subprocess
-        import sys
 
         task = request.task
         with self._race(request):
@@ -797,7 +796,7 @@ class Service:
             env = credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
             with open(runfolder.supervisor_log_path(task), "ab", opener=runfolder.private) as out:
                 watcher = subprocess.Popen(
-                    [sys.executable, *race.watcher_argv(task)],
+                    python(*race.watcher_argv(task)),
                     cwd=self.workdir.resolve(), env=dict(env), stdin=subprocess.DEVNULL,
                     stdout=out, stderr=out, start_new_session=True,
                 )  # fmt: skip

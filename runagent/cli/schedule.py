@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import click
 
+from runagent import python
 from runagent import schedule as sched
 from runagent.cli.foreground import STOP_SIGNALS, executable_dir
 from runagent.cli.group import cli
@@ -146,7 +146,7 @@ def schedule_crontab(action: str | None, config_path: Path | None, root: Path | 
                    f"{'from' if found else 'in'} your crontab", err=True)  # fmt: skip
         return
     launcher = executable_dir() / "run-agent"
-    command = [str(launcher)] if launcher.exists() else [sys.executable, "-m", "runagent"]
+    command = [str(launcher)] if launcher.exists() else python("-m", "runagent")
     path = os.environ.get("PATH", "/usr/bin:/bin")
     block = crontab.block(s.config.schedules, config, s.root, Path.cwd(), command, path)
     left_out = f"; left out, disabled: {', '.join(block.left_out)}" if block.left_out else ""

@@ -40,7 +40,7 @@ from types import MappingProxyType
 from typing import Any
 
 import runagent
-from runagent import errors
+from runagent import errors, python
 from runagent.config.settings import ExecutorSettings
 from runagent.errors import RunAgentError
 from runagent.store import host, runfolder
@@ -320,7 +320,7 @@ def _spawn(root: Path, settings: ExecutorSettings, direct: Callable[[], Any]) ->
     log = where / f"{key(settings)}.log"
     with open(log, "ab", opener=runfolder.private) as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", SERVER, settings.address, settings.namespace],
+            python("-m", SERVER, settings.address, settings.namespace),
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, env=env, cwd="/",
             start_new_session=True,
         )  # fmt: skip

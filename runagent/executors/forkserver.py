@@ -37,6 +37,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
+from runagent import python
+
 # What a supervisor's command line loads before it runs, loaded once by the server.
 WARM = (
     "runagent.cli",
@@ -141,7 +143,7 @@ def _fork(request: Mapping[str, Any], answers: int, own: tuple[int, int, Any]) -
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
-        _retitle([sys.executable, "-m", "runagent", *request["argv"]])
+        _retitle(python("-m", "runagent", *request["argv"]))
         code = _run(list(request["argv"]))
         for thread in threading.enumerate():  # as the interpreter's exit waits for them
             if thread is not threading.main_thread() and not thread.daemon:
@@ -250,7 +252,7 @@ class ForkServer:
             return True
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "runagent.executors.forkserver", " " * TITLE_ROOM],
+                python("-m", "runagent.executors.forkserver", " " * TITLE_ROOM),
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 env=dict(env), preexec_fn=_die_with_parent, cwd="/",
             )  # fmt: skip

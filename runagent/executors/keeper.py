@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from runagent import python
 from runagent.errors import RunAgentError
 from runagent.executors.forkserver import ForkServer
 from runagent.fleet import depends, gate
@@ -252,7 +253,7 @@ def _hand_to_cluster(task: TaskPaths, argv: list[str], cwd: Path, env: dict[str,
     log = runfolder.supervisor_log_path(task)
     with open(log, "ab", opener=runfolder.private) as out:
         done = subprocess.run(
-            [sys.executable, "-m", "runagent", *argv], cwd=cwd, env=env,
+            python("-m", "runagent", *argv), cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
             timeout=START_WAIT + HAND_OVER_WAIT, check=False,
         )  # fmt: skip

@@ -8,13 +8,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from runagent import python
 from runagent.config.overrides import LoopOverrides
 from runagent.errors import AlreadyRunningError, RunAgentError, error_for_exit
 from runagent.record import record
@@ -126,7 +126,7 @@ def spawn_local(
             pass  # started as a new interpreter instead
     with open(log, "ab", opener=runfolder.private) as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "runagent", *argv],
+            python("-m", "runagent", *argv),
             cwd=cwd,
             env=dict(env if env is not None else os.environ),
             stdin=subprocess.DEVNULL,

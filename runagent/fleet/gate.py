@@ -13,13 +13,13 @@ from __future__ import annotations
 import fcntl
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from runagent import python
 from runagent.config.settings import LimitsSettings
 from runagent.errors import AlreadyRunningError, BlockedError, DamagedRecordError, StoppedError
 from runagent.fleet import depends
@@ -296,7 +296,7 @@ def ensure_keeper(root: Path, env: Mapping[str, str] | None = None) -> None:
         os.close(fd)
     with open(fleet.folder / "keeper.log", "ab", opener=private) as log:
         subprocess.run(
-            [sys.executable, "-m", "runagent.executors.keeper", "--detach", str(root.resolve())],
+            python("-m", "runagent.executors.keeper", "--detach", str(root.resolve())),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", check=False,
             start_new_session=True, timeout=60, env=dict(env) if env is not None else None,
         )  # fmt: skip

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
+from runagent import python
 from runagent.config.settings import AgentConfig, Mode, Permissions
 from runagent.errors import ConfigError, MissingDependencyError
 from runagent.loop.context import RunContext
@@ -344,7 +345,7 @@ class ChildBackend(Backend):
     default_reason: ClassVar[Reason] = Reason.EXIT_CODE  # a report that names no reason
 
     def child_argv(self, ctx: RunContext) -> tuple[str, ...]:
-        return (sys.executable, "-m", f"backends.{self.name}", str(ctx.run_folder))
+        return (*python("-m", f"backends.{self.name}"), str(ctx.run_folder))
 
     def final_output(self, ctx: RunContext) -> str | None:
         try:

@@ -137,7 +137,8 @@ def test_http_backends_run_as_child_processes(
 ) -> None:
     c = ctx(tmp_path)
     spec = make(name, model="m1").launch(c)
-    assert spec.argv == (sys.executable, "-m", f"backends.{name}", str(c.run_folder))
+    # -P: the folder the agent works in is kept off the child's import path
+    assert spec.argv == (sys.executable, "-P", "-m", f"backends.{name}", str(c.run_folder))
     assert spec.env["RUN_AGENT_CHAT_URL"] == url
     assert spec.env["RUN_AGENT_CHAT_MODEL"] == "m1"
     assert spec.env[variable].endswith("-from-env")
