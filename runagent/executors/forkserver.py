@@ -199,6 +199,25 @@ def _write(fd: int, message: Mapping[str, Any]) -> None:
         data = data[os.write(fd, data) :]
 
 
+# What an interpreter reads from its environment as it starts, which a forked child keeps from
+# the server whatever its own environment says.
+INTERPRETER = ("PYTHON", "LANG", "LC_", "TZ")
+
+
+def _interpreter(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(INTERPRETER)}
+
+
+def _code_stamp() -> int:
+    """When run-agent's code was last installed (its package's first file written)."""
+    import runagent
+
+    try:
+        return os.stat(runagent.__file__).st_mtime_ns
+    except OSError:
+        return 0
+
+
 def _die_with_parent() -> None:
     import ctypes
 
@@ -239,6 +258,7 @@ class ForkServer:
 
     def __init__(self, bound: bool = True) -> None:
         self.bound = bound
+        self.loaded: tuple[dict[str, str], int] = ({}, 0)  # what the server started with
         self.lock = threading.Lock()
         self.process: subprocess.Popen[bytes] | None = None
         self.asked: dict[int, tuple[threading.Event, dict[str, Any]]] = {}
@@ -250,6 +270,7 @@ class ForkServer:
         """Start the server (in the thread its children are to die with); whether it is up."""
         if self.alive():
             return True
+        self.loaded = (_interpreter(env), _code_stamp())
         try:
             process = subprocess.Popen(
                 python("-m", "runagent.executors.forkserver", " " * TITLE_ROOM),
@@ -270,6 +291,13 @@ class ForkServer:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def serves(self, env: Mapping[str, str]) -> bool:
+        """Whether a supervisor forked by the server would be the one a new interpreter started
+        with `env` would be: the server is up, was started with the same settings of the
+        interpreter itself (PYTHONPATH, say, where plugins are found), and run-agent's code has
+        not been installed again since it loaded it."""
+        return self.alive() and self.loaded == (_interpreter(env), _code_stamp())
 
     def fork(self, argv: list[str], cwd: Path, env: Mapping[str, str], log: Path) -> Forked:
         """A supervisor `run-agent ARGV` forked by the server; OSError if it cannot be."""

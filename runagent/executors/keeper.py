@@ -23,7 +23,6 @@ import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from runagent import python
 from runagent.errors import RunAgentError
@@ -33,9 +32,6 @@ from runagent.fleet.queue import Ahead, Fleet, Waiting
 from runagent.loop.context import QUEUED_SINCE
 from runagent.store import credentials
 from runagent.store.runfolder import TaskPaths
-
-if TYPE_CHECKING:
-    from runagent.executors.local import Fork
 
 
 def keep(root: Path) -> int:
@@ -68,7 +64,7 @@ def keep(root: Path) -> int:
                 forks = ForkServer(bound=False)
                 forks.start(dict(os.environ))
             for waiting in due:
-                _start(fleet, waiting, forks.fork if forks.alive() else None)
+                _start(fleet, waiting, forks)
             if not due:
                 next(changes)
     finally:
@@ -207,10 +203,10 @@ def _block(fleet: Fleet, waiting: Waiting, why: str) -> None:
         pass
 
 
-def _start(fleet: Fleet, waiting: Waiting, fork: Fork | None = None) -> None:
-    """Start a task whose turn has come (its supervisor forked by `fork` where one is given);
-    a start that fails frees its slot and says why in the task's supervisor.log (where a
-    detached loop's own words go)."""
+def _start(fleet: Fleet, waiting: Waiting, forks: ForkServer | None = None) -> None:
+    """Start a task whose turn has come (its supervisor forked by `forks` where it serves the
+    start's environment, else a new interpreter); a start that fails frees its slot and says
+    why in the task's supervisor.log (where a detached loop's own words go)."""
     from runagent.executors.local import start_local
     from runagent.store import runfolder
 
@@ -223,6 +219,7 @@ def _start(fleet: Fleet, waiting: Waiting, fork: Fork | None = None) -> None:
         if _executor_of(argv) == "ray":
             _hand_to_cluster(task, argv, cwd, env)
         else:
+            fork = forks.fork if forks is not None and forks.serves(env) else None
             start_local(task, argv, cwd=cwd, env=env, fork=fork)
     except (RunAgentError, OSError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
         with fleet.locked():

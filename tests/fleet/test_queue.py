@@ -366,6 +366,39 @@ def test_the_keeper_forks_each_start_from_its_server_and_the_loops_outlive_both(
     wait_for(lambda: listed(ws)["p/c"]["status"] == "completed", timeout=60, what="c")
 
 
+def test_a_queued_start_whose_interpreter_settings_differ_is_started_as_a_new_interpreter(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A forked supervisor keeps what its interpreter read as it started (PYTHONPATH, where
+    plugins are found; the locale): a start whose environment sets them otherwise than the
+    keeper's does is not forked, but started as a new interpreter, as before."""
+    import psutil
+
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    assert door.start(StartRequest(ws.task("p", "a"), "go")).queued is None
+    assert door.start(StartRequest(ws.task("p", "b"), "go")).queued is not None
+    monkeypatch.setenv("PYTHONPATH", str(ws.path / "plugins"))
+    assert door.start(StartRequest(ws.task("p", "c"), "go")).queued is not None
+    monkeypatch.delenv("PYTHONPATH")
+    assert door.start(StartRequest(ws.task("p", "d"), "go")).queued is not None  # keeps it on
+    (keeper,) = keepers(ws)
+
+    def parent(task: str) -> int:
+        wait_for(lambda: running(ws, task), timeout=60, what=f"{task} running")
+        holder = live_holder(ws.task("p", task).lock)
+        assert holder is not None
+        return psutil.Process(holder.pid).ppid()
+
+    go(ws, "a")
+    assert parent("b") != keeper  # forked by the keeper's server
+    go(ws, "b")
+    assert parent("c") == keeper  # a new interpreter, the keeper's own child
+    for task in ("c", "d"):
+        go(ws, task)
+    wait_for(lambda: listed(ws)["p/d"]["status"] == "completed", timeout=60, what="d")
+
+
 def test_a_queued_detached_task_is_stopped_before_it_starts(ws: Workspace) -> None:
     configure(ws, {"max_running": 1})
     door = service(ws)
