@@ -3,6 +3,7 @@
 import sys
 
 __version__ = "0.1.0"
+VERSION_LINE = "%(prog)s, version %(version)s"  # `run-agent --version`, with click or without
 
 
 def python(*args: str) -> list[str]:

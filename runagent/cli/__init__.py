@@ -24,7 +24,7 @@ def main() -> None:
     # yet every few hundred objects made it would walk them all (a tenth of a job's work).
     # It runs again, over what is made from then on, once the command starts (see `collect`).
     if sys.argv[1:] == ["--version"]:  # asked by scripts and health checks: no click for it
-        from runagent import __version__
+        from runagent import VERSION_LINE, __version__
 
         sys.stdout.write(f"{VERSION_LINE % {'prog': 'run-agent', 'version': __version__}}\n")
         return
@@ -39,9 +39,6 @@ def main() -> None:
         cli(prog_name="run-agent")
     finally:
         collect()
-
-
-VERSION_LINE = "%(prog)s, version %(version)s"  # click's own `--version` line, with or without it
 
 
 def runs_an_agent(args: list[str]) -> bool:

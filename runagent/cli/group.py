@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
 
-from runagent import __version__
-from runagent.cli import VERSION_LINE
+from runagent import VERSION_LINE, __version__
 from runagent.errors import ExitCode, RunAgentError
 from runagent.record import record
 
