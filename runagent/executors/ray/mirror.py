@@ -5,6 +5,7 @@ HOME, nothing is sent: the folder stays on its host, whose agent serves reads of
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -64,37 +65,63 @@ class Mirror:
         home = self._find_home(final)
         if home is None:
             return
+        # The records (run-info.yaml, DONE, ...) are read before the output they speak of and
+        # sent after it: a run-info.yaml that says its run ended reaches the server only with
+        # all the output written before it, so a reader there never takes an ended run's
+        # output for whole while its last lines are still on their way.
+        paths = sorted(self.task.folder.rglob("*"), key=lambda p: (p.name == runfolder.DONE, p))
+        records = []
+        for path in paths:
+            if path.name not in GROWING:
+                try:  # the lock's note too: the server's view says who runs it
+                    records.append((path, _read_whole(path)))
+                except (FileNotFoundError, IsADirectoryError):  # renamed meanwhile, or a
+                    continue  # folder: the rest is still sent, and it next time
         try:
-            for path in sorted(
-                self.task.folder.rglob("*"), key=lambda p: (p.name == runfolder.DONE, p)
-            ):
-                if path.is_file():  # the lock's note too: the server's view says who runs it
+            for path in paths:
+                if path.name in GROWING:
                     try:
-                        self._send(home, path)
-                    except FileNotFoundError:  # a temporary file renamed meanwhile: the
-                        continue  # rest of the folder is still sent, and it next time
+                        self._grow(home, path)
+                    except FileNotFoundError:
+                        continue
+            for path, (st, data) in records:
+                self._replace(home, path, st, data)
         except ClusterError:  # the server went away: look for one again later
             self.home = None
 
-    def _send(self, home: Any, path: Path) -> None:
+    def _grow(self, home: Any, path: Path) -> None:
         relative = str(path.relative_to(self.task.folder))
         st = path.stat()
         size, mtime = self.sent.get(relative, (0, 0))
         if (st.st_size, st.st_mtime_ns) == (size, mtime):
             return
+        if st.st_size < size:  # cut short (truncated by hand): sent whole again
+            self._replace(home, path, st, path.read_bytes())
+            return
         name = f"{self.prefix}/{relative}"
-        if path.name in GROWING and st.st_size >= size:
-            with open(path, "rb") as f:
-                f.seek(size)
-                offset = size
-                while offset < st.st_size and (chunk := f.read(COPY_CHUNK)):
-                    boundary.call(home.put, name, offset, chunk)
-                    offset += len(chunk)
-            if st.st_size == 0:
-                boundary.call(home.put, name, 0, b"")
-        else:
-            boundary.call(home.replace, name, path.read_bytes())
+        with open(path, "rb") as f:
+            f.seek(size)
+            offset = size
+            while offset < st.st_size and (chunk := f.read(COPY_CHUNK)):
+                boundary.call(home.put, name, offset, chunk)
+                offset += len(chunk)
+        if st.st_size == 0:
+            boundary.call(home.put, name, 0, b"")
         self.sent[relative] = (st.st_size, st.st_mtime_ns)
+
+    def _replace(self, home: Any, path: Path, st: os.stat_result, data: bytes) -> None:
+        relative = str(path.relative_to(self.task.folder))
+        if (st.st_size, st.st_mtime_ns) == self.sent.get(relative, (0, 0)):
+            return
+        boundary.call(home.replace, f"{self.prefix}/{relative}", data)
+        self.sent[relative] = (st.st_size, st.st_mtime_ns)
+
+
+def _read_whole(path: Path) -> tuple[os.stat_result, bytes]:
+    """A file's bytes and the stat of the very file they were read from (one replaced by a
+    rename meanwhile is either the old or the new, whole)."""
+    with open(path, "rb") as f:
+        return os.fstat(f.fileno()), f.read()
 
 
 def seed(task: TaskPaths, namespace: str) -> None:
