@@ -20,14 +20,14 @@ RUNS_HERE = frozenset(("run", "job", "resume", "cocode"))
 
 
 def main() -> None:
-    # What a command loads is kept for its whole life: the collector finds no garbage in it,
-    # yet every few hundred objects made it would walk them all (a tenth of a job's work).
-    # It runs again, over what is made from then on, once the command starts (see `collect`).
     if sys.argv[1:] == ["--version"]:  # asked by scripts and health checks: no click for it
         from runagent import VERSION_LINE, __version__
 
         sys.stdout.write(f"{VERSION_LINE % {'prog': 'run-agent', 'version': __version__}}\n")
         return
+    # What a command loads is kept for its whole life: the collector finds no garbage in it,
+    # yet every few hundred objects made it would walk them all (a tenth of a job's work).
+    # It runs again, over what is made from then on, once the command starts (see `collect`).
     gc.disable()
     from runagent.cli.group import cli, collect
 

@@ -74,7 +74,8 @@ class Mirror:
         for path in paths:
             if path.name not in GROWING:
                 try:  # the lock's note too: the server's view says who runs it
-                    records.append((path, _read_whole(path)))
+                    if (changed := self._changed(path)) is not None:
+                        records.append((path, changed))
                 except (FileNotFoundError, IsADirectoryError):  # renamed meanwhile, or a
                     continue  # folder: the rest is still sent, and it next time
         try:
@@ -90,7 +91,7 @@ class Mirror:
             self.home = None
 
     def _grow(self, home: Any, path: Path) -> None:
-        relative = str(path.relative_to(self.task.folder))
+        relative = self._relative(path)
         st = path.stat()
         size, mtime = self.sent.get(relative, (0, 0))
         if (st.st_size, st.st_mtime_ns) == (size, mtime):
@@ -109,19 +110,22 @@ class Mirror:
             boundary.call(home.put, name, 0, b"")
         self.sent[relative] = (st.st_size, st.st_mtime_ns)
 
+    def _changed(self, path: Path) -> tuple[os.stat_result, bytes] | None:
+        """A record's bytes and the stat of the very file they were read from (one replaced by
+        a rename meanwhile is either the old or the new, whole); None if it is as last sent."""
+        with open(path, "rb") as f:
+            st = os.fstat(f.fileno())
+            if (st.st_size, st.st_mtime_ns) == self.sent.get(self._relative(path), (0, 0)):
+                return None
+            return st, f.read()
+
+    def _relative(self, path: Path) -> str:
+        return str(path.relative_to(self.task.folder))
+
     def _replace(self, home: Any, path: Path, st: os.stat_result, data: bytes) -> None:
-        relative = str(path.relative_to(self.task.folder))
-        if (st.st_size, st.st_mtime_ns) == self.sent.get(relative, (0, 0)):
-            return
+        relative = self._relative(path)
         boundary.call(home.replace, f"{self.prefix}/{relative}", data)
         self.sent[relative] = (st.st_size, st.st_mtime_ns)
-
-
-def _read_whole(path: Path) -> tuple[os.stat_result, bytes]:
-    """A file's bytes and the stat of the very file they were read from (one replaced by a
-    rename meanwhile is either the old or the new, whole)."""
-    with open(path, "rb") as f:
-        return os.fstat(f.fileno()), f.read()
 
 
 def seed(task: TaskPaths, namespace: str) -> None:
