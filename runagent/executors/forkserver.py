@@ -19,6 +19,10 @@ the supervisor is started as a new interpreter (local.spawn_local).
 
 The server is one thread (forking a process with threads is unsafe); it reads requests, one
 JSON line each, on its stdin, and writes answers and exits, one JSON line each, on its stdout.
+A forked child waits until its asker, having read its pid, says `go`: a request not answered
+in time is started as a new interpreter instead, and the asker says `drop` to a late answer, so
+a task never gets a second supervisor (nor a loop its asker does not know of, should the
+server die in between: the child then reads the end of its `go` pipe and exits).
 
     python -m runagent.executors.forkserver
 """
@@ -33,6 +37,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
@@ -56,6 +61,7 @@ WARM = (
     "yaml",
     "click",
 )
+READY_WAIT = 60.0  # seconds a server may take to load what a supervisor loads
 ANSWER_WAIT = 30.0  # seconds a request waits for the server's pid
 TITLE_ROOM = 4096  # bytes of the server's command line a child's is written over (_retitle)
 
@@ -77,6 +83,8 @@ def serve() -> int:
     selector.register(requests, selectors.EVENT_READ)
     selector.register(wake_r, selectors.EVENT_READ)
     pending = b""
+    held: dict[int, int] = {}  # a forked child's `go` pipe, by its request's id
+    own = (wake_r, wake_w, selector, held)
     _write(answers, {"ready": os.getpid()})
     while True:
         for key, _ in selector.select():
@@ -92,7 +100,23 @@ def serve() -> int:
             *lines, pending = pending.split(b"\n")
             for line in lines:
                 if line.strip():
-                    _fork(json.loads(line), answers, (wake_r, wake_w, selector))
+                    _handle(json.loads(line), answers, own)
+
+
+def _handle(
+    request: Mapping[str, Any], answers: int, own: tuple[int, int, Any, dict[int, int]]
+) -> None:
+    held = own[3]
+    if "go" in request or "drop" in request:  # what the asker says of a child it was told of
+        said = "go" if "go" in request else "drop"
+        go = held.pop(int(request[said]), -1)
+        if go >= 0:
+            with contextlib.suppress(OSError):
+                if said == "go":
+                    os.write(go, b"g")
+            os.close(go)
+        return
+    _fork(request, answers, own)
 
 
 def _reap(answers: int) -> None:
@@ -107,7 +131,9 @@ def _reap(answers: int) -> None:
         _write(answers, {"exited": pid, "code": code})
 
 
-def _fork(request: Mapping[str, Any], answers: int, own: tuple[int, int, Any]) -> None:
+def _fork(
+    request: Mapping[str, Any], answers: int, own: tuple[int, int, Any, dict[int, int]]
+) -> None:
     server = os.getpid()
     try:
         log = os.open(request["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -116,19 +142,28 @@ def _fork(request: Mapping[str, Any], answers: int, own: tuple[int, int, Any]) -
         return
     sys.stdout.flush()
     sys.stderr.flush()
+    # The child goes on once its asker, told its pid, says `go` (_handle).
+    go_r, go_w = os.pipe2(os.O_CLOEXEC)
     pid = os.fork()
     if pid != 0:
         os.close(log)
+        os.close(go_r)
+        own[3][int(request["id"])] = go_w
         _write(answers, {"id": request["id"], "pid": pid})
         return
     code = 1
     try:
+        wake_r, wake_w, selector, held = own
+        for fd in (go_w, *held.values()):  # another child's `go` must end with the server
+            os.close(fd)
+        if os.read(go_r, 1) != b"g":  # dropped, or the server died before its asker spoke
+            os._exit(1)
+        os.close(go_r)
         os.setsid()
         if request.get("bound", True):
             _die_with_parent()
             if os.getppid() != server:  # the server died meanwhile
                 os._exit(1)
-        wake_r, wake_w, selector = own
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
         selector.close()
@@ -218,6 +253,23 @@ def _code_stamp() -> int:
         return 0
 
 
+def _ready(fd: int) -> bool:
+    """Whether the server on the other end of `fd` says it is ready within READY_WAIT."""
+    deadline = time.monotonic() + READY_WAIT
+    said = b""
+    with selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        while b"\n" not in said:
+            left = deadline - time.monotonic()
+            if left <= 0 or not selector.select(left):
+                return False
+            chunk = os.read(fd, 4096)  # nothing follows the line until it is asked
+            if not chunk:
+                return False
+            said += chunk
+    return said.startswith(b'{"ready"')
+
+
 def _die_with_parent() -> None:
     import ctypes
 
@@ -264,6 +316,8 @@ class ForkServer:
         self.asked: dict[int, tuple[threading.Event, dict[str, Any]]] = {}
         self.children: dict[int, Forked] = {}
         self.exited: dict[int, int] = {}  # exits read before their pid's answer was
+        self.dropped: set[int] = set()  # requests given up before their answer came
+        self.unknown: set[int] = set()  # the pids of children dropped: their exits are nobody's
         self.next_id = 0
 
     def start(self, env: Mapping[str, str]) -> bool:
@@ -280,8 +334,7 @@ class ForkServer:
         except OSError:
             return False
         assert process.stdout is not None
-        ready = process.stdout.readline()  # it imported what a supervisor loads
-        if not ready.startswith(b'{"ready"'):
+        if not _ready(process.stdout.fileno()):  # it imported what a supervisor loads
             process.kill()
             process.wait()
             return False
@@ -310,19 +363,30 @@ class ForkServer:
             answered = threading.Event()
             answer: dict[str, Any] = {}
             self.asked[ask] = (answered, answer)
-            line = json.dumps({"id": ask, "argv": argv, "cwd": str(cwd), "env": dict(env),
-                               "log": str(log), "bound": self.bound})  # fmt: skip
             try:
-                process.stdin.write(line.encode() + b"\n")
-                process.stdin.flush()
-            except (OSError, ValueError) as exc:
+                self._say(process, {"id": ask, "argv": argv, "cwd": str(cwd), "env": dict(env),
+                                    "log": str(log), "bound": self.bound})  # fmt: skip
+            except OSError:
                 self.asked.pop(ask, None)
-                raise OSError(f"the fork server is gone: {exc}") from None
-        if not answered.wait(ANSWER_WAIT) or "pid" not in answer:
-            with self.lock:
-                self.asked.pop(ask, None)
-            raise OSError(answer.get("error") or "the fork server did not answer")
+                raise
+        answered.wait(ANSWER_WAIT)
+        with self.lock:
+            if "pid" not in answer:
+                if self.asked.pop(ask, None) is not None:  # a late answer is dropped (_read)
+                    self.dropped.add(ask)
+                raise OSError(answer.get("error") or "the fork server did not answer")
+            self._say(process, {"go": ask})  # OSError if the server is gone: its child too
         return self._child(int(answer["pid"]))
+
+    def _say(self, process: subprocess.Popen[bytes], message: Mapping[str, Any]) -> None:
+        """Write a line to the server (under the lock); OSError if it is gone."""
+        if process.stdin is None:
+            raise OSError("the fork server is not running")
+        try:
+            process.stdin.write(json.dumps(message).encode() + b"\n")
+            process.stdin.flush()
+        except (OSError, ValueError) as exc:
+            raise OSError(f"the fork server is gone: {exc}") from None
 
     def _child(self, pid: int) -> Forked:
         with self.lock:
@@ -340,15 +404,24 @@ class ForkServer:
                 continue
             with self.lock:
                 if "exited" in said:
-                    child = self.children.pop(int(said["exited"]), None)
-                    if child is None:
-                        self.exited[int(said["exited"])] = int(said["code"])
-                    else:
+                    pid = int(said["exited"])
+                    child = self.children.pop(pid, None)
+                    if child is not None:
                         child.ended(int(said["code"]))
+                    elif pid in self.unknown:
+                        self.unknown.discard(pid)
+                    else:
+                        self.exited[pid] = int(said["code"])
                 elif "id" in said and int(said["id"]) in self.asked:
                     answered, answer = self.asked.pop(int(said["id"]))
                     answer.update(said)
                     answered.set()
+                elif "id" in said and int(said["id"]) in self.dropped:
+                    self.dropped.discard(int(said["id"]))
+                    if "pid" in said:  # started as a new interpreter meanwhile: never this one
+                        self.unknown.add(int(said["pid"]))
+                        with contextlib.suppress(OSError):
+                            self._say(process, {"drop": said["id"]})
         process.wait()
         with self.lock:  # bound, its children died with it (PR_SET_PDEATHSIG)
             for child in self.children.values() if self.bound else ():

@@ -4,13 +4,16 @@ reported, and none outliving the server."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
+from runagent.executors import forkserver
 from runagent.executors.forkserver import ForkServer
 from runagent.store import runfolder, taskfolder
 from tests.conftest import Workspace, alive, wait_for
@@ -74,3 +77,62 @@ def test_the_servers_death_takes_its_supervisors_and_their_agents(
     wait_for(lambda: not alive(child.pid), 30, "the supervisor to die with the server")
     wait_for(lambda: not any(alive(p) for p in agents), 30, "its agent to be stopped")
     assert Path(f"/proc/{child.pid}").exists() is False or not alive(child.pid)
+
+
+def children_named(name: str) -> list[psutil.Process]:
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            if any(name in part for part in child.cmdline()):
+                found.append(child)
+    return found
+
+
+def test_a_server_that_never_says_ready_is_given_up_and_left_dead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server stuck as it starts (here a site hook that never returns) does not hold its
+    starter for ever: given up after READY_WAIT, killed, and the start goes on without it."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text("import time\ntime.sleep(600)\n")
+    monkeypatch.setattr(forkserver, "READY_WAIT", 1.0)
+    made = ForkServer(bound=False)
+    assert made.start({**os.environ, "PYTHONPATH": str(hook)}) is False
+    assert not made.alive()
+    assert children_named("runagent.executors.forkserver") == []
+
+
+def test_a_request_answered_too_late_is_never_forked(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start given up for want of an answer is started as a new interpreter instead; the
+    server's late child must then never run, or the task would get two supervisors: its asker
+    says `drop` to the late answer, and the child exits before anything of its own."""
+    monkeypatch.setattr(forkserver, "ANSWER_WAIT", 0.5)
+    made = ForkServer(bound=False)  # the keeper's: its children outlive it
+    assert made.start(dict(os.environ))
+    assert made.process is not None
+    stalled = made.process.pid
+    late, later = ws.path / "late.log", ws.path / "later.log"
+    try:
+        os.kill(stalled, signal.SIGSTOP)
+        with pytest.raises(OSError, match="did not answer"):
+            made.fork(["--version"], ws.path, dict(os.environ), late)
+        os.kill(stalled, signal.SIGCONT)  # it goes on, reading the request given up
+        assert made.start(dict(os.environ))
+        child = made.fork(["--version"], ws.path, dict(os.environ), later)
+        assert child.wait(60) == 0 and "run-agent" in later.read_text()
+        # A server reads its requests in order: what it forked for the first, it had forked
+        # before the second. Every child of any server has ended by now.
+        wait_for(lambda: not [p for p in psutil.Process().children(recursive=True)
+                              if p.ppid() == stalled], 30, "the old server's children")  # fmt: skip
+        assert late.exists()  # the server did read the late request and fork it
+        assert "run-agent" not in late.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(stalled, signal.SIGKILL)
+        process = made.process
+        if process is not None and process.stdin is not None:
+            process.stdin.close()
+            process.wait(30)
