@@ -120,8 +120,9 @@ class Mode:
         if proc.returncode != 0:
             sys.exit(f"bench: {self.name}: run-agent {' '.join(args)} exited {proc.returncode}:\n"
                      f"{err}")  # fmt: skip
-        wait_for(stamp.exists, 120, f"{self.name} {task}'s agent to start")
-        time.sleep(0.01)  # the stamp's line written whole
+        # The stamp's line written whole (the shell creates the file before it writes it).
+        wait_for(lambda: stamp.exists() and stamp.read_text().endswith("\n"), 120,
+                 f"{self.name} {task}'s agent to start")  # fmt: skip
         return (float(stamp.read_text()) - began) * 1000, returned
 
 
