@@ -21,8 +21,9 @@ The server is one thread (forking a process with threads is unsafe); it reads re
 JSON line each, on its stdin, and writes answers and exits, one JSON line each, on its stdout.
 A forked child waits until its asker, having read its pid, says `go`: a request not answered
 in time is started as a new interpreter instead, and the asker says `drop` to a late answer, so
-a task never gets a second supervisor (nor a loop its asker does not know of, should the
-server die in between: the child then reads the end of its `go` pipe and exits).
+a task never gets a second supervisor. The server says `went` once it passed `go` on; should it
+die first, the child reads the end of its pipe and exits unrun, and the asker, told nothing,
+reads from the child itself whether it went (its own session, which it makes at once).
 
     python -m runagent.executors.forkserver
 """
@@ -63,6 +64,7 @@ WARM = (
 )
 READY_WAIT = 60.0  # seconds a server may take to load what a supervisor loads
 ANSWER_WAIT = 30.0  # seconds a request waits for the server's pid
+HAND_TICK = 0.005  # seconds between looks at a child whose server died as it was told `go`
 TITLE_ROOM = 4096  # bytes of the server's command line a child's is written over (_retitle)
 
 
@@ -111,12 +113,17 @@ def _handle(
         said = "go" if "go" in request else "drop"
         go = held.pop(int(request[said]), -1)
         if go >= 0:
+            went = False
             with contextlib.suppress(OSError):
-                if said == "go":
-                    os.write(go, b"g")
+                went = said == "go" and os.write(go, b"g") == 1
             os.close(go)
+            if went:
+                _write(answers, {"id": request["go"], "went": True})
         return
-    _fork(request, answers, own)
+    try:
+        _fork(request, answers, own)
+    except OSError as exc:  # out of processes or descriptors: this start fails, not the server
+        _write(answers, {"id": request["id"], "error": f"cannot fork: {exc.strerror}"})
 
 
 def _reap(answers: int) -> None:
@@ -143,8 +150,17 @@ def _fork(
     sys.stdout.flush()
     sys.stderr.flush()
     # The child goes on once its asker, told its pid, says `go` (_handle).
-    go_r, go_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
+    try:
+        go_r, go_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            pid = os.fork()
+        except OSError:
+            os.close(go_r)
+            os.close(go_w)
+            raise
+    except OSError:
+        os.close(log)
+        raise
     if pid != 0:
         os.close(log)
         os.close(go_r)
@@ -270,6 +286,25 @@ def _ready(fd: int) -> bool:
     return said.startswith(b'{"ready"')
 
 
+def _went(pid: int) -> bool:
+    """Whether a forked child whose server died about when it was told `go` went: on `go` it
+    makes its own session at once, and on the end of its pipe it exits at once. Until one of
+    the two shows (ANSWER_WAIT at most), it is taken to have gone: a start is never made twice."""
+    deadline = time.monotonic() + ANSWER_WAIT
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            return False  # gone, and reaped
+        if int(fields[3]) == pid:  # field 6, its session
+            return True
+        if fields[0] == b"Z":  # ended, still in the server's session: it never went
+            return False
+        time.sleep(HAND_TICK)
+    return True
+
+
 def _die_with_parent() -> None:
     import ctypes
 
@@ -315,9 +350,7 @@ class ForkServer:
         self.process: subprocess.Popen[bytes] | None = None
         self.asked: dict[int, tuple[threading.Event, dict[str, Any]]] = {}
         self.children: dict[int, Forked] = {}
-        self.exited: dict[int, int] = {}  # exits read before their pid's answer was
         self.dropped: set[int] = set()  # requests given up before their answer came
-        self.unknown: set[int] = set()  # the pids of children dropped: their exits are nobody's
         self.next_id = 0
 
     def start(self, env: Mapping[str, str]) -> bool:
@@ -375,8 +408,22 @@ class ForkServer:
                 if self.asked.pop(ask, None) is not None:  # a late answer is dropped (_read)
                     self.dropped.add(ask)
                 raise OSError(answer.get("error") or "the fork server did not answer")
-            self._say(process, {"go": ask})  # OSError if the server is gone: its child too
-        return self._child(int(answer["pid"]))
+            # Known before it can end: its exit is read only once it went.
+            child = self.children[int(answer["pid"])] = Forked(int(answer["pid"]))
+            went, told = threading.Event(), dict[str, Any]()
+            self.asked[ask] = (went, told)
+            try:
+                self._say(process, {"go": ask})
+            except OSError:  # the server is gone: its child read the end of its pipe
+                self.asked.pop(ask, None)
+                self.children.pop(child.pid, None)
+                raise
+        went.wait(ANSWER_WAIT)  # the server says it went, or the reader meets its end
+        if not told.get("went") and not _went(child.pid):
+            with self.lock:
+                self.children.pop(child.pid, None)
+            raise OSError("the fork server died as it started the supervisor")
+        return child
 
     def _say(self, process: subprocess.Popen[bytes], message: Mapping[str, Any]) -> None:
         """Write a line to the server (under the lock); OSError if it is gone."""
@@ -388,40 +435,31 @@ class ForkServer:
         except (OSError, ValueError) as exc:
             raise OSError(f"the fork server is gone: {exc}") from None
 
-    def _child(self, pid: int) -> Forked:
-        with self.lock:
-            child = self.children.setdefault(pid, Forked(pid))
-            if pid in self.exited:
-                child.ended(self.exited.pop(pid))
-                self.children.pop(pid, None)
-        return child
-
     def _read(self, process: subprocess.Popen[bytes], out: IO[bytes]) -> None:
-        for line in out:
-            try:
-                said = json.loads(line)
-            except ValueError:
-                continue
-            with self.lock:
-                if "exited" in said:
-                    pid = int(said["exited"])
-                    child = self.children.pop(pid, None)
-                    if child is not None:
-                        child.ended(int(said["code"]))
-                    elif pid in self.unknown:
-                        self.unknown.discard(pid)
-                    else:
-                        self.exited[pid] = int(said["code"])
-                elif "id" in said and int(said["id"]) in self.asked:
-                    answered, answer = self.asked.pop(int(said["id"]))
-                    answer.update(said)
-                    answered.set()
-                elif "id" in said and int(said["id"]) in self.dropped:
-                    self.dropped.discard(int(said["id"]))
-                    if "pid" in said:  # started as a new interpreter meanwhile: never this one
-                        self.unknown.add(int(said["pid"]))
-                        with contextlib.suppress(OSError):
-                            self._say(process, {"drop": said["id"]})
+        try:
+            for line in out:
+                with contextlib.suppress(ValueError, TypeError, KeyError):
+                    self._heard(process, json.loads(line))
+        finally:
+            self._gone(process)
+
+    def _heard(self, process: subprocess.Popen[bytes], said: dict[str, Any]) -> None:
+        with self.lock:
+            if "exited" in said:  # a child that went: one that never did is nobody's
+                child = self.children.pop(int(said["exited"]), None)
+                if child is not None:
+                    child.ended(int(said["code"]))
+            elif "id" in said and int(said["id"]) in self.asked:
+                answered, answer = self.asked.pop(int(said["id"]))
+                answer.update(said)
+                answered.set()
+            elif "id" in said and int(said["id"]) in self.dropped:
+                self.dropped.discard(int(said["id"]))
+                if "pid" in said:  # started as a new interpreter meanwhile: never this one
+                    with contextlib.suppress(OSError):
+                        self._say(process, {"drop": said["id"]})
+
+    def _gone(self, process: subprocess.Popen[bytes]) -> None:
         process.wait()
         with self.lock:  # bound, its children died with it (PR_SET_PDEATHSIG)
             for child in self.children.values() if self.bound else ():

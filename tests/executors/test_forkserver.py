@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -88,6 +89,13 @@ def children_named(name: str) -> list[psutil.Process]:
     return found
 
 
+def running(process: psutil.Process) -> bool:
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_a_server_that_never_says_ready_is_given_up_and_left_dead(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -129,6 +137,7 @@ def test_a_request_answered_too_late_is_never_forked(
                               if p.ppid() == stalled], 30, "the old server's children")  # fmt: skip
         assert late.exists()  # the server did read the late request and fork it
         assert "run-agent" not in late.read_text()
+        assert not made.dropped and not made.asked  # nothing left waiting on either side
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.kill(stalled, signal.SIGKILL)
@@ -136,3 +145,39 @@ def test_a_request_answered_too_late_is_never_forked(
         if process is not None and process.stdin is not None:
             process.stdin.close()
             process.wait(30)
+
+
+def test_a_server_that_dies_as_it_is_told_go_leaves_no_start_thought_running(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The server answered the pid, then died before it read `go`: its child never ran (it
+    read the end of its pipe). The asker must not take it for started (the keeper would count
+    a task as running that never ran, and it would be lost): it is told so (OSError) and starts
+    a new interpreter instead."""
+    made = ForkServer(bound=False)
+    assert made.start(dict(os.environ))
+    assert made.process is not None
+    server = made.process.pid
+    say = ForkServer._say
+    waiting: list[psutil.Process] = []
+
+    def dies_first(self: ForkServer, process: Any, message: Mapping[str, Any]) -> None:
+        if "go" in message:
+            waiting.extend(psutil.Process(server).children())  # the child, waiting for `go`
+            os.kill(server, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError, ProcessLookupError):
+                os.waitid(os.P_PID, server, os.WEXITED | os.WNOWAIT)  # dead, not yet reaped
+        say(self, process, message)
+
+    monkeypatch.setattr(ForkServer, "_say", dies_first)
+    unrun = ws.path / "unrun.log"
+    try:
+        with pytest.raises(OSError, match="fork server"):
+            made.fork(["--version"], ws.path, dict(os.environ), unrun)
+        assert unrun.exists() and len(waiting) == 1  # it was forked
+        wait_for(lambda: not running(waiting[0]), 30, "the unrun child to exit")
+        assert "run-agent" not in unrun.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(server, signal.SIGKILL)
+        made.process.wait(30)
