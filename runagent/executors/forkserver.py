@@ -241,6 +241,11 @@ def _run(argv: list[str]) -> int:
             return said or 0
         print(said, file=sys.stderr)
         return 1
+    except Exception:  # as the interpreter says an error nothing caught: its whole traceback
+        import traceback
+
+        traceback.print_exc()
+        return 1
     return 0
 
 

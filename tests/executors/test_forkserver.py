@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -181,3 +182,21 @@ def test_a_server_that_dies_as_it_is_told_go_leaves_no_start_thought_running(
         with contextlib.suppress(ProcessLookupError):
             os.kill(server, signal.SIGKILL)
         made.process.wait(30)
+
+
+def test_a_forked_supervisors_unexpected_error_is_logged_with_its_traceback(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What `python -m runagent` would print of an error nothing caught (its traceback, exit
+    code 1), a forked supervisor prints too, to its supervisor.log: not one line of it."""
+    import runagent.cli
+
+    def broken() -> None:
+        raise RuntimeError("a defect deep in a run")
+
+    monkeypatch.setattr(runagent.cli, "main", broken)
+    monkeypatch.setattr(sys, "argv", list(sys.argv))
+    assert forkserver._run(["job"]) == 1
+    said = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in said and "in broken" in said
+    assert said.rstrip().endswith("RuntimeError: a defect deep in a run")
