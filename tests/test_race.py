@@ -279,8 +279,10 @@ def test_ctrl_c_of_the_foreground_race_stops_every_racer(ws: Workspace) -> None:
 def test_the_racers_share_the_budget_and_crossing_it_stops_them_all(ws: Workspace) -> None:
     """Each racer reports 1,000 tokens every half second: alone none would cross 5,000 tokens
     for 3 seconds, but their sum does within about one; all are stopped (`budget`), exit 4."""
+    # None reports before all three agents are up (their pids in the workspace's one pid file):
+    # on a loaded machine the racers start seconds apart, and the first would cross alone.
     turns = ["--ignore-unknown", "--codex-usage", "1000", "--usage-lines", "40", "--interval",
-             "0.5"]  # fmt: skip
+             "0.5", "--wait-pids", "3"]  # fmt: skip
     repo = configure(ws, {"fake": []})
     data = yaml.safe_load(ws.config.read_text())
     data["agents"]["spender"] = {"type": "codex", "command": ws.agent_argv(turns),

@@ -182,9 +182,9 @@ def test_sigkill_of_the_supervisor_takes_the_agent_tree_down_and_the_run_reads_l
         os.killpg(loop.pid, signal.SIGKILL)
     else:
         os.kill(loop.pid, signal.SIGKILL)
-    loop.communicate(timeout=10)
-    wait_for(lambda: not [p for p in pids if alive(p)], timeout=10, what="the tree to die")
-    wait_for(lambda: not ws.leftovers(), timeout=10, what="no process of the run, reaper included")
+    loop.communicate(timeout=60)
+    wait_for(lambda: not [p for p in pids if alive(p)], timeout=60, what="the tree to die")
+    wait_for(lambda: not ws.leftovers(), timeout=60, what="no process of the run, reaper included")
     # Until someone writes it, the run is shown as lost by every reader...
     status = json.loads(ws.cli("status", "--project", "p", "--task", "t", "--json").stdout)
     assert status["status"] == "lost"

@@ -237,7 +237,9 @@ def test_stop_kills_the_whole_tree_setsid_grandchildren_too(
 def test_a_timeout_kills_the_tree_as_locally(ws: Workspace, executor: ExecutorSettings) -> None:
     cluster_config(ws, executor, ["--setsid-grandchild", "--wait-pids", "2", "--sleep", "120"])
     task = ws.task("p", f"timeout-{executor.type}")
-    start(ws, executor, task, timeout=2.0, max_restarts=0)
+    # Long enough for a loaded machine to start the agent and its grandchild (two interpreters)
+    # before the timeout, which counts from the attempt's start.
+    start(ws, executor, task, timeout=15.0, max_restarts=0)
     pids = wait_for(lambda: len(ws.agent_pids()) >= 2 and ws.agent_pids(), 120, "two agents")
     wait_for(lambda: (latest(task) or None) and latest(task).status is RunStatus.TIMED_OUT, 120,
              "the run to time out")  # fmt: skip

@@ -128,6 +128,7 @@ def test_a_request_answered_too_late_is_never_forked(
         os.kill(stalled, signal.SIGSTOP)
         with pytest.raises(OSError, match="did not answer"):
             made.fork(["--version"], ws.path, dict(os.environ), late)
+        monkeypatch.setattr(forkserver, "ANSWER_WAIT", 30.0)  # the next start is answered
         os.kill(stalled, signal.SIGCONT)  # it goes on, reading the request given up
         assert made.start(dict(os.environ))
         child = made.fork(["--version"], ws.path, dict(os.environ), later)

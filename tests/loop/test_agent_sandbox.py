@@ -80,8 +80,8 @@ def test_stop_leaves_nothing_of_a_sandboxed_tree(ws: Workspace) -> None:
     stopped = ws.cli("stop", "-p", "p", "-t", "t")
     assert stopped.returncode == 0, stopped.stderr
     assert proc.wait(30) == ExitCode.STOPPED
-    wait_for(lambda: not [p for p in agents if alive(p.pid)], 10, "every agent process gone")
-    assert not ws.leftovers()
+    wait_for(lambda: not [p for p in agents if alive(p.pid)], 60, "every agent process gone")
+    wait_for(lambda: not ws.leftovers(), 60, "bwrap's own process gone too")
 
 
 def test_a_sandbox_that_cannot_start_is_refused_never_run_unsandboxed(ws: Workspace) -> None:

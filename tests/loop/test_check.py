@@ -113,7 +113,7 @@ def test_a_check_that_hangs_is_stopped_at_its_timeout_with_its_whole_tree(ws: Wo
     assert "ran longer than check_timeout 5s" in (run.message or "")
     said = ws.task().run(run.run_id).check.read_text()
     assert said.startswith("hanging\n") and "its processes were stopped" in said
-    wait_for(lambda: not ws.leftovers(), 10, "no process of the check left")
+    wait_for(lambda: not ws.leftovers(), 60, "no process of the check left")
     assert not ws.task().done.exists()
 
 
@@ -132,7 +132,7 @@ def test_a_stop_during_the_check_stops_its_tree_and_the_loop(ws: Workspace) -> N
         proc.communicate()
     (run,) = ws.runs()
     assert run.status is RunStatus.STOPPED and "stopped on request" in (run.message or "")
-    wait_for(lambda: not ws.leftovers(), 10, "no process of the check left")
+    wait_for(lambda: not ws.leftovers(), 60, "no process of the check left")
 
 
 @pytest.mark.parametrize("how", ["missing", "not executable", "config"])

@@ -192,8 +192,9 @@ def test_total_timeout_stops_the_run_and_says_which_timeout(ws: Workspace) -> No
 
 
 def test_idle_timeout_fires_only_without_output(ws: Workspace) -> None:
-    # Prints every 0.1s for 1.5s: never idle for 0.6s, so it completes despite running longer.
-    ok = ws.supervisor(["--lines", "15", "--interval", "0.1"], idle_timeout=0.6, task="busy").run()
+    # Prints every 0.2s for 6s: never idle for 5s (the idle clock runs from before the agent's
+    # start, which a loaded machine slows), so it completes despite running longer.
+    ok = ws.supervisor(["--lines", "30", "--interval", "0.2"], idle_timeout=5, task="busy").run()
     assert ok.outcome is Outcome.COMPLETED
     # Silent for 60s: stopped as idle, the whole tree with it.
     result = ws.supervisor(

@@ -126,7 +126,7 @@ def test_a_timeout_still_kills_the_whole_tree(tmp_path: Path, project: Path) -> 
                 found.append(proc)
         return found
 
-    wait_for(lambda: not sleepers(), timeout=10, what="the sandboxed tree to be gone")
+    wait_for(lambda: not sleepers(), timeout=60, what="the sandboxed tree to be gone")
 
 
 def fake_bwrap(folder: Path, stderr: str) -> Path:

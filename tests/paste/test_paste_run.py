@@ -35,7 +35,7 @@ def start(ws: Workspace, *extra: str) -> subprocess.Popen[str]:
     return ws.start_cli("-p", "p", "-t", "t", "-a", "chat", "--cwd", "work", *extra, TASK)
 
 
-def outbox(ws: Workspace, sequence: int, timeout: float = 15) -> Path:
+def outbox(ws: Workspace, sequence: int, timeout: float = 60) -> Path:
     folder = Folders.of(ws.task()).outbox
     return wait_for(
         lambda: next(iter(folder.glob(f"*_seq{sequence:04d}.txt")), None),
@@ -289,7 +289,7 @@ def test_a_command_that_hangs_is_killed_at_30s_with_its_children(ws: Workspace) 
         "[FAILED] RUN_COMMAND: 'sleep 4242.5 & setsid sleep 4243.5 & sleep 4244.5; echo never' "
         "timed out after 30 s and was stopped with its children" in text
     )
-    assert wait_for(lambda: not sleepers(), timeout=10, what="no sleep left") is True
+    assert wait_for(lambda: not sleepers(), timeout=60, what="no sleep left") is True
     drop(ws, "done.txt", "[DONE]\nstopped\n[/DONE]")
     assert finish(proc)[0] == 0
 
@@ -308,12 +308,15 @@ def test_paste_wait_ends_a_run_nobody_answers_and_the_loop_gives_up(ws: Workspac
 
 def test_waiting_for_a_person_is_not_an_idle_agent(ws: Workspace) -> None:
     configure(ws)
-    proc = start(ws, "--idle-timeout", "1s")
+    # The idle clock runs from before the agent's start: 5 s, not 1, lets a loaded machine
+    # start it; then two idle timeouts pass while the person reads.
+    proc = start(ws, "--idle-timeout", "5s")
     outbox(ws, 1)
-    time.sleep(3)  # three idle timeouts pass while the person reads
-    assert proc.poll() is None
-    stderr = ws.task().run(ws.runs()[0].run_id).stderr.read_text()
-    assert "still waiting for the reply to outbox 1" in stderr
+    stderr = ws.task().run(ws.runs()[0].run_id).stderr
+    wait_for(lambda: "still waiting for the reply to outbox 1" in stderr.read_text(),
+             what="the agent to say it still waits")  # fmt: skip
+    time.sleep(11)
+    assert proc.poll() is None and len(ws.runs()) == 1
     drop(ws, "done.txt", "[DONE]\nread it\n[/DONE]")
     assert finish(proc)[0] == 0
 
