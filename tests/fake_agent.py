@@ -55,8 +55,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    "ahead (a provider's limit in time), for as long as it is")  # fmt: skip
     p.add_argument("--limited-first", type=int, default=1, help="...on the first N attempts")
     p.add_argument("--claude-result", type=float, default=None, help="a claude result: its cost")
-    p.add_argument("--hold-at", type=int, default=0, help="after this many lines, wait for...")
-    p.add_argument("--hold-for", default=None, help="...this file to exist, then go on")
+    p.add_argument("--hold-at", type=int, action="append", default=[],
+                   help="after this many lines, wait for... (repeatable, in pairs)")  # fmt: skip
+    p.add_argument("--hold-for", action="append", default=[],
+                   help="...this file to exist, then go on")  # fmt: skip
     p.add_argument("--stderr", default=None, help="write this to stderr")
     p.add_argument("--chunks", nargs="*", default=[], help="hex byte chunks written to stdout")
     p.add_argument("--echo-stdin", action="store_true", help="copy stdin to stdout")
@@ -233,9 +235,10 @@ def main(argv: list[str]) -> int:
                   "total_cost_usd": args.claude_result,
                   "usage": {"input_tokens": 100, "output_tokens": 50}}  # fmt: skip
         print(json.dumps(result), flush=True)
+    holds = dict(zip(args.hold_at, args.hold_for, strict=True))
     for i in range(1, args.lines + 1):
         print(f"{args.line_text} {i}", flush=True)
-        while i == args.hold_at and args.hold_for and not os.path.exists(args.hold_for):
+        while i in holds and not os.path.exists(holds[i]):
             time.sleep(0.02)
         if args.interval:
             time.sleep(args.interval)

@@ -49,6 +49,7 @@ export const log = {
     this.base = 0; // the file's line number (from 0) of lines[0]; null while not known
     this.shift = 0; // lines prepended since the count of lines before `from` was asked for
     this.shown = "";
+    this.drawnTo = 0; // the row after the last one in the page
     this.following = true; // stay at the end as lines arrive (until the reader scrolls up)
     this.rules = null; // how the agent's JSON events read, as its backend says (null: as written)
     this.el.replaceChildren();
@@ -170,15 +171,18 @@ export const log = {
     this.draw();
     this.showTarget();
   },
+  // Lines that arrive below the rows in the page change only the log's height: a reader scrolled
+  // up has their rows left as they are, however fast lines come (rebuilding them for each line
+  // kept a slow machine's page busy for as long as the agent wrote).
   append(text, whole = false) {
     const stick = this.following;
-    const before = this.lines.length;
+    const before = this.lines.length; // the first row that changes (the partial line's)
     const parts = (this.partial + text).split("\n");
     this.partial = parts.pop();
     for (const line of parts) this.lines.push(line);
     if (whole) this.flush();
     search.added(before);
-    this.draw(true);
+    this.draw(before < this.drawnTo);
     if (stick) this.el.scrollTop = this.el.scrollHeight;
     else if (text) $("#follow-button").hidden = false;
     this.draw();
@@ -214,6 +218,7 @@ export const log = {
     this.sizer.style.height = `${this.count * LINE_HEIGHT}px`;
     if (this.el.closest("[hidden]")) {
       this.shown = "";
+      this.drawnTo = 0;
       return;
     }
     const first = Math.max(0, Math.floor(this.el.scrollTop / LINE_HEIGHT) - OVERSCAN);
@@ -221,6 +226,7 @@ export const log = {
     const key = `${first}:${last}:${this.base}`;
     if (!force && key === this.shown) return;
     this.shown = key;
+    this.drawnTo = last;
     this.rows.style.transform = `translateY(${first * LINE_HEIGHT}px)`;
     const nodes = [];
     for (let i = first; i < last; i += 1) nodes.push(this.render(i));

@@ -144,8 +144,8 @@ async function openFile(name, backend) {
   watchSource(source);
   source.addEventListener("data", (e) => log.append(JSON.parse(e.data)));
   source.addEventListener("end", () => {
-    log.flush();
-    log.draw(true);
+    log.flush(); // the partial line becomes a whole one: its row reads the same
+    log.draw();
     source.close();
     setConnection("connected", "live");
     log.ended = true;

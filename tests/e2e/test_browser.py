@@ -396,11 +396,13 @@ def _answers(url: str) -> bool:
 def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     ws: Workspace, server: Server, page: Page
 ) -> None:
-    go = ws.path / "go"
+    go, on = ws.path / "go", ws.path / "on"
     # The agent holds after row 80 until the reader has scrolled up: however slow the page or
     # the agent, row 80 is then the last row, and every row after it comes while scrolled up.
+    # It holds again after row 200, so the rows on screen can be watched as rows 201 to 400 come.
     ws.write_config(["--lines", "400", "--interval", "0.02", "--line-text", "row",
-                     "--hold-at", "80", "--hold-for", str(go)], max_restarts=0)  # fmt: skip
+                     "--hold-at", "80", "--hold-for", str(go),
+                     "--hold-at", "200", "--hold-for", str(on)], max_restarts=0)  # fmt: skip
     page.goto(server.url)
     start_from_form(page, "scroll", "print a lot")
     log = page.locator("#log")
@@ -409,20 +411,29 @@ def test_auto_scroll_pauses_when_the_reader_scrolls_up(
     # following the tail (the page scrolls once it has drawn: waited for, on a loaded machine)
     wait_for(lambda: log.evaluate(at_bottom), timeout=30, what="the log at its tail")
     log.evaluate("el => { el.scrollTop = 0; el.dispatchEvent(new Event('scroll')); }")
-    # The log's height while the agent holds, taken before it goes on: on a loaded machine the
-    # agent can write all its rows, and the page draw them, before a later look returns.
-    tall = log.evaluate("el => el.scrollHeight")
     go.touch()
     # Lines keep arriving (the log grows by a row each; only the rows on screen are drawn)...
-    wait_for(lambda: log.evaluate("el => el.scrollHeight") > tall + 50 * 17, timeout=60,
-             what="more lines")  # fmt: skip
+    height = "el => el.querySelector('.sizer').offsetHeight"
+    wait_for(lambda: log.evaluate(height) >= 200 * 17, timeout=60, what="rows to 200")
     assert log.evaluate("el => el.scrollTop") == 0  # ...but the reader stays where they were
+    # ...and the rows on screen are left as they are: a line arriving below them only makes the
+    # log taller (rebuilding them for each line kept a loaded machine's page busy for 30 s).
+    log.evaluate("""el => {
+        window.rebuilt = 0;
+        new MutationObserver(() => { window.rebuilt += 1; })
+            .observe(el.querySelector('.rows'), { childList: true });
+    }""")
+    on.touch()
+    wait_for(lambda: log.evaluate(height) >= 400 * 17, timeout=60, what="rows to 400")
+    expect(page.locator("#task-status")).to_have_text("completed")
+    assert page.evaluate("window.rebuilt") == 0
+    assert log.evaluate("el => el.scrollTop") == 0
     follow = page.locator("#follow-button")
     expect(follow).to_be_visible()
     follow.click()
     expect(follow).to_be_hidden()
     wait_for(lambda: log.evaluate(at_bottom), timeout=30, what="the log back at its tail")
-    expect(page.locator("#task-status")).to_have_text("completed")
+    expect(log).to_contain_text("row 400")
 
 
 def test_the_task_list_shows_what_a_queued_or_blocked_task_waits_for(
