@@ -44,6 +44,7 @@ from runagent import errors, python
 from runagent.config.settings import ExecutorSettings
 from runagent.errors import RunAgentError
 from runagent.store import host, runfolder
+from runagent.store.pids import stat_fields
 
 BROKER_ENV = "RUN_AGENT_BROKER"  # "0": never hand calls to a broker (each command joins itself)
 IDLE = 600.0  # seconds a broker stays without a command before it leaves
@@ -389,7 +390,6 @@ def _is_broker(pid: int, root: Path) -> bool:
 
 def _alive(pid: int) -> bool:
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            return f.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except OSError:
+        return stat_fields(pid)[0] != b"Z"
+    except (OSError, IndexError):
         return False

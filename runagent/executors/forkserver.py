@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from runagent import python
+from runagent.store.pids import stat_fields
 
 # What a supervisor's command line loads before it runs, loaded once by the server.
 WARM = (
@@ -216,8 +217,7 @@ def _retitle(argv: list[str]) -> None:
     import ctypes
 
     try:
-        with open("/proc/self/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
+        fields = stat_fields("self")
         start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
     except (OSError, ValueError, IndexError):
         return
@@ -298,9 +298,8 @@ def _went(pid: int) -> bool:
     deadline = time.monotonic() + ANSWER_WAIT
     while time.monotonic() < deadline:
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-        except (OSError, IndexError):
+            fields = stat_fields(pid)
+        except OSError:
             return False  # gone, and reaped
         if int(fields[3]) == pid:  # field 6, its session
             return True

@@ -11,7 +11,20 @@ import os
 
 START_TIME_TOLERANCE = 0.05  # seconds; psutil derives create_time from boot time and ticks
 
-__all__ = ["START_TIME_TOLERANCE", "group_alive", "is_alive", "process_start_time"]
+__all__ = [
+    "START_TIME_TOLERANCE", "group_alive", "is_alive", "process_start_time", "stat_fields",
+]  # fmt: skip
+
+
+def stat_fields(pid: int | str) -> list[bytes]:
+    """The fields of /proc/PID/stat after the command name: [0] is the state (field 3 in
+    proc(5)), [1] the parent, [3] the session, [19] the start time in ticks. OSError when there
+    is no such process (or no /proc). The command name may hold spaces and parentheses, so the
+    fields are split after its last ')'. (The reaper keeps its own: it imports only the
+    standard library.)"""
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        stat = f.read()
+    return stat[stat.rfind(b")") + 2 :].split()
 
 
 def _proc_stat(pid: int) -> tuple[bytes, float]:
@@ -21,9 +34,7 @@ def _proc_stat(pid: int) -> tuple[bytes, float]:
     liveness check, and /proc costs a fraction of importing psutil.
     """
     global _boot_time
-    with open(f"/proc/{pid}/stat", "rb") as f:
-        stat = f.read()
-    fields = stat[stat.rfind(b")") + 2 :].split()
+    fields = stat_fields(pid)
     if _boot_time is None:
         with open("/proc/stat", "rb") as f:
             line = next(ln for ln in f if ln.startswith(b"btime "))
