@@ -626,8 +626,7 @@ class Service:
         try:
             on_ray = self.executor is not None and self.executor.type is ExecutorType.RAY
             config = self.current_config()
-            key_variable = (config.server if config is not None else ServerSettings()).api_key_env
-            env = credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
+            env = self.started_env(config)
             limits = config.limits if config is not None else LimitsSettings()
             after = self._after(request)
             # On a cluster the cap is the hosts' agent_slot and the queue is Ray's: the gate
@@ -792,8 +791,7 @@ class Service:
         task = request.task
         with self._race(request):
             config = self.current_config()
-            key_variable = (config.server if config is not None else ServerSettings()).api_key_env
-            env = credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
+            env = self.started_env(config)
             with open(runfolder.supervisor_log_path(task), "ab", opener=runfolder.private) as out:
                 watcher = subprocess.Popen(
                     python(*race.watcher_argv(task)),
@@ -914,6 +912,22 @@ class Service:
             for task, _ in asked:
                 race.mark_stopped_run(task, since, reason, message)
         return [task for task, _ in asked]
+
+    def started_env(self, config: Config | None) -> dict[str, str]:
+        """The environment what this door starts runs with: its own (this process's), less
+        the variable holding the server's API key."""
+        key_variable = (config.server if config is not None else ServerSettings()).api_key_env
+        return credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
+
+    def keep_queue(self) -> bool:
+        """Start the queue's keeper if detached starts wait and none runs (it was killed):
+        `serve` looks every few seconds. Whether it started one."""
+        from runagent.fleet import gate
+
+        if not gate.keeper_wanted(self.root):
+            return False
+        gate.ensure_keeper(self.root, self.started_env(self.current_config()))
+        return True
 
     def take_turn(
         self, request: StartRequest, agent: str, tell: Callable[[Turn], None]

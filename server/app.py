@@ -40,7 +40,7 @@ from server.hub import Hub
 from server.intake import Bounded, Drained
 from server.ops import OpsApi
 from server.paths import Paths
-from server.schedules import ScheduleRunner
+from server.schedules import QueueWatch, ScheduleRunner
 from server.security import MCP_PATH, HostMiddleware, KeyMiddleware, SameOrigin, grant_of
 from server.settings import Settings as Settings  # where the callers have found it
 
@@ -78,6 +78,7 @@ def create_app(settings: Settings) -> Starlette:
 
     from server import mcptools  # the official SDK: its import is paid by the server alone
 
+    watch = QueueWatch(service.keep_queue)
     mcp = mcptools.Http(
         mcptools.Tools(service, settings.root, settings.workdir, settings.workspaces)
     )
@@ -86,10 +87,12 @@ def create_app(settings: Settings) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await hub.start()
         runner.start()
+        watch.start()
         try:
             async with mcp.run():
                 yield
         finally:
+            await run_in_threadpool(watch.stop)
             await run_in_threadpool(runner.stop)
             await hub.stop()
 

@@ -1,4 +1,5 @@
-"""The server's scheduler: `run-agent serve` fires the config's schedules in a background thread.
+"""The server's scheduler: `run-agent serve` fires the config's schedules in a background thread;
+and, in another, sees that the queue has its keeper.
 
 Firing goes through the `launch` function it is given: the one door's (runagent.service), which
 checks the agent with the check the command line hands in and starts a detached supervisor.
@@ -20,8 +21,33 @@ log = logging.getLogger("run-agent.schedules")
 TICK = 15.0
 
 
-class ScheduleRunner:
+class Background:
+    """A loop the server runs in a thread of its own until it stops (`_loop` waits on
+    `_stop` between its steps)."""
+
+    name = "run-agent-background"
+
+    def __init__(self) -> None:
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _begin(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(30)
+
+    def _loop(self) -> None:
+        raise NotImplementedError
+
+
+class ScheduleRunner(Background):
     """The scheduler, its thread, and a lock so the page's "run now" and the ticks take turns."""
+
+    name = "run-agent-scheduler"
 
     def __init__(
         self,
@@ -40,21 +66,14 @@ class ScheduleRunner:
             schedules, root, launch or _no_launch, log=log.info, leader=leader
         )
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        super().__init__()
 
     def start(self) -> None:
         if not self.running:
             return
         with self._lock:
             self.scheduler.start(self.clock())
-        self._thread = threading.Thread(target=self._loop, name="run-agent-scheduler", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(30)
+        self._begin()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -74,6 +93,30 @@ class ScheduleRunner:
     def fire_now(self, name: str) -> sched.Firing:
         with self._lock:
             return self.scheduler.fire_now(self.schedules[name], self.clock())
+
+
+class QueueWatch(Background):
+    """While the server runs: every LOOK seconds, start the queue's keeper if detached starts
+    wait and none runs (one killed, even by SIGKILL, is otherwise started again only by the
+    next queued start or a loop's end, which a queue held by a pause may not see for hours)."""
+
+    LOOK = 5.0
+    name = "run-agent-queue"
+
+    def __init__(self, keep: Callable[[], bool]) -> None:
+        self.keep = keep
+        super().__init__()
+
+    def start(self) -> None:
+        self._begin()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.LOOK):
+            try:
+                if self.keep():
+                    log.info("started the queue's keeper: detached starts waited without one")
+            except Exception:  # a look that fails (a full disk) must not end the watch
+                log.exception("a look at the queue's keeper failed")
 
 
 def _no_launch(firing: sched.Firing) -> int:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import copyreg
-import fcntl
 import hashlib
 import io
 import os
@@ -341,18 +340,7 @@ def _spawn(root: Path, settings: ExecutorSettings, direct: Callable[[], Any]) ->
 
 def held(root: Path, settings: ExecutorSettings) -> bool:
     """Whether a broker holds its lock (is up, or starting)."""
-    lock = folder(root) / f"{key(settings)}.lock"
-    try:
-        fd = os.open(lock, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return runfolder.is_held(folder(root) / f"{key(settings)}.lock")
 
 
 def stop_all(root: Path, wait: float = 10.0) -> list[int]:

@@ -21,6 +21,7 @@ import fcntl
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,8 +29,8 @@ from runagent import python
 from runagent.errors import RunAgentError
 from runagent.executors.forkserver import ForkServer
 from runagent.fleet import depends, gate
-from runagent.fleet.queue import Ahead, Fleet, Waiting
-from runagent.loop.context import QUEUED_SINCE
+from runagent.fleet.queue import Ahead, Fleet, Waiting, owned_by_others
+from runagent.loop.context import QUEUED_SINCE, START_TICKET
 from runagent.store import credentials
 from runagent.store.runfolder import TaskPaths
 
@@ -63,8 +64,8 @@ def keep(root: Path) -> int:
             if forks is None:
                 forks = ForkServer(bound=False)
                 forks.start(dict(os.environ))
-            for waiting in due:
-                _start(fleet, waiting, forks)
+            for waiting, ticket in due:
+                _start(fleet, waiting, forks, ticket)
             if not due:
                 next(changes)
     finally:
@@ -82,17 +83,20 @@ class Seen:
         self.changed = 0
 
 
-def _due(fleet: Fleet, seen: Seen | None = None) -> list[Waiting] | None:
-    """The detached tasks whose turn has come, their slots taken for them (under the lock);
-    None when no detached task is queued at all. One walk down the queue's order (the index),
-    as far as a task may yet start: each task ahead taken to have started if it fits, as
-    `decide` takes them."""
+def _due(fleet: Fleet, seen: Seen | None = None) -> list[tuple[Waiting, str | None]] | None:
+    """The detached tasks whose turn has come, their slots taken for them and their starts
+    claimed (under the lock), each with its claim's ticket (None: a hand-over to the cluster);
+    None when no detached task is queued at all, nor a start a gone keeper claimed. One walk
+    down the queue's order (the index), as far as a task may yet start: each task ahead taken
+    to have started if it fits, as `decide` takes them."""
     seen = seen if seen is not None else Seen()
     fleet.tidy()
     depends.refresh_pending(fleet)
+    undecided = _recover(fleet)
     index = fleet.index()
     if not index.any_detached():
-        return None  # a blocked one starts only when resumed, which starts a keeper again
+        # A blocked one starts only when resumed, which starts a keeper again.
+        return [] if undecided else None
     fresh, seen.changed = index.changed_since(seen.changed)
     for waiting in fresh:
         _check(fleet, waiting)
@@ -100,7 +104,7 @@ def _due(fleet: Fleet, seen: Seen | None = None) -> list[Waiting] | None:
     if held is not None:
         return []
     ahead = Ahead(holders, paused, index.limits())
-    due: list[Waiting] = []
+    due: list[tuple[Waiting, str | None]] = []
     for waiting in index.in_order():
         if ahead.none_fits():
             break
@@ -112,13 +116,58 @@ def _due(fleet: Fleet, seen: Seen | None = None) -> list[Waiting] | None:
                 if record is None:
                     continue
                 task = TaskPaths(fleet.root, waiting.project, waiting.task)
+                # A local start is claimed, so that a keeper killed before its loop begins
+                # loses nothing (`_recover`). A hand-over to the cluster is a process of its
+                # own that goes on if the keeper dies: whether it handed the task over is
+                # the cluster's to say, so it is never put back (it could run twice).
+                local = _executor_of([str(a) for a in (record.start or {}).get("argv", [])])
+                ticket = fleet.claim(record) if local == "local" else None
                 fleet.drop(task)
                 if limits.active:
                     fleet.hold(task, waiting.agent)
-                due.append(record)
+                due.append((record, ticket))
                 started = True
         ahead.add(waiting, started)
     return due
+
+
+def _recover(fleet: Fleet) -> bool:
+    """Under the lock: put back in their places in the queue the starts that a keeper now gone
+    claimed and that never began (no loop took them over, nor holds their task's lock, START_WAIT
+    after the claim); whether a claim must still be waited for (its start may yet begin)."""
+    from runagent.executors.local import START_WAIT
+    from runagent.store import runfolder
+    from runagent.store.lock import live_holder
+
+    undecided = False
+    for path, claim in fleet.claims():
+        if claim is None:  # unreadable, or not this user's alone: never run
+            path.unlink(missing_ok=True)
+            print(f"run-agent: dropped the start claim {path}: it cannot be trusted",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            continue
+        if claim.keeper.alive():
+            continue
+        waiting = claim.waiting
+        task = TaskPaths(fleet.root, waiting.project, waiting.task)
+        if live_holder(task.lock) is not None or fleet.record_of(task) is not None:
+            path.unlink(missing_ok=True)  # it began, or was queued again meanwhile
+            continue
+        if time.time() - claim.at < START_WAIT:
+            undecided = True
+            continue
+        fleet.put(waiting)
+        path.unlink(missing_ok=True)
+        line = (
+            f"run-agent: task {waiting.label} is back in its place in the queue: the keeper "
+            f"that was starting it (pid {claim.keeper.pid}) stopped before its loop began"
+        )
+        print(line, file=sys.stderr, flush=True)
+        try:
+            runfolder.append_line(runfolder.supervisor_log_path(task), line)
+        except OSError:
+            pass
+    return undecided
 
 
 def _check(fleet: Fleet, waiting: Waiting) -> Waiting | None:
@@ -149,16 +198,11 @@ def _untrusted(fleet: Fleet, waiting: Waiting) -> str:
     """Why a record may not be started ('' if it may): the keeper runs what a record says, so
     it must be this user's own (owned by it, writable by no one else, in a folder that is
     too), and say a run-agent loop command."""
-    import stat
-
     path = fleet.record_path(waiting.project, waiting.task)
     for what in (fleet.folder, fleet.queue, path):
-        try:
-            st = os.lstat(what)
-        except OSError as exc:
-            return f"{what}: {exc.strerror}"
-        if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            return f"{what} is not this user's alone (owner {st.st_uid}, mode {st.st_mode:o})"
+        refused = owned_by_others(what)
+        if refused:
+            return refused
     start = waiting.start or {}
     argv = start.get("argv")
     if not isinstance(argv, list) or not argv or argv[0] not in STARTS:
@@ -203,10 +247,13 @@ def _block(fleet: Fleet, waiting: Waiting, why: str) -> None:
         pass
 
 
-def _start(fleet: Fleet, waiting: Waiting, forks: ForkServer | None = None) -> None:
+def _start(
+    fleet: Fleet, waiting: Waiting, forks: ForkServer | None = None, ticket: str | None = None
+) -> None:
     """Start a task whose turn has come (its supervisor forked by `forks` where it serves the
-    start's environment, else a new interpreter); a start that fails frees its slot and says
-    why in the task's supervisor.log (where a detached loop's own words go)."""
+    start's environment, else a new interpreter), its claim's `ticket` handed to its loop; a
+    start that fails frees its slot and says why in the task's supervisor.log (where a
+    detached loop's own words go). Its claim is off once the loop holds its lock, or failed."""
     from runagent.executors.local import start_local
     from runagent.store import runfolder
 
@@ -216,6 +263,8 @@ def _start(fleet: Fleet, waiting: Waiting, forks: ForkServer | None = None) -> N
         argv = [str(a) for a in start["argv"]]
         cwd, env = Path(str(start["cwd"])), _environment(waiting)[0]
         env[QUEUED_SINCE] = waiting.submitted  # what its first run records (or its cluster's)
+        if ticket is not None:
+            env[START_TICKET] = ticket
         if _executor_of(argv) == "ray":
             _hand_to_cluster(task, argv, cwd, env)
         else:
@@ -231,6 +280,9 @@ def _start(fleet: Fleet, waiting: Waiting, forks: ForkServer | None = None) -> N
             )
         except OSError:
             pass
+    finally:
+        if ticket is not None:
+            fleet.unclaim(waiting.project, waiting.task, ticket)
 
 
 def _executor_of(argv: list[str]) -> str:

@@ -10,7 +10,6 @@ it, until the started loop takes it over (`take_turn`, which finds it there).
 
 from __future__ import annotations
 
-import fcntl
 import os
 import subprocess
 import time
@@ -262,6 +261,37 @@ def release(task: TaskPaths) -> None:
         ensure_keeper(task.root)
 
 
+def take_over(task: TaskPaths, ticket: str) -> None:
+    """A loop the keeper started takes its start over: the keeper's claim on it (bearing
+    `ticket`) is off, so no keeper puts it back in the queue. StoppedError if it was put back
+    already (its keeper was killed and its start seemed never to begin): the queue starts it,
+    and this start must not run beside that one."""
+    fleet = Fleet(task.root)
+    with fleet.locked():
+        if fleet.unclaim(task.project_id, task.task_id, ticket):
+            return
+        back = fleet.record_of(task)
+    if back is not None and back.start is not None:
+        raise StoppedError(
+            f"task {task.label} was put back in the queue as this start began (the keeper "
+            "starting it had stopped); the queue starts it"
+        )
+
+
+def keeper_wanted(root: Path) -> bool:
+    """Whether `root`'s queue has work and no keeper runs (one was killed): `serve` looks."""
+    fleet = Fleet(root)
+    if not fleet.exists():
+        return False
+    try:
+        if _keeper_runs(fleet):
+            return False
+        with fleet.locked():
+            return fleet.detached_waits()
+    except OSError:  # a root this process may only read: its owner's processes keep it
+        return False
+
+
 def dequeue(task: TaskPaths, settle: Callable[[], None] | None = None) -> Waiting | None:
     """Take the task out of the queue (`stop`, `delete`); its record, or None if it was not in
     it. A foreground run waiting for it notices, and ends. `settle` runs, still under the
@@ -286,20 +316,21 @@ def ensure_keeper(root: Path, env: Mapping[str, str] | None = None) -> None:
     for this one to reap) and exits once no detached task is queued that it could start."""
     fleet = Fleet(root)
     fleet.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(fleet.folder / "keeper.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return  # one runs
-    finally:
-        os.close(fd)
+    if _keeper_runs(fleet):
+        return
     with open(fleet.folder / "keeper.log", "ab", opener=private) as log:
         subprocess.run(
             python("-m", "runagent.executors.keeper", "--detach", str(root.resolve())),
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", check=False,
             start_new_session=True, timeout=60, env=dict(env) if env is not None else None,
         )  # fmt: skip
+
+
+def _keeper_runs(fleet: Fleet) -> bool:
+    """Whether a keeper holds `fleet`'s keeper.lock (it holds it for as long as it runs)."""
+    from runagent.store.runfolder import is_held
+
+    return is_held(fleet.folder / "keeper.lock")
 
 
 def _changes(fleet: Fleet) -> Generator[object, None, None]:

@@ -22,6 +22,11 @@ lock, so the cap holds whichever process starts a task.
   `fleet release` removes it; the loops that run go on. Not a pause: a pause is an agent's,
   set by its provider's limit, and lifts by itself; a hold is the queue's, and only a person
   lifts it. One that cannot be read still holds.
+- `starting/P@T.json`: a detached start the keeper took off the queue and is starting: its record,
+  the keeper (pid and start time) and a ticket the started loop takes it off with. A keeper
+  killed midway (SIGKILL, the OOM killer) leaves it: once the start has had START_WAIT to take
+  its task's lock and has not, the next keeper puts the record back in its place in the queue,
+  so a start is never lost and never made twice (executors/keeper.py).
 - `seq`: the counter that numbers places in the queue.
 - `lock`: held while any of these is read, decided on and written (a few milliseconds).
 
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -532,6 +538,7 @@ class Fleet:
         self.queue = self.folder / "queue"
         self.cluster = self.folder / "cluster"
         self.paused = self.folder / "paused"
+        self.starting = self.folder / "starting"
         self._locked = False
         self._index: Index[Waiting] | None = None
 
@@ -733,10 +740,10 @@ class Fleet:
         return self.index().pending()
 
     def detached_waits(self) -> bool:
-        """Under the lock: whether a detached task that is not blocked is queued (the keeper
-        has work)."""
+        """Under the lock: whether a detached task that is not blocked is queued, or a start is
+        claimed by a keeper that is gone (the keeper has work)."""
         self.tidy()
-        return self.index().any_detached()
+        return self.index().any_detached() or self.orphaned_claims()
 
     def turn(
         self, limits: LimitsSettings, project: str, agent: str, before: tuple[int, int] | None,
@@ -842,6 +849,49 @@ class Fleet:
                 index.settle(name, None)
         return True
 
+    # Starts the keeper made, until their loops take them over.
+
+    def claim(self, waiting: Waiting) -> str:
+        """Under the lock: say that this process (the keeper) is starting `waiting`, taken off
+        the queue; the ticket its loop takes the claim off with (`unclaim`)."""
+        import secrets
+
+        ticket = secrets.token_hex(8)
+        self.starting.mkdir(exist_ok=True, mode=0o700)
+        _write(self.starting / _file_name(waiting.project, waiting.task), {
+            "record": waiting.to_json(), "pid": os.getpid(),
+            "started": process_start_time(os.getpid()), "at": time.time(), "ticket": ticket,
+        })  # fmt: skip
+        return ticket
+
+    def unclaim(self, project: str, task: str, ticket: str) -> bool:
+        """Take the keeper's claim on a start off (its loop took it over, or the keeper saw it
+        through): only the claim bearing `ticket`. Whether it was there."""
+        path = self.starting / _file_name(project, task)
+        claim = _read(path, _claim)
+        if claim is None or claim.ticket != ticket:
+            return False
+        path.unlink(missing_ok=True)
+        return True
+
+    def claims(self) -> list[tuple[Path, Claim | None]]:
+        """The keepers' claims on starts, each with its file (None for one that cannot be
+        read, or is not this user's alone: never put back in the queue)."""
+        found: list[tuple[Path, Claim | None]] = []
+        paths = _files(self.starting)
+        folders_ours = not paths or not any(map(owned_by_others, (self.folder, self.starting)))
+        for path in paths:
+            ours = folders_ours and not owned_by_others(path)
+            claim = _read(path, _claim) if ours else None
+            if claim is not None and claim.waiting.label != _label_of(path.name):
+                claim = None
+            found.append((path, claim))
+        return found
+
+    def orphaned_claims(self) -> bool:
+        """Whether a start is claimed by a keeper that is gone: a keeper must look at it."""
+        return any(c is None or not c.keeper.alive() for _, c in self.claims())
+
     def next_seq(self) -> int:
         """The next place in the queue (under the lock)."""
         path = self.folder / "seq"
@@ -885,6 +935,44 @@ class Fleet:
         """The eligible records before `waiting` in the queue's order."""
         key = (-waiting.priority, waiting.seq)
         return [w for w in records if w.eligible and (-w.priority, w.seq) < key]
+
+
+@record
+class Claim:
+    """A start a keeper took off the queue (`starting/`): the record, the keeper, since when."""
+
+    waiting: Waiting
+    keeper: Holder
+    at: float
+    ticket: str
+
+
+def _claim(data: Mapping[str, Any]) -> Claim:
+    waiting = Waiting.from_json(_object(data.get("record"), "record"))
+    keeper = _holder({**data, "project": waiting.project, "task": waiting.task,
+                      "agent": waiting.agent})  # fmt: skip
+    return Claim(
+        waiting, keeper, _number(data.get("at"), "at"), _text(data.get("ticket"), "ticket")
+    )
+
+
+def _label_of(name: str) -> str:
+    project, _, task = name.removesuffix(".json").partition(SEP)
+    return f"{project}/{task}"
+
+
+def owned_by_others(path: Path) -> str:
+    """Why a file the keeper would act on is not this user's alone ('' if it is): owned by
+    another, or writable by anyone else. The keeper runs what such files say."""
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    if st.st_uid != os.getuid() or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is not this user's alone (owner {st.st_uid}, mode {st.st_mode:o})"
+    return ""
 
 
 def _agent_file(agent: str) -> str:

@@ -41,6 +41,9 @@ CONTRACT_VARIABLES = (
 # Set by whoever starts a loop whose start waited in a queue (the keeper, a cluster's host
 # agent): when it was queued. The loop takes it out of what its agents get.
 QUEUED_SINCE = "RUN_AGENT_QUEUED_SINCE"
+# Set by the queue's keeper: the ticket of its claim on the start (fleet/queue.py, `starting/`),
+# which the loop takes off as it takes the start over. Not passed on to agents either.
+START_TICKET = "RUN_AGENT_START_TICKET"
 
 
 @record

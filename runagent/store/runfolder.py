@@ -500,6 +500,22 @@ def exclusive(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def is_held(path: Path) -> bool:
+    """Whether a process holds the lock file `path` (exclusively: a keeper, a broker); False
+    when there is no such file."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
 def touch(path: Path) -> None:
     """An empty file made FILE_MODE (one that exists is left as it is)."""
     os.close(private(path, os.O_WRONLY | os.O_CREAT))

@@ -528,6 +528,109 @@ def test_the_keeper_is_started_again_when_it_was_killed(ws: Workspace) -> None:
     wait_for(lambda: not keepers(ws), what="the keeper to exit")
 
 
+def test_a_start_whose_keeper_was_killed_midway_is_put_back_and_started_once(
+    ws: Workspace,
+) -> None:
+    """The keeper takes c off the queue to start it and is killed (SIGKILL) before c's loop
+    begins: c is not lost. `serve` sees that starts wait without a keeper and starts one, which
+    puts c back in its place once its start has had START_WAIT to begin, and starts it."""
+    import psutil
+
+    from tests.conftest import serving
+
+    configure(ws, {"max_running": 1})
+    door = service(ws)
+    for task in ("a", "b", "c"):
+        door.start(StartRequest(ws.task("p", task), "go"))
+    (keeper,) = keepers(ws)
+    go(ws, "a")
+    wait_for(lambda: running(ws, "b"), timeout=60, what="b running")
+    holder = live_holder(ws.task("p", "b").lock)
+    assert holder is not None
+    forks = psutil.Process(psutil.Process(holder.pid).ppid())  # b was forked: the server is up
+    assert "runagent.executors.forkserver" in forks.cmdline()
+    forks.suspend()  # the keeper's start of c waits for its answer...
+    fleet = Fleet(ws.root)
+    go(ws, "b")
+    wait_for(lambda: fleet.record_of(ws.task("p", "c")) is None, timeout=60,
+             what="c taken off the queue to start")  # fmt: skip
+    os.kill(keeper, signal.SIGKILL)  # ...and the keeper dies before c's loop begins
+    wait_for(lambda: not keepers(ws), what="the keeper gone")
+    forks.resume()  # its late child is never told to go
+    wait_for(lambda: not forks.is_running(), timeout=60, what="the fork server to leave")
+    assert not running(ws, "c") and not ws.runs("p", "c")
+    with serving(ws):
+        wait_for(lambda: running(ws, "c"), timeout=90, what="c started again")
+        go(ws, "c")
+        wait_for(lambda: listed(ws)["p/c"]["status"] == "completed", timeout=60, what="c")
+    assert len(ws.runs("p", "c")) == 1
+    said = (fleet.folder / "keeper.log").read_text()
+    assert (f"p/c is back in its place in the queue: the keeper that was starting it "
+            f"(pid {keeper})") in said  # fmt: skip
+    assert not list(fleet.starting.iterdir())
+    wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def dead_pid() -> int:
+    done = subprocess.Popen(["true"])
+    done.wait()
+    return done.pid
+
+
+def claim_of(ws: Workspace, task: str, at: float, mode: int = 0o600) -> Path:
+    """A claim on a start of p/TASK as a keeper killed `at` would have left it."""
+    record = Waiting("p", task, "fake", 7, start={"argv": ["job", "-p", "p", "-t", task, "x"],
+                                                  "cwd": str(ws.path), "env": {}})  # fmt: skip
+    fleet = Fleet(ws.root)
+    with fleet.locked():
+        fleet.starting.mkdir(mode=0o700, exist_ok=True)
+    path = fleet.starting / f"p@{task}.json"
+    path.write_text(json.dumps({"record": record.to_json(), "pid": dead_pid(), "started": 1.0,
+                                "at": at, "ticket": "t"}))  # fmt: skip
+    path.chmod(mode)
+    return path
+
+
+def test_a_claim_is_put_back_only_once_its_start_had_time_to_begin_and_never_if_not_ours(
+    ws: Workspace,
+) -> None:
+    import time
+
+    from runagent.executors.keeper import _recover
+    from runagent.executors.local import START_WAIT
+
+    fleet = Fleet(ws.root)
+    fresh = claim_of(ws, "fresh", time.time())
+    old = claim_of(ws, "old", time.time() - START_WAIT - 1)
+    foreign = claim_of(ws, "foreign", time.time() - START_WAIT - 1, mode=0o666)
+    with fleet.locked():
+        assert fleet.detached_waits()  # claims of a keeper that is gone: a keeper must look
+        assert _recover(fleet)  # `fresh` may yet begin: waited for
+        assert fleet.record_of(ws.task("p", "old")) is not None  # put back, in its place
+        assert fleet.record_of(ws.task("p", "old")).seq == 7  # type: ignore[union-attr]
+        assert fleet.record_of(ws.task("p", "foreign")) is None  # never trusted
+        assert fleet.record_of(ws.task("p", "fresh")) is None
+    assert fresh.exists() and not old.exists() and not foreign.exists()
+
+
+def test_a_loop_the_keeper_started_takes_its_claim_off_and_never_runs_beside_a_put_back_one(
+    ws: Workspace,
+) -> None:
+    import time
+
+    from runagent.errors import StoppedError
+    from runagent.fleet import gate
+
+    fleet = Fleet(ws.root)
+    claim_of(ws, "a", time.time())
+    gate.take_over(ws.task("p", "a"), "t")  # its own claim: off
+    assert not list(fleet.starting.iterdir())
+    with fleet.locked():  # put back meanwhile by a keeper that judged the start lost
+        fleet.put(Waiting("p", "a", "fake", 8, start={"argv": ["job"], "cwd": "/", "env": {}}))
+    with pytest.raises(StoppedError, match="put back in the queue as this start began"):
+        gate.take_over(ws.task("p", "a"), "t")
+
+
 @pytest.mark.parametrize("damage", ["another command", "writable by others"])
 def test_the_keeper_starts_no_record_it_cannot_trust(ws: Workspace, damage: str) -> None:
     one_detached_waits(ws)
