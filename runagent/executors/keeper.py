@@ -22,17 +22,23 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from runagent import python
 from runagent.errors import RunAgentError
 from runagent.executors.forkserver import ForkServer
 from runagent.fleet import depends, gate
-from runagent.fleet.queue import Ahead, Fleet, Waiting, owned_by_others
+from runagent.fleet.queue import Ahead, Claim, Fleet, Waiting, owned_by_others
 from runagent.loop.context import QUEUED_SINCE, START_TICKET
 from runagent.store import credentials
+from runagent.store.pids import is_alive
 from runagent.store.runfolder import TaskPaths
+
+if TYPE_CHECKING:
+    from runagent.executors.local import Child
 
 
 def keep(root: Path) -> int:
@@ -65,7 +71,7 @@ def keep(root: Path) -> int:
                 forks = ForkServer(bound=False)
                 forks.start(dict(os.environ))
             for waiting, ticket in due:
-                _start(fleet, waiting, forks, ticket)
+                _start(fleet, waiting, forks, ticket, seen)
             if not due:
                 next(changes)
     finally:
@@ -81,18 +87,21 @@ class Seen:
 
     def __init__(self) -> None:
         self.changed = 0
+        # Starts of this keeper whose loop had not taken its lock when START_WAIT was up:
+        # their claims stay until the loop takes them over, or its process ends without.
+        self.slow: dict[str, Child] = {}
 
 
-def _due(fleet: Fleet, seen: Seen | None = None) -> list[tuple[Waiting, str | None]] | None:
+def _due(fleet: Fleet, seen: Seen | None = None) -> list[tuple[Waiting, str]] | None:
     """The detached tasks whose turn has come, their slots taken for them and their starts
-    claimed (under the lock), each with its claim's ticket (None: a hand-over to the cluster);
+    claimed (under the lock), each with its claim's ticket;
     None when no detached task is queued at all, nor a start a gone keeper claimed. One walk
     down the queue's order (the index), as far as a task may yet start: each task ahead taken
     to have started if it fits, as `decide` takes them."""
     seen = seen if seen is not None else Seen()
     fleet.tidy()
     depends.refresh_pending(fleet)
-    undecided = _recover(fleet)
+    undecided = _recover(fleet, seen)
     index = fleet.index()
     if not index.any_detached():
         # A blocked one starts only when resumed, which starts a keeper again.
@@ -104,7 +113,7 @@ def _due(fleet: Fleet, seen: Seen | None = None) -> list[tuple[Waiting, str | No
     if held is not None:
         return []
     ahead = Ahead(holders, paused, index.limits())
-    due: list[tuple[Waiting, str | None]] = []
+    due: list[tuple[Waiting, str]] = []
     for waiting in index.in_order():
         if ahead.none_fits():
             break
@@ -116,12 +125,10 @@ def _due(fleet: Fleet, seen: Seen | None = None) -> list[tuple[Waiting, str | No
                 if record is None:
                     continue
                 task = TaskPaths(fleet.root, waiting.project, waiting.task)
-                # A local start is claimed, so that a keeper killed before its loop begins
-                # loses nothing (`_recover`). A hand-over to the cluster is a process of its
-                # own that goes on if the keeper dies: whether it handed the task over is
-                # the cluster's to say, so it is never put back (it could run twice).
-                local = _executor_of([str(a) for a in (record.start or {}).get("argv", [])])
-                ticket = fleet.claim(record) if local == "local" else None
+                # Claimed, so that a keeper killed before the start begins loses nothing
+                # (`_recover`): a local loop takes the claim off as it begins, a hand-over to
+                # the cluster as soon as its process is made (it goes on if the keeper dies).
+                ticket = fleet.claim(record)
                 fleet.drop(task)
                 if limits.active:
                     fleet.hold(task, waiting.agent)
@@ -131,43 +138,69 @@ def _due(fleet: Fleet, seen: Seen | None = None) -> list[tuple[Waiting, str | No
     return due
 
 
-def _recover(fleet: Fleet) -> bool:
+def _recover(fleet: Fleet, seen: Seen) -> bool:
     """Under the lock: put back in their places in the queue the starts that a keeper now gone
     claimed and that never began (no loop took them over, nor holds their task's lock, START_WAIT
-    after the claim); whether a claim must still be waited for (its start may yet begin)."""
+    after the claim), and drop this keeper's claims on slow starts whose process ended without
+    taking them over; whether a claim must still be waited for (its start may yet begin)."""
+    undecided = False
+    kept = set()
+    for path, claim in fleet.claims():
+        try:
+            undecided |= _judge(fleet, seen, path, claim)
+        except OSError as exc:  # one claim that cannot be handled holds up no other start
+            print(f"run-agent: the start claim {path} could not be handled: {exc}",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        if claim is not None and path.exists():
+            kept.add(claim.waiting.label)
+    seen.slow = {label: child for label, child in seen.slow.items() if label in kept}
+    return undecided
+
+
+def _judge(fleet: Fleet, seen: Seen, path: Path, claim: Claim | None) -> bool:
+    """`_recover` of one claim: whether it must still be waited for."""
     from runagent.executors.local import START_WAIT
-    from runagent.store import runfolder
     from runagent.store.lock import live_holder
 
-    undecided = False
-    for path, claim in fleet.claims():
-        if claim is None:  # unreadable, or not this user's alone: never run
-            path.unlink(missing_ok=True)
-            print(f"run-agent: dropped the start claim {path}: it cannot be trusted",
-                  file=sys.stderr, flush=True)  # fmt: skip
-            continue
-        if claim.keeper.alive():
-            continue
-        waiting = claim.waiting
-        task = TaskPaths(fleet.root, waiting.project, waiting.task)
-        if live_holder(task.lock) is not None or fleet.record_of(task) is not None:
-            path.unlink(missing_ok=True)  # it began, or was queued again meanwhile
-            continue
-        if time.time() - claim.at < START_WAIT:
-            undecided = True
-            continue
-        fleet.put(waiting)
+    if claim is None:  # unreadable, or not this user's alone: never run
         path.unlink(missing_ok=True)
-        line = (
-            f"run-agent: task {waiting.label} is back in its place in the queue: the keeper "
-            f"that was starting it (pid {claim.keeper.pid}) stopped before its loop began"
-        )
-        print(line, file=sys.stderr, flush=True)
-        try:
-            runfolder.append_line(runfolder.supervisor_log_path(task), line)
-        except OSError:
-            pass
-    return undecided
+        print(f"run-agent: dropped the start claim {path}: it cannot be trusted",
+              file=sys.stderr, flush=True)  # fmt: skip
+        return False
+    waiting = claim.waiting
+    task = TaskPaths(fleet.root, waiting.project, waiting.task)
+    if claim.keeper.pid == os.getpid():  # a slow start of this keeper
+        child = seen.slow.get(waiting.label)
+        # (its exit is read from the process itself too: a fork server that died tells none)
+        if child is not None and child.poll() is None and is_alive(child.pid, None):
+            return True
+        path.unlink(missing_ok=True)
+        _say(task, f"the queue could not start task {task.label}: its loop ended before it began")
+        return False
+    if claim.keeper.alive():
+        return False
+    if live_holder(task.lock) is not None or fleet.record_of(task) is not None:
+        path.unlink(missing_ok=True)  # it runs (another start of it), or was queued again
+        return False
+    if 0 <= time.time() - claim.at < START_WAIT:
+        return True
+    fleet.put(waiting)
+    path.unlink(missing_ok=True)
+    _say(task, f"task {waiting.label} is back in its place in the queue: the keeper that was "
+               f"starting it (pid {claim.keeper.pid}) stopped before its loop began")  # fmt: skip
+    return False
+
+
+def _say(task: TaskPaths, words: str) -> None:
+    """Say `words` in keeper.log and the task's supervisor.log."""
+    from runagent.store import runfolder
+
+    line = f"run-agent: {words}"
+    print(line, file=sys.stderr, flush=True)
+    try:
+        runfolder.append_line(runfolder.supervisor_log_path(task), line)
+    except OSError:
+        pass
 
 
 def _check(fleet: Fleet, waiting: Waiting) -> Waiting | None:
@@ -248,14 +281,15 @@ def _block(fleet: Fleet, waiting: Waiting, why: str) -> None:
 
 
 def _start(
-    fleet: Fleet, waiting: Waiting, forks: ForkServer | None = None, ticket: str | None = None
-) -> None:
+    fleet: Fleet, waiting: Waiting, forks: ForkServer | None = None, ticket: str | None = None,
+    seen: Seen | None = None,
+) -> None:  # fmt: skip
     """Start a task whose turn has come (its supervisor forked by `forks` where it serves the
-    start's environment, else a new interpreter), its claim's `ticket` handed to its loop; a
-    start that fails frees its slot and says why in the task's supervisor.log (where a
-    detached loop's own words go). Its claim is off once the loop holds its lock, or failed."""
+    start's environment, else a new interpreter), its claim's `ticket` handed to its loop,
+    which takes the claim off as it begins; a start that fails frees its slot, takes its
+    claim off and says why in the task's supervisor.log (where a detached loop's own words
+    go). A loop that has not taken its lock after START_WAIT keeps its claim (`seen.slow`)."""
     from runagent.executors.local import start_local
-    from runagent.store import runfolder
 
     task = TaskPaths(fleet.root, waiting.project, waiting.task)
     start = waiting.start or {}
@@ -263,26 +297,20 @@ def _start(
         argv = [str(a) for a in start["argv"]]
         cwd, env = Path(str(start["cwd"])), _environment(waiting)[0]
         env[QUEUED_SINCE] = waiting.submitted  # what its first run records (or its cluster's)
-        if ticket is not None:
-            env[START_TICKET] = ticket
         if _executor_of(argv) == "ray":
-            _hand_to_cluster(task, argv, cwd, env)
+            _hand_to_cluster(task, argv, cwd, env, lambda: _unclaim(fleet, waiting, ticket))
         else:
+            if ticket is not None:
+                env[START_TICKET] = ticket
             fork = forks.fork if forks is not None and forks.serves(env) else None
-            start_local(task, argv, cwd=cwd, env=env, fork=fork)
+            started = start_local(task, argv, cwd=cwd, env=env, fork=fork)
+            if started.holder is None and started.process is not None and seen is not None:
+                seen.slow[waiting.label] = started.process
     except (RunAgentError, OSError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
         with fleet.locked():
             fleet.release(task)
-        try:
-            runfolder.append_line(
-                runfolder.supervisor_log_path(task),
-                f"run-agent: the queue could not start task {task.label}: {exc}",
-            )
-        except OSError:
-            pass
-    finally:
-        if ticket is not None:
-            fleet.unclaim(waiting.project, waiting.task, ticket)
+            _unclaim(fleet, waiting, ticket)
+        _say(task, f"the queue could not start task {task.label}: {exc}")
 
 
 def _executor_of(argv: list[str]) -> str:
@@ -291,9 +319,18 @@ def _executor_of(argv: list[str]) -> str:
     return argv[at + 1] if 0 <= at < len(argv) - 1 else "local"
 
 
-def _hand_to_cluster(task: TaskPaths, argv: list[str], cwd: Path, env: dict[str, str]) -> None:
+def _unclaim(fleet: Fleet, waiting: Waiting, ticket: str | None) -> None:
+    if ticket is not None:
+        fleet.unclaim(waiting.project, waiting.task, ticket)
+
+
+def _hand_to_cluster(
+    task: TaskPaths, argv: list[str], cwd: Path, env: dict[str, str],
+    made: Callable[[], None] = lambda: None,
+) -> None:  # fmt: skip
     """Start a task whose loop runs on the Ray cluster: its command line hands it to Ray (where
-    it may wait in the cluster's own queue) and exits; what it says goes to supervisor.log."""
+    it may wait in the cluster's own queue) and exits; what it says goes to supervisor.log.
+    `made` runs once its process is made."""
     from runagent.errors import error_for_exit
     from runagent.executors.local import START_WAIT
     from runagent.store import runfolder
@@ -301,15 +338,21 @@ def _hand_to_cluster(task: TaskPaths, argv: list[str], cwd: Path, env: dict[str,
     runfolder.make_task_folder(task)
     log = runfolder.supervisor_log_path(task)
     with open(log, "ab", opener=runfolder.private) as out:
-        done = subprocess.run(
+        proc = subprocess.Popen(
             python("-m", "runagent", *argv), cwd=cwd, env=env,
             stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-            timeout=START_WAIT + HAND_OVER_WAIT, check=False,
         )  # fmt: skip
-    if done.returncode != 0:
+    made()
+    try:
+        code = proc.wait(timeout=START_WAIT + HAND_OVER_WAIT)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    if code != 0:
         tail = runfolder.tail(log, 600).strip().splitlines()
-        why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {done.returncode}"
-        raise error_for_exit(done.returncode, why)
+        why = tail[-1].removeprefix("run-agent: ") if tail else f"exit code {code}"
+        raise error_for_exit(code, why)
 
 
 HAND_OVER_WAIT = 120.0  # seconds a hand-over to the cluster may take beyond a local start

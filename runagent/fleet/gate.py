@@ -263,19 +263,17 @@ def release(task: TaskPaths) -> None:
 
 def take_over(task: TaskPaths, ticket: str) -> None:
     """A loop the keeper started takes its start over: the keeper's claim on it (bearing
-    `ticket`) is off, so no keeper puts it back in the queue. StoppedError if it was put back
-    already (its keeper was killed and its start seemed never to begin): the queue starts it,
-    and this start must not run beside that one."""
+    `ticket`) is off, so no keeper puts it back in the queue. StoppedError if the claim is
+    gone: the start was taken back as it began (`stop`, or its keeper was killed and a later
+    one put it back in the queue, where it may be claimed afresh), and must not run."""
     fleet = Fleet(task.root)
     with fleet.locked():
         if fleet.unclaim(task.project_id, task.task_id, ticket):
             return
-        back = fleet.record_of(task)
-    if back is not None and back.start is not None:
-        raise StoppedError(
-            f"task {task.label} was put back in the queue as this start began (the keeper "
-            "starting it had stopped); the queue starts it"
-        )
+    raise StoppedError(
+        f"task {task.label}: this start was taken back as it began (stopped, or put back in "
+        "the queue when the keeper starting it stopped); it did not run"
+    )
 
 
 def keeper_wanted(root: Path) -> bool:
@@ -303,6 +301,8 @@ def dequeue(task: TaskPaths, settle: Callable[[], None] | None = None) -> Waitin
     with fleet.locked():
         record = fleet.record_of(task)
         fleet.drop(task)
+        claimed = fleet.drop_claim(task)  # a start the keeper is making: it does not run
+        record = record if record is not None else claimed
         if record is not None and settle is not None:
             settle()
             fleet.tidy()

@@ -876,21 +876,46 @@ class Fleet:
 
     def claims(self) -> list[tuple[Path, Claim | None]]:
         """The keepers' claims on starts, each with its file (None for one that cannot be
-        read, or is not this user's alone: never put back in the queue)."""
+        read, or is not this user's alone: never put back in the queue). What is not a regular
+        file, and a file that cannot be read just now (no descriptor left), is passed over."""
+        import stat
+
         found: list[tuple[Path, Claim | None]] = []
         paths = _files(self.starting)
         folders_ours = not paths or not any(map(owned_by_others, (self.folder, self.starting)))
         for path in paths:
-            ours = folders_ours and not owned_by_others(path)
-            claim = _read(path, _claim) if ours else None
+            try:
+                if not stat.S_ISREG(os.lstat(path).st_mode):
+                    continue
+                claim: Claim | None = None
+                if folders_ours and not owned_by_others(path):
+                    claim = _claim(jsonfile.read_object(path, RECORD_CAP))
+            except FileNotFoundError:
+                continue
+            except (ValueError, KeyError, TypeError):  # jsonfile.Unreadable too
+                claim = None
+            except OSError:
+                continue
             if claim is not None and claim.waiting.label != _label_of(path.name):
                 claim = None
             found.append((path, claim))
         return found
 
     def orphaned_claims(self) -> bool:
-        """Whether a start is claimed by a keeper that is gone: a keeper must look at it."""
-        return any(c is None or not c.keeper.alive() for _, c in self.claims())
+        """Whether a start is claimed by a keeper that is gone: a keeper must look at it. (One
+        that cannot be trusted summons none; a keeper that runs drops it.)"""
+        return any(c is not None and not c.keeper.alive() for _, c in self.claims())
+
+    def drop_claim(self, task: TaskPaths) -> Waiting | None:
+        """Under the lock: take a keeper's claim on the task's start off (`stop`, `delete`): its
+        loop, if it is starting, then never runs (gate.take_over). The claimed record, if any."""
+        path = self.starting / _file_name(task.project_id, task.task_id)
+        claim = _read(path, _claim)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return None
+        return claim.waiting if claim is not None else None
 
     def next_seq(self) -> int:
         """The next place in the queue (under the lock)."""

@@ -542,13 +542,14 @@ def test_a_start_whose_keeper_was_killed_midway_is_put_back_and_started_once(
     door = service(ws)
     for task in ("a", "b", "c"):
         door.start(StartRequest(ws.task("p", task), "go"))
-    (keeper,) = keepers(ws)
     go(ws, "a")
     wait_for(lambda: running(ws, "b"), timeout=60, what="b running")
     holder = live_holder(ws.task("p", "b").lock)
     assert holder is not None
     forks = psutil.Process(psutil.Process(holder.pid).ppid())  # b was forked: the server is up
     assert "runagent.executors.forkserver" in forks.cmdline()
+    keeper = forks.ppid()  # (a second keeper started as c was queued may still be leaving)
+    assert keeper in keepers(ws)
     forks.suspend()  # the keeper's start of c waits for its answer...
     fleet = Fleet(ws.root)
     go(ws, "b")
@@ -596,26 +597,62 @@ def test_a_claim_is_put_back_only_once_its_start_had_time_to_begin_and_never_if_
 ) -> None:
     import time
 
-    from runagent.executors.keeper import _recover
+    from runagent.executors.keeper import Seen, _recover
     from runagent.executors.local import START_WAIT
 
     fleet = Fleet(ws.root)
+    foreign = claim_of(ws, "foreign", time.time() - START_WAIT - 1, mode=0o666)
+    (fleet.starting / "p@dir.json").mkdir()  # not a file: passed over
+    (fleet.starting / "p@junk.json").write_text("{")
+    with fleet.locked():
+        assert not fleet.detached_waits()  # a claim that cannot be trusted summons no keeper
     fresh = claim_of(ws, "fresh", time.time())
     old = claim_of(ws, "old", time.time() - START_WAIT - 1)
-    foreign = claim_of(ws, "foreign", time.time() - START_WAIT - 1, mode=0o666)
     with fleet.locked():
         assert fleet.detached_waits()  # claims of a keeper that is gone: a keeper must look
-        assert _recover(fleet)  # `fresh` may yet begin: waited for
+        assert _recover(fleet, Seen())  # `fresh` may yet begin: waited for
         assert fleet.record_of(ws.task("p", "old")) is not None  # put back, in its place
         assert fleet.record_of(ws.task("p", "old")).seq == 7  # type: ignore[union-attr]
         assert fleet.record_of(ws.task("p", "foreign")) is None  # never trusted
         assert fleet.record_of(ws.task("p", "fresh")) is None
     assert fresh.exists() and not old.exists() and not foreign.exists()
+    assert (fleet.starting / "p@dir.json").is_dir() and not (
+        fleet.starting / "p@junk.json"
+    ).exists()
 
 
-def test_a_loop_the_keeper_started_takes_its_claim_off_and_never_runs_beside_a_put_back_one(
+def test_a_slow_start_keeps_its_claim_while_its_process_lives_and_is_dropped_after(
     ws: Workspace,
 ) -> None:
+    """A loop the keeper started that has not taken its lock after START_WAIT keeps the claim
+    (it may yet begin, and takes it off then); once its process ends without, the claim goes
+    and the task's log says the queue could not start it (never put back: it would fail again)."""
+    from runagent.executors.keeper import Seen, _recover
+
+    fleet = Fleet(ws.root)
+    ws.task("p", "slow").folder.mkdir(parents=True)  # made as its start began
+    record = Waiting("p", "slow", "fake", 3, start={"argv": ["job"], "cwd": "/", "env": {}})
+    with fleet.locked():
+        fleet.claim(record)  # this process is the keeper
+    seen = Seen()
+    seen.slow["p/slow"] = child = subprocess.Popen(["sleep", "60"])
+    try:
+        with fleet.locked():
+            assert _recover(fleet, seen)
+    finally:
+        child.kill()
+        child.wait()
+    with fleet.locked():
+        assert not _recover(fleet, seen)
+        assert fleet.record_of(ws.task("p", "slow")) is None
+    assert not list(fleet.starting.iterdir()) and not seen.slow
+    said = (ws.task("p", "slow").folder / "supervisor.log").read_text()
+    assert "the queue could not start task p/slow: its loop ended before it began" in said
+
+
+def test_a_loop_the_keeper_started_runs_only_while_its_claim_is_there(ws: Workspace) -> None:
+    """Its claim taken off by a `stop`, or put back by a keeper that judged the start lost and
+    claimed afresh, a loop that begins late does not run beside what replaced it."""
     import time
 
     from runagent.errors import StoppedError
@@ -625,10 +662,22 @@ def test_a_loop_the_keeper_started_takes_its_claim_off_and_never_runs_beside_a_p
     claim_of(ws, "a", time.time())
     gate.take_over(ws.task("p", "a"), "t")  # its own claim: off
     assert not list(fleet.starting.iterdir())
-    with fleet.locked():  # put back meanwhile by a keeper that judged the start lost
-        fleet.put(Waiting("p", "a", "fake", 8, start={"argv": ["job"], "cwd": "/", "env": {}}))
-    with pytest.raises(StoppedError, match="put back in the queue as this start began"):
+    with pytest.raises(StoppedError, match="this start was taken back as it began"):
+        gate.take_over(ws.task("p", "a"), "t")  # gone: never twice
+    claim_of(ws, "a", time.time())
+    with fleet.locked():  # claimed afresh by another keeper: another ticket
+        record = Fleet(ws.root).drop_claim(ws.task("p", "a"))
+        assert record is not None
+        fleet.claim(record)
+    with pytest.raises(StoppedError):
         gate.take_over(ws.task("p", "a"), "t")
+    ws.task("p", "b").folder.mkdir(parents=True)
+    claim_of(ws, "b", time.time())
+    taken = gate.dequeue(ws.task("p", "b"))  # `stop` of a task the keeper is starting
+    assert taken is not None and taken.label == "p/b"
+    assert not (fleet.starting / "p@b.json").exists()
+    with pytest.raises(StoppedError):
+        gate.take_over(ws.task("p", "b"), "t")
 
 
 @pytest.mark.parametrize("damage", ["another command", "writable by others"])
