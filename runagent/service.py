@@ -915,9 +915,13 @@ class Service:
 
     def started_env(self, config: Config | None) -> dict[str, str]:
         """The environment what this door starts runs with: its own (this process's), less
-        the variable holding the server's API key."""
+        the variable holding the server's API key and the keeper's ticket."""
+        from runagent.loop.context import START_TICKET
+
         key_variable = (config.server if config is not None else ServerSettings()).api_key_env
-        return credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
+        env = credentials.scrub(self.env if self.env is not None else os.environ, key_variable)
+        env.pop(START_TICKET, None)  # the keeper's ticket is the loop's own, never handed on
+        return env
 
     def keep_queue(self) -> bool:
         """Start the queue's keeper if detached starts wait and none runs (it was killed):
@@ -995,7 +999,14 @@ class Service:
             mine = view.paths.project_id
             return (project is None or mine == project) and (projects is None or mine in projects)
 
-        if not any(reached(v) and _stoppable(v) for v in listing.all_tasks(self.root, project)):
+        from runagent.fleet import gate
+
+        claimed = gate.claimed(self.root) if self._queue_exists() else set()
+
+        def stoppable(view: tasks.TaskView) -> bool:  # a start a keeper is making too
+            return _stoppable(view) or view.label in claimed
+
+        if not any(reached(v) and stoppable(v) for v in listing.all_tasks(self.root, project)):
             return Everything((), (), self._queue_exists() and self._held())
         hold, made = self.hold_queue("stop --all")
         stopped: list[str] = []
@@ -1004,7 +1015,7 @@ class Service:
             for _ in range(2):
                 asked: list[Holder] = []
                 for view in listing.all_tasks(self.root, project):
-                    if not reached(view) or not _stoppable(view):
+                    if not reached(view) or not stoppable(view):
                         continue
                     try:
                         held = self.stop(view.paths, None)

@@ -18,7 +18,7 @@ from runagent.cli.loopargs import LoopArgs
 from runagent.cli.options import Setup
 from runagent.errors import ExitCode
 from runagent.loop import notify
-from runagent.loop.context import QUEUED_SINCE, START_TICKET, LoopRequest, parent_run_id
+from runagent.loop.context import QUEUED_SINCE, LoopRequest, parent_run_id
 from runagent.loop.events import Event, Outcome
 from runagent.loop.supervisor import Supervisor
 from runagent.service import Admission, Service, StartRequest
@@ -63,11 +63,6 @@ def foreground_loop(
     def tell(turn: Turn) -> None:
         click.echo(f"run-agent: {turn.words(task.label)}", err=True)
 
-    ticket = os.environ.pop(START_TICKET, None)  # started by the queue's keeper: its claim
-    if ticket is not None:
-        from runagent.fleet import gate
-
-        gate.take_over(task, ticket)
     with service.enter(start, tell) as admission:
         assert admission.agent is not None  # the command line's door checks its agent
         request = loop_request(s, task, admission, loop, issue)

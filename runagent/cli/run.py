@@ -3,6 +3,7 @@ run again by itself."""
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -27,6 +28,7 @@ from runagent.config.overrides import LoopOverrides
 from runagent.config.settings import ExecutorType, Until
 from runagent.errors import UsageError
 from runagent.loop.context import (
+    START_TICKET,
     new_task_id,
     validate_id,
     validate_prompt,
@@ -178,6 +180,11 @@ def enter(s: Setup, request: StartRequest, loop: LoopArgs, issue: Issue | None) 
     executor followed here in the foreground (the same lines and exit code), or, with
     --detach, is started where it runs and left to run."""
     here = request
+    ticket = os.environ.pop(START_TICKET, None)  # started by the queue's keeper: its claim
+    if ticket is not None:  # taken over before anything runs, or nothing runs
+        from runagent.fleet import gate
+
+        gate.take_over(request.task, ticket)
     if loop.one_run:  # started elsewhere as `job`, which says its single run itself
         once = replace(request.overrides, max_restarts=None)
         request = replace(request, command=Command.JOB, overrides=once)

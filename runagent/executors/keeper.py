@@ -28,13 +28,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from runagent import python
-from runagent.errors import RunAgentError
 from runagent.executors.forkserver import ForkServer
 from runagent.fleet import depends, gate
 from runagent.fleet.queue import Ahead, Claim, Fleet, Waiting, owned_by_others
 from runagent.loop.context import QUEUED_SINCE, START_TICKET
 from runagent.store import credentials
-from runagent.store.pids import is_alive
+from runagent.store.pids import is_alive, process_start_time
 from runagent.store.runfolder import TaskPaths
 
 if TYPE_CHECKING:
@@ -87,9 +86,10 @@ class Seen:
 
     def __init__(self) -> None:
         self.changed = 0
-        # Starts of this keeper whose loop had not taken its lock when START_WAIT was up:
-        # their claims stay until the loop takes them over, or its process ends without.
-        self.slow: dict[str, Child] = {}
+        # Starts of this keeper whose loop had not taken its lock when START_WAIT was up (the
+        # process, its start time): their claims stay until the loop takes them over, or its
+        # process ends without; the slot taken for each is freed once its process ends.
+        self.slow: dict[str, tuple[Child, float | None]] = {}
 
 
 def _due(fleet: Fleet, seen: Seen | None = None) -> list[tuple[Waiting, str]] | None:
@@ -144,17 +144,24 @@ def _recover(fleet: Fleet, seen: Seen) -> bool:
     after the claim), and drop this keeper's claims on slow starts whose process ended without
     taking them over; whether a claim must still be waited for (its start may yet begin)."""
     undecided = False
-    kept = set()
     for path, claim in fleet.claims():
         try:
             undecided |= _judge(fleet, seen, path, claim)
         except OSError as exc:  # one claim that cannot be handled holds up no other start
             print(f"run-agent: the start claim {path} could not be handled: {exc}",
                   file=sys.stderr, flush=True)  # fmt: skip
-        if claim is not None and path.exists():
-            kept.add(claim.waiting.label)
-    seen.slow = {label: child for label, child in seen.slow.items() if label in kept}
+    for label, (child, started) in list(seen.slow.items()):
+        if not _lives(child, started):  # began and ended, or never began: its slot is free
+            project, _, task = label.partition("/")
+            fleet.release(TaskPaths(fleet.root, project, task))  # (only a slot this keeper holds)
+            del seen.slow[label]
     return undecided
+
+
+def _lives(child: Child, started: float | None) -> bool:
+    """Whether a start's process still runs; read from the process itself too (a fork server
+    that died reports no exit), by its start time (a pid reused since is not it)."""
+    return child.poll() is None and is_alive(child.pid, started)
 
 
 def _judge(fleet: Fleet, seen: Seen, path: Path, claim: Claim | None) -> bool:
@@ -169,18 +176,21 @@ def _judge(fleet: Fleet, seen: Seen, path: Path, claim: Claim | None) -> bool:
         return False
     waiting = claim.waiting
     task = TaskPaths(fleet.root, waiting.project, waiting.task)
-    if claim.keeper.pid == os.getpid():  # a slow start of this keeper
-        child = seen.slow.get(waiting.label)
-        # (its exit is read from the process itself too: a fork server that died tells none)
-        if child is not None and child.poll() is None and is_alive(child.pid, None):
+    if claim.keeper.pid == os.getpid() and claim.keeper.alive():  # this keeper's slow start
+        slow = seen.slow.get(waiting.label)
+        if slow is not None and _lives(*slow):
             return True
         path.unlink(missing_ok=True)
         _say(task, f"the queue could not start task {task.label}: its loop ended before it began")
         return False
     if claim.keeper.alive():
         return False
-    if live_holder(task.lock) is not None or fleet.record_of(task) is not None:
-        path.unlink(missing_ok=True)  # it runs (another start of it), or was queued again
+    if (
+        live_holder(task.lock) is not None
+        or fleet.record_of(task) is not None
+        or _ran_since(task, claim.at)
+    ):
+        path.unlink(missing_ok=True)  # it runs or ran (another start of it), or was queued again
         return False
     if 0 <= time.time() - claim.at < START_WAIT:
         return True
@@ -189,6 +199,15 @@ def _judge(fleet: Fleet, seen: Seen, path: Path, claim: Claim | None) -> bool:
     _say(task, f"task {waiting.label} is back in its place in the queue: the keeper that was "
                f"starting it (pid {claim.keeper.pid}) stopped before its loop began")  # fmt: skip
     return False
+
+
+def _ran_since(task: TaskPaths, moment: float) -> bool:
+    """Whether a run of the task began after `moment` (a run folder made since: the runs
+    folder's time then changed)."""
+    try:
+        return os.stat(task.runs).st_mtime > moment
+    except OSError:
+        return False
 
 
 def _say(task: TaskPaths, words: str) -> None:
@@ -293,6 +312,10 @@ def _start(
 
     task = TaskPaths(fleet.root, waiting.project, waiting.task)
     start = waiting.start or {}
+    if ticket is not None and not fleet.has_claim(waiting.project, waiting.task, ticket):
+        with fleet.locked():  # taken back (`stop`) while earlier starts of its batch were made
+            fleet.release(task)
+        return
     try:
         argv = [str(a) for a in start["argv"]]
         cwd, env = Path(str(start["cwd"])), _environment(waiting)[0]
@@ -305,8 +328,8 @@ def _start(
             fork = forks.fork if forks is not None and forks.serves(env) else None
             started = start_local(task, argv, cwd=cwd, env=env, fork=fork)
             if started.holder is None and started.process is not None and seen is not None:
-                seen.slow[waiting.label] = started.process
-    except (RunAgentError, OSError, KeyError, TypeError, subprocess.TimeoutExpired) as exc:
+                seen.slow[waiting.label] = (started.process, process_start_time(started.pid))
+    except Exception as exc:  # each start alone: one that cannot be made holds up no other
         with fleet.locked():
             fleet.release(task)
             _unclaim(fleet, waiting, ticket)

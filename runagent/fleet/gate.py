@@ -23,6 +23,7 @@ from runagent.config.settings import LimitsSettings
 from runagent.errors import AlreadyRunningError, BlockedError, DamagedRecordError, StoppedError
 from runagent.fleet import depends
 from runagent.fleet.queue import Fleet, Pause, QueueHold, Turn, Waiting, now
+from runagent.store.lock import live_holder
 from runagent.store.runfolder import TaskPaths, private
 
 POLL = 1.0  # seconds between looks when nothing under .fleet/ changed (a SIGKILLed holder)
@@ -276,6 +277,12 @@ def take_over(task: TaskPaths, ticket: str) -> None:
     )
 
 
+def claimed(root: Path) -> set[str]:
+    """P/T of the tasks whose starts a keeper claimed and no loop has taken over yet."""
+    fleet = Fleet(root)
+    return {c.waiting.label for _, c in fleet.claims() if c is not None}
+
+
 def keeper_wanted(root: Path) -> bool:
     """Whether `root`'s queue has work and no keeper runs (one was killed): `serve` looks."""
     fleet = Fleet(root)
@@ -302,7 +309,8 @@ def dequeue(task: TaskPaths, settle: Callable[[], None] | None = None) -> Waitin
         record = fleet.record_of(task)
         fleet.drop(task)
         claimed = fleet.drop_claim(task)  # a start the keeper is making: it does not run
-        record = record if record is not None else claimed
+        if record is None and claimed is not None and live_holder(task.lock) is None:
+            record = claimed  # (with a loop of it running, a dead keeper's claim was stale)
         if record is not None and settle is not None:
             settle()
             fleet.tidy()

@@ -867,12 +867,15 @@ class Fleet:
     def unclaim(self, project: str, task: str, ticket: str) -> bool:
         """Take the keeper's claim on a start off (its loop took it over, or the keeper saw it
         through): only the claim bearing `ticket`. Whether it was there."""
-        path = self.starting / _file_name(project, task)
-        claim = _read(path, _claim)
-        if claim is None or claim.ticket != ticket:
+        if not self.has_claim(project, task, ticket):
             return False
-        path.unlink(missing_ok=True)
+        (self.starting / _file_name(project, task)).unlink(missing_ok=True)
         return True
+
+    def has_claim(self, project: str, task: str, ticket: str) -> bool:
+        """Whether the claim bearing `ticket` is there (not taken back by a `stop`)."""
+        claim = _read(self.starting / _file_name(project, task), _claim)
+        return claim is not None and claim.ticket == ticket
 
     def claims(self) -> list[tuple[Path, Claim | None]]:
         """The keepers' claims on starts, each with its file (None for one that cannot be

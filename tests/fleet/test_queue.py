@@ -608,6 +608,8 @@ def test_a_claim_is_put_back_only_once_its_start_had_time_to_begin_and_never_if_
         assert not fleet.detached_waits()  # a claim that cannot be trusted summons no keeper
     fresh = claim_of(ws, "fresh", time.time())
     old = claim_of(ws, "old", time.time() - START_WAIT - 1)
+    ran = claim_of(ws, "ran", time.time() - START_WAIT - 1)
+    ws.task("p", "ran").runs.mkdir(parents=True)  # run by hand since: a run folder made
     with fleet.locked():
         assert fleet.detached_waits()  # claims of a keeper that is gone: a keeper must look
         assert _recover(fleet, Seen())  # `fresh` may yet begin: waited for
@@ -615,6 +617,7 @@ def test_a_claim_is_put_back_only_once_its_start_had_time_to_begin_and_never_if_
         assert fleet.record_of(ws.task("p", "old")).seq == 7  # type: ignore[union-attr]
         assert fleet.record_of(ws.task("p", "foreign")) is None  # never trusted
         assert fleet.record_of(ws.task("p", "fresh")) is None
+        assert fleet.record_of(ws.task("p", "ran")) is None and not ran.exists()
     assert fresh.exists() and not old.exists() and not foreign.exists()
     assert (fleet.starting / "p@dir.json").is_dir() and not (
         fleet.starting / "p@junk.json"
@@ -634,17 +637,21 @@ def test_a_slow_start_keeps_its_claim_while_its_process_lives_and_is_dropped_aft
     record = Waiting("p", "slow", "fake", 3, start={"argv": ["job"], "cwd": "/", "env": {}})
     with fleet.locked():
         fleet.claim(record)  # this process is the keeper
+        fleet.hold(ws.task("p", "slow"), "fake")  # the slot it took for the start
     seen = Seen()
-    seen.slow["p/slow"] = child = subprocess.Popen(["sleep", "60"])
+    child = subprocess.Popen(["sleep", "60"])
+    seen.slow["p/slow"] = (child, None)
     try:
         with fleet.locked():
             assert _recover(fleet, seen)
+            assert fleet.slot_of(ws.task("p", "slow")) is not None
     finally:
         child.kill()
         child.wait()
     with fleet.locked():
         assert not _recover(fleet, seen)
         assert fleet.record_of(ws.task("p", "slow")) is None
+        assert fleet.slot_of(ws.task("p", "slow")) is None  # freed: the queue goes on
     assert not list(fleet.starting.iterdir()) and not seen.slow
     said = (ws.task("p", "slow").folder / "supervisor.log").read_text()
     assert "the queue could not start task p/slow: its loop ended before it began" in said
@@ -678,6 +685,45 @@ def test_a_loop_the_keeper_started_runs_only_while_its_claim_is_there(ws: Worksp
     assert not (fleet.starting / "p@b.json").exists()
     with pytest.raises(StoppedError):
         gate.take_over(ws.task("p", "b"), "t")
+    # A stale claim (its keeper gone) of a task that runs: `stop` is not told it left the
+    # queue, and goes on to stop the loop.
+    from runagent.store.lock import TaskLock
+
+    claim_of(ws, "b", time.time())
+    lock = TaskLock(ws.task("p", "b").lock, "p/b")
+    lock.acquire()
+    try:
+        assert gate.dequeue(ws.task("p", "b")) is None
+    finally:
+        lock.release()
+    # `stop --all` takes back the starts keepers are making as it takes records out.
+    ws.task("p", "c").folder.mkdir(parents=True)
+    claim_of(ws, "c", time.time())
+    everything = service(ws).stop_everything(5)
+    assert everything.left_queue == ("p/c",) and not (fleet.starting / "p@c.json").exists()
+
+
+def test_a_start_taken_back_before_its_turn_in_the_batch_is_not_made(ws: Workspace) -> None:
+    from runagent.executors.keeper import _start
+
+    fleet = Fleet(ws.root)
+    record = Waiting("p", "x", "fake", 1, start={"argv": ["job", "-p", "p", "-t", "x", "go"],
+                                                 "cwd": str(ws.path), "env": {}})  # fmt: skip
+    with fleet.locked():
+        ticket = fleet.claim(record)
+        fleet.hold(ws.task("p", "x"), "fake")
+        fleet.drop_claim(ws.task("p", "x"))  # `stop` meanwhile
+    _start(fleet, record, None, ticket)
+    assert fleet.slot_of(ws.task("p", "x")) is None and not ws.task("p", "x").folder.exists()
+
+
+def test_the_keepers_ticket_is_never_handed_on(
+    ws: Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from runagent.loop.context import START_TICKET
+
+    monkeypatch.setenv(START_TICKET, "t")
+    assert START_TICKET not in service(ws).started_env(None)
 
 
 @pytest.mark.parametrize("damage", ["another command", "writable by others"])
