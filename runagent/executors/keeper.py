@@ -185,12 +185,17 @@ def _judge(fleet: Fleet, seen: Seen, path: Path, claim: Claim | None) -> bool:
         return False
     if claim.keeper.alive():
         return False
-    if (
-        live_holder(task.lock) is not None
-        or fleet.record_of(task) is not None
-        or _ran_since(task, claim.at)
-    ):
-        path.unlink(missing_ok=True)  # it runs or ran (another start of it), or was queued again
+    since = (
+        "it runs" if live_holder(task.lock) is not None
+        else "it is queued again" if fleet.record_of(task) is not None
+        else "it ran since" if _ran_since(task, claim.at) else ""
+    )  # fmt: skip
+    if since:
+        path.unlink(missing_ok=True)
+        gone = f"the keeper that was starting task {waiting.label} (pid {claim.keeper.pid})"
+        _say(
+            task, f"{gone} stopped before its loop began; it is not put back in the queue: {since}"
+        )
         return False
     if 0 <= time.time() - claim.at < START_WAIT:
         return True

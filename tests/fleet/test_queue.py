@@ -618,6 +618,8 @@ def test_a_claim_is_put_back_only_once_its_start_had_time_to_begin_and_never_if_
         assert fleet.record_of(ws.task("p", "foreign")) is None  # never trusted
         assert fleet.record_of(ws.task("p", "fresh")) is None
         assert fleet.record_of(ws.task("p", "ran")) is None and not ran.exists()
+    said = (ws.task("p", "ran").folder / "supervisor.log").read_text()
+    assert "it is not put back in the queue: it ran since" in said
     assert fresh.exists() and not old.exists() and not foreign.exists()
     assert (fleet.starting / "p@dir.json").is_dir() and not (
         fleet.starting / "p@junk.json"
