@@ -91,6 +91,9 @@ class Tail:
         self._bytes = 0
         self._size: tuple[int, int] | None = None  # (hub generation, size then)
         self.reads = 0  # chunks read from the file (the rest were shared)
+        # (offset, size) of the last read that held only the first bytes of a character: every
+        # client at that offset waits for the rest without reading the same bytes again.
+        self._short: tuple[int, int] | None = None
 
     def size(self, generation: int, fresh: bool = False) -> int:
         """The file's size, looked at once per hub generation (an append moves it), or now."""
@@ -104,7 +107,7 @@ class Tail:
         if chunk is not None:
             self._chunks.move_to_end(offset)
             return chunk
-        if offset >= size:
+        if offset >= size or self._short == (offset, size):
             return None
         # No further than `size`, so every client at this offset in this generation gets the
         # same chunk, whatever was appended since.
@@ -112,6 +115,7 @@ class Tail:
         self.reads += 1
         text, used = decode(data, final=False)
         if used == 0:
+            self._short = (offset, size)
             return None  # only the first bytes of a character so far
         chunk = Chunk.of(offset, offset + used, text, self.id_prefix)
         self._keep(chunk)

@@ -122,7 +122,10 @@ def test_clients_at_the_same_offset_share_one_read_of_each_chunk(ws: Workspace) 
             assert client.ended and client.received == stdout.read_bytes()
         chunks = {i for c in clients for i in c.ids}
         assert clients[0].ids == sorted(chunks, key=int)  # all got the same chunks...
-        assert shared.reads == len(chunks)  # ...and each was read from the file once
+        # ...and each was read from the file once; each of the two writes that ends inside a
+        # character is read once more if the server looks before the rest comes (a loaded
+        # machine), by whichever client wakes first: the others wait without reading.
+        assert len(chunks) <= shared.reads <= len(chunks) + 2
 
 
 def test_many_clients_at_different_offsets_each_get_exactly_their_bytes(
