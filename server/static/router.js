@@ -13,6 +13,7 @@ import { renderTasks } from "./tasklist.js";
 import { refreshTask } from "./taskview.js";
 
 export async function route() {
+  state.routed = location.hash;
   const where = parseHash();
   // On a narrow screen each view opens on itself (the home view on the fleet); ☰ opens the list.
   document.body.classList.remove("nav-open");

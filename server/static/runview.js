@@ -31,7 +31,12 @@ export async function showRun(run) {
   if (run.run_id !== state.run) return;
   const hash = hashFor(state.task, state.followLoop ? null : run.run_id, state.autoTab ? null : tab,
     state.autoTab ? null : state.line);
-  if (hash !== location.hash) history.replaceState(null, "", hash);
+  // The address says which run and tab are shown; an address the reader moved to whose
+  // hashchange has not routed yet is theirs, not rewritten (it would route to this run again).
+  if (hash !== location.hash && location.hash === state.routed) {
+    history.replaceState(null, "", hash);
+    state.routed = hash;
+  }
   if (state.opened !== `${run.run_id}/${tab}`) openFile(tab, run.backend);
   else {
     applyLine();

@@ -9,6 +9,7 @@ export const state = {
   file: "stdout", // tab shown
   followLoop: true, // show each new attempt as it starts (no run named in the address)
   autoTab: true, // the tab was chosen by the page (a failed run opens where it failed)
+  routed: null, // the address the router last showed (the page rewrites only that one)
   agents: null, // /api/agents
   schedules: [], // /api/schedules
   awaiting: new Map(), // "P/T" -> its operations awaiting approval (from approvals.js)

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from runagent.store.host import this_host
+from runagent.store.runfolder import supervisor_log_path
 from tests.conftest import (
     REPO,
     TEST_DEFAULTS,
@@ -876,6 +877,30 @@ def test_a_check_is_asked_for_in_the_form_and_a_run_it_failed_opens_on_what_it_p
     page.click(".tabs button[data-file=check]")
     expect(page.locator("#log")).to_contain_text("check 2")
     shots(page, "check-tab")
+
+
+def test_an_address_the_reader_moved_to_is_not_rewritten_before_it_is_shown(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    # The page writes the run and tab it chose into the address. A view finishing after the
+    # reader moved, but before their hashchange routed (a loaded machine), wrote its address over
+    # theirs, and the page then showed the latest run where the reader had asked for the first.
+    ws.write_config(["--lines", "1", "--exit", "1"], max_restarts=1)
+    assert ws.cli("--project", "p", "--task", "t", "fail twice").returncode != 0
+    first, latest = ws.runs("p", "t")
+    page.goto(f"{server.url}/#p/t")
+    header = page.locator("#run-header")
+    expect(header.locator("dd[data-field=status]")).to_contain_text(latest.run_id)
+    # The reader's address, its hashchange still to come; then a view shown meanwhile (the
+    # loop's log changed, so the task is read again).
+    page.evaluate("(hash) => history.replaceState(null, '', hash)", f"#p/t/{first.run_id}")
+    page.evaluate("document.querySelector('#run-header dd').dataset.old = '1'")
+    with supervisor_log_path(ws.task("p", "t")).open("a") as said:
+        said.write("a line that makes the page read the task again\n")
+    page.wait_for_function("!document.querySelector('#run-header dd[data-old]')")
+    assert page.evaluate("location.hash") == f"#p/t/{first.run_id}"
+    page.evaluate("window.dispatchEvent(new HashChangeEvent('hashchange'))")
+    expect(header.locator("dd[data-field=status]")).to_contain_text(first.run_id)
 
 
 def test_a_failed_stream_opens_on_its_error_event(
