@@ -10,6 +10,7 @@ import { hashFor, navigate, taskUrl } from "./address.js";
 import { $, badge } from "./dom.js";
 import { countText } from "./format.js";
 import { describe, rulesOf } from "./lines.js";
+import { turns } from "./turns.js";
 
 const COUNTS = [["running", "running"], ["queued", "queued"], ["blocked", "blocked"],
   ["unreadable", "unreadable"], ["needs_person", "need a person"]];
@@ -18,8 +19,7 @@ const ACTIONS = { approval: "approve or deny", reply: "paste the reply", over_bu
 
 let shown = false;
 let timer = null;
-let asked = 0;
-let rendered = 0; // the latest read shown
+const reads = turns();
 
 export function showFleet(visible) {
   shown = visible;
@@ -37,14 +37,13 @@ export function refreshFleetSoon() {
 }
 
 export async function loadFleet() {
-  const mine = ++asked;
+  const mine = reads.take();
   const response = await fetch("/api/fleet");
   const found = await response.json();
   // A read answered after a later one was shown, or the reader went elsewhere: not shown. (One
   // answered while a later one is under way is shown: the page opening on a busy sidebar shows
   // the fleet as soon as its first read is in, not after the read its task list asked for.)
-  if (mine < rendered || !shown) return;
-  rendered = mine;
+  if (!shown || !reads.show(mine)) return;
   if (!response.ok) {
     $("#fleet-error").textContent = found.error;
     return;

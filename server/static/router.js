@@ -44,6 +44,7 @@ export async function route() {
     state.run = where.run;
     closeLog();
     clearSearch(); // a search belongs to the log it was typed over, not to the next task's
+    $("#action-error").textContent = ""; // as what an action on the last one answered
     $("#run-view").hidden = true;
     renderTasks();
   }

@@ -8,12 +8,16 @@ import { durationText, ms, timeText, usageText } from "./format.js";
 import { rulesOf } from "./lines.js";
 import { log } from "./logview.js";
 import { FAILED, state } from "./state.js";
+import { turns } from "./turns.js";
 
 let logSource = null;
+const shows = turns(); // a run shown: the latest showRun acts, an earlier one still awaiting does not
+const openings = turns(); // a file opened: a later opening (or closeLog) ends an earlier one
 
 // The run shown: its header, and its file in the tab asked for; a failed run opens where it
 // failed (stderr if it wrote any, else the stream's error event).
 export async function showRun(run) {
+  const mine = shows.take();
   const changed = run.run_id !== state.run || $("#run-view").hidden;
   state.run = run.run_id;
   document.querySelectorAll("#runs button, #timeline .bar").forEach((b) =>
@@ -25,10 +29,13 @@ export async function showRun(run) {
   // stdout, and moves to where it failed when it fails).
   const seen = `${run.run_id}/${run.status}`;
   if (state.autoTab && (changed || state.tabFor !== seen)) {
-    state.tabFor = seen;
     tab = await failureTab(run);
+    // Another run, or this one again (a tab the reader chose meanwhile), was shown since: the
+    // latest show chooses (it asked for the tab too, since it is set only once chosen).
+    if (!shows.latest(mine)) return;
+    state.tabFor = seen;
   }
-  if (run.run_id !== state.run) return;
+  if (run.run_id !== state.run || !shows.latest(mine)) return;
   const hash = hashFor(state.task, state.followLoop ? null : run.run_id, state.autoTab ? null : tab,
     state.autoTab ? null : state.line);
   // The address says which run and tab are shown; an address the reader moved to whose
@@ -118,33 +125,36 @@ export function closeLog() {
   if (logSource) logSource.close();
   logSource = null;
   state.opened = null;
+  openings.take(); // an opening still awaiting its file is over
 }
 
 // The run's file `name`; stdout is the agent's stream, read as the run's `backend` says.
 async function openFile(name, backend) {
   state.file = name;
   document.querySelectorAll(".tabs button[data-file]").forEach((b) => b.classList.toggle("active", b.dataset.file === name));
-  $("#download").href = `${runUrl()}/files/${name}?download=1`;
+  const base = runUrl(); // the run's, whatever is shown when an await below returns
+  const url = `${base}/files/${name}`;
+  $("#download").href = `${url}?download=1`;
   closeLog();
-  const opened = `${state.run}/${name}`;
-  state.opened = opened;
+  const mine = openings.take();
+  state.opened = `${state.run}/${name}`;
   state.failureShown = null; // a log opened afresh is shown at its failure again
   log.reset();
   log.target = state.line ? state.line - 1 : -1;
   if (name === "prompt") {
-    const text = await (await fetch(`${runUrl()}/files/prompt`)).text();
-    if (state.opened !== opened) return;
+    const text = await (await fetch(url)).text();
+    if (!openings.latest(mine)) return;
     log.append(text, true);
     log.ended = true;
     log.showTarget();
     return;
   }
   const rules = name === "stdout" && backend ? await rulesOf(backend) : null;
-  if (state.opened !== opened) return;
+  if (!openings.latest(mine)) return;
   log.rules = rules;
-  const size = await log.open(`${runUrl()}/files/${name}`);
-  if (size === null || state.opened !== opened) return;
-  const source = new EventSource(`${runUrl()}/stream/${name}?from=${size}`);
+  const size = await log.open(url);
+  if (size === null || !openings.latest(mine)) return;
+  const source = new EventSource(`${base}/stream/${name}?from=${size}`);
   logSource = source;
   watchSource(source);
   source.addEventListener("data", (e) => log.append(JSON.parse(e.data)));

@@ -7,6 +7,7 @@ import { pastePanel } from "./paste.js";
 import { showRun } from "./runview.js";
 import { AWAITING, state } from "./state.js";
 import { renderTimeline } from "./timeline.js";
+import { turns } from "./turns.js";
 
 // The task view's status badge, and what its awaited operations are with a link to answer them.
 export function setTaskStatus(status) {
@@ -38,17 +39,22 @@ export function setTaskStatus(status) {
   }
 }
 
+const reads = turns(); // the task's reads (events, timers and actions each ask for one)
+const diffs = turns();
+
 export async function refreshTask() {
   const label = state.task;
+  const mine = reads.take();
   const response = await fetch(taskUrl(label));
-  if (label !== state.task) return; // the reader moved on meanwhile
+  const detail = await response.json();
+  // The reader moved on meanwhile, or a later read was shown: this one is stale.
+  if (label !== state.task || !reads.show(mine)) return;
   if (!response.ok) {
     $("#task-title").textContent = label;
-    $("#task-summary").textContent = (await response.json()).error;
+    $("#task-summary").textContent = detail.error;
     pastePanel.show(label, null);
     return;
   }
-  const detail = await response.json();
   state.detail = detail;
   $("#task-title").textContent = label;
   setTaskStatus(detail.status);
@@ -259,8 +265,11 @@ function rebaseText(rebase) {
 // (and again when the branch moves), shown as text.
 async function loadDiff() {
   const box = $("#git-diff-box");
-  const response = await fetch(`${taskUrl(state.task)}/diff`);
+  const label = state.task;
+  const mine = diffs.take();
+  const response = await fetch(`${taskUrl(label)}/diff`);
   const body = await response.json();
+  if (label !== state.task || !diffs.latest(mine)) return; // another task's, or an older one
   if (!response.ok) {
     $("#git-diff").textContent = body.error;
     return;
@@ -304,11 +313,14 @@ export function onTaskChanged(before, row) {
 }
 
 async function action(name, body = {}) {
+  const label = state.task;
   $("#action-error").textContent = "";
-  const response = await fetch(`${taskUrl(state.task)}/${name}`, {
+  const response = await fetch(`${taskUrl(label)}/${name}`, {
     method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(body),
   });
-  if (!response.ok) $("#action-error").textContent = (await response.json()).error;
+  const error = response.ok ? null : (await response.json()).error;
+  if (label !== state.task) return; // said of a task the reader has left
+  if (error) $("#action-error").textContent = error;
   await refreshTask();
 }
 
@@ -321,11 +333,12 @@ async function deleteTask() {
     method: "DELETE", headers: { "Content-Type": "application/json" }, body: "{}",
   });
   if (!response.ok) {
-    $("#action-error").textContent = (await response.json()).error;
+    const { error } = await response.json();
+    if (label === state.task) $("#action-error").textContent = error;
     return;
   }
   state.tasks.delete(label);
-  navigate("#");
+  if (label === state.task) navigate("#"); // the reader may have moved on meanwhile
 }
 
 for (const list of ["#runs", "#timeline"]) {

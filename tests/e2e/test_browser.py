@@ -36,7 +36,14 @@ pytestmark = pytest.mark.skipif(
     reason="chromium is not installed: apt-get install chromium (CI installs it)",
 )
 
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import (  # noqa: E402
+    APIResponse,
+    Browser,
+    Page,
+    Route,
+    expect,
+    sync_playwright,
+)
 
 # What the page shows follows a real agent and server: on a loaded machine (parallel workers on
 # 2 cores) they take longer than the 5 s an expectation waits by default. A longer wait only
@@ -901,6 +908,70 @@ def test_an_address_the_reader_moved_to_is_not_rewritten_before_it_is_shown(
     assert page.evaluate("location.hash") == f"#p/t/{first.run_id}"
     page.evaluate("window.dispatchEvent(new HashChangeEvent('hashchange'))")
     expect(header.locator("dd[data-field=status]")).to_contain_text(first.run_id)
+
+
+# Reads of one task's detail the page has begun and not yet parsed (a test's own count, so
+# it can wait until the page has taken in an answer it was handed).
+COUNT_TASK_READS = """
+(() => {
+  window.taskReads = 0;
+  const counted = new WeakSet();
+  const fetch = window.fetch;
+  window.fetch = function (url, ...rest) {
+    const mine = String(url).endsWith("/api/projects/p/tasks/t");
+    if (mine) window.taskReads++;
+    return fetch.call(this, url, ...rest).then((response) => {
+      if (mine) counted.add(response);
+      return response;
+    }, (error) => { if (mine) window.taskReads--; throw error; });
+  };
+  const json = Response.prototype.json;
+  Response.prototype.json = function () {
+    const mine = counted.has(this);
+    return json.call(this).finally(() => { if (mine) window.taskReads--; });
+  };
+})();
+"""
+
+
+def test_a_read_of_the_task_answered_late_does_not_undo_a_later_one(
+    ws: Workspace, server: Server, page: Page
+) -> None:
+    # The server answers reads from a pool of threads; on a loaded machine an answer can come
+    # seconds late, after a later read's. The page showed whichever came last: a task that had
+    # failed read "running" again, with Stop enabled, until something else changed.
+    release = ws.path / "release"
+    ws.write_config(["--lines", "1", "--wait-for", str(release), "--exit", "1"], max_restarts=0)
+    page.add_init_script(COUNT_TASK_READS)
+    page.goto(server.url)
+    start_from_form(page, "t", "fail when released")
+    badge = page.locator("#run-header dd[data-field=status] .badge")
+    expect(badge).to_have_text("running")
+    held: list[tuple[Route, APIResponse]] = []
+
+    # The next read is answered by the server now, while the task runs, and handed to the page
+    # only once a later read has been shown.
+    def hold(route: Route) -> None:
+        if held:
+            route.continue_()
+        else:
+            held.append((route, route.fetch()))
+
+    page.route("**/api/projects/p/tasks/t", hold)
+    with supervisor_log_path(ws.task("p", "t")).open("a") as said:
+        said.write("a line that makes the page read the task again\n")
+    # (Playwright hands a route over while it waits.)
+    wait_for(lambda: page.wait_for_timeout(20) or held, what="the page to read the task")
+    release.touch()
+    expect(page.locator("#task-status")).to_have_text("failed")
+    expect(badge).to_have_text("failed")
+    route, answer = held[0]
+    assert json.loads(answer.text())["status"] == "running"
+    route.fulfill(response=answer)
+    page.wait_for_function("window.taskReads === 0")
+    assert badge.inner_text() == "failed"
+    assert page.locator("#task-status").inner_text() == "failed"
+    expect(page.locator("#stop-button")).to_be_disabled()
 
 
 def test_a_failed_stream_opens_on_its_error_event(
