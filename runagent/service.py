@@ -167,7 +167,9 @@ WORKTREE_ON_CLUSTER = (
     "repository's folder) with this machine, and executor.shared_root is false; run it with "
     "--executor local"
 )
-RACE_STOP_MARGIN = 5.0  # seconds a race waits for its stopped racers beyond their kill_grace
+# Seconds a race waits for its stopped racers beyond their kill_grace (as `stop` waits for one
+# loop): each is waited for only until it ends, so a long margin costs only a loaded machine.
+RACE_STOP_MARGIN = 15.0
 
 
 @record
@@ -806,10 +808,10 @@ class Service:
         its last word is the error."""
         import time
 
-        from runagent.executors.local import START_WAIT, Started
+        from runagent.executors.local import LOCK_WAIT, Started
         from runagent.store.lock import live_holder
 
-        deadline = time.monotonic() + START_WAIT
+        deadline = time.monotonic() + LOCK_WAIT  # while it lives: a loaded machine is slow
         while time.monotonic() < deadline:
             holder = live_holder(task.lock)
             if holder is not None and holder.pid == watcher.pid:
@@ -1206,12 +1208,13 @@ class Service:
         from runagent.executors import control
         from runagent.store.lock import live_holder
 
-        if live_holder(task.lock) is not None:
-            return control.stop(task, wait, self.executor)
         try:
             found = race.read(task)
         except ValueError:
-            return None
+            found = None
+        if live_holder(task.lock) is not None:  # its watcher waits for its racers to stop
+            extra = found.stop_wait if found is not None and wait is not None else 0.0
+            return control.stop(task, None if wait is None else wait + extra, self.executor)
         if found is None:
             return None
         self.stop_all(found.tasks(task), wait or 0.0, Reason.STOPPED, "")

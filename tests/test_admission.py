@@ -118,7 +118,9 @@ def test_a_servers_start_and_a_schedules_firing_are_admitted_once_reading_the_co
     wait_for(lambda: status(ws, "night") == "completed", 60, "the firing to complete")
     with serving(ws, env) as url:
         before = log.read_text().splitlines()
-        answer = httpx.post(f"{url}/api/projects/p/tasks", json={"task_id": "web", "prompt": "go"})
+        answer = httpx.post(
+            f"{url}/api/projects/p/tasks", json={"task_id": "web", "prompt": "go"}, timeout=60
+        )
         assert answer.status_code == 202, answer.text
         server = answer.json()  # answered: the start's checks are done
         assert server["task_id"] == "web"

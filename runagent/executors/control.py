@@ -17,6 +17,7 @@ from runagent.config.settings import ExecutorSettings, ExecutorType
 from runagent.errors import MissingDependencyError, RunAgentError
 from runagent.executors.local import (
     CLUSTER_ENV,
+    LOCK_WAIT,
     START_WAIT,
     Started,
     loop_argv,
@@ -30,7 +31,7 @@ from runagent.store.runfolder import TaskPaths
 if TYPE_CHECKING:  # a queued task's record: loaded where there is a queue
     from runagent.fleet.queue import Pause, Waiting
 
-__all__ = ["START_WAIT", "Started", "loop_argv", "start_detached", "stop"]
+__all__ = ["LOCK_WAIT", "START_WAIT", "Started", "loop_argv", "start_detached", "stop"]
 
 
 def start_detached(
@@ -43,7 +44,7 @@ def start_detached(
     env: Mapping[str, str] | None = None,
     schedule: str | None = None,
     again: bool = False,
-    wait: float = START_WAIT,
+    wait: float | None = None,
     executor: ExecutorSettings | None = None,
 ) -> Started:
     """Start `run-agent COMMAND` for `task` on `executor` (None: this machine); return once its
@@ -56,10 +57,10 @@ def start_detached(
     if executor is not None and executor.type is ExecutorType.RAY:
         return ray_executor(executor).start(
             task, command, overrides, config_path=config_path, cwd=cwd, schedule=schedule,
-            again=again, wait=wait,
+            again=again, wait=START_WAIT if wait is None else wait,
         )  # fmt: skip
     argv = loop_argv(command, task, overrides, config_path, schedule, again)
-    return start_local(task, argv, cwd=cwd, env=env, wait=wait)
+    return start_local(task, argv, cwd=cwd, env=env, wait=LOCK_WAIT if wait is None else wait)
 
 
 def stop(

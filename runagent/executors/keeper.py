@@ -313,7 +313,7 @@ def _start(
     which takes the claim off as it begins; a start that fails frees its slot, takes its
     claim off and says why in the task's supervisor.log (where a detached loop's own words
     go). A loop that has not taken its lock after START_WAIT keeps its claim (`seen.slow`)."""
-    from runagent.executors.local import start_local
+    from runagent.executors.local import START_WAIT, start_local
 
     task = TaskPaths(fleet.root, waiting.project, waiting.task)
     start = waiting.start or {}
@@ -331,7 +331,7 @@ def _start(
             if ticket is not None:
                 env[START_TICKET] = ticket
             fork = forks.fork if forks is not None and forks.serves(env) else None
-            started = start_local(task, argv, cwd=cwd, env=env, fork=fork)
+            started = start_local(task, argv, cwd=cwd, env=env, wait=START_WAIT, fork=fork)
             if started.holder is None and started.process is not None and seen is not None:
                 seen.slow[waiting.label] = (started.process, process_start_time(started.pid))
     except Exception as exc:  # each start alone: one that cannot be made holds up no other

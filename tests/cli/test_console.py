@@ -27,7 +27,7 @@ def terminal_session(ws: Workspace, line_text: str, shown: str) -> tuple[str, in
     )
     os.close(slave)
     seen = b""
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 120  # a deadline for a broken run, not a speed
     try:
         while shown.encode() not in seen and time.monotonic() < deadline:
             ready, _, _ = select.select([master], [], [], 0.2)
@@ -42,7 +42,7 @@ def terminal_session(ws: Workspace, line_text: str, shown: str) -> tuple[str, in
                 except OSError:
                     break
     finally:
-        proc.wait(20)
+        proc.wait(60)
         os.close(master)
     assert proc.returncode is not None
     return seen.decode(errors="replace"), proc.returncode

@@ -340,7 +340,7 @@ def test_the_page_shows_when_the_server_goes_away(
     page.goto(server.url)
     expect(page.locator("#connection")).to_have_text("live")
     server.process.terminate()
-    server.process.wait(15)
+    server.process.wait(60)
     expect(page.locator("#connection")).to_have_text(
         # EventSource retries on its own; the page says so instead of pretending to be live.
         re.compile("reconnecting…|disconnected"),

@@ -173,7 +173,7 @@ def test_a_dispatched_loop_runs_and_its_run_names_its_host(
     info = latest(task)
     assert info.status is RunStatus.COMPLETED and info.host == started.holder.host
     assert "line 3" in task.run(info.run_id).stdout.read_text()
-    wait_for(lambda: name_free(executor, task.label), 15, "the actor to end")
+    wait_for(lambda: name_free(executor, task.label), 120, "the actor to end")
     assert listing.view(task).status is tasks.TaskStatus.COMPLETED
 
 
@@ -190,7 +190,7 @@ def test_a_failed_run_is_restarted_by_the_same_loop_on_the_same_host(
     ]  # fmt: skip
     assert started.holder is not None and {r.host for r in runs} == {started.holder.host}
     assert runs[2].previous_run_id == runs[1].run_id
-    wait_for(lambda: name_free(executor, task.label), 15, "the loop to end")
+    wait_for(lambda: name_free(executor, task.label), 120, "the loop to end")
 
 
 def test_a_second_start_is_refused_naming_the_holder(
@@ -244,8 +244,8 @@ def test_a_timeout_kills_the_tree_as_locally(ws: Workspace, executor: ExecutorSe
     wait_for(lambda: (latest(task) or None) and latest(task).status is RunStatus.TIMED_OUT, 120,
              "the run to time out")  # fmt: skip
     assert not [p for p in pids if alive(p)]
-    wait_for(lambda: name_free(executor, task.label), 15, "the loop to end")
-    wait_for(lambda: not ws.leftovers(), 15, "its supervisor to exit")
+    wait_for(lambda: name_free(executor, task.label), 120, "the loop to end")
+    wait_for(lambda: not ws.leftovers(), 120, "its supervisor to exit")
 
 
 def cli_with(ws: Workspace, *args: str) -> subprocess.CompletedProcess[str]:

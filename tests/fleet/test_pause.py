@@ -102,7 +102,7 @@ def test_a_limit_pauses_the_agent_its_loop_gives_the_slot_back_and_others_run(
 def test_a_pause_lifts_by_itself_when_its_time_comes(ws: Workspace) -> None:
     limited_fleet(ws, {"max_running": 2}, seconds=2)
     shown = ws.start_cli("-p", "p", "-t", "a", "--agent", "lim", "go")
-    wait_for(lambda: len(ws.runs("p", "a")) == 2, timeout=30, what="a's second attempt")
+    wait_for(lambda: len(ws.runs("p", "a")) == 2, what="a's second attempt")
     assert "lim" not in paused(ws)
     go(ws, "a")
     assert shown.wait(60) == 0

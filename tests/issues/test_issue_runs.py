@@ -360,7 +360,9 @@ def test_an_issue_run_starts_from_the_api_as_from_the_command_line(
                          timeout=30)  # fmt: skip
     assert started.status_code == 202, started.text
     task = ws.task("p", "i7")
-    wait_for(lambda: httpx.get(f"{url}/i7").json()["status"] == "completed", 60, "the run")
+    wait_for(
+        lambda: httpx.get(f"{url}/i7", timeout=30).json()["status"] == "completed", 60, "the run"
+    )
     (run,) = ws.runs("p", "i7")
     assert run.cwd == str(task.worktree) and run.base_commit == main
     assert run.reason == Reason.READY_MARKER
@@ -370,7 +372,7 @@ def test_an_issue_run_starts_from_the_api_as_from_the_command_line(
     assert task.issue_body.read_text() == "Fix the bug"
     record = yaml.safe_load(task.issue_record.read_text())
     assert (record["issue"], record["branch"]) == (7, "run-agent/p/i7")
-    detail = httpx.get(f"{url}/i7").json()
+    detail = httpx.get(f"{url}/i7", timeout=30).json()
     assert detail["git"]["issue"]["number"] == 7
 
 

@@ -194,7 +194,9 @@ def test_the_api_and_the_pages_form_start_a_worktree_run(ws: Workspace, server: 
                                     "base": base, "cwd": str(repo)}, timeout=30)  # fmt: skip
     assert started.status_code == 202, started.text
     task = ws.task("p", "api")
-    wait_for(lambda: httpx.get(f"{url}/api").json()["status"] == "completed", 60, "the run")
+    wait_for(
+        lambda: httpx.get(f"{url}/api", timeout=30).json()["status"] == "completed", 60, "the run"
+    )
     (info,) = ws.runs("p", "api")
     assert info.cwd == str(task.worktree) and info.base_commit == base
     assert git(task.worktree, "log", "--format=%s", f"{base}..HEAD") == "work of 1"

@@ -328,7 +328,7 @@ def test_a_link_swapped_in_under_an_open_stream_is_not_followed(ws_outside: Work
     try:
         with serving(ws) as url:
             auth = {"Authorization": f"Bearer {root.limited}"}
-            with httpx.Client(base_url=url, headers=auth) as client:
+            with httpx.Client(base_url=url, headers=auth, timeout=60) as client:
                 wait_for(lambda: task.run_ids() and "mine 1" in task.run(
                     task.run_ids()[0]).stdout.read_text(), 30, "the first line")  # fmt: skip
                 run_id = task.run_ids()[0]

@@ -59,13 +59,13 @@ class ShortOfAMinute:
 def test_the_server_fires_a_due_schedule_in_the_background(ws: Workspace) -> None:
     config_with_schedule(ws)
     with app_for(ws, clock=ShortOfAMinute(1.0)) as client:
-        wait_for(lambda: client.get("/api/schedules").json()[0]["last_task"], timeout=20,
+        wait_for(lambda: client.get("/api/schedules").json()[0]["last_task"],
                  what="the schedule to fire")  # fmt: skip
         (row,) = client.get("/api/schedules").json()
         assert row["scheduler"] == "running" and row["last_task"].startswith("tick-")
         wait_for(lambda: ws.task("p", row["last_task"]).done.exists(), what="its run to finish")
         wait_for(lambda: client.get("/api/schedules").json()[0]["last_outcome"] == "completed",
-                 timeout=30, what="the outcome to be recorded")  # fmt: skip
+                 what="the outcome to be recorded")  # fmt: skip
 
 
 def test_run_now_from_the_api_and_overlap_refusal(ws: Workspace) -> None:

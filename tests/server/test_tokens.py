@@ -425,7 +425,10 @@ def test_no_credential_of_run_agent_reaches_an_agent_or_a_record(ws: Workspace) 
     env = {"RUN_AGENT_API_KEY": KEY, "CI_TOKEN": secret}
     auth = {"Authorization": f"Bearer {secret}"}
     try:
-        with serving(ws, env=env) as url, httpx.Client(base_url=url, headers=auth) as client:
+        with (
+            serving(ws, env=env) as url,
+            httpx.Client(base_url=url, headers=auth, timeout=60) as client,
+        ):
             first = client.post("/api/projects/p/tasks", json={"task_id": "a", "prompt": "go"})
             assert first.status_code == 202, first.text
             wait_for(lambda: listing.view(ws.task("p", "a")).status.value == "running", 60, "a")
