@@ -36,6 +36,7 @@ from runagent.config.settings import (
     Until,
 )
 from runagent.errors import (
+    AlreadyRunningError,
     BlockedError,
     BudgetError,
     DamagedRecordError,
@@ -661,6 +662,9 @@ class Service:
                 task, request.command.value, overrides,
                 config_path=self.config_path, cwd=self.workdir.resolve(), env=env,
                 schedule=request.schedule, again=request.again, executor=self.executor,
+                # A firing is made under the schedules' lock, which holds every other firing
+                # and `run now`: it waits START_WAIT, as the keeper does, not a person's wait.
+                wait=control.START_WAIT if request.schedule is not None else None,
             )  # fmt: skip
         except BaseException:  # refused, or failed in a way of its own: nothing half-made
             if gated:  # the slot taken for it
@@ -1206,13 +1210,21 @@ class Service:
         racers and says the race was stopped; with no watcher alive, its racers are stopped
         here."""
         from runagent.executors import control
+        from runagent.store.host import is_here
         from runagent.store.lock import live_holder
 
         try:
             found = race.read(task)
         except ValueError:
             found = None
-        if live_holder(task.lock) is not None:  # its watcher waits for its racers to stop
+        holder = live_holder(task.lock)
+        if holder is not None and holder.pid == os.getpid() and is_here(holder.host):
+            # This process holds it while it starts the race's racers (the page's start of
+            # it): signalled, it would be this server that stopped.
+            raise AlreadyRunningError(  # 409: the task is not in a state to take it yet
+                f"race {task.label} is still starting its racers; stop it once it has started"
+            )
+        if holder is not None:  # its watcher waits for its racers to stop
             extra = found.stop_wait if found is not None and wait is not None else 0.0
             return control.stop(task, None if wait is None else wait + extra, self.executor)
         if found is None:

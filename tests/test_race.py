@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -513,3 +514,44 @@ def test_a_racer_that_cannot_start_leaves_no_other_racing(ws: Workspace) -> None
         assert "could not start all its racers" in (record.message or "")
     finally:
         assert cli(ws, repo, "stop", "-p", "p", "-t", "t.2").returncode == 0
+
+
+# A site hook that holds each loop's interpreter (the command lines that carry `--admitted`)
+# a few seconds before run-agent begins: a loaded machine's slow start of each racer.
+SLOW_LOOPS = """
+import sys, time
+if "--admitted" in sys.argv:
+    time.sleep(4)
+"""
+
+
+def test_a_stop_while_the_server_starts_a_race_is_refused_not_sent_to_the_server(
+    ws: Workspace, tmp_path: Path
+) -> None:
+    # While it starts a race's racers the server holds the race's task itself; a stop then
+    # signalled the holder, the server, which stopped.
+    import httpx
+
+    from tests.conftest import REPO, serving
+
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(SLOW_LOOPS)
+    repo = configure(ws, {"fake": [*WORK, "--wait-in-task", "go"]})
+    body = {"task_id": "t", "prompt": "fix it", "cwd": str(repo), "race": 2}
+    env = {"PYTHONPATH": f"{hook}:{REPO}", **GIT_ENV}
+    with serving(ws, env=env) as url, ThreadPoolExecutor(1) as pool:
+        starting = pool.submit(httpx.post, f"{url}/api/projects/p/tasks", json=body, timeout=300)
+        wait_for(lambda: race.read(ws.task()) is not None, 120, "the race to begin")
+        refused = httpx.post(f"{url}/api/projects/p/tasks/t/stop", json={}, timeout=60)
+        assert refused.status_code == 409, refused.text
+        assert (
+            "race p/t is still starting its racers; stop it once it has started"
+            in (refused.json()["error"])
+        )
+        started = starting.result()
+        assert started.status_code == 202, started.text
+        stopped = httpx.post(f"{url}/api/projects/p/tasks/t/stop", json={}, timeout=120)
+        assert stopped.status_code == 200, stopped.text
+        tasks = [ws.task("p", t) for t in ("t", "t.1", "t.2")]
+        wait_for(lambda: not [t for t in tasks if live_holder(t.lock)], 120, "the race to stop")

@@ -32,7 +32,8 @@ export async function showRun(run) {
     tab = await failureTab(run);
     // Another run, or this one again (a tab the reader chose meanwhile), was shown since: the
     // latest show chooses (it asked for the tab too, since it is set only once chosen).
-    if (!shows.latest(mine)) return;
+    // The reader chose a tab meanwhile: theirs, not this one (their route shows the run).
+    if (!shows.latest(mine) || !state.autoTab) return;
     state.tabFor = seen;
   }
   if (run.run_id !== state.run || !shows.latest(mine)) return;

@@ -269,7 +269,9 @@ async function loadDiff() {
   const mine = diffs.take();
   const response = await fetch(`${taskUrl(label)}/diff`);
   const body = await response.json();
-  if (label !== state.task || !diffs.latest(mine)) return; // another task's, or an older one
+  // Another task's, or older than one shown (each one that ends is shown: a diff slower than
+  // the reads that ask for it would otherwise never be).
+  if (label !== state.task || !diffs.show(mine)) return;
   if (!response.ok) {
     $("#git-diff").textContent = body.error;
     return;

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -138,6 +139,8 @@ def executor(request: pytest.FixtureRequest) -> ExecutorSettings:
     if request.param == "local":
         return ExecutorSettings()
     made: RayCluster = request.getfixturevalue("cluster")
+    for name in made.add_lost_hosts():  # as on_cluster does: a test meets the whole cluster
+        warnings.warn(f"host {name} was lost by an earlier test; added again", stacklevel=1)
     return made.settings
 
 
@@ -377,7 +380,6 @@ def on_cluster(ws: Workspace, cluster: RayCluster) -> RayCluster:
     is gone, so nothing will remove it) held a host's agent_slot, and every later test that
     counts the free slots failed after it (seen once under a CPU hog of twice the cores). Such
     a group is removed here, and named in a warning, so the test that left it can be found."""
-    import warnings
 
     from runagent.executors.ray import store
 

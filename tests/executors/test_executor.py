@@ -91,7 +91,11 @@ def test_an_unreachable_cluster_is_one_line_and_quick(ws: Workspace) -> None:
     assert done.returncode == ExitCode.MISSING_DEPENDENCY, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr
-    assert "'127.0.0.1:9'" in lines[0] or "pip install 'run-agent[ray]'" in lines[0]
+    # The probe's own words (ray.init's failure, minutes later, names the address otherwise).
+    assert (
+        "cannot reach the Ray cluster at executor.address '127.0.0.1:9'" in lines[0]
+        or "pip install 'run-agent[ray]'" in lines[0]  # where Ray is not installed
+    ), lines
     assert not ws.task().folder.exists()  # a refused dispatch leaves no task behind
 
 
