@@ -103,6 +103,18 @@ def wait_for(condition: Callable[[], Any], timeout: float = 60.0, what: str = "c
         time.sleep(0.02)
 
 
+def slow_loops(folder: Path, seconds: float) -> dict[str, str]:
+    """The environment of processes whose loops start `seconds` late: a site hook in FOLDER
+    holds each loop's interpreter (the command lines that carry `--admitted`) before run-agent
+    begins, as a loaded machine's slow start does."""
+    hook = folder / "slow-loops"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        f"import sys, time\nif '--admitted' in sys.argv:\n    time.sleep({seconds})\n"
+    )
+    return {"PYTHONPATH": f"{hook}:{REPO}"}
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

@@ -516,15 +516,6 @@ def test_a_racer_that_cannot_start_leaves_no_other_racing(ws: Workspace) -> None
         assert cli(ws, repo, "stop", "-p", "p", "-t", "t.2").returncode == 0
 
 
-# A site hook that holds each loop's interpreter (the command lines that carry `--admitted`)
-# a few seconds before run-agent begins: a loaded machine's slow start of each racer.
-SLOW_LOOPS = """
-import sys, time
-if "--admitted" in sys.argv:
-    time.sleep(4)
-"""
-
-
 def test_a_stop_while_the_server_starts_a_race_is_refused_not_sent_to_the_server(
     ws: Workspace, tmp_path: Path
 ) -> None:
@@ -532,14 +523,11 @@ def test_a_stop_while_the_server_starts_a_race_is_refused_not_sent_to_the_server
     # signalled the holder, the server, which stopped.
     import httpx
 
-    from tests.conftest import REPO, serving
+    from tests.conftest import serving, slow_loops
 
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SLOW_LOOPS)
     repo = configure(ws, {"fake": [*WORK, "--wait-in-task", "go"]})
     body = {"task_id": "t", "prompt": "fix it", "cwd": str(repo), "race": 2}
-    env = {"PYTHONPATH": f"{hook}:{REPO}", **GIT_ENV}
+    env = {**slow_loops(tmp_path, 4), **GIT_ENV}  # each racer's start
     with serving(ws, env=env) as url, ThreadPoolExecutor(1) as pool:
         starting = pool.submit(httpx.post, f"{url}/api/projects/p/tasks", json=body, timeout=300)
         wait_for(lambda: race.read(ws.task()) is not None, 120, "the race to begin")

@@ -17,7 +17,7 @@ from runagent.config.settings import ExecutorType, ScheduleConfig
 from runagent.errors import ConfigError, ExitCode
 from runagent.store.host import this_host
 from runagent.store.lock import TaskLock, read_holder
-from tests.conftest import REPO, Workspace, wait_for
+from tests.conftest import REPO, Workspace, slow_loops, wait_for
 
 
 def test_the_executor_section_reads_into_typed_settings(tmp_path: Path) -> None:
@@ -156,25 +156,13 @@ def test_a_scheduler_that_does_not_lead_fires_nothing(tmp_path: Path) -> None:
     assert fired == []
 
 
-# A site hook that holds a detached loop's interpreter (the command line that carries
-# `--admitted`) past START_WAIT before run-agent begins: a loaded machine's slow start.
-SLOW_LOOP = """
-import sys, time
-if "--admitted" in sys.argv:
-    time.sleep(13)
-"""
-
-
 def test_a_detached_start_slower_than_ten_seconds_is_waited_for_until_it_holds_its_task(
     ws: Workspace, tmp_path: Path
 ) -> None:
     # Given up after 10 s, a start was said to be made (exit 0) before its loop held the task,
     # and a second start of the task then started a second loop.
-    hook = tmp_path / "hook"
-    hook.mkdir()
-    (hook / "sitecustomize.py").write_text(SLOW_LOOP)
     ws.write_config(["--sleep", "60"])
-    env = {"PYTHONPATH": f"{hook}:{REPO}"}
+    env = slow_loops(tmp_path, 13)  # past START_WAIT
     try:
         first = ws.cli("--detach", "-p", "p", "-t", "t", "go", env=env, timeout=120)
         assert first.returncode == 0, first.stderr
