@@ -286,7 +286,9 @@ def claimed(root: Path) -> set[str]:
 def keeper_wanted(root: Path) -> bool:
     """Whether `root`'s queue has work and no keeper runs (one was killed): `serve` looks."""
     fleet = Fleet(root)
-    if not fleet.exists():
+    # Nothing queued nor claimed: no lock taken, no index opened (either would make files in
+    # a root where nothing waits, every few seconds).
+    if not (_holds_any(fleet.queue) or _holds_any(fleet.starting)):
         return False
     try:
         if _keeper_runs(fleet):
@@ -332,6 +334,15 @@ def ensure_keeper(root: Path, env: Mapping[str, str] | None = None) -> None:
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, cwd="/", check=False,
             start_new_session=True, timeout=60, env=dict(env) if env is not None else None,
         )  # fmt: skip
+
+
+def _holds_any(folder: Path) -> bool:
+    """Whether `folder` has any entry (a missing or unreadable one has none)."""
+    try:
+        with os.scandir(folder) as entries:
+            return any(True for _ in entries)
+    except OSError:
+        return False
 
 
 def _keeper_runs(fleet: Fleet) -> bool:

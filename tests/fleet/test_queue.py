@@ -1037,3 +1037,20 @@ def test_a_task_that_runs_after_one_stopped_in_the_queue_is_blocked(ws: Workspac
         wait_for(lambda: listed(ws)["p/a"]["status"] == "completed", what="a to complete")
         door.stop(ws.task("p", "c"), 5)
         wait_for(lambda: not keepers(ws), what="the keeper to exit")
+
+
+def test_serves_look_for_a_missing_keeper_makes_nothing_where_nothing_waits(
+    tmp_path: Path,
+) -> None:
+    # `serve` looks every 5 s; on a root whose queue is empty the look took the fleet's lock and
+    # opened the queue's index, making `.fleet/lock` and `.fleet/queue.db` under a reader's feet
+    # (a test that compares the root before and after a refused request met them in CI).
+    from runagent.fleet import gate
+
+    root = tmp_path / "runs"
+    fleet = Fleet(root)
+    fleet.folder.mkdir(parents=True)
+    (fleet.queue).mkdir()  # emptied: every start it held has gone
+    assert gate.keeper_wanted(root) is False
+    made = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+    assert made == [".fleet", ".fleet/queue"]
