@@ -27,11 +27,12 @@ if TYPE_CHECKING:  # a queued start's place: loaded where there is a queue
     from runagent.fleet.queue import Turn
 
 START_WAIT = 10.0  # seconds a detached start may take to take its lock or fail
-# Seconds a person's detached start (the command line, the page, MCP, a schedule) is waited for
+# Seconds a person's detached start (the command line, the page and API, MCP) is waited for
 # while its process lives and has not taken its lock: a loaded machine can take many seconds to
 # start an interpreter, and a start that says "started" before it holds its task lets a second
-# start of the task through. One that exits first is an error at once; the keeper waits only
-# START_WAIT, and keeps a slower start's claim and slot while it lives.
+# start of the task through. One that exits first is an error at once. The keeper and a
+# schedule's firing wait only START_WAIT (each works under a lock others wait on); the keeper
+# keeps a slower start's claim and slot while it lives.
 LOCK_WAIT = 120.0
 CLUSTER_ENV = "RUN_AGENT_CLUSTER"  # what a host agent of a cluster tells its loops (ray/slot)
 

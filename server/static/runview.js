@@ -30,13 +30,12 @@ export async function showRun(run) {
   const seen = `${run.run_id}/${run.status}`;
   if (state.autoTab && (changed || state.tabFor !== seen)) {
     tab = await failureTab(run);
-    // Another run, or this one again (a tab the reader chose meanwhile), was shown since: the
-    // latest show chooses (it asked for the tab too, since it is set only once chosen).
-    // The reader chose a tab meanwhile: theirs, not this one (their route shows the run).
+    // A later show chooses (it asked for the tab too: the tab is marked chosen only here), and
+    // a tab the reader chose meanwhile is theirs (their route shows the run).
     if (!shows.latest(mine) || !state.autoTab) return;
     state.tabFor = seen;
   }
-  if (run.run_id !== state.run || !shows.latest(mine)) return;
+  if (run.run_id !== state.run) return;
   const hash = hashFor(state.task, state.followLoop ? null : run.run_id, state.autoTab ? null : tab,
     state.autoTab ? null : state.line);
   // The address says which run and tab are shown; an address the reader moved to whose
